@@ -1,0 +1,20 @@
+//! # codebox
+//!
+//! A code-execution sandbox for AI agents: Python and TypeScript run in throw-away Linux
+//! sandboxes (fresh user/mount/pid/net/ipc/uts/cgroup namespaces over a read-only minimal
+//! rootfs), served over MCP.
+//!
+//! # Layout
+//!
+//! - [`sandbox`]: everything between fork and exec, and supervising the running sandbox
+//! - [`runtime`]: how Python and Deno start inside the sandbox, and the boot protocol on
+//!   fd 3 that hands them the code
+//! - [`rootfs`]: locating the rootfs and verifying it against its manifest
+//! - [`execution`]: one execution end to end: language + code → sandbox → result
+//!
+//! `docs/ARCHITECTURE.md` is the code map.
+
+pub mod execution;
+pub mod rootfs;
+pub mod runtime;
+pub mod sandbox;

@@ -1,1 +1,46 @@
-fn main() {}
+//! Project automation in Rust, run as `cargo xtask <command>` (the alias lives in
+//! `.cargo/config.toml`), in the manner of rust-analyzer's xtask: no build scripts, no shell,
+//! few dependencies, arguments parsed by hand.
+//!
+//! One module per command; `main` only dispatches.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+mod rootfs;
+
+const HELP: &str = "\
+cargo xtask <command> [options]
+
+Commands:
+  rootfs   build the sandbox's root filesystem (target/rootfs)
+
+Run `cargo xtask <command> --help` for a command's options.
+";
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    let command = args.next();
+    let rest: Vec<OsString> = args.collect();
+    let result = match command
+        .as_ref()
+        .map(|c| c.to_str().unwrap_or("<not UTF-8>"))
+    {
+        Some("rootfs") => rootfs::run(&rest),
+        // `test`, `ci` and `bench` are dispatched here, each to its own module.
+        None | Some("help" | "-h" | "--help") => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(anyhow::anyhow!(
+            "unknown command {other:?}; see `cargo xtask --help`"
+        )),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Command-line interface: argument parsing and dispatch.
+
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit status when codebox itself failed (as opposed to the program it ran).
+pub const EXIT_CODEBOX_FAILED: u8 = 125;
+
+/// Run Python and TypeScript in throw-away Linux sandboxes.
+#[derive(Debug, Parser)]
+#[command(name = "codebox", version, about)]
+pub struct Cli {
+    /// More logging on stderr (-v debug, -vv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a program in a fresh sandbox.
+    Run(run::RunArgs),
+}
+
+pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => run::run(args),
+    }
+}
+
+/// Logs go to stderr; `RUST_LOG` overrides the level chosen with `-v`.
+pub fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+}

@@ -1,0 +1,252 @@
+//! `codebox run`: one program in one fresh sandbox.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use codebox::execution::{self, ExecutionRequest, ExecutionResult};
+use codebox::rootfs;
+use codebox::runtime::Language;
+use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
+use codebox::sandbox::{IdMapping, Limits, OutputSink};
+
+/// Exit status after a timeout, as timeout(1) uses.
+const EXIT_TIMED_OUT: u8 = 124;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Language of the program: python or typescript.
+    language: Language,
+    /// The program text.
+    #[arg(short = 'c', value_name = "CODE", conflicts_with = "file")]
+    code: Option<OsString>,
+    /// A file holding the program ("-" for standard input).
+    #[arg(value_name = "FILE", required_unless_present = "code")]
+    file: Option<PathBuf>,
+    /// Wall-clock limit, e.g. 500ms, 30s, 2m (a bare number means seconds).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Memory limit, e.g. 256M (enforced through cgroups).
+    #[arg(long, value_parser = parse_size)]
+    memory: Option<u64>,
+    /// Host directory mounted read-write at /workspace (default: a private tmpfs).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Print one JSON object with the captured output and how the program ended.
+    #[arg(long)]
+    json: bool,
+    /// Bytes of stdout and of stderr kept (the rest is counted and dropped).
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    output_limit: u64,
+    /// The rootfs built by `cargo xtask rootfs`.
+    #[arg(long, env = "CODEBOX_ROOTFS", value_name = "DIR")]
+    rootfs: Option<PathBuf>,
+    /// When run as root: the unprivileged host uid/gid the sandbox user maps to.
+    #[arg(long, default_value_t = DEFAULT_ROOT_HOST_ID)]
+    root_host_id: u32,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let code = read_program(&args)?;
+    if code.len() > codebox::runtime::MAX_CODE_BYTES {
+        bail!(
+            "the program is {} bytes; the limit is {} bytes",
+            code.len(),
+            codebox::runtime::MAX_CODE_BYTES
+        );
+    }
+    let workspace = match &args.workspace {
+        Some(dir) => {
+            let dir = std::fs::canonicalize(dir)
+                .with_context(|| format!("workspace {} does not exist", dir.display()))?;
+            if !dir.is_dir() {
+                bail!("workspace {} is not a directory", dir.display());
+            }
+            Some(dir)
+        }
+        None => None,
+    };
+    if args.memory.is_some() {
+        tracing::warn!("--memory needs the cgroup layer, which this build does not enforce yet");
+    }
+    let rootfs_dir = rootfs::locate(args.rootfs.as_deref())?;
+    let rootfs = rootfs::verify(&rootfs_dir, rootfs::default_stamp_dir().as_deref())?;
+    tracing::debug!(path = %rootfs.path.display(), verification = ?rootfs.verification, "rootfs verified");
+    if args.root_host_id == 0 {
+        bail!("--root-host-id 0 would make the sandbox user host root; pick an unprivileged id");
+    }
+    let cap = usize::try_from(args.output_limit).unwrap_or(usize::MAX);
+    let limits = Limits {
+        timeout: args.timeout,
+        stdout_cap: cap,
+        stderr_cap: cap,
+        ..Limits::default()
+    };
+    let request = ExecutionRequest {
+        language: args.language,
+        code,
+        workspace,
+        limits,
+    };
+    let id_mapping = IdMapping::for_current_process(args.root_host_id);
+    let result = if args.json {
+        execution::execute(
+            &rootfs,
+            id_mapping,
+            &request,
+            &mut codebox::sandbox::Discard,
+        )?
+    } else {
+        execution::execute(&rootfs, id_mapping, &request, &mut Passthrough)?
+    };
+    report(&result, args.json, args.timeout)
+}
+
+/// The program text from `-c` or a file, which must be UTF-8.
+fn read_program(args: &RunArgs) -> anyhow::Result<String> {
+    let bytes = match (&args.code, &args.file) {
+        (Some(code), _) => code.as_encoded_bytes().to_vec(),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .context("cannot read the program from standard input")?;
+            buf
+        }
+        (None, Some(path)) => std::fs::read(path)
+            .with_context(|| format!("cannot read program file {}", path.display()))?,
+        (None, None) => bail!("give the program with -c CODE or as a FILE"),
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "the program is not valid UTF-8 (first bad byte at offset {}); save it as UTF-8",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// Streams the program's output to ours as it arrives.
+struct Passthrough;
+
+impl OutputSink for Passthrough {
+    fn stdout(&mut self, chunk: &[u8]) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(chunk).and_then(|_| out.flush());
+    }
+    fn stderr(&mut self, chunk: &[u8]) {
+        let _ = std::io::stderr().lock().write_all(chunk);
+    }
+}
+
+fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Result<ExitCode> {
+    if json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer(&mut out, result)?;
+        writeln!(out)?;
+    } else {
+        for (name, truncated, kept, total) in [
+            (
+                "stdout",
+                result.stdout_truncated,
+                result.stdout.len(),
+                result.stdout_total_bytes,
+            ),
+            (
+                "stderr",
+                result.stderr_truncated,
+                result.stderr.len(),
+                result.stderr_total_bytes,
+            ),
+        ] {
+            if truncated {
+                eprintln!("codebox: {name} truncated: kept {kept} of {total} bytes");
+            }
+        }
+        if result.timed_out {
+            eprintln!("codebox: timed out after {timeout:?}; the sandbox was killed");
+        }
+    }
+    Ok(ExitCode::from(exit_status(result)))
+}
+
+/// The shell convention: the program's exit code, 128 + signal, 124 on timeout.
+fn exit_status(result: &ExecutionResult) -> u8 {
+    if result.timed_out {
+        return EXIT_TIMED_OUT;
+    }
+    match (result.exit_code, result.signal) {
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
+        (None, None) => super::EXIT_CODEBOX_FAILED,
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 500ms, 30s or 2m"))?;
+    let secs = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s or m")),
+    };
+    if !(secs > 0.0 && secs <= 24.0 * 3600.0) {
+        return Err(format!("{s:?} must be between 0 and 24h"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size such as 512K, 256M or 1G"))?;
+    let mult: u64 = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use K, M or G")),
+    };
+    value
+        .checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("abc").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+        assert_eq!(parse_size("10").unwrap(), 10);
+        assert!(parse_size("1T").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+    }
+}

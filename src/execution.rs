@@ -1,0 +1,96 @@
+//! One execution end to end: language and code in, a result out.
+//!
+//! Builds the sandbox spec from the runtime's program and the caller's limits, spawns the
+//! sandbox, hands the code over fd 3, and turns the outcome into an [`ExecutionResult`].
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::rootfs::Rootfs;
+use crate::runtime::{self, Language};
+use crate::sandbox::{self, IdMapping, Limits, OutputSink, SandboxSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the program is {size} bytes; the limit is {max} bytes")]
+    CodeTooLarge { size: usize, max: usize },
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::Error),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct ExecutionRequest {
+    pub language: Language,
+    pub code: String,
+    /// Host directory bound at `/workspace`; a private tmpfs when `None`.
+    pub workspace: Option<PathBuf>,
+    pub limits: Limits,
+}
+
+/// How it went, in the shape the CLI's `--json` prints.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ExecutionResult {
+    pub language: Language,
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub stdout_total_bytes: u64,
+    pub stderr_total_bytes: u64,
+    pub duration_ms: f64,
+}
+
+impl ExecutionResult {
+    /// The program failed: non-zero exit, a signal, or a timeout.
+    pub fn failed(&self) -> bool {
+        self.timed_out || self.signal.is_some() || self.exit_code != Some(0)
+    }
+}
+
+/// Runs `request` in a fresh sandbox over `rootfs`.
+///
+/// Must be called from a single-threaded process (the sandbox is cloned from it).
+pub fn execute(
+    rootfs: &Rootfs,
+    id_mapping: IdMapping,
+    request: &ExecutionRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<ExecutionResult> {
+    if request.code.len() > runtime::MAX_CODE_BYTES {
+        return Err(Error::CodeTooLarge {
+            size: request.code.len(),
+            max: runtime::MAX_CODE_BYTES,
+        });
+    }
+    let spec = SandboxSpec {
+        rootfs: rootfs.path.clone(),
+        workspace: request.workspace.clone(),
+        program: request.language.program()?,
+        limits: request.limits.clone(),
+        id_mapping,
+        hostname: "codebox".into(),
+    };
+    let sandbox = sandbox::spawn(&spec)?;
+    let outcome =
+        sandbox.run_to_completion(&runtime::boot_frame(&request.code), &request.limits, sink)?;
+    Ok(ExecutionResult {
+        language: request.language,
+        stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+        stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+        exit_code: outcome.exit_code(),
+        signal: outcome.signal(),
+        timed_out: outcome.timed_out,
+        stdout_truncated: outcome.stdout.truncated,
+        stderr_truncated: outcome.stderr.truncated,
+        stdout_total_bytes: outcome.stdout.total_bytes,
+        stderr_total_bytes: outcome.stderr.total_bytes,
+        duration_ms: outcome.duration.as_secs_f64() * 1000.0,
+    })
+}

@@ -1,0 +1,40 @@
+//! The rootfs module's error type.
+
+use std::io;
+use std::path::PathBuf;
+
+const REBUILD: &str = "rebuild it with `cargo xtask rootfs`";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no rootfs found (looked at {looked}); build it with `cargo xtask rootfs` or point CODEBOX_ROOTFS at one")]
+    NotFound { looked: String },
+    #[error("rootfs at {path} has no readable manifest; {REBUILD}")]
+    ManifestUnreadable {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("rootfs manifest {path} is malformed at line {line}: {reason}; {REBUILD}")]
+    ManifestMalformed {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error("rootfs at {root} is incomplete: {entry} is missing; {REBUILD}")]
+    Missing { root: PathBuf, entry: String },
+    #[error("rootfs at {root} was tampered with: {entry} {what}; {REBUILD}")]
+    Tampered {
+        root: PathBuf,
+        entry: String,
+        what: String,
+    },
+    #[error("cannot read {path} while verifying the rootfs")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

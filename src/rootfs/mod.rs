@@ -1,0 +1,372 @@
+//! Locating the rootfs and verifying it against its manifest before use.
+//!
+//! Two levels of verification:
+//! - full: every entry's kind, mode and size, every file's SHA-256, and no entry that the
+//!   manifest does not list;
+//! - quick: every entry's kind, mode and size from `lstat`, plus a fingerprint of all
+//!   inode numbers and change times compared with a stamp written by the last full
+//!   verification. Any write, chmod, rename or added entry changes some ctime (the kernel
+//!   sets it; users cannot), so a changed fingerprint triggers a full verification.
+//!
+//! The stamp lives in the caller's private cache directory (`~/.cache/codebox`, mode
+//! 0700); without one, every verification is full.
+
+mod error;
+pub mod manifest;
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+pub use error::{Error, Result};
+pub use manifest::{Entry, Manifest};
+
+/// How a rootfs was found to be intact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verification {
+    /// Every file was hashed.
+    Full,
+    /// Metadata matched the manifest and the stamp of an earlier full verification.
+    Stamp,
+}
+
+/// A verified rootfs.
+#[derive(Debug, Clone)]
+pub struct Rootfs {
+    pub path: PathBuf,
+    /// SHA-256 of the manifest: identifies the exact tree.
+    pub manifest_sha256: String,
+    pub entries: usize,
+    pub verification: Verification,
+}
+
+/// Finds the rootfs: the explicit path, else `$CODEBOX_ROOTFS`, else `rootfs` next to the
+/// directory holding the executable (`target/rootfs` for `target/*/codebox`).
+pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
+    let mut looked = Vec::new();
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = explicit {
+        candidates.push(p.to_path_buf());
+    } else {
+        if let Some(p) = std::env::var_os("CODEBOX_ROOTFS") {
+            candidates.push(PathBuf::from(p));
+        }
+        if let Some(dir) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent()?.parent().map(Path::to_path_buf))
+        {
+            candidates.push(dir.join("rootfs"));
+        }
+    }
+    for c in candidates {
+        if c.join(manifest::FILE_NAME).exists() {
+            return std::path::absolute(&c).map_err(|source| Error::Io { path: c, source });
+        }
+        looked.push(c.display().to_string());
+    }
+    Err(Error::NotFound {
+        looked: looked.join(", "),
+    })
+}
+
+/// Verifies the rootfs at `root`, quickly when a valid stamp allows it.
+pub fn verify(root: &Path, stamp_dir: Option<&Path>) -> Result<Rootfs> {
+    let manifest_path = root.join(manifest::FILE_NAME);
+    let text =
+        std::fs::read_to_string(&manifest_path).map_err(|source| Error::ManifestUnreadable {
+            path: manifest_path.clone(),
+            source,
+        })?;
+    let manifest_sha256 = manifest::hex(&Sha256::digest(text.as_bytes()));
+    let manifest = Manifest::parse(&text, &manifest_path)?;
+    let fingerprint = check_metadata(root, &manifest, &manifest_sha256)?;
+    let stamp = stamp_dir.map(|d| stamp_path(d, root));
+    let verification = match &stamp {
+        Some(p) if std::fs::read_to_string(p).is_ok_and(|s| s.trim() == fingerprint) => {
+            Verification::Stamp
+        }
+        _ => {
+            check_contents(root, &manifest)?;
+            if let (Some(p), Some(dir)) = (&stamp, stamp_dir) {
+                write_stamp(dir, p, &fingerprint);
+            }
+            Verification::Full
+        }
+    };
+    Ok(Rootfs {
+        path: root.to_path_buf(),
+        manifest_sha256,
+        entries: manifest.entries.len(),
+        verification,
+    })
+}
+
+/// The per-user directory for verification stamps, created private if missing.
+pub fn default_stamp_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("codebox"))
+}
+
+fn stamp_path(dir: &Path, root: &Path) -> PathBuf {
+    let id = manifest::hex(&Sha256::digest(root.as_os_str().as_encoded_bytes()));
+    dir.join(format!("rootfs-{}.verified", &id[..16]))
+}
+
+fn write_stamp(dir: &Path, path: &Path, fingerprint: &str) {
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let meta = std::fs::metadata(dir)?;
+        // Only trust a directory that is ours and private.
+        if meta.uid() != nix::unistd::geteuid().as_raw() || meta.permissions().mode() & 0o022 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, fingerprint)?;
+        std::fs::rename(&tmp, path)
+    };
+    if let Err(e) = write() {
+        tracing::debug!(?e, dir = %dir.display(), "cannot write the rootfs verification stamp");
+    }
+}
+
+/// Checks kind, mode and size of every entry; returns the metadata fingerprint.
+fn check_metadata(root: &Path, manifest: &Manifest, manifest_sha256: &str) -> Result<String> {
+    let mut fp = Sha256::new();
+    fp.update(manifest_sha256.as_bytes());
+    for entry in &manifest.entries {
+        let path = host_path(root, entry.path());
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Missing {
+                    root: root.to_path_buf(),
+                    entry: entry.path().to_string(),
+                })
+            }
+            Err(source) => return Err(Error::Io { path, source }),
+        };
+        let tampered = |what: String| Error::Tampered {
+            root: root.to_path_buf(),
+            entry: entry.path().to_string(),
+            what,
+        };
+        let ft = meta.file_type();
+        let mode = meta.mode() & 0o7777;
+        match entry {
+            Entry::Dir { mode: want, .. } => {
+                if !ft.is_dir() {
+                    return Err(tampered("is no longer a directory".into()));
+                }
+                if mode != *want {
+                    return Err(tampered(format!(
+                        "has mode {mode:04o}, expected {want:04o}"
+                    )));
+                }
+            }
+            Entry::File {
+                mode: want, size, ..
+            } => {
+                if !ft.is_file() {
+                    return Err(tampered("is no longer a regular file".into()));
+                }
+                if mode != *want {
+                    return Err(tampered(format!(
+                        "has mode {mode:04o}, expected {want:04o}"
+                    )));
+                }
+                if meta.len() != *size {
+                    return Err(tampered(format!(
+                        "has {} bytes, expected {size}",
+                        meta.len()
+                    )));
+                }
+            }
+            Entry::Symlink { target, .. } => {
+                if !ft.is_symlink() {
+                    return Err(tampered("is no longer a symlink".into()));
+                }
+                let actual = std::fs::read_link(&path).map_err(|source| Error::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                if &actual != target {
+                    return Err(tampered(format!(
+                        "points to {}, expected {}",
+                        actual.display(),
+                        target.display()
+                    )));
+                }
+            }
+        }
+        fp.update(entry.path().as_bytes());
+        for v in [
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            meta.ctime() as u64,
+            meta.ctime_nsec() as u64,
+            meta.mtime() as u64,
+            meta.mtime_nsec() as u64,
+        ] {
+            fp.update(v.to_le_bytes());
+        }
+    }
+    Ok(manifest::hex(&fp.finalize()))
+}
+
+/// Hashes every file and looks for entries the manifest does not list.
+fn check_contents(root: &Path, manifest: &Manifest) -> Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    for entry in &manifest.entries {
+        let Entry::File {
+            path: rel, sha256, ..
+        } = entry
+        else {
+            continue;
+        };
+        let path = host_path(root, rel);
+        let io = |source| Error::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = std::fs::File::open(&path).map_err(io)?;
+        let mut hasher = Sha256::new();
+        loop {
+            let n = file.read(&mut buf).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        if hasher.finalize().as_slice() != sha256 {
+            return Err(Error::Tampered {
+                root: root.to_path_buf(),
+                entry: rel.clone(),
+                what: "has different contents (SHA-256 mismatch)".into(),
+            });
+        }
+    }
+    let listed: HashSet<&str> = manifest.entries.iter().map(Entry::path).collect();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let rd = std::fs::read_dir(&dir).map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        for item in rd {
+            let item = item.map_err(|source| Error::Io {
+                path: dir.clone(),
+                source,
+            })?;
+            let path = item.path();
+            let rel = format!("/{}", path.strip_prefix(root).unwrap_or(&path).display());
+            if rel == format!("/{}", manifest::FILE_NAME) {
+                continue;
+            }
+            if !listed.contains(rel.as_str()) {
+                return Err(Error::Tampered {
+                    root: root.to_path_buf(),
+                    entry: rel,
+                    what: "is not listed in the manifest".into(),
+                });
+            }
+            if item.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn host_path(root: &Path, rel: &str) -> PathBuf {
+    root.join(rel.trim_start_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// Builds a tiny rootfs with a valid manifest.
+    fn tree() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("usr/bin")).unwrap();
+        fs::write(r.join("usr/bin/tool"), b"hello").unwrap();
+        for (p, m) in [("usr", 0o755), ("usr/bin", 0o755), ("usr/bin/tool", 0o644)] {
+            fs::set_permissions(r.join(p), fs::Permissions::from_mode(m)).unwrap();
+        }
+        std::os::unix::fs::symlink("usr/bin", r.join("bin")).unwrap();
+        let sha = manifest::hex(&Sha256::digest(b"hello"));
+        fs::write(
+            r.join(manifest::FILE_NAME),
+            format!(
+                "{}\nl\tusr/bin\t/bin\nd\t0755\t/usr\nd\t0755\t/usr/bin\nf\t0644\t5\t{sha}\t/usr/bin/tool\n",
+                manifest::HEADER
+            ),
+        )
+        .unwrap();
+        t
+    }
+
+    #[test]
+    fn intact_tree_verifies_fully_then_by_stamp() {
+        let t = tree();
+        let stamps = tempfile::tempdir().unwrap();
+        let v = verify(t.path(), Some(stamps.path())).unwrap();
+        assert_eq!(v.verification, Verification::Full);
+        assert_eq!(v.entries, 4);
+        let v = verify(t.path(), Some(stamps.path())).unwrap();
+        assert_eq!(v.verification, Verification::Stamp);
+    }
+
+    #[test]
+    fn same_size_tampering_is_caught_despite_the_stamp() {
+        let t = tree();
+        let stamps = tempfile::tempdir().unwrap();
+        verify(t.path(), Some(stamps.path())).unwrap();
+        fs::write(t.path().join("usr/bin/tool"), b"HELLO").unwrap();
+        let err = verify(t.path(), Some(stamps.path())).unwrap_err();
+        assert!(err.to_string().contains("SHA-256 mismatch"), "{err}");
+    }
+
+    #[test]
+    fn missing_file_is_incomplete() {
+        let t = tree();
+        fs::remove_file(t.path().join("usr/bin/tool")).unwrap();
+        let err = verify(t.path(), None).unwrap_err();
+        assert!(matches!(err, Error::Missing { .. }), "{err}");
+        assert!(err.to_string().contains("cargo xtask rootfs"));
+    }
+
+    #[test]
+    fn unlisted_file_and_mode_change_are_caught() {
+        let t = tree();
+        fs::write(t.path().join("usr/bin/extra"), b"x").unwrap();
+        let err = verify(t.path(), None).unwrap_err();
+        assert!(err.to_string().contains("not listed"), "{err}");
+
+        let t = tree();
+        fs::set_permissions(
+            t.path().join("usr/bin/tool"),
+            fs::Permissions::from_mode(0o4755),
+        )
+        .unwrap();
+        let err = verify(t.path(), None).unwrap_err();
+        assert!(err.to_string().contains("mode"), "{err}");
+    }
+
+    #[test]
+    fn missing_manifest_is_a_clear_error() {
+        let t = tempfile::tempdir().unwrap();
+        let err = verify(t.path(), None).unwrap_err();
+        assert!(err.to_string().contains("no readable manifest"), "{err}");
+        let err = locate(Some(t.path())).unwrap_err();
+        assert!(err.to_string().contains("cargo xtask rootfs"), "{err}");
+    }
+}

@@ -1,0 +1,156 @@
+//! Language runtimes: how Python and Deno start inside the sandbox, and the boot protocol
+//! that hands them the user's code over fd 3.
+//!
+//! Boot protocol (supervisor → sandbox, on fd 3, once): the ASCII header
+//! `CODE <byte length>\n` followed by exactly that many bytes of UTF-8 source. The
+//! in-sandbox boot files (`python/boot.py`, `deno/boot.js`, installed in the rootfs under
+//! `/opt/codebox/`) read it and run the code as the main program. Starting the interpreter
+//! before the code is known is what lets a later warm pool keep interpreters waiting.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::sandbox::{Program, Result};
+
+/// Where the runtime files live inside the sandbox.
+pub const RUNTIME_DIR: &str = "/opt/codebox";
+
+/// Largest program accepted, in bytes.
+pub const MAX_CODE_BYTES: usize = 1024 * 1024;
+
+/// A language codebox can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Python,
+    TypeScript,
+}
+
+impl Language {
+    pub const ALL: [Language; 2] = [Language::Python, Language::TypeScript];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::TypeScript => "typescript",
+        }
+    }
+
+    /// The interpreter command line and environment inside the sandbox.
+    pub fn program(self) -> Result<Program> {
+        let common = [
+            ("PATH", "/usr/bin"),
+            ("HOME", "/workspace"),
+            ("LANG", "C.UTF-8"),
+            ("TMPDIR", "/tmp"),
+        ];
+        match self {
+            Language::Python => {
+                let env: Vec<_> = common
+                    .into_iter()
+                    .chain([("PYTHONDONTWRITEBYTECODE", "1")])
+                    .collect();
+                // -I: ignore PYTHON* variables and user site; -S: no site module (the
+                // rootfs has no site-packages; boot.py installs exit/quit); -B: no .pyc
+                // writes on the read-only rootfs.
+                Program::new(
+                    "/usr/bin/python3",
+                    &["python3", "-I", "-S", "-B", "/opt/codebox/python/boot.py"],
+                    &env,
+                    "/workspace",
+                )
+            }
+            Language::TypeScript => {
+                let env: Vec<_> = common
+                    .into_iter()
+                    .chain([
+                        ("DENO_DIR", "/tmp/.deno"),
+                        ("DENO_NO_UPDATE_CHECK", "1"),
+                        ("DENO_NO_PROMPT", "1"),
+                        ("NO_COLOR", "1"),
+                    ])
+                    .collect();
+                // Deno's own permission system is not the boundary here (the kernel is),
+                // and the boot file needs FFI to read fd 3, so everything is allowed.
+                Program::new(
+                    "/usr/bin/deno",
+                    &[
+                        "deno",
+                        "run",
+                        "--allow-all",
+                        "--no-prompt",
+                        "--no-config",
+                        "--no-lock",
+                        "/opt/codebox/deno/boot.js",
+                    ],
+                    &env,
+                    "/workspace",
+                )
+            }
+        }
+    }
+}
+
+impl fmt::Display for Language {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown language name.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown language {0:?}: expected python or typescript")]
+pub struct UnknownLanguage(pub String);
+
+impl FromStr for Language {
+    type Err = UnknownLanguage;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "python" | "py" | "python3" => Ok(Language::Python),
+            "typescript" | "ts" | "deno" => Ok(Language::TypeScript),
+            _ => Err(UnknownLanguage(s.to_string())),
+        }
+    }
+}
+
+/// The boot frame that delivers `code` on fd 3.
+pub fn boot_frame(code: &str) -> Vec<u8> {
+    let mut frame = format!("CODE {}\n", code.len()).into_bytes();
+    frame.extend_from_slice(code.as_bytes());
+    frame
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn languages_parse_with_aliases() {
+        assert_eq!("python".parse::<Language>().unwrap(), Language::Python);
+        assert_eq!("TS".parse::<Language>().unwrap(), Language::TypeScript);
+        let err = "ruby".parse::<Language>().unwrap_err();
+        assert!(err.to_string().contains("python or typescript"));
+    }
+
+    #[test]
+    fn boot_frame_has_length_header() {
+        assert_eq!(boot_frame("print(1)"), b"CODE 8\nprint(1)");
+        assert_eq!(boot_frame("é"), "CODE 2\né".as_bytes());
+    }
+
+    #[test]
+    fn programs_have_fixed_small_environment() {
+        for lang in Language::ALL {
+            let p = lang.program().unwrap();
+            let env: Vec<_> = p
+                .env
+                .iter()
+                .map(|e| e.to_str().unwrap().to_string())
+                .collect();
+            assert!(env.iter().any(|e| e == "PATH=/usr/bin"));
+            assert!(env.iter().any(|e| e == "HOME=/workspace"));
+            assert!(env.len() <= 8, "{env:?}");
+            assert_eq!(p.cwd.to_str().unwrap(), "/workspace");
+        }
+    }
+}

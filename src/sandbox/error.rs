@@ -1,0 +1,68 @@
+//! The sandbox module's error type.
+
+use std::io;
+use std::path::PathBuf;
+
+use super::report::SetupFailure;
+
+/// Errors raised while creating, running or tearing down a sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot create {what}")]
+    CreateFd {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("user namespaces are not available on this host ({reason}); {fix}")]
+    UserNamespacesUnavailable {
+        reason: String,
+        fix: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("clone3 into new namespaces failed")]
+    Clone {
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot write {path}")]
+    WriteIdMap {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot release the sandbox init process")]
+    Release {
+        #[source]
+        source: io::Error,
+    },
+    #[error("sandbox setup failed: {failure}")]
+    Setup {
+        failure: SetupFailure,
+        #[source]
+        source: io::Error,
+    },
+    #[error("sandbox setup was cut off: the sandbox init died before the program started")]
+    SetupCutOff,
+    #[error("waiting for the sandbox failed")]
+    Wait {
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot kill the sandbox")]
+    Kill {
+        #[source]
+        source: io::Error,
+    },
+    #[error("i/o with the sandbox failed while {doing}")]
+    Io {
+        doing: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("invalid sandbox spec: {0}")]
+    InvalidSpec(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

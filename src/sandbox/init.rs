@@ -1,0 +1,197 @@
+//! The sandbox init: pid 1 of the new pid namespace.
+//!
+//! It runs right after `clone3`, as a single-threaded copy of the spawning process, and
+//! does the privileged part of the setup with the capabilities it holds in its new user
+//! namespace. Then it forks the program (pid 2), reaps everything, reports the program's
+//! status and exits. Its exit makes the kernel kill whatever else is left in the pid
+//! namespace, so nothing the program started outlives the program.
+//!
+//! Every failure is reported as a [`report`] record on the errors pipe, followed by
+//! `_exit(127)`; nothing here returns.
+
+use std::os::fd::{BorrowedFd, RawFd};
+
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{ForkResult, Gid, Uid};
+
+use super::fds::{self, slot};
+use super::idmap::SANDBOX_ID;
+use super::mounts;
+use super::plan::MountPlan;
+use super::program;
+use super::report::{self, ProgramStatus, Stage};
+use super::spec::SandboxSpec;
+use super::syscalls::Linux;
+
+/// The child's ends of the pipes and socketpair, as inherited from the parent.
+#[derive(Debug, Clone, Copy)]
+pub struct ChildFds {
+    pub sync: RawFd,
+    pub errors: RawFd,
+    pub status: RawFd,
+    pub stdout: RawFd,
+    pub stderr: RawFd,
+    pub channel: RawFd,
+}
+
+fn errors_fd() -> BorrowedFd<'static> {
+    // SAFETY: slot::ERRORS is kept open by this process until it execs or exits.
+    unsafe { BorrowedFd::borrow_raw(slot::ERRORS) }
+}
+
+/// Ends the process with a failure record when `r` is an error.
+fn check<T, E: Into<std::io::Error>>(r: Result<T, E>, stage: Stage, detail: u32) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => {
+            let errno = e.into().raw_os_error().unwrap_or(libc::EIO);
+            report::fail(errors_fd(), stage, detail, errno)
+        }
+    }
+}
+
+/// The init procedure. Called in the child of `clone3`; never returns.
+pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
+    // 1. Put the inherited descriptors into fixed slots and close everything else the
+    //    spawning process had open, so no host descriptor reaches the sandbox. Until the
+    //    errors pipe is in its slot, failures can only be signalled by the exit status.
+    if fds::arrange(
+        &[
+            (fds.sync, slot::SYNC),
+            (fds.errors, slot::ERRORS),
+            (fds.status, slot::STATUS),
+            (fds.stdout, slot::STDOUT),
+            (fds.stderr, slot::STDERR),
+            (fds.channel, slot::CHANNEL),
+        ],
+        64,
+    )
+    .is_err()
+    {
+        // SAFETY: _exit is async-signal-safe and skips the parent's copied destructors.
+        unsafe { libc::_exit(126) }
+    }
+    check(fds::close_from(slot::END), Stage::ArrangeFds, 0);
+
+    // 2. Die with the supervisor.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
+    let r = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    check(errno_result(r), Stage::ParentDeathSignal, 0);
+
+    // 3. Wait until the supervisor has written our uid/gid maps. End of file instead of a
+    //    byte means it gave up on us.
+    let mut byte = [0u8; 1];
+    // SAFETY: slot::SYNC is open (step 1).
+    let sync = unsafe { BorrowedFd::borrow_raw(slot::SYNC) };
+    match fds::read_full(sync, &mut byte) {
+        Ok(1) => {}
+        Ok(_) => report::fail(errors_fd(), Stage::WaitForParent, 0, libc::EPIPE),
+        Err(e) => check(Err::<(), _>(e), Stage::WaitForParent, 0),
+    }
+    // SAFETY: closing a descriptor this process owns and no longer needs.
+    unsafe { libc::close(slot::SYNC) };
+
+    // 4. Become the sandbox user. In both modes the capabilities held in the new user
+    //    namespace survive (no uid there is "root", so setuid does not clear them); they
+    //    are re-raised anyway so the mounts below never depend on that detail.
+    let id = SANDBOX_ID;
+    if spec.id_mapping.must_clear_groups() {
+        check(nix::unistd::setgroups(&[]), Stage::ClearGroups, 0);
+    }
+    let gid = Gid::from_raw(id);
+    check(nix::unistd::setresgid(gid, gid, gid), Stage::SetGid, 0);
+    let uid = Uid::from_raw(id);
+    check(nix::unistd::setresuid(uid, uid, uid), Stage::SetUid, 0);
+    let permitted = check(
+        caps::read(None, caps::CapSet::Permitted).map_err(caps_io),
+        Stage::RaiseCaps,
+        0,
+    );
+    check(
+        caps::set(None, caps::CapSet::Effective, &permitted).map_err(caps_io),
+        Stage::RaiseCaps,
+        0,
+    );
+
+    // 5. Keep the program (same uid) from ptracing us or reading our /proc entries.
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes integers only.
+    let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    check(errno_result(r), Stage::NotDumpable, 0);
+
+    // 6. Build the filesystem view and switch root (see mounts.rs).
+    if let Err((index, e)) = mounts::execute(plan, &Linux) {
+        check(Err::<(), _>(e), Stage::Mount, index as u32);
+    }
+
+    // 7. Our own hostname in our own UTS namespace.
+    check(nix::unistd::sethostname(&spec.hostname), Stage::Hostname, 0);
+
+    // 8. Drop the host terminal (or whatever stdio the supervisor had).
+    let null = check(
+        nix::fcntl::open(
+            "/dev/null",
+            nix::fcntl::OFlag::O_RDWR,
+            nix::sys::stat::Mode::empty(),
+        ),
+        Stage::InitStdio,
+        0,
+    );
+    check(
+        fds::arrange(
+            &[
+                (std::os::fd::AsRawFd::as_raw_fd(&null), 0),
+                (std::os::fd::AsRawFd::as_raw_fd(&null), 1),
+                (std::os::fd::AsRawFd::as_raw_fd(&null), 2),
+            ],
+            64,
+        ),
+        Stage::InitStdio,
+        0,
+    );
+    drop(null);
+
+    // 9. Start the program as pid 2.
+    // SAFETY: this process is single-threaded (a fork-style clone of a single-threaded
+    // process), so the child may run arbitrary code.
+    let child = match check(unsafe { nix::unistd::fork() }, Stage::ForkProgram, 0) {
+        ForkResult::Child => program::run(spec),
+        ForkResult::Parent { child } => child,
+    };
+
+    // 10. Let go of everything the program owns: once it execs, the supervisor sees end
+    //     of file on the errors pipe, and its pipes close when the program's side does.
+    for fd in [slot::ERRORS, slot::STDOUT, slot::STDERR, slot::CHANNEL] {
+        // SAFETY: closing descriptors this process owns.
+        unsafe { libc::close(fd) };
+    }
+
+    // 11. Reap until the program itself ends; orphans it leaves are reaped on the way.
+    let status = loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == child => break ProgramStatus::Exited(code),
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
+                break ProgramStatus::Signaled(sig as i32)
+            }
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            // No child left at all: the program is gone without a status we could see.
+            Err(_) => break ProgramStatus::Signaled(libc::SIGKILL),
+        }
+    };
+
+    // 12. Report and exit; the kernel kills every process still in the namespace.
+    let _ = fds::write_all_raw(slot::STATUS, &report::encode_status(status));
+    // SAFETY: _exit ends the init without running destructors copied from the parent.
+    unsafe { libc::_exit(0) }
+}
+
+fn errno_result(r: libc::c_int) -> std::io::Result<()> {
+    if r == -1 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn caps_io(e: caps::errors::CapsError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}

@@ -1,0 +1,143 @@
+//! Everything between fork and exec: namespaces, id maps, mounts and `pivot_root`,
+//! rlimits, capabilities, and the supervision of a running sandbox.
+//!
+//! - [`spec`]: what to run and the limits (plain data)
+//! - [`idmap`], [`plan`]: the id maps and the mount plan, decided up front, unit-tested
+//! - [`spawn`]: the parent's side of `clone3`
+//! - [`init`], [`mounts`], [`program`]: the child's side, each a linear procedure
+//! - [`supervise`]: output capture, timeout, exit status
+//!
+//! This module is the only place with fork/clone code.
+
+mod clone;
+mod error;
+mod fds;
+pub mod idmap;
+mod init;
+mod mounts;
+pub mod plan;
+mod program;
+pub mod report;
+mod spawn;
+pub mod spec;
+pub mod supervise;
+mod syscalls;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Instant;
+
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+
+pub use error::{Error, Result};
+pub use fds::PROGRAM_CHANNEL_FD;
+pub use idmap::IdMapping;
+pub use report::ProgramStatus;
+pub use spawn::spawn;
+pub use spec::{Limits, Program, SandboxSpec};
+pub use supervise::{Captured, Discard, Outcome, OutputSink};
+
+/// A running sandbox. Dropping it kills and reaps the whole sandbox.
+#[derive(Debug)]
+pub struct Sandbox {
+    pid: Pid,
+    pidfd: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    /// The supervisor's end of the program's fd 3.
+    channel: OwnedFd,
+    status: OwnedFd,
+    started: Instant,
+    reaped: bool,
+}
+
+impl Sandbox {
+    fn new(
+        pid: Pid,
+        pidfd: OwnedFd,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+        channel: OwnedFd,
+        status: OwnedFd,
+        started: Instant,
+    ) -> Self {
+        Sandbox {
+            pid,
+            pidfd,
+            stdout,
+            stderr,
+            channel,
+            status,
+            started,
+            reaped: false,
+        }
+    }
+
+    /// Marks the program's start as now (after its exec).
+    fn started_now(mut self) -> Self {
+        self.started = Instant::now();
+        self
+    }
+
+    /// The host pid of the sandbox init.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Kills every process of the sandbox: SIGKILL to the init ends its pid namespace.
+    pub fn kill(&self) -> Result<()> {
+        // SAFETY: pidfd_send_signal with a valid pidfd, a signal number and no siginfo.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if r == -1 {
+            let e = std::io::Error::last_os_error();
+            // ESRCH: already gone, which is what we wanted.
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(Error::Kill { source: e });
+            }
+        }
+        Ok(())
+    }
+
+    /// Reaps the init and returns the program status it reported, if any.
+    fn reap(&mut self) -> Result<Option<ProgramStatus>> {
+        loop {
+            match waitpid(self.pid, None) {
+                Ok(_) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(Error::Wait { source: e.into() }),
+            }
+        }
+        self.reaped = true;
+        let mut record = [0u8; report::STATUS_LEN];
+        let got = fds::read_full(std::os::fd::AsFd::as_fd(&self.status), &mut record).map_err(
+            |source| Error::Io {
+                doing: "reading the program status",
+                source,
+            },
+        )?;
+        Ok(if got == record.len() {
+            report::decode_status(&record)
+        } else {
+            None
+        })
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if !self.reaped {
+            if let Err(e) = self.kill() {
+                tracing::error!(?e, pid = self.pid.as_raw(), "killing the sandbox failed");
+            }
+            let _ = waitpid(self.pid, None);
+        }
+    }
+}

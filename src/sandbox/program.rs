@@ -1,0 +1,118 @@
+//! The program process (pid 2): the last, unprivileged steps before `execve`.
+//!
+//! In order: new session, parent-death signal, stdio and fd 3, close everything else,
+//! rlimits, drop every capability, `no_new_privs`, working directory, exec. Later layers
+//! (landlock, then seccomp last) slot in right before the exec.
+
+use std::os::fd::BorrowedFd;
+
+use nix::sys::resource::{setrlimit, Resource};
+
+use super::fds::{self, slot, PROGRAM_CHANNEL_FD};
+use super::report::{self, Stage};
+use super::spec::SandboxSpec;
+
+fn errors_fd() -> BorrowedFd<'static> {
+    // SAFETY: slot::ERRORS stays open (close-on-exec) until the exec below.
+    unsafe { BorrowedFd::borrow_raw(slot::ERRORS) }
+}
+
+fn check<T, E: Into<std::io::Error>>(r: Result<T, E>, stage: Stage, detail: u32) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => {
+            let errno = e.into().raw_os_error().unwrap_or(libc::EIO);
+            report::fail(errors_fd(), stage, detail, errno)
+        }
+    }
+}
+
+/// Runs the program. Called in the child of the init's fork; never returns.
+pub fn run(spec: &SandboxSpec) -> ! {
+    // 1. No controlling terminal, own process group.
+    check(nix::unistd::setsid(), Stage::Setsid, 0);
+
+    // 2. Die with the init.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
+    let r = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    check(errno_result(r), Stage::ParentDeathSignal, 0);
+
+    // 3. stdin stays /dev/null (set by the init); stdout, stderr and the proxy channel
+    //    go to 1, 2 and 3. The errors pipe stays in its slot, close-on-exec.
+    check(
+        fds::arrange(
+            &[
+                (slot::STDOUT, 1),
+                (slot::STDERR, 2),
+                (slot::CHANNEL, PROGRAM_CHANNEL_FD),
+            ],
+            64,
+        ),
+        Stage::ProgramStdio,
+        0,
+    );
+    check(fds::set_cloexec_raw(slot::ERRORS), Stage::ProgramStdio, 1);
+
+    // 4. Nothing else stays open: 0-3 for the program, the errors pipe until exec.
+    check(fds::close_from(slot::ERRORS + 1), Stage::CloseFds, 0);
+
+    // 5. Resource limits.
+    let limits = &spec.limits;
+    for (i, (resource, value)) in [
+        (Resource::RLIMIT_CORE, 0),
+        (Resource::RLIMIT_NOFILE, limits.open_files),
+        (Resource::RLIMIT_FSIZE, limits.file_size_bytes),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check(setrlimit(resource, value, value), Stage::Rlimit, i as u32);
+    }
+
+    // 6. Drop every capability: bounding set first (needs CAP_SETPCAP), then ambient,
+    //    inheritable, effective and permitted.
+    for (i, set) in [
+        caps::CapSet::Bounding,
+        caps::CapSet::Ambient,
+        caps::CapSet::Inheritable,
+        caps::CapSet::Effective,
+        caps::CapSet::Permitted,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check(
+            caps::clear(None, set).map_err(|e| std::io::Error::other(e.to_string())),
+            Stage::DropCaps,
+            i as u32,
+        );
+    }
+
+    // 7. Nothing executed from here on can gain privileges (setuid bits, file caps).
+    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes integers only.
+    let r = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    check(errno_result(r), Stage::NoNewPrivs, 0);
+
+    // 8. Working directory.
+    check(
+        nix::unistd::chdir(spec.program.cwd.as_c_str()),
+        Stage::Chdir,
+        0,
+    );
+
+    // 9. Exec with exactly the environment of the spec.
+    let p = &spec.program;
+    let err = match nix::unistd::execve(&p.path, &p.argv, &p.env) {
+        Err(e) => e,
+        Ok(never) => match never {},
+    };
+    report::fail(errors_fd(), Stage::Exec, 0, err as i32)
+}
+
+fn errno_result(r: libc::c_int) -> std::io::Result<()> {
+    if r == -1 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

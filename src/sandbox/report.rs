@@ -1,0 +1,218 @@
+//! Fixed-size records the sandbox's processes send to the supervisor over pipes.
+//!
+//! After `clone3` the child must not rely on anything shared with the parent, so failures
+//! and the program's exit status travel as small plain records, written with one `write(2)`
+//! each (atomic on a pipe), and decoded into rich errors on the supervisor's side.
+
+use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use super::plan::MountStep;
+
+/// The setup stage that failed inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Stage {
+    ArrangeFds = 1,
+    ParentDeathSignal,
+    WaitForParent,
+    ClearGroups,
+    SetGid,
+    SetUid,
+    RaiseCaps,
+    NotDumpable,
+    Mount,
+    Hostname,
+    InitStdio,
+    ForkProgram,
+    Setsid,
+    ProgramStdio,
+    CloseFds,
+    Rlimit,
+    DropCaps,
+    NoNewPrivs,
+    Chdir,
+    Exec,
+}
+
+impl Stage {
+    const ALL: [Stage; 20] = [
+        Stage::ArrangeFds,
+        Stage::ParentDeathSignal,
+        Stage::WaitForParent,
+        Stage::ClearGroups,
+        Stage::SetGid,
+        Stage::SetUid,
+        Stage::RaiseCaps,
+        Stage::NotDumpable,
+        Stage::Mount,
+        Stage::Hostname,
+        Stage::InitStdio,
+        Stage::ForkProgram,
+        Stage::Setsid,
+        Stage::ProgramStdio,
+        Stage::CloseFds,
+        Stage::Rlimit,
+        Stage::DropCaps,
+        Stage::NoNewPrivs,
+        Stage::Chdir,
+        Stage::Exec,
+    ];
+
+    fn from_u32(v: u32) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|s| *s as u32 == v)
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Stage::ArrangeFds => "arranging file descriptors in the sandbox init",
+            Stage::ParentDeathSignal => "setting the parent-death signal",
+            Stage::WaitForParent => "waiting for the supervisor to write the id maps",
+            Stage::ClearGroups => "clearing supplementary groups",
+            Stage::SetGid => "switching to the sandbox gid",
+            Stage::SetUid => "switching to the sandbox uid",
+            Stage::RaiseCaps => "keeping capabilities in the user namespace",
+            Stage::NotDumpable => "making the sandbox init non-dumpable",
+            Stage::Mount => "mounting",
+            Stage::Hostname => "setting the hostname",
+            Stage::InitStdio => "pointing the init's stdio at /dev/null",
+            Stage::ForkProgram => "forking the program process",
+            Stage::Setsid => "starting a new session",
+            Stage::ProgramStdio => "connecting the program's stdio and fd 3",
+            Stage::CloseFds => "closing inherited file descriptors",
+            Stage::Rlimit => "setting resource limits",
+            Stage::DropCaps => "dropping capabilities",
+            Stage::NoNewPrivs => "setting no_new_privs",
+            Stage::Chdir => "changing to the working directory",
+            Stage::Exec => "executing the program",
+        }
+    }
+}
+
+/// A decoded setup failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupFailure {
+    pub stage: Stage,
+    /// For [`Stage::Mount`], the plan step that failed.
+    pub mount_step: Option<MountStep>,
+    pub errno: i32,
+}
+
+impl fmt::Display for SetupFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.stage.describe())?;
+        if let Some(step) = &self.mount_step {
+            write!(f, " ({step:?})")?;
+        }
+        Ok(())
+    }
+}
+
+/// The raw failure record: stage, detail (mount step index), errno.
+pub const FAILURE_LEN: usize = 12;
+
+/// Encodes a failure record.
+pub fn encode_failure(stage: Stage, detail: u32, errno: i32) -> [u8; FAILURE_LEN] {
+    let mut b = [0u8; FAILURE_LEN];
+    b[0..4].copy_from_slice(&(stage as u32).to_le_bytes());
+    b[4..8].copy_from_slice(&detail.to_le_bytes());
+    b[8..12].copy_from_slice(&errno.to_le_bytes());
+    b
+}
+
+/// Decodes a failure record, resolving the mount step index against the plan.
+pub fn decode_failure(b: &[u8; FAILURE_LEN], plan: &[MountStep]) -> Option<SetupFailure> {
+    let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    let stage = Stage::from_u32(word(0))?;
+    let detail = word(4) as usize;
+    Some(SetupFailure {
+        stage,
+        mount_step: (stage == Stage::Mount)
+            .then(|| plan.get(detail).cloned())
+            .flatten(),
+        errno: word(8) as i32,
+    })
+}
+
+/// Writes a failure record and ends the calling (child) process with status 127.
+pub fn fail(fd: BorrowedFd<'_>, stage: Stage, detail: u32, errno: i32) -> ! {
+    let record = encode_failure(stage, detail, errno);
+    // SAFETY: `record` is a valid buffer of FAILURE_LEN bytes and `fd` is a borrowed open
+    // descriptor; a short or failed write only loses the diagnosis, not memory safety.
+    unsafe { libc::write(fd.as_raw_fd(), record.as_ptr().cast(), record.len()) };
+    // SAFETY: _exit is async-signal-safe and ends this child without running the parent's
+    // atexit handlers or destructors copied into it by the fork.
+    unsafe { libc::_exit(127) }
+}
+
+/// How the program ended, as reported by the sandbox init.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramStatus {
+    Exited(i32),
+    Signaled(i32),
+}
+
+pub const STATUS_LEN: usize = 8;
+
+pub fn encode_status(status: ProgramStatus) -> [u8; STATUS_LEN] {
+    let (kind, value) = match status {
+        ProgramStatus::Exited(c) => (1u32, c),
+        ProgramStatus::Signaled(s) => (2u32, s),
+    };
+    let mut b = [0u8; STATUS_LEN];
+    b[0..4].copy_from_slice(&kind.to_le_bytes());
+    b[4..8].copy_from_slice(&value.to_le_bytes());
+    b
+}
+
+pub fn decode_status(b: &[u8; STATUS_LEN]) -> Option<ProgramStatus> {
+    let kind = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
+    let value = i32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
+    match kind {
+        1 => Some(ProgramStatus::Exited(value)),
+        2 => Some(ProgramStatus::Signaled(value)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_round_trips_with_mount_step() {
+        let plan = vec![
+            MountStep::MakeRootPrivate,
+            MountStep::Proc {
+                target: "/r/proc".into(),
+            },
+        ];
+        let rec = encode_failure(Stage::Mount, 1, libc::EPERM);
+        let f = decode_failure(&rec, &plan).unwrap();
+        assert_eq!(f.stage, Stage::Mount);
+        assert_eq!(f.mount_step, Some(plan[1].clone()));
+        assert_eq!(f.errno, libc::EPERM);
+        assert!(f.to_string().starts_with("mounting (Proc"));
+    }
+
+    #[test]
+    fn every_stage_round_trips() {
+        for s in Stage::ALL {
+            let f = decode_failure(&encode_failure(s, 0, 1), &[]).unwrap();
+            assert_eq!(f.stage, s);
+        }
+        assert!(decode_failure(&encode_failure(Stage::Exec, 0, 1).map(|_| 0xff), &[]).is_none());
+    }
+
+    #[test]
+    fn status_round_trips() {
+        for s in [
+            ProgramStatus::Exited(0),
+            ProgramStatus::Exited(3),
+            ProgramStatus::Signaled(9),
+        ] {
+            assert_eq!(decode_status(&encode_status(s)), Some(s));
+        }
+        assert_eq!(decode_status(&[0; STATUS_LEN]), None);
+    }
+}

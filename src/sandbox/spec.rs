@@ -1,0 +1,177 @@
+//! What a sandbox is asked to run, and within which limits.
+//!
+//! A [`SandboxSpec`] is plain data: it is validated and turned into a mount plan and an
+//! exec image before any process is created, so everything the child does after `clone3`
+//! is already decided.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::error::{Error, Result};
+use super::idmap::IdMapping;
+
+/// Default cap on captured stdout, and separately on stderr.
+pub const DEFAULT_OUTPUT_CAP: usize = 1024 * 1024;
+
+/// Limits applied to one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time from the program's start until the whole sandbox is killed.
+    pub timeout: Duration,
+    /// Bytes of stdout kept; the rest is counted and dropped.
+    pub stdout_cap: usize,
+    /// Bytes of stderr kept; the rest is counted and dropped.
+    pub stderr_cap: usize,
+    /// Size of the tmpfs mounted at `/tmp` (and of `/workspace` when no host directory is bound).
+    pub tmpfs_bytes: u64,
+    /// Size of the tmpfs mounted at `/dev/shm`.
+    pub shm_bytes: u64,
+    /// `RLIMIT_NOFILE` for the program.
+    pub open_files: u64,
+    /// `RLIMIT_FSIZE` for the program: the largest file it may write.
+    pub file_size_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: Duration::from_secs(30),
+            stdout_cap: DEFAULT_OUTPUT_CAP,
+            stderr_cap: DEFAULT_OUTPUT_CAP,
+            tmpfs_bytes: 64 * 1024 * 1024,
+            shm_bytes: 16 * 1024 * 1024,
+            open_files: 256,
+            file_size_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// The program started inside the sandbox, with paths as the sandbox sees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    pub path: CString,
+    pub argv: Vec<CString>,
+    /// The complete environment; nothing of the caller's environment is inherited.
+    pub env: Vec<CString>,
+    /// Working directory inside the sandbox.
+    pub cwd: CString,
+}
+
+impl Program {
+    /// Builds a program from strings, refusing interior NUL bytes.
+    pub fn new(path: &str, argv: &[&str], env: &[(&str, &str)], cwd: &str) -> Result<Self> {
+        let c =
+            |s: &str| CString::new(s).map_err(|_| Error::InvalidSpec(format!("NUL byte in {s:?}")));
+        Ok(Program {
+            path: c(path)?,
+            argv: argv.iter().map(|a| c(a)).collect::<Result<_>>()?,
+            env: env
+                .iter()
+                .map(|(k, v)| c(&format!("{k}={v}")))
+                .collect::<Result<_>>()?,
+            cwd: c(cwd)?,
+        })
+    }
+}
+
+/// Everything needed to create one sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    /// Host path of the verified, read-only root filesystem.
+    pub rootfs: PathBuf,
+    /// Host directory bound read-write at `/workspace`; a private tmpfs when `None`.
+    pub workspace: Option<PathBuf>,
+    pub program: Program,
+    pub limits: Limits,
+    pub id_mapping: IdMapping,
+    pub hostname: String,
+}
+
+impl SandboxSpec {
+    /// Checks what can be checked before any process exists.
+    pub fn validate(&self) -> Result<()> {
+        if !self.rootfs.is_absolute() {
+            return Err(Error::InvalidSpec(format!(
+                "rootfs path {} is not absolute",
+                self.rootfs.display()
+            )));
+        }
+        if let Some(ws) = &self.workspace {
+            if !ws.is_absolute() {
+                return Err(Error::InvalidSpec(format!(
+                    "workspace path {} is not absolute",
+                    ws.display()
+                )));
+            }
+        }
+        if self.hostname.is_empty()
+            || self.hostname.len() > 64
+            || !self
+                .hostname
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Err(Error::InvalidSpec(format!(
+                "hostname {:?} is not 1-64 characters of [A-Za-z0-9-]",
+                self.hostname
+            )));
+        }
+        if self.limits.timeout.is_zero() {
+            return Err(Error::InvalidSpec("timeout must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SandboxSpec {
+        SandboxSpec {
+            rootfs: "/r".into(),
+            workspace: None,
+            program: Program::new(
+                "/usr/bin/python3",
+                &["python3"],
+                &[("PATH", "/usr/bin")],
+                "/",
+            )
+            .unwrap(),
+            limits: Limits::default(),
+            id_mapping: IdMapping::rootless(1000, 1000),
+            hostname: "codebox".into(),
+        }
+    }
+
+    #[test]
+    fn valid_spec_passes() {
+        spec().validate().unwrap();
+    }
+
+    #[test]
+    fn relative_paths_are_refused() {
+        let mut s = spec();
+        s.rootfs = "rootfs".into();
+        assert!(s.validate().is_err());
+        let mut s = spec();
+        s.workspace = Some("ws".into());
+        assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn bad_hostnames_are_refused() {
+        for h in ["", "a b", "x/y", &"a".repeat(65)] {
+            let mut s = spec();
+            s.hostname = h.to_string();
+            assert!(s.validate().is_err(), "{h:?}");
+        }
+    }
+
+    #[test]
+    fn nul_bytes_are_refused() {
+        assert!(Program::new("/bin/x\0", &[], &[], "/").is_err());
+        assert!(Program::new("/bin/x", &["a\0b"], &[], "/").is_err());
+    }
+}

@@ -1,0 +1,247 @@
+//! Supervising a running sandbox: feed fd 3, drain stdout/stderr with byte caps, enforce
+//! the wall-clock timeout, and collect how the program ended.
+//!
+//! A single `poll(2)` loop over the output pipes, the init's pidfd and (while input is
+//! pending) the channel; no threads, so it also runs in the single-threaded CLI.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::error::{Error, Result};
+use super::fds;
+use super::report::ProgramStatus;
+use super::spec::Limits;
+use super::Sandbox;
+
+/// Output of one stream: the first `cap` bytes and the true total.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    pub bytes: Vec<u8>,
+    pub total_bytes: u64,
+    pub truncated: bool,
+}
+
+impl Captured {
+    /// Keeps what fits under `cap`; returns the part kept.
+    fn push<'a>(&mut self, chunk: &'a [u8], cap: usize) -> &'a [u8] {
+        self.total_bytes += chunk.len() as u64;
+        let room = cap.saturating_sub(self.bytes.len());
+        let kept = &chunk[..chunk.len().min(room)];
+        if kept.len() < chunk.len() {
+            self.truncated = true;
+        }
+        self.bytes.extend_from_slice(kept);
+        kept
+    }
+}
+
+/// Receives output as it arrives (only the part within the caps).
+pub trait OutputSink {
+    fn stdout(&mut self, _chunk: &[u8]) {}
+    fn stderr(&mut self, _chunk: &[u8]) {}
+}
+
+/// A sink that only captures.
+pub struct Discard;
+impl OutputSink for Discard {}
+
+/// How a sandboxed run ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The program's status as reported by the init; `None` when the sandbox was killed
+    /// before the program ended (timeout).
+    pub status: Option<ProgramStatus>,
+    pub timed_out: bool,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    /// From the program's exec to the end of the sandbox.
+    pub duration: Duration,
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> Option<i32> {
+        match self.status {
+            Some(ProgramStatus::Exited(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub fn signal(&self) -> Option<i32> {
+        match self.status {
+            Some(ProgramStatus::Signaled(s)) => Some(s),
+            None if self.timed_out => Some(libc::SIGKILL),
+            _ => None,
+        }
+    }
+}
+
+const CHUNK: usize = 64 * 1024;
+
+impl Sandbox {
+    /// Writes `input` to the program's fd 3, drains its output and waits for the end of
+    /// the whole sandbox, killing it at `limits.timeout`.
+    pub fn run_to_completion(
+        mut self,
+        input: &[u8],
+        limits: &Limits,
+        sink: &mut dyn OutputSink,
+    ) -> Result<Outcome> {
+        let io = |doing| move |e: std::io::Error| Error::Io { doing, source: e };
+        for fd in [
+            self.stdout.as_fd(),
+            self.stderr.as_fd(),
+            self.channel.as_fd(),
+        ] {
+            fds::set_nonblocking(fd, true).map_err(io("setting up the output pipes"))?;
+        }
+        let deadline = self.started + limits.timeout;
+        let mut stdout = Captured::default();
+        let mut stderr = Captured::default();
+        let (mut out_open, mut err_open, mut exited) = (true, true, false);
+        let mut input = input;
+        let mut timed_out = false;
+        let mut buf = vec![0u8; CHUNK];
+
+        while out_open || err_open || !exited {
+            let now = Instant::now();
+            if !timed_out && !exited && now >= deadline {
+                tracing::debug!(pid = self.pid.as_raw(), "timeout: killing the sandbox");
+                self.kill()?;
+                timed_out = true;
+            }
+            let wait = if exited || timed_out {
+                PollTimeout::NONE
+            } else {
+                poll_timeout(deadline - now)
+            };
+
+            let mut pfds = Vec::with_capacity(4);
+            let mut roles = Vec::with_capacity(4);
+            if out_open {
+                pfds.push(PollFd::new(self.stdout.as_fd(), PollFlags::POLLIN));
+                roles.push(Role::Stdout);
+            }
+            if err_open {
+                pfds.push(PollFd::new(self.stderr.as_fd(), PollFlags::POLLIN));
+                roles.push(Role::Stderr);
+            }
+            if !exited {
+                pfds.push(PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN));
+                roles.push(Role::Exit);
+            }
+            if !input.is_empty() {
+                pfds.push(PollFd::new(self.channel.as_fd(), PollFlags::POLLOUT));
+                roles.push(Role::Input);
+            }
+            match poll(&mut pfds, wait) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(io("polling the sandbox")(e.into())),
+            }
+            let ready: Vec<(Role, bool)> = pfds
+                .iter()
+                .zip(&roles)
+                .map(|(p, r)| (*r, p.revents().is_some_and(|ev| !ev.is_empty())))
+                .collect();
+            drop(pfds);
+            for (role, is_ready) in ready {
+                if !is_ready {
+                    continue;
+                }
+                match role {
+                    Role::Stdout => {
+                        out_open = drain(self.stdout.as_fd(), &mut buf, |c| {
+                            sink.stdout(stdout.push(c, limits.stdout_cap))
+                        })
+                        .map_err(io("reading stdout"))?
+                    }
+                    Role::Stderr => {
+                        err_open = drain(self.stderr.as_fd(), &mut buf, |c| {
+                            sink.stderr(stderr.push(c, limits.stderr_cap))
+                        })
+                        .map_err(io("reading stderr"))?
+                    }
+                    Role::Exit => exited = true,
+                    Role::Input => match nix::unistd::write(self.channel.as_fd(), input) {
+                        Ok(n) => input = &input[n..],
+                        Err(nix::errno::Errno::EAGAIN) => {}
+                        // The program closed fd 3 or is gone: nobody will read the rest.
+                        Err(_) => input = &[],
+                    },
+                }
+            }
+        }
+        let duration = self.started.elapsed();
+        let status = self.reap()?;
+        Ok(Outcome {
+            status,
+            timed_out,
+            stdout,
+            stderr,
+            duration,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    Stdout,
+    Stderr,
+    Exit,
+    Input,
+}
+
+/// Reads everything available; returns whether the stream is still open.
+fn drain(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    mut on_chunk: impl FnMut(&[u8]),
+) -> std::io::Result<bool> {
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        match n {
+            0 => return Ok(false),
+            n if n > 0 => on_chunk(&buf[..n as usize]),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::WouldBlock => return Ok(true),
+                    std::io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+fn poll_timeout(d: Duration) -> PollTimeout {
+    // Round up so the loop does not spin in the last sub-millisecond before the deadline.
+    let ms = d.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
+    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_keeps_cap_and_counts_total() {
+        let mut c = Captured::default();
+        assert_eq!(c.push(b"hello", 8), b"hello");
+        assert_eq!(c.push(b"world", 8), b"wor");
+        assert_eq!(c.push(b"!", 8), b"");
+        assert_eq!(c.bytes, b"hellowor");
+        assert_eq!(c.total_bytes, 11);
+        assert!(c.truncated);
+    }
+
+    #[test]
+    fn capture_within_cap_is_not_truncated() {
+        let mut c = Captured::default();
+        c.push(b"abc", 3);
+        assert!(!c.truncated);
+        assert_eq!(c.total_bytes, 3);
+    }
+}

@@ -1,0 +1,146 @@
+//! Bad input gets a one-line error naming the problem and the fix, and a non-zero exit.
+
+mod common;
+
+use std::io::Write;
+
+use common::*;
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn missing_rootfs_names_the_fix() {
+    let out = std::process::Command::new(codebox_bin())
+        .args(["run", "python", "-c", "print(1)"])
+        .env("CODEBOX_ROOTFS", "/nonexistent/rootfs")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr_of(&out);
+    assert!(err.contains("cargo xtask rootfs"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn tampered_rootfs_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("etc")).unwrap();
+    std::fs::write(dir.path().join("etc/hosts"), "tampered").unwrap();
+    std::fs::write(
+        dir.path().join(".manifest"),
+        "# codebox rootfs manifest v1\nd\t0755\t/etc\nf\t0644\t8\te3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\t/etc/hosts\n",
+    )
+    .unwrap();
+    for p in ["", "etc"] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path().join(p), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    std::fs::set_permissions(
+        dir.path().join("etc/hosts"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let out = std::process::Command::new(codebox_bin())
+        .args([
+            "run",
+            "--rootfs",
+            dir.path().to_str().unwrap(),
+            "python",
+            "-c",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("tampered") && err.contains("/etc/hosts"),
+        "{err}"
+    );
+
+    std::fs::remove_file(dir.path().join("etc/hosts")).unwrap();
+    let out = std::process::Command::new(codebox_bin())
+        .args([
+            "run",
+            "--rootfs",
+            dir.path().to_str().unwrap(),
+            "python",
+            "-c",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("incomplete") && err.contains("/etc/hosts is missing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_language_is_refused() {
+    let out = codebox(&["run", "ruby", "-c", "puts 1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("python or typescript"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn unreadable_file_is_named() {
+    let out = codebox(&["run", "python", "/nonexistent/prog.py"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr_of(&out).contains("/nonexistent/prog.py"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn non_utf8_code_is_refused() {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(b"print('caf\xe9')\n").unwrap();
+    let out = codebox(&["run", "python", file.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("not valid UTF-8") && err.contains("offset 10"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_options_are_refused() {
+    let out = codebox(&["run", "--timeout", "soon", "python", "-c", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("duration"), "{}", stderr_of(&out));
+    let out = codebox(&["run", "--workspace", "/nonexistent/ws", "python", "-c", "1"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr_of(&out).contains("/nonexistent/ws"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn oversized_code_is_refused() {
+    if !sandbox_available("oversized_code_is_refused") {
+        return;
+    }
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(&vec![b'#'; 2 * 1024 * 1024]).unwrap();
+    let out = codebox(&["run", "python", file.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr_of(&out).contains("limit is 1048576 bytes"),
+        "{}",
+        stderr_of(&out)
+    );
+}

@@ -1,0 +1,141 @@
+//! Shared helpers for the integration tests: they run the real `codebox` binary against
+//! the real kernel and the real rootfs.
+//!
+//! A test that needs something the host lacks (the rootfs, user namespaces) prints why and
+//! returns early, unless `CODEBOX_TEST_STRICT=1` (set by `cargo xtask test` and CI), where
+//! a missing feature is a failure.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub fn strict() -> bool {
+    std::env::var_os("CODEBOX_TEST_STRICT").is_some_and(|v| v == "1")
+}
+
+/// The `codebox` binary (overridable for runs as another user).
+pub fn codebox_bin() -> PathBuf {
+    std::env::var_os("CODEBOX_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_codebox")))
+}
+
+pub fn rootfs_dir() -> PathBuf {
+    std::env::var_os("CODEBOX_ROOTFS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/rootfs"))
+}
+
+/// Whether sandbox tests can run here; prints the reason when they cannot.
+pub fn sandbox_available(test: &str) -> bool {
+    let reason = if !rootfs_dir().join(".manifest").exists() {
+        Some(format!(
+            "no rootfs at {} (run `cargo xtask rootfs`)",
+            rootfs_dir().display()
+        ))
+    } else if std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .is_ok_and(|s| s.trim() == "0")
+    {
+        Some("user namespaces are disabled (user.max_user_namespaces = 0)".into())
+    } else {
+        None
+    };
+    match reason {
+        None => true,
+        Some(r) if strict() => panic!("{test}: required feature missing: {r}"),
+        Some(r) => {
+            eprintln!("SKIP {test}: {r}");
+            false
+        }
+    }
+}
+
+/// `codebox run` with the given arguments.
+pub fn codebox(args: &[&str]) -> Output {
+    Command::new(codebox_bin())
+        .args(args)
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .output()
+        .expect("codebox runs")
+}
+
+/// `codebox run --json LANG -c CODE [extra]`, parsed.
+pub fn run_json(lang: &str, code: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["run", "--json", lang];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-c", code]);
+    let out = codebox(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON from codebox ({e}); status {:?}\nstdout: {stdout}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Runs Python and asserts it exited 0; returns stdout.
+pub fn python_ok(code: &str) -> String {
+    let v = run_json("python", code, &[]);
+    assert_eq!(v["exit_code"], 0, "program failed: {v:#}");
+    v["stdout"].as_str().unwrap().to_string()
+}
+
+/// Host processes (uid, pid) that live in a pid namespace other than ours and belong to
+/// the uid the sandbox user maps to: a sandbox process that survived its run.
+pub fn foreign_sandbox_processes() -> Vec<(u32, i32)> {
+    let me = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let sandbox_uid = if nix::unistd::geteuid().is_root() {
+        65534
+    } else {
+        nix::unistd::geteuid().as_raw()
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(ns) = std::fs::read_link(entry.path().join("ns/pid")) else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next()?.parse::<u32>().ok());
+        if ns != me && uid == Some(sandbox_uid) {
+            found.push((sandbox_uid, pid));
+        }
+    }
+    found
+}
+
+/// Host processes whose command line contains `marker`.
+pub fn processes_with_marker(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == std::process::id() as i32 {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmd).contains(marker) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// A unique marker for this test process and call site.
+pub fn marker(tag: &str) -> String {
+    format!("codebox-marker-{}-{tag}", std::process::id())
+}

@@ -1,0 +1,246 @@
+//! Running programs: output, exit codes, signals, timeouts, caps and clean-up.
+
+mod common;
+
+use std::time::Instant;
+
+use common::*;
+
+#[test]
+fn python_and_typescript_print() {
+    if !sandbox_available("python_and_typescript_print") {
+        return;
+    }
+    let v = run_json("python", "print('hello from', 'python')", &[]);
+    assert_eq!(v["stdout"], "hello from python\n");
+    assert_eq!(v["exit_code"], 0);
+    let v = run_json(
+        "typescript",
+        "const n: number = 6 * 7; console.log(`answer ${n}`); console.error('to stderr');",
+        &[],
+    );
+    assert_eq!(v["stdout"], "answer 42\n", "{v:#}");
+    assert_eq!(v["stderr"], "to stderr\n", "{v:#}");
+    assert_eq!(v["exit_code"], 0);
+}
+
+#[test]
+fn exit_codes_and_signals_are_reported() {
+    if !sandbox_available("exit_codes_and_signals_are_reported") {
+        return;
+    }
+    let v = run_json("python", "import sys; sys.exit(3)", &[]);
+    assert_eq!(v["exit_code"], 3);
+    assert_eq!(v["signal"], serde_json::Value::Null);
+    let v = run_json("python", "exit(5)", &[]);
+    assert_eq!(v["exit_code"], 5, "{v:#}");
+    let v = run_json("typescript", "Deno.exit(4)", &[]);
+    assert_eq!(v["exit_code"], 4, "{v:#}");
+    let v = run_json(
+        "python",
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        &[],
+    );
+    assert_eq!(v["signal"], 9, "{v:#}");
+    assert_eq!(v["exit_code"], serde_json::Value::Null);
+    let v = run_json("python", "import os; os.abort()", &[]);
+    assert_eq!(v["signal"], 6, "{v:#}");
+    // The plain CLI exits with the program's status.
+    let out = codebox(&["run", "python", "-c", "raise SystemExit(7)"]);
+    assert_eq!(out.status.code(), Some(7));
+    let out = codebox(&["run", "python", "-c", "import os; os.kill(os.getpid(), 15)"]);
+    assert_eq!(out.status.code(), Some(128 + 15));
+}
+
+#[test]
+fn exceptions_show_a_traceback_with_source() {
+    if !sandbox_available("exceptions_show_a_traceback_with_source") {
+        return;
+    }
+    let v = run_json("python", "x = 1\nraise ValueError('boom')\n", &[]);
+    assert_eq!(v["exit_code"], 1);
+    let err = v["stderr"].as_str().unwrap();
+    assert!(err.contains("ValueError: boom"), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("raise ValueError('boom')"), "{err}");
+    assert!(!err.contains("boot.py"), "{err}");
+    let v = run_json("typescript", "throw new Error('ts boom');", &[]);
+    assert_eq!(v["exit_code"], 1, "{v:#}");
+    assert!(v["stderr"].as_str().unwrap().contains("ts boom"), "{v:#}");
+}
+
+#[test]
+fn infinite_loop_is_killed_at_timeout_with_its_children() {
+    if !sandbox_available("infinite_loop_is_killed_at_timeout_with_its_children") {
+        return;
+    }
+    let marker = marker("timeout");
+    let code = format!(
+        "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600) # {marker}'])\nwhile True: pass\n"
+    );
+    let start = Instant::now();
+    let v = run_json("python", &code, &["--timeout", "1500ms"]);
+    let took = start.elapsed();
+    assert_eq!(v["timed_out"], true, "{v:#}");
+    assert_eq!(v["signal"], 9);
+    assert!(took.as_secs_f64() < 10.0, "took {took:?}");
+    assert!(v["duration_ms"].as_f64().unwrap() >= 1400.0, "{v:#}");
+    assert_eq!(processes_with_marker(&marker), Vec::<i32>::new());
+    // The plain CLI reports the timeout with status 124.
+    let out = codebox(&[
+        "run",
+        "--timeout",
+        "300ms",
+        "typescript",
+        "-c",
+        "while (true) {}",
+    ]);
+    assert_eq!(out.status.code(), Some(124));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("timed out"));
+}
+
+#[test]
+fn huge_output_is_truncated_with_true_total() {
+    if !sandbox_available("huge_output_is_truncated_with_true_total") {
+        return;
+    }
+    let v = run_json(
+        "python",
+        "import sys\nchunk = b'x' * 1_000_000\nfor _ in range(100): sys.stdout.buffer.write(chunk)\nsys.stderr.write('done')\n",
+        &[],
+    );
+    assert_eq!(v["exit_code"], 0, "{}", v["stderr"]);
+    assert_eq!(v["stdout_truncated"], true);
+    assert_eq!(v["stdout_total_bytes"], 100_000_000u64);
+    assert_eq!(v["stdout"].as_str().unwrap().len(), 1 << 20);
+    assert_eq!(v["stderr_truncated"], false);
+    assert_eq!(v["stderr"], "done");
+    let v = run_json("python", "print('y' * 100)", &["--output-limit", "10"]);
+    assert_eq!(v["stdout"], "yyyyyyyyyy");
+    assert_eq!(v["stdout_total_bytes"], 101);
+}
+
+#[test]
+fn children_left_behind_are_killed_when_the_program_exits() {
+    if !sandbox_available("children_left_behind_are_killed_when_the_program_exits") {
+        return;
+    }
+    let marker = marker("orphan");
+    let code = format!(
+        "import os, subprocess, sys\nfor _ in range(3):\n    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600) # {marker}'], start_new_session=True)\nif os.fork() == 0:\n    import time; time.sleep(600)\nprint('parent exits')\n"
+    );
+    let v = run_json("python", &code, &[]);
+    assert_eq!(v["stdout"], "parent exits\n", "{v:#}");
+    assert_eq!(processes_with_marker(&marker), Vec::<i32>::new());
+    assert_eq!(foreign_sandbox_processes(), Vec::<(u32, i32)>::new());
+}
+
+#[test]
+fn workspace_is_shared_and_importable() {
+    if !sandbox_available("workspace_is_shared_and_importable") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("helper.py"), "VALUE = 41\n").unwrap();
+    std::fs::write(
+        dir.path().join("lib.ts"),
+        "export function twice(n: number): number { return 2 * n; }\n",
+    )
+    .unwrap();
+    // As root the sandbox user is an unprivileged host id: let it write here.
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).unwrap();
+    }
+    let ws = dir.path().to_str().unwrap();
+    let v = run_json(
+        "python",
+        "import helper\nopen('out.txt', 'w').write(str(helper.VALUE + 1))\nprint(open('/workspace/out.txt').read())",
+        &["--workspace", ws],
+    );
+    assert_eq!(v["stdout"], "42\n", "{v:#}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "42"
+    );
+    let v = run_json(
+        "typescript",
+        "import { twice } from '/workspace/lib.ts';\nconsole.log(twice(21));",
+        &["--workspace", ws],
+    );
+    assert_eq!(v["stdout"], "42\n", "{v:#}");
+}
+
+#[test]
+fn large_programs_are_delivered_whole() {
+    if !sandbox_available("large_programs_are_delivered_whole") {
+        return;
+    }
+    // ~600 KiB of source: far beyond one argv string (128 KiB).
+    let mut code = String::from("total = 0\n");
+    for i in 0..40_000 {
+        code.push_str(&format!("total += {i}\n"));
+    }
+    code.push_str("print(total)\n");
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, code.as_bytes()).unwrap();
+    let out = codebox(&["run", "--json", "python", file.path().to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["stdout"],
+        format!("{}\n", (0..40_000u64).sum::<u64>()),
+        "{}",
+        v["stderr"]
+    );
+}
+
+#[test]
+fn plain_mode_streams_output_and_reads_files() {
+    if !sandbox_available("plain_mode_streams_output_and_reads_files") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prog.py");
+    std::fs::write(&file, "print('from a file')\n").unwrap();
+    let out = codebox(&["run", "python", file.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from a file\n");
+}
+
+#[test]
+fn nothing_is_left_after_200_runs() {
+    if !sandbox_available("nothing_is_left_after_200_runs") {
+        return;
+    }
+    let mounts_before = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let tmp_before = tmp_entries();
+    for i in 0..200 {
+        let lang = if i % 10 == 0 { "typescript" } else { "python" };
+        let code = if lang == "python" {
+            "print(1)"
+        } else {
+            "console.log(1)"
+        };
+        let v = run_json(lang, code, &[]);
+        assert_eq!(v["stdout"], "1\n", "run {i}: {v:#}");
+    }
+    assert_eq!(foreign_sandbox_processes(), Vec::<(u32, i32)>::new());
+    assert_eq!(
+        std::fs::read_to_string("/proc/self/mountinfo").unwrap(),
+        mounts_before,
+        "host mounts changed"
+    );
+    let leaked: Vec<_> = tmp_entries()
+        .difference(&tmp_before)
+        .filter(|n| n.contains("codebox"))
+        .cloned()
+        .collect();
+    assert!(leaked.is_empty(), "temp entries left: {leaked:?}");
+}
+
+fn tmp_entries() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}

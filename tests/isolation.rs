@@ -1,0 +1,246 @@
+//! Isolation: each test fails if the layer it checks is missing.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn host_files_are_invisible() {
+    if !sandbox_available("host_files_are_invisible") {
+        return;
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let project = env!("CARGO_MANIFEST_DIR");
+    let code = format!(
+        r#"
+import os
+for p in ["/etc/shadow", {home:?}, {project:?}, "/home", "/root", "/var", "/sys/kernel", "/boot"]:
+    print(p, os.path.exists(p))
+print("passwd-has-sandbox", "sandbox:x:1000" in open("/etc/passwd").read())
+print("root-entries", sorted(os.listdir("/")))
+"#
+    );
+    let out = python_ok(&code);
+    for line in out.lines().filter(|l| l.starts_with('/')) {
+        assert!(
+            line.ends_with("False"),
+            "visible inside the sandbox: {line}"
+        );
+    }
+    assert!(out.contains("passwd-has-sandbox True"), "{out}");
+}
+
+#[test]
+fn rootfs_is_read_only() {
+    if !sandbox_available("rootfs_is_read_only") {
+        return;
+    }
+    let out = python_ok(
+        r#"
+import errno
+for p in ["/usr/bin/python3", "/etc/passwd", "/new-file", "/usr/lib/x"]:
+    try:
+        open(p, "a").close()
+        print(p, "WRITABLE")
+    except OSError as e:
+        print(p, errno.errorcode[e.errno])
+import os
+print("mount-ro", any(l.split()[4] == "/" and " ro," in l or l.split()[4] == "/" and " ro " in l
+                      for l in open("/proc/self/mountinfo")))
+"#,
+    );
+    assert!(!out.contains("WRITABLE"), "{out}");
+    assert!(out.contains("mount-ro True"), "{out}");
+}
+
+#[test]
+fn root_mount_is_nosuid_nodev_and_tmp_is_noexec() {
+    if !sandbox_available("root_mount_is_nosuid_nodev_and_tmp_is_noexec") {
+        return;
+    }
+    let out = python_ok(
+        r#"
+for l in open("/proc/self/mountinfo"):
+    f = l.split()
+    if f[4] in ("/", "/tmp", "/dev/shm", "/workspace", "/proc"):
+        print(f[4], f[5])
+"#,
+    );
+    let opts = |mp: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(mp))
+            .unwrap_or_else(|| panic!("{mp} not mounted: {out}"))
+            .to_string()
+    };
+    for flag in ["ro", "nosuid", "nodev"] {
+        assert!(opts("/").contains(flag), "/ lacks {flag}: {out}");
+    }
+    for mp in ["/tmp", "/dev/shm", "/workspace"] {
+        for flag in ["rw", "nosuid", "nodev", "noexec"] {
+            assert!(opts(mp).contains(flag), "{mp} lacks {flag}: {out}");
+        }
+    }
+}
+
+#[test]
+fn only_loopback_and_no_way_out() {
+    if !sandbox_available("only_loopback_and_no_way_out") {
+        return;
+    }
+    // A listener on the host's loopback: the sandbox's 127.0.0.1 is a different one.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let out = python_ok(&format!(
+        r#"
+import socket
+print("interfaces", [n for _, n in socket.if_nameindex()])
+for host in ["127.0.0.1", "10.0.2.2"]:
+    s = socket.socket()
+    s.settimeout(1)
+    try:
+        s.connect((host, {port}))
+        print(host, "CONNECTED")
+    except OSError as e:
+        print(host, "refused", e.errno)
+"#
+    ));
+    assert!(out.contains("interfaces ['lo']"), "{out}");
+    assert!(!out.contains("CONNECTED"), "{out}");
+    assert!(
+        listener.accept().is_err(),
+        "the host listener saw a connection"
+    );
+}
+
+#[test]
+fn own_pid_namespace_and_hostname() {
+    if !sandbox_available("own_pid_namespace_and_hostname") {
+        return;
+    }
+    let out = python_ok(
+        r#"
+import os, socket
+print("pid", os.getpid())
+print("procs", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+print("host", socket.gethostname())
+"#,
+    );
+    assert!(out.contains("pid 2"), "{out}");
+    assert!(out.contains("procs [1, 2]"), "{out}");
+    let host = nix::unistd::gethostname().unwrap();
+    assert!(out.contains("host codebox"), "{out}");
+    assert_ne!(host.to_string_lossy(), "codebox");
+}
+
+#[test]
+fn uid_maps_to_an_unprivileged_host_id() {
+    if !sandbox_available("uid_maps_to_an_unprivileged_host_id") {
+        return;
+    }
+    let out = python_ok(
+        r#"
+import os
+print("ids", os.getuid(), os.geteuid(), os.getgid(), os.getgroups())
+print("uidmap", open("/proc/self/uid_map").read().split())
+print("gidmap", open("/proc/self/gid_map").read().split())
+"#,
+    );
+    let me = nix::unistd::geteuid().as_raw();
+    let expected_host = if me == 0 { 65534 } else { me };
+    assert!(out.contains("ids 1000 1000 1000"), "{out}");
+    assert!(
+        out.contains(&format!("uidmap ['1000', '{expected_host}', '1']")),
+        "{out}"
+    );
+    assert!(
+        !out.contains("uidmap ['1000', '0',"),
+        "host root mapped: {out}"
+    );
+    if me == 0 {
+        // Root's supplementary groups must not follow it into the sandbox.
+        assert!(out.contains("[]\n") || out.contains("[1000]"), "{out}");
+    }
+}
+
+#[test]
+fn no_capabilities_and_no_new_privs() {
+    if !sandbox_available("no_capabilities_and_no_new_privs") {
+        return;
+    }
+    for (lang, code) in [
+        ("python", "print(open('/proc/self/status').read())"),
+        (
+            "typescript",
+            "console.log(Deno.readTextFileSync('/proc/self/status'))",
+        ),
+    ] {
+        let v = run_json(lang, code, &[]);
+        let status = v["stdout"].as_str().unwrap();
+        for field in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            let line = status
+                .lines()
+                .find(|l| l.starts_with(field))
+                .unwrap_or_else(|| panic!("{lang}: no {field}: {v:#}"));
+            assert!(line.ends_with("0000000000000000"), "{lang}: {line}");
+        }
+        assert!(status.contains("NoNewPrivs:\t1"), "{lang}: {status}");
+    }
+}
+
+#[test]
+fn only_fds_0_to_3_are_open() {
+    if !sandbox_available("only_fds_0_to_3_are_open") {
+        return;
+    }
+    let out = python_ok(
+        r#"
+import os, stat
+open_fds = []
+for fd in range(0, 1024):
+    try:
+        os.fstat(fd)
+        open_fds.append(fd)
+    except OSError:
+        pass
+print("open", open_fds)
+print("fd3-socket", stat.S_ISSOCK(os.fstat(3).st_mode))
+print("stdin", os.readlink("/proc/self/fd/0"))
+"#,
+    );
+    assert!(out.contains("open [0, 1, 2, 3]"), "{out}");
+    assert!(out.contains("fd3-socket True"), "{out}");
+    assert!(out.contains("stdin /dev/null"), "{out}");
+}
+
+#[test]
+fn environment_is_small_and_fixed() {
+    if !sandbox_available("environment_is_small_and_fixed") {
+        return;
+    }
+    let out = python_ok("import os; print(sorted(os.environ))");
+    assert_eq!(
+        out.trim(),
+        "['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'TMPDIR']"
+    );
+}
+
+#[test]
+fn no_controlling_terminal_and_own_session() {
+    if !sandbox_available("no_controlling_terminal_and_own_session") {
+        return;
+    }
+    let out = python_ok(
+        r#"
+import os
+print("sid", os.getsid(0) == os.getpid())
+try:
+    os.open("/dev/tty", os.O_RDWR)
+    print("tty OPEN")
+except OSError as e:
+    print("tty", e.errno)
+"#,
+    );
+    assert!(out.contains("sid True"), "{out}");
+    assert!(!out.contains("tty OPEN"), "{out}");
+}

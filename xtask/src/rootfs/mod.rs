@@ -1,0 +1,290 @@
+//! `cargo xtask rootfs`: build the minimal read-only root filesystem the sandboxes run in.
+//!
+//! # Layout
+//! - [`recipe`]: `rootfs/recipe.toml`, what goes in, as data;
+//! - [`python`], [`deno`]: where the interpreters come from, and the `.pyc` step;
+//! - [`elf`], [`ldso`]: the shared libraries they need, found as the dynamic loader would;
+//! - [`plan`]: every rootfs path and what it should be, decided before writing anything;
+//! - [`sync`]: make the output match the plan, copying only what changed;
+//! - [`state`]: hash and `.pyc` caches kept between runs, so a no-op rebuild reads little;
+//! - [`manifest`]: read the tree back, check permissions, write `.manifest`;
+//! - [`glob`]: `*`/`?` wildcards for the recipe and `ld.so.conf`.
+
+mod deno;
+mod elf;
+mod glob;
+mod ldso;
+mod manifest;
+mod plan;
+mod python;
+mod recipe;
+mod state;
+mod sync;
+
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+use plan::{normalize, relative_to, Entry, Plan};
+use recipe::Recipe;
+use state::State;
+
+const HELP: &str = "\
+cargo xtask rootfs [--out DIR]
+
+Build codebox's minimal root filesystem from rootfs/recipe.toml: Debian's CPython
+(/usr/bin/python3) with its standard library byte-compiled, Deno, the shared libraries
+they load, a minimal /etc, the codebox runtime files (src/runtime) and empty mount
+points, listed with modes, sizes and SHA-256 in DIR/.manifest. A rebuild copies only
+what changed and removes what the recipe no longer has.
+
+Options:
+  --out DIR    where to build (default: $CODEBOX_ROOTFS, else target/rootfs)
+  -h, --help   print this help
+
+Environment:
+  CODEBOX_ROOTFS   the default output directory
+  DENO             use this deno binary instead of installing the `deno` wheel
+
+Needs Debian's python3 (`apt-get install python3`) and, unless DENO is set, a python3
+with pip on PATH to fetch Deno from PyPI. target/rootfs-build keeps the pip install and
+the build state between runs.
+";
+
+#[derive(Debug)]
+struct Options {
+    out: Option<PathBuf>,
+    help: bool,
+}
+
+impl Options {
+    fn parse(args: &[OsString]) -> Result<Self> {
+        let mut opts = Options {
+            out: None,
+            help: false,
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let s = arg.to_string_lossy();
+            if s == "-h" || s == "--help" {
+                opts.help = true;
+            } else if s == "--out" {
+                opts.out = Some(args.next().context("--out needs a directory")?.into());
+            } else if let Some(dir) = s.strip_prefix("--out=") {
+                opts.out = Some(dir.into());
+            } else {
+                bail!("unexpected argument {s:?}; see `cargo xtask rootfs --help`");
+            }
+        }
+        Ok(opts)
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits inside the workspace")
+        .to_path_buf()
+}
+
+pub fn run(args: &[OsString]) -> Result<()> {
+    let opts = Options::parse(args)?;
+    if opts.help {
+        print!("{HELP}");
+        return Ok(());
+    }
+    let start = Instant::now();
+    let root = workspace_root();
+    let out = opts
+        .out
+        .or_else(|| std::env::var_os("CODEBOX_ROOTFS").map(PathBuf::from))
+        .unwrap_or_else(|| root.join("target/rootfs"));
+    let build_dir = root.join("target/rootfs-build");
+    fs::create_dir_all(&build_dir).with_context(|| format!("creating {}", build_dir.display()))?;
+    let _lock = lock(&build_dir)?;
+
+    let recipe = Recipe::load(&root.join("rootfs/recipe.toml"))?;
+    let py = python::Python::locate(&recipe.python.interpreter)?;
+    let deno = deno::locate(&recipe.deno, &build_dir)?;
+
+    let mut plan = Plan::default();
+    for (link, target) in &recipe.symlinks {
+        plan.symlink(link, target)?;
+    }
+    for dir in &recipe.mount_points {
+        plan.dir(dir)?;
+    }
+    for copy in &recipe.copy {
+        let src = root.join(&copy.from);
+        if !src.is_dir() {
+            if !copy.optional {
+                bail!(
+                    "{} is missing (rootfs/recipe.toml copies it to /{})",
+                    src.display(),
+                    copy.to.display()
+                );
+            }
+            plan.dir(&copy.to)?;
+            continue;
+        }
+        let include = |rel: &str, _is_dir: bool| !rel.split('/').any(|c| c == "__pycache__");
+        plan.tree(&src, &copy.to, &include, false)?;
+    }
+    let modules = python::plan(&py, &recipe.python, &mut plan)?;
+    plan.file(&recipe.deno.dest, &deno.binary)?;
+    let libs = plan_libraries(&mut plan)?;
+    plan.check_links()?;
+
+    let out = prepare_out(&out)?;
+    let state_path = build_dir.join(format!(
+        "state-{}.tsv",
+        &state::hex(&sha_of(out.as_os_str()))[..16]
+    ));
+    let mut state = State::load(&state_path);
+    let stats = sync::sync(&plan, &out, &mut state)?;
+    let compiled = python::compile(&py, &out, &modules, &mut state)?;
+    let lines = manifest::scan(&out, &plan, &mut state)?;
+    let written = manifest::write(&out, &manifest::render(&lines))?;
+    state.retain(|p| plan.get(p).is_some());
+    state.save()?;
+
+    let t = manifest::totals(&lines);
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "rootfs {}: {} files ({:.1} MiB), {} symlinks, {} directories; {} shared libraries",
+        out.display(),
+        t.files,
+        mib(t.bytes),
+        t.symlinks,
+        t.dirs,
+        libs
+    );
+    println!(
+        "  copied {} ({:.1} MiB), unchanged {}, removed {}, compiled {} .pyc, hashed {}{}; manifest {}; {:.2}s",
+        stats.copied,
+        mib(stats.copied_bytes),
+        stats.unchanged,
+        stats.removed,
+        compiled,
+        state.hashed,
+        if deno.installed { ", installed deno with pip" } else { "" },
+        if written { "written" } else { "unchanged" },
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Plan every shared library the planned ELF files need, at its real path, with a link for
+/// each other name the loader finds it under. Returns how many library files there are.
+fn plan_libraries(plan: &mut Plan) -> Result<usize> {
+    let mut roots = Vec::new();
+    for (rel, entry) in plan.entries() {
+        let Entry::File { src, .. } = entry else {
+            continue;
+        };
+        if !elf::is_elf(src)? {
+            continue;
+        }
+        // $ORIGIN keeps its meaning only for files at their host path.
+        let real = fs::canonicalize(src).with_context(|| format!("resolving {}", src.display()))?;
+        let origin = (normalize(&real)? == *rel)
+            .then(|| real.parent().map(Path::to_path_buf))
+            .flatten();
+        roots.push(ldso::Root {
+            path: src.clone(),
+            origin,
+        });
+    }
+    let libs = ldso::closure(&ldso::SearchPath::host()?, &roots)?;
+    let mut files = std::collections::BTreeSet::new();
+    for lib in &libs {
+        let real = plan.host_file(&lib.real)?;
+        files.insert(real.clone());
+        let dir = lib
+            .found
+            .parent()
+            .context("library path has no directory")?;
+        let dir = fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
+        let link =
+            plan.resolve(&dir.join(lib.found.file_name().context("library path has no name")?))?;
+        if link != real {
+            plan.symlink(
+                &link,
+                relative_to(link.parent().unwrap_or(Path::new("")), &real),
+            )?;
+        }
+    }
+    Ok(files.len())
+}
+
+/// Create the output directory, refusing one that holds something other than an earlier build
+/// (the build deletes what it does not plan). Returns its canonical path.
+fn prepare_out(out: &Path) -> Result<PathBuf> {
+    if out.exists() {
+        let mut entries =
+            fs::read_dir(out).with_context(|| format!("reading {}", out.display()))?;
+        if entries.next().is_some() && !out.join(sync::MANIFEST).is_file() {
+            bail!(
+                "refusing to build into {}: it is not empty and has no {} from an earlier build",
+                out.display(),
+                sync::MANIFEST
+            );
+        }
+    }
+    fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let out = fs::canonicalize(out).with_context(|| format!("resolving {}", out.display()))?;
+    if out == Path::new("/") {
+        bail!("refusing to build into /");
+    }
+    Ok(out)
+}
+
+/// One build at a time: they share the pip install and the build state. The lock goes with
+/// the returned file.
+fn lock(build_dir: &Path) -> Result<fs::File> {
+    let path = build_dir.join("lock");
+    let file = fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    if file.try_lock().is_err() {
+        eprintln!(
+            "waiting for another `cargo xtask rootfs` to finish ({})",
+            path.display()
+        );
+        file.lock()
+            .with_context(|| format!("locking {}", path.display()))?;
+    }
+    Ok(file)
+}
+
+fn sha_of(s: &std::ffi::OsStr) -> state::Sha {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_encoded_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options() {
+        let a = |v: &[&str]| Options::parse(&v.iter().map(OsString::from).collect::<Vec<_>>());
+        assert_eq!(a(&["--out", "x"]).unwrap().out, Some(PathBuf::from("x")));
+        assert_eq!(a(&["--out=y"]).unwrap().out, Some(PathBuf::from("y")));
+        assert!(a(&["--help"]).unwrap().help);
+        assert!(a(&["--out"]).is_err());
+        assert!(a(&["--bogus"]).unwrap_err().to_string().contains("--bogus"));
+    }
+
+    #[test]
+    fn foreign_non_empty_directories_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        fs::write(t.path().join("precious"), "").unwrap();
+        let err = prepare_out(t.path()).unwrap_err().to_string();
+        assert!(err.contains("refusing"), "{err}");
+        fs::write(t.path().join(sync::MANIFEST), "").unwrap();
+        prepare_out(t.path()).unwrap();
+        prepare_out(&t.path().join("new/dir")).unwrap();
+    }
+}
