@@ -77,7 +77,12 @@ pub fn execute(
         id_mapping,
         hostname: "codebox".into(),
     };
+    let spawn_started = std::time::Instant::now();
     let sandbox = sandbox::spawn(&spec)?;
+    tracing::debug!(
+        elapsed_us = spawn_started.elapsed().as_micros() as u64,
+        "sandbox spawned: program exec'd"
+    );
     let outcome =
         sandbox.run_to_completion(&runtime::boot_frame(&request.code), &request.limits, sink)?;
     Ok(ExecutionResult {

@@ -74,9 +74,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.memory.is_some() {
         tracing::warn!("--memory needs the cgroup layer, which this build does not enforce yet");
     }
+    let verify_started = std::time::Instant::now();
     let rootfs_dir = rootfs::locate(args.rootfs.as_deref())?;
     let rootfs = rootfs::verify(&rootfs_dir, rootfs::default_stamp_dir().as_deref())?;
-    tracing::debug!(path = %rootfs.path.display(), verification = ?rootfs.verification, "rootfs verified");
+    tracing::debug!(
+        path = %rootfs.path.display(),
+        verification = ?rootfs.verification,
+        elapsed_us = verify_started.elapsed().as_micros() as u64,
+        "rootfs verified"
+    );
     if args.root_host_id == 0 {
         bail!("--root-host-id 0 would make the sandbox user host root; pick an unprivileged id");
     }

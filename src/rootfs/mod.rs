@@ -106,9 +106,17 @@ pub fn verify(root: &Path, stamp_dir: Option<&Path>) -> Result<Rootfs> {
 
 /// The per-user directory for verification stamps, created private if missing.
 pub fn default_stamp_dir() -> Option<PathBuf> {
+    let home = || {
+        std::env::var_os("HOME").map(PathBuf::from).or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::geteuid())
+                .ok()
+                .flatten()
+                .map(|u| u.dir)
+        })
+    };
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+        .or_else(|| home().map(|h| h.join(".cache")))?;
     Some(base.join("codebox"))
 }
 

@@ -8,12 +8,14 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 mod rootfs;
+mod test;
 
 const HELP: &str = "\
 cargo xtask <command> [options]
 
 Commands:
   rootfs   build the sandbox's root filesystem (target/rootfs)
+  test     everything CI runs: rootfs, lints, all tests as root and rootless
 
 Run `cargo xtask <command> --help` for a command's options.
 ";
@@ -27,6 +29,7 @@ fn main() -> ExitCode {
         .map(|c| c.to_str().unwrap_or("<not UTF-8>"))
     {
         Some("rootfs") => rootfs::run(&rest),
+        Some("test") => test::run(&rest),
         // `test`, `ci` and `bench` are dispatched here, each to its own module.
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");

@@ -1,0 +1,129 @@
+//! `cargo xtask test`: everything CI runs, in order, failing fast.
+//!
+//! 1. host packages the build needs (root only: apt-get)
+//! 2. the rootfs (`cargo xtask rootfs`)
+//! 3. `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`
+//! 4. `cargo test --workspace` as the current user, strict (no feature may be skipped)
+//! 5. as root: the integration tests again as an unprivileged user (rootless mode)
+//! 6. `cargo bench --no-run`, so the benches keep compiling
+
+mod host;
+mod rootless;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+const HELP: &str = "\
+cargo xtask test [--no-lint] [--no-rootless]
+
+Runs everything CI runs: host packages (as root), the rootfs, fmt and clippy, the whole
+test suite, the integration tests again as an unprivileged user (when run as root), and
+`cargo bench --no-run`.
+
+  --no-lint       skip cargo fmt --check and cargo clippy
+  --no-rootless   skip the unprivileged-user pass
+";
+
+pub fn run(args: &[OsString]) -> Result<()> {
+    let mut lint = true;
+    let mut rootless = true;
+    for a in args {
+        match a.to_str() {
+            Some("--no-lint") => lint = false,
+            Some("--no-rootless") => rootless = false,
+            Some("-h" | "--help") => {
+                print!("{HELP}");
+                return Ok(());
+            }
+            _ => bail!("unknown option {a:?}; see `cargo xtask test --help`"),
+        }
+    }
+    let started = Instant::now();
+    let root = workspace_root();
+    let is_root = host::is_root();
+
+    step("host packages");
+    host::ensure_packages(is_root)?;
+
+    step("rootfs");
+    crate::rootfs::run(&[])?;
+    let rootfs = root.join("target/rootfs");
+
+    if lint {
+        step("cargo fmt --check");
+        cargo(&root, &["fmt", "--all", "--check"])?;
+        step("cargo clippy");
+        cargo(
+            &root,
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )?;
+    }
+
+    step("cargo test (as the current user)");
+    let mut test = cargo_command(&root, &["test", "--workspace"]);
+    test.env("CODEBOX_TEST_STRICT", "1")
+        .env("CODEBOX_ROOTFS", &rootfs);
+    run_checked(&mut test, "cargo test")?;
+
+    if rootless && is_root {
+        step("integration tests as an unprivileged user");
+        rootless::run(&root, &rootfs)?;
+    } else if rootless {
+        println!("(already unprivileged: the run above was the rootless pass)");
+    }
+
+    step("cargo bench --no-run");
+    cargo(&root, &["bench", "--workspace", "--no-run"])?;
+
+    println!(
+        "\nxtask test: all steps passed in {:.0?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+fn step(name: &str) {
+    println!("\n==> {name}");
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+pub fn cargo_command(root: &Path, args: &[&str]) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).current_dir(root);
+    cmd
+}
+
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    run_checked(
+        &mut cargo_command(root, args),
+        &format!("cargo {}", args.join(" ")),
+    )
+}
+
+pub fn run_checked(cmd: &mut Command, what: &str) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
