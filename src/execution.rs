@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::rootfs::Rootfs;
 use crate::runtime::{self, Language};
-use crate::sandbox::{self, IdMapping, Limits, OutputSink, SandboxSpec};
+use crate::sandbox::{self, IdMapping, LandlockStatus, Limits, OutputSink, SandboxSpec, SecurityPolicy};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -29,6 +29,7 @@ pub struct ExecutionRequest {
     /// Host directory bound at `/workspace`; a private tmpfs when `None`.
     pub workspace: Option<PathBuf>,
     pub limits: Limits,
+    pub policy: SecurityPolicy,
 }
 
 /// How it went, in the shape the CLI's `--json` prints.
@@ -45,6 +46,8 @@ pub struct ExecutionResult {
     pub stdout_total_bytes: u64,
     pub stderr_total_bytes: u64,
     pub duration_ms: f64,
+    /// What landlock enforced (`null` when not reported).
+    pub landlock: Option<LandlockStatus>,
 }
 
 impl ExecutionResult {
@@ -76,6 +79,7 @@ pub fn execute(
         limits: request.limits.clone(),
         id_mapping,
         hostname: "codebox".into(),
+        policy: request.policy.clone(),
     };
     let spawn_started = std::time::Instant::now();
     let sandbox = sandbox::spawn(&spec)?;
@@ -97,5 +101,6 @@ pub fn execute(
         stdout_total_bytes: outcome.stdout.total_bytes,
         stderr_total_bytes: outcome.stderr.total_bytes,
         duration_ms: outcome.duration.as_secs_f64() * 1000.0,
+        landlock: outcome.landlock,
     })
 }

@@ -10,11 +10,14 @@
 //! - [`runtime`]: how Python and Deno start inside the sandbox, and the boot protocol on
 //!   fd 3 that hands them the code
 //! - [`rootfs`]: locating the rootfs and verifying it against its manifest
+//! - [`profile`]: sandbox profiles (limits and policy layers) from `policies/profiles/`
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
 //!
 //! `docs/ARCHITECTURE.md` is the code map.
 
 pub mod execution;
+pub mod profile;
 pub mod rootfs;
 pub mod runtime;
 pub mod sandbox;
+pub mod units;

@@ -10,10 +10,12 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use codebox::execution::{self, ExecutionRequest, ExecutionResult};
+use codebox::profile::Profile;
+use codebox::units::{parse_duration, parse_size};
 use codebox::rootfs;
 use codebox::runtime::Language;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
-use codebox::sandbox::{IdMapping, Limits, OutputSink};
+use codebox::sandbox::{IdMapping, OutputSink};
 
 /// Exit status after a timeout, as timeout(1) uses.
 const EXIT_TIMED_OUT: u8 = 124;
@@ -28,21 +30,27 @@ pub struct RunArgs {
     /// A file holding the program ("-" for standard input).
     #[arg(value_name = "FILE", required_unless_present = "code")]
     file: Option<PathBuf>,
-    /// Wall-clock limit, e.g. 500ms, 30s, 2m (a bare number means seconds).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    timeout: Duration,
-    /// Memory limit, e.g. 256M (enforced through cgroups).
+    /// Sandbox profile: a shipped one (default, network) or a path to a .toml file.
+    #[arg(long, default_value = "default", value_name = "NAME|PATH")]
+    profile: String,
+    /// Wall-clock limit, e.g. 500ms, 30s, 2m (a bare number means seconds) [profile: 30s].
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Memory limit, e.g. 256M, enforced through cgroups [profile: 512M].
     #[arg(long, value_parser = parse_size)]
     memory: Option<u64>,
+    /// Task (process + thread) limit, enforced through cgroups [profile: 128].
+    #[arg(long)]
+    pids: Option<u64>,
     /// Host directory mounted read-write at /workspace (default: a private tmpfs).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
     /// Print one JSON object with the captured output and how the program ended.
     #[arg(long)]
     json: bool,
-    /// Bytes of stdout and of stderr kept (the rest is counted and dropped).
-    #[arg(long, default_value = "1M", value_parser = parse_size)]
-    output_limit: u64,
+    /// Bytes of stdout and of stderr kept; the rest is counted and dropped [profile: 1M].
+    #[arg(long, value_parser = parse_size)]
+    output_limit: Option<u64>,
     /// The rootfs built by `cargo xtask rootfs`.
     #[arg(long, env = "CODEBOX_ROOTFS", value_name = "DIR")]
     rootfs: Option<PathBuf>,
@@ -71,9 +79,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    if args.memory.is_some() {
-        tracing::warn!("--memory needs the cgroup layer, which this build does not enforce yet");
-    }
+    let profile = Profile::load(&args.profile)?;
     let verify_started = std::time::Instant::now();
     let rootfs_dir = rootfs::locate(args.rootfs.as_deref())?;
     let rootfs = rootfs::verify(&rootfs_dir, rootfs::default_stamp_dir().as_deref())?;
@@ -86,18 +92,28 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.root_host_id == 0 {
         bail!("--root-host-id 0 would make the sandbox user host root; pick an unprivileged id");
     }
-    let cap = usize::try_from(args.output_limit).unwrap_or(usize::MAX);
-    let limits = Limits {
-        timeout: args.timeout,
-        stdout_cap: cap,
-        stderr_cap: cap,
-        ..Limits::default()
-    };
+    let mut limits = profile.limits.clone();
+    if let Some(t) = args.timeout {
+        limits.timeout = t;
+    }
+    if let Some(m) = args.memory {
+        limits.memory_bytes = Some(m);
+    }
+    if let Some(p) = args.pids {
+        limits.pids = Some(p);
+    }
+    if let Some(o) = args.output_limit {
+        let cap = usize::try_from(o).unwrap_or(usize::MAX);
+        limits.stdout_cap = cap;
+        limits.stderr_cap = cap;
+    }
+    let timeout = limits.timeout;
     let request = ExecutionRequest {
         language: args.language,
         code,
         workspace,
         limits,
+        policy: profile.policy.clone(),
     };
     let id_mapping = IdMapping::for_current_process(args.root_host_id);
     let result = if args.json {
@@ -110,7 +126,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         execution::execute(&rootfs, id_mapping, &request, &mut Passthrough)?
     };
-    report(&result, args.json, args.timeout)
+    report(&result, args.json, timeout)
 }
 
 /// The program text from `-c` or a file, which must be UTF-8.
@@ -189,70 +205,5 @@ fn exit_status(result: &ExecutionResult) -> u8 {
         (Some(code), _) => (code & 0xff) as u8,
         (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
         (None, None) => super::EXIT_CODEBOX_FAILED,
-    }
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration such as 500ms, 30s or 2m"))?;
-    let secs = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s or m")),
-    };
-    if !(secs > 0.0 && secs <= 24.0 * 3600.0) {
-        return Err(format!("{s:?} must be between 0 and 24h"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size such as 512K, 256M or 1G"))?;
-    let mult: u64 = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 1,
-        "K" | "KB" | "KIB" => 1 << 10,
-        "M" | "MB" | "MIB" => 1 << 20,
-        "G" | "GB" | "GIB" => 1 << 30,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use K, M or G")),
-    };
-    value
-        .checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too large"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        assert!(parse_duration("0").is_err());
-        assert!(parse_duration("5h").is_err());
-        assert!(parse_duration("abc").is_err());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
-        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
-        assert_eq!(parse_size("10").unwrap(), 10);
-        assert!(parse_size("1T").is_err());
-        assert!(parse_size("99999999999999999999G").is_err());
     }
 }

@@ -14,6 +14,7 @@ mod error;
 mod fds;
 pub mod idmap;
 mod init;
+pub mod landlock;
 mod mounts;
 pub mod plan;
 mod program;
@@ -32,9 +33,10 @@ use nix::unistd::Pid;
 pub use error::{Error, Result};
 pub use fds::PROGRAM_CHANNEL_FD;
 pub use idmap::IdMapping;
+pub use landlock::{LandlockMode, LandlockStatus};
 pub use report::ProgramStatus;
 pub use spawn::spawn;
-pub use spec::{Limits, Program, SandboxSpec};
+pub use spec::{Limits, Program, SandboxSpec, SecurityPolicy};
 pub use supervise::{Captured, Discard, Outcome, OutputSink};
 
 /// A running sandbox. Dropping it kills and reaps the whole sandbox.
@@ -49,6 +51,8 @@ pub struct Sandbox {
     status: OwnedFd,
     started: Instant,
     reaped: bool,
+    /// What landlock enforced, as the program process reported before its exec.
+    landlock: Option<LandlockStatus>,
 }
 
 impl Sandbox {
@@ -70,6 +74,7 @@ impl Sandbox {
             status,
             started,
             reaped: false,
+            landlock: None,
         }
     }
 
@@ -77,6 +82,11 @@ impl Sandbox {
     fn started_now(mut self) -> Self {
         self.started = Instant::now();
         self
+    }
+
+    /// What landlock enforced for the program (`None`: not reported, e.g. disabled).
+    pub fn landlock(&self) -> Option<LandlockStatus> {
+        self.landlock
     }
 
     /// The host pid of the sandbox init.

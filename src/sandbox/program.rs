@@ -1,8 +1,8 @@
 //! The program process (pid 2): the last, unprivileged steps before `execve`.
 //!
 //! In order: new session, parent-death signal, stdio and fd 3, close everything else,
-//! rlimits, drop every capability, `no_new_privs`, working directory, exec. Later layers
-//! (landlock, then seccomp last) slot in right before the exec.
+//! rlimits, drop every capability, `no_new_privs`, landlock, working directory, exec.
+//! Seccomp goes last, right before the exec.
 
 use std::os::fd::BorrowedFd;
 
@@ -93,14 +93,26 @@ pub fn run(spec: &SandboxSpec) -> ! {
     let r = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
     check(errno_result(r), Stage::NoNewPrivs, 0);
 
-    // 8. Working directory.
+    // 8. Landlock: filesystem, TCP and scope restrictions, reported to the supervisor.
+    match super::landlock::restrict_self(spec.policy.landlock, spec.policy.allow_network) {
+        Ok(status) => report::info(errors_fd(), report::Info::Landlock(status)),
+        Err(_) if spec.policy.landlock == super::landlock::LandlockMode::BestEffort => {
+            report::info(
+                errors_fd(),
+                report::Info::Landlock(super::landlock::LandlockStatus::NotEnforced),
+            )
+        }
+        Err(_) => report::fail(errors_fd(), Stage::Landlock, 0, libc::EPERM),
+    }
+
+    // 9. Working directory.
     check(
         nix::unistd::chdir(spec.program.cwd.as_c_str()),
         Stage::Chdir,
         0,
     );
 
-    // 9. Exec with exactly the environment of the spec.
+    // 10. Exec with exactly the environment of the spec.
     let p = &spec.program;
     let err = match nix::unistd::execve(&p.path, &p.argv, &p.env) {
         Err(e) => e,

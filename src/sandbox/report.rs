@@ -7,6 +7,7 @@
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use super::landlock::LandlockStatus;
 use super::plan::MountStep;
 
 /// The setup stage that failed inside the sandbox.
@@ -33,10 +34,11 @@ pub enum Stage {
     NoNewPrivs,
     Chdir,
     Exec,
+    Landlock,
 }
 
 impl Stage {
-    const ALL: [Stage; 20] = [
+    const ALL: [Stage; 21] = [
         Stage::ArrangeFds,
         Stage::ParentDeathSignal,
         Stage::WaitForParent,
@@ -57,6 +59,7 @@ impl Stage {
         Stage::NoNewPrivs,
         Stage::Chdir,
         Stage::Exec,
+        Stage::Landlock,
     ];
 
     fn from_u32(v: u32) -> Option<Stage> {
@@ -85,6 +88,7 @@ impl Stage {
             Stage::NoNewPrivs => "setting no_new_privs",
             Stage::Chdir => "changing to the working directory",
             Stage::Exec => "executing the program",
+            Stage::Landlock => "enforcing the landlock ruleset the profile requires",
         }
     }
 }
@@ -132,6 +136,37 @@ pub fn decode_failure(b: &[u8; FAILURE_LEN], plan: &[MountStep]) -> Option<Setup
             .flatten(),
         errno: word(8) as i32,
     })
+}
+
+/// Info records share the failure records' size and pipe; their first word is this tag.
+const INFO_LANDLOCK: u32 = 0x100;
+
+/// An informational record: setup went on after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Info {
+    Landlock(LandlockStatus),
+}
+
+pub fn encode_info(info: Info) -> [u8; FAILURE_LEN] {
+    let Info::Landlock(status) = info;
+    let mut b = [0u8; FAILURE_LEN];
+    b[0..4].copy_from_slice(&INFO_LANDLOCK.to_le_bytes());
+    b[4..8].copy_from_slice(&status.code().to_le_bytes());
+    b
+}
+
+pub fn decode_info(b: &[u8; FAILURE_LEN]) -> Option<Info> {
+    let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    (word(0) == INFO_LANDLOCK)
+        .then(|| LandlockStatus::from_code(word(4)).map(Info::Landlock))
+        .flatten()
+}
+
+/// Writes an info record; losing it only loses the report.
+pub fn info(fd: BorrowedFd<'_>, info: Info) {
+    let record = encode_info(info);
+    // SAFETY: `record` is a valid buffer of FAILURE_LEN bytes; `fd` is open.
+    unsafe { libc::write(fd.as_raw_fd(), record.as_ptr().cast(), record.len()) };
 }
 
 /// Writes a failure record and ends the calling (child) process with status 127.
@@ -202,6 +237,14 @@ mod tests {
             assert_eq!(f.stage, s);
         }
         assert!(decode_failure(&encode_failure(Stage::Exec, 0, 1).map(|_| 0xff), &[]).is_none());
+    }
+
+    #[test]
+    fn info_is_not_a_failure() {
+        let rec = encode_info(Info::Landlock(LandlockStatus::PartiallyEnforced));
+        assert_eq!(decode_info(&rec), Some(Info::Landlock(LandlockStatus::PartiallyEnforced)));
+        assert_eq!(decode_failure(&rec, &[]), None);
+        assert_eq!(decode_info(&encode_failure(Stage::Mount, 2, 1)), None);
     }
 
     #[test]

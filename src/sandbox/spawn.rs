@@ -82,11 +82,19 @@ pub fn spawn(spec: &SandboxSpec) -> Result<Sandbox> {
     fds::write_all_raw(sync_w.as_raw_fd(), b"1").map_err(|source| Error::Release { source })?;
     drop(sync_w);
 
+    // Info records may come first; end of file means the program was exec'd.
+    let mut sandbox = sandbox;
     let mut record = [0u8; FAILURE_LEN];
-    let got = fds::read_full(errors_r.as_fd(), &mut record).map_err(|source| Error::Io {
-        doing: "waiting for the program to start",
-        source,
-    })?;
+    let got = loop {
+        let got = fds::read_full(errors_r.as_fd(), &mut record).map_err(|source| Error::Io {
+            doing: "waiting for the program to start",
+            source,
+        })?;
+        match (got, report::decode_info(&record)) {
+            (FAILURE_LEN, Some(report::Info::Landlock(status))) => sandbox.landlock = Some(status),
+            _ => break got,
+        }
+    };
     match got {
         0 => Ok(sandbox.started_now()),
         FAILURE_LEN => {

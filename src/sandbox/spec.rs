@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::error::{Error, Result};
 use super::idmap::IdMapping;
+use super::landlock::LandlockMode;
 
 /// Default cap on captured stdout, and separately on stderr.
 pub const DEFAULT_OUTPUT_CAP: usize = 1024 * 1024;
@@ -31,6 +32,12 @@ pub struct Limits {
     pub open_files: u64,
     /// `RLIMIT_FSIZE` for the program: the largest file it may write.
     pub file_size_bytes: u64,
+    /// cgroup memory limit (no swap).
+    pub memory_bytes: Option<u64>,
+    /// cgroup task limit (processes and threads).
+    pub pids: Option<u64>,
+    /// cgroup CPU bandwidth, in thousandths of a core.
+    pub cpu_millicores: Option<u64>,
 }
 
 impl Default for Limits {
@@ -43,6 +50,26 @@ impl Default for Limits {
             shm_bytes: 16 * 1024 * 1024,
             open_files: 256,
             file_size_bytes: 256 * 1024 * 1024,
+            memory_bytes: None,
+            pids: None,
+            cpu_millicores: None,
+        }
+    }
+}
+
+/// The kernel policy layers applied to the program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityPolicy {
+    pub landlock: LandlockMode,
+    /// Whether TCP is allowed by landlock (seccomp has its own network profile).
+    pub allow_network: bool,
+}
+
+impl Default for SecurityPolicy {
+    fn default() -> Self {
+        SecurityPolicy {
+            landlock: LandlockMode::BestEffort,
+            allow_network: false,
         }
     }
 }
@@ -86,6 +113,7 @@ pub struct SandboxSpec {
     pub limits: Limits,
     pub id_mapping: IdMapping,
     pub hostname: String,
+    pub policy: SecurityPolicy,
 }
 
 impl SandboxSpec {
@@ -117,6 +145,11 @@ impl SandboxSpec {
                 self.hostname
             )));
         }
+        if self.id_mapping.privileged && (self.id_mapping.host_uid == 0 || self.id_mapping.host_gid == 0) {
+            return Err(Error::InvalidSpec(
+                "the sandbox user may not map to host root (id 0)".into(),
+            ));
+        }
         if self.limits.timeout.is_zero() {
             return Err(Error::InvalidSpec("timeout must be positive".into()));
         }
@@ -142,7 +175,15 @@ mod tests {
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),
             hostname: "codebox".into(),
+            policy: SecurityPolicy::default(),
         }
+    }
+
+    #[test]
+    fn root_mapping_to_host_root_is_refused() {
+        let mut s = spec();
+        s.id_mapping = IdMapping::for_root(0);
+        assert!(s.validate().is_err());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::error::{Error, Result};
 use super::fds;
+use super::landlock::LandlockStatus;
 use super::report::ProgramStatus;
 use super::spec::Limits;
 use super::Sandbox;
@@ -58,6 +59,8 @@ pub struct Outcome {
     pub stderr: Captured,
     /// From the program's exec to the end of the sandbox.
     pub duration: Duration,
+    /// What landlock enforced for the program.
+    pub landlock: Option<LandlockStatus>,
 }
 
 impl Outcome {
@@ -180,6 +183,7 @@ impl Sandbox {
             stdout,
             stderr,
             duration,
+            landlock: self.landlock,
         })
     }
 }

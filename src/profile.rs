@@ -1,0 +1,226 @@
+//! Sandbox profiles: limits and policy layers as data (`policies/profiles/*.toml`).
+//!
+//! The shipped profiles are compiled into the binary, so an installed `codebox` does not
+//! depend on the source tree; `--profile PATH.toml` loads one from a file. Every key is
+//! required and unknown keys are refused, so a typo cannot silently weaken a profile.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::sandbox::{LandlockMode, Limits, SecurityPolicy};
+use crate::units::{parse_duration, parse_size};
+
+/// Profiles shipped with codebox: (name, TOML).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("default", include_str!("../policies/profiles/default.toml")),
+    ("network", include_str!("../policies/profiles/network.toml")),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("unknown profile {name:?}: expected one of {known} or a path to a .toml file")]
+    Unknown { name: String, known: String },
+    #[error("cannot read profile {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("profile {name} is invalid: {reason}")]
+    Invalid { name: String, reason: String },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    description: String,
+    limits: LimitsSection,
+    seccomp: SeccompSection,
+    landlock: LandlockSection,
+    network: NetworkSection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsSection {
+    memory: String,
+    pids: u64,
+    cpu: f64,
+    timeout: String,
+    tmpfs: String,
+    shm: String,
+    output: String,
+    open_files: u64,
+    file_size: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeccompSection {
+    policy: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LandlockSection {
+    required: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkSection {
+    enabled: bool,
+}
+
+/// A loaded, validated profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    pub limits: Limits,
+    /// Name of the seccomp policy (`policies/seccomp/<name>.json`).
+    pub seccomp: String,
+    pub policy: SecurityPolicy,
+}
+
+impl Profile {
+    /// A shipped profile by name, or a profile file by path (anything containing `/` or
+    /// ending in `.toml`).
+    pub fn load(name_or_path: &str) -> Result<Profile> {
+        if name_or_path.contains('/') || name_or_path.ends_with(".toml") {
+            let text = std::fs::read_to_string(name_or_path).map_err(|source| Error::Read {
+                path: name_or_path.to_string(),
+                source,
+            })?;
+            let name = Path::new(name_or_path)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| name_or_path.to_string());
+            return Profile::parse(&name, &text);
+        }
+        match BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            Some((name, text)) => Profile::parse(name, text),
+            None => Err(Error::Unknown {
+                name: name_or_path.to_string(),
+                known: BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+            }),
+        }
+    }
+
+    /// Parses and validates profile TOML.
+    pub fn parse(name: &str, text: &str) -> Result<Profile> {
+        let invalid = |reason: String| Error::Invalid {
+            name: name.to_string(),
+            reason,
+        };
+        let file: File = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        let l = &file.limits;
+        let size = |field: &str, v: &str| parse_size(v).map_err(|e| invalid(format!("limits.{field}: {e}")));
+        let memory = size("memory", &l.memory)?;
+        if memory < 16 << 20 {
+            return Err(invalid("limits.memory must be at least 16M".into()));
+        }
+        if l.pids < 4 {
+            return Err(invalid("limits.pids must be at least 4".into()));
+        }
+        if !(l.cpu > 0.0 && l.cpu <= 1024.0) {
+            return Err(invalid("limits.cpu must be a positive number of cores".into()));
+        }
+        let timeout: Duration =
+            parse_duration(&l.timeout).map_err(|e| invalid(format!("limits.timeout: {e}")))?;
+        let output = size("output", &l.output)?;
+        let limits = Limits {
+            timeout,
+            stdout_cap: usize::try_from(output).unwrap_or(usize::MAX),
+            stderr_cap: usize::try_from(output).unwrap_or(usize::MAX),
+            tmpfs_bytes: size("tmpfs", &l.tmpfs)?,
+            shm_bytes: size("shm", &l.shm)?,
+            open_files: l.open_files,
+            file_size_bytes: size("file_size", &l.file_size)?,
+            memory_bytes: Some(memory),
+            pids: Some(l.pids),
+            cpu_millicores: Some((l.cpu * 1000.0).round() as u64),
+        };
+        if file.seccomp.policy.is_empty()
+            || !file
+                .seccomp
+                .policy
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(invalid(format!(
+                "seccomp.policy {:?} is not a policy name",
+                file.seccomp.policy
+            )));
+        }
+        Ok(Profile {
+            name: name.to_string(),
+            description: file.description,
+            limits,
+            seccomp: file.seccomp.policy,
+            policy: SecurityPolicy {
+                landlock: if file.landlock.required {
+                    LandlockMode::Required
+                } else {
+                    LandlockMode::BestEffort
+                },
+                allow_network: file.network.enabled,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_profiles_load() {
+        let d = Profile::load("default").unwrap();
+        assert_eq!(d.limits.memory_bytes, Some(512 << 20));
+        assert_eq!(d.limits.pids, Some(128));
+        assert_eq!(d.limits.cpu_millicores, Some(1000));
+        assert_eq!(d.limits.timeout, Duration::from_secs(30));
+        assert_eq!(d.seccomp, "default");
+        assert!(!d.policy.allow_network);
+        let n = Profile::load("network").unwrap();
+        assert!(n.policy.allow_network);
+        assert_eq!(n.seccomp, "network");
+    }
+
+    #[test]
+    fn unknown_keys_and_names_are_refused() {
+        let text = BUILTIN[0].1.replace("[network]", "[network]\nbogus = 1");
+        let err = Profile::parse("x", &text).unwrap_err().to_string();
+        assert!(err.contains("bogus"), "{err}");
+        let err = Profile::load("nope").unwrap_err().to_string();
+        assert!(err.contains("default, network"), "{err}");
+    }
+
+    #[test]
+    fn missing_keys_and_bad_values_are_refused() {
+        let text = BUILTIN[0].1.replace("pids = 128", "");
+        assert!(Profile::parse("x", &text).unwrap_err().to_string().contains("pids"));
+        let text = BUILTIN[0].1.replace("memory = \"512M\"", "memory = \"lots\"");
+        assert!(Profile::parse("x", &text).unwrap_err().to_string().contains("limits.memory"));
+        let text = BUILTIN[0].1.replace("cpu = 1.0", "cpu = -1.0");
+        assert!(Profile::parse("x", &text).is_err());
+        let text = BUILTIN[0].1.replace("policy = \"default\"", "policy = \"../etc\"");
+        assert!(Profile::parse("x", &text).is_err());
+    }
+
+    #[test]
+    fn profiles_load_from_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tight.toml");
+        std::fs::write(&path, BUILTIN[0].1.replace("timeout = \"30s\"", "timeout = \"2s\"")).unwrap();
+        let p = Profile::load(path.to_str().unwrap()).unwrap();
+        assert_eq!(p.name, "tight");
+        assert_eq!(p.limits.timeout, Duration::from_secs(2));
+        assert!(Profile::load("/nonexistent/p.toml").is_err());
+    }
+}
