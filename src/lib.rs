@@ -11,10 +11,12 @@
 //!   fd 3 that hands them the code
 //! - [`rootfs`]: locating the rootfs and verifying it against its manifest
 //! - [`profile`]: sandbox profiles (limits and policy layers) from `policies/profiles/`
+//! - [`doctor`]: host checks, layer by layer (`codebox doctor`, health)
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
 //!
 //! `docs/ARCHITECTURE.md` is the code map.
 
+pub mod doctor;
 pub mod execution;
 pub mod profile;
 pub mod rootfs;

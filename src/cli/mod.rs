@@ -1,5 +1,6 @@
 //! Command-line interface: argument parsing and dispatch.
 
+mod doctor;
 mod run;
 
 use std::process::ExitCode;
@@ -24,11 +25,14 @@ pub struct Cli {
 enum Command {
     /// Run a program in a fresh sandbox.
     Run(run::RunArgs),
+    /// Check this host layer by layer: namespaces, cgroups, seccomp, landlock, rootfs, runtimes.
+    Doctor(doctor::DoctorArgs),
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Doctor(args) => doctor::run(args),
     }
 }
 

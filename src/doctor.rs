@@ -1,0 +1,304 @@
+//! Host checks, layer by layer: can this host run codebox sandboxes, and with which
+//! isolation layers in force?
+//!
+//! Each check really exercises the layer (a forked probe that unshares a namespace, a
+//! sandbox that runs the interpreters) rather than reading configuration, so the report
+//! says what works, not what should. Used by `codebox doctor`; the MCP health tool reports
+//! the same list.
+//!
+//! Must run in a single-threaded process: the probes fork.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::execution::{self, ExecutionRequest};
+use crate::profile::Profile;
+use crate::rootfs;
+use crate::runtime::Language;
+use crate::sandbox::{self, IdMapping, LandlockMode};
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    /// Works, with less than full strength (e.g. landlock partially enforced).
+    Degraded,
+    Missing,
+}
+
+/// One layer's check.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub layer: String,
+    pub status: Status,
+    pub detail: String,
+    /// How to fix the host, when the layer is not fully there.
+    pub fix: Option<String>,
+    /// Whether the profile cannot run without this layer.
+    pub required: bool,
+}
+
+impl Check {
+    fn new(layer: &str, status: Status, detail: impl Into<String>, required: bool) -> Check {
+        Check {
+            layer: layer.to_string(),
+            status,
+            detail: detail.into(),
+            fix: None,
+            required,
+        }
+    }
+
+    fn fix(mut self, fix: impl Into<String>) -> Check {
+        if self.status != Status::Ok {
+            self.fix = Some(fix.into());
+        }
+        self
+    }
+
+    /// A required layer that is missing.
+    pub fn blocks(&self) -> bool {
+        self.required && self.status == Status::Missing
+    }
+}
+
+/// The full report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub profile: String,
+    pub checks: Vec<Check>,
+    /// Whether every hard requirement of the profile is met.
+    pub ready: bool,
+}
+
+/// Runs every check for `profile` with the rootfs at `rootfs_dir` (if found).
+pub fn run(profile: &Profile, rootfs_dir: Option<&std::path::Path>, root_host_id: u32) -> Report {
+    let mut checks = Vec::new();
+    checks.extend(namespace_checks());
+    checks.push(landlock_check(profile));
+    let rootfs = rootfs_check(rootfs_dir, &mut checks);
+    if let Some(rootfs) = rootfs {
+        for lang in Language::ALL {
+            checks.push(runtime_check(lang, &rootfs, profile, root_host_id));
+        }
+    }
+    let ready = !checks.iter().any(Check::blocks);
+    Report {
+        profile: profile.name.clone(),
+        checks,
+        ready,
+    }
+}
+
+const NAMESPACES: [(&str, libc::c_int); 6] = [
+    ("mount namespace", libc::CLONE_NEWNS),
+    ("pid namespace", libc::CLONE_NEWPID),
+    ("network namespace", libc::CLONE_NEWNET),
+    ("ipc namespace", libc::CLONE_NEWIPC),
+    ("uts namespace", libc::CLONE_NEWUTS),
+    ("cgroup namespace", libc::CLONE_NEWCGROUP),
+];
+
+fn namespace_checks() -> Vec<Check> {
+    let root = nix::unistd::geteuid().is_root();
+    let own = probe_unshare(None, 0);
+    let unprivileged = if root {
+        probe_unshare(Some(65534), 0)
+    } else {
+        probe_unshare(None, 0)
+    };
+    let userns_fix = "enable user namespaces: sysctl -w user.max_user_namespaces=15000 \
+                      kernel.unprivileged_userns_clone=1 (and on Ubuntu \
+                      kernel.apparmor_restrict_unprivileged_userns=0)";
+    let mut checks = vec![match (own, unprivileged) {
+        (Ok(()), Ok(())) => Check::new(
+            "user namespaces",
+            Status::Ok,
+            if root {
+                "as root, and as an unprivileged user"
+            } else {
+                "rootless"
+            },
+            true,
+        ),
+        (Ok(()), Err(e)) => Check::new(
+            "user namespaces",
+            Status::Degraded,
+            format!("root only; unprivileged users get {e}"),
+            true,
+        )
+        .fix(userns_fix),
+        (Err(e), _) => Check::new(
+            "user namespaces",
+            Status::Missing,
+            format!("unshare(CLONE_NEWUSER): {e}"),
+            true,
+        )
+        .fix(userns_fix),
+    }];
+    for (name, flag) in NAMESPACES {
+        checks.push(match probe_unshare(None, flag) {
+            Ok(()) => Check::new(name, Status::Ok, "unshared inside a user namespace", true),
+            Err(e) => Check::new(name, Status::Missing, format!("unshare: {e}"), true)
+                .fix("use a kernel built with this namespace type (CONFIG_*_NS)"),
+        });
+    }
+    checks
+}
+
+/// Forks a child that (optionally drops to `as_uid`,) unshares a user namespace and then
+/// `extra`; returns the child's errno as an error.
+fn probe_unshare(as_uid: Option<u32>, extra: libc::c_int) -> Result<(), std::io::Error> {
+    // SAFETY: doctor runs single-threaded (the CLI), so the child may run ordinary code; it
+    // ends with _exit and never returns into the parent's frames.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => {
+            let code = (|| -> Result<(), nix::errno::Errno> {
+                if let Some(id) = as_uid {
+                    nix::unistd::setgroups(&[])?;
+                    let g = nix::unistd::Gid::from_raw(id);
+                    nix::unistd::setresgid(g, g, g)?;
+                    let u = nix::unistd::Uid::from_raw(id);
+                    nix::unistd::setresuid(u, u, u)?;
+                }
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)?;
+                if extra != 0 {
+                    nix::sched::unshare(nix::sched::CloneFlags::from_bits_retain(extra))?;
+                }
+                Ok(())
+            })()
+            .map_or_else(|e| e as i32, |()| 0);
+            // SAFETY: ends the probe child without unwinding into the parent's frames.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            match nix::sys::wait::waitpid(child, None) {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, errno)) => {
+                    Err(std::io::Error::from_raw_os_error(errno))
+                }
+                Ok(other) => Err(std::io::Error::other(format!("probe ended with {other:?}"))),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn landlock_check(profile: &Profile) -> Check {
+    let required = profile.policy.landlock == LandlockMode::Required;
+    let target = sandbox::landlock::TARGET_ABI as u32;
+    match sandbox::landlock::kernel_abi() {
+        Some(abi) if abi >= target => Check::new(
+            "landlock",
+            Status::Ok,
+            format!("kernel ABI {abi} (ruleset written for ABI {target}): fully enforced"),
+            required,
+        ),
+        Some(abi) => Check::new(
+            "landlock",
+            Status::Degraded,
+            format!("kernel ABI {abi} < {target}: partially enforced"),
+            required,
+        )
+        .fix("a kernel ≥ 6.12 enforces every landlock rule codebox sets"),
+        None => Check::new("landlock", Status::Missing, "not available", required)
+            .fix("boot with landlock in the LSM list (lsm=landlock,...) on a kernel ≥ 5.13"),
+    }
+}
+
+fn rootfs_check(dir: Option<&std::path::Path>, checks: &mut Vec<Check>) -> Option<rootfs::Rootfs> {
+    let verified = match dir {
+        None => Err("no rootfs found".to_string()),
+        Some(d) => {
+            rootfs::verify(d, rootfs::default_stamp_dir().as_deref()).map_err(|e| e.to_string())
+        }
+    };
+    match verified {
+        Ok(r) => {
+            checks.push(Check::new(
+                "rootfs",
+                Status::Ok,
+                format!(
+                    "{}: {} entries, manifest sha256 {}…, {:?} verification",
+                    r.path.display(),
+                    r.entries,
+                    &r.manifest_sha256[..12],
+                    r.verification
+                ),
+                true,
+            ));
+            Some(r)
+        }
+        Err(e) => {
+            checks.push(
+                Check::new("rootfs", Status::Missing, e, true)
+                    .fix("build it with `cargo xtask rootfs` (or set CODEBOX_ROOTFS)"),
+            );
+            None
+        }
+    }
+}
+
+fn runtime_check(
+    lang: Language,
+    rootfs: &rootfs::Rootfs,
+    profile: &Profile,
+    root_host_id: u32,
+) -> Check {
+    let (code, layer) = match lang {
+        Language::Python => (
+            "import sys; print('Python', sys.version.split()[0])",
+            "python in sandbox",
+        ),
+        Language::TypeScript => (
+            "console.log('Deno', Deno.version.deno)",
+            "typescript in sandbox",
+        ),
+    };
+    let request = ExecutionRequest {
+        language: lang,
+        code: code.into(),
+        workspace: None,
+        limits: profile.limits.clone(),
+        policy: profile.policy.clone(),
+    };
+    let started = Instant::now();
+    let result = execution::execute(
+        rootfs,
+        IdMapping::for_current_process(root_host_id),
+        &request,
+        &mut sandbox::Discard,
+    );
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    match result {
+        Ok(r) if !r.failed() => {
+            let landlock = match r.landlock {
+                Some(s) => format!(", landlock {s:?}"),
+                None => String::new(),
+            };
+            Check::new(
+                layer,
+                Status::Ok,
+                format!("{} in {ms:.0} ms{landlock}", r.stdout.trim()),
+                true,
+            )
+        }
+        Ok(r) => Check::new(
+            layer,
+            Status::Missing,
+            format!(
+                "exit {:?}, signal {:?}: {}",
+                r.exit_code,
+                r.signal,
+                r.stderr.lines().last().unwrap_or("")
+            ),
+            true,
+        )
+        .fix("rebuild the rootfs with `cargo xtask rootfs`"),
+        Err(e) => Check::new(layer, Status::Missing, e.to_string(), true)
+            .fix("see the layers above; run with -v for the failing setup step"),
+    }
+}
