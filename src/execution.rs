@@ -48,6 +48,9 @@ pub struct ExecutionResult {
     pub duration_ms: f64,
     /// What landlock enforced (`null` when not reported).
     pub landlock: Option<LandlockStatus>,
+    /// The program was killed by the seccomp policy (signal 31, SIGSYS): it made a
+    /// system call from a foreign ABI (i386 `int 0x80`, x32).
+    pub seccomp_violation: bool,
 }
 
 impl ExecutionResult {
@@ -102,5 +105,6 @@ pub fn execute(
         stderr_total_bytes: outcome.stderr.total_bytes,
         duration_ms: outcome.duration.as_secs_f64() * 1000.0,
         landlock: outcome.landlock,
+        seccomp_violation: outcome.signal() == Some(sandbox::seccomp::SECCOMP_KILL_SIGNAL),
     })
 }

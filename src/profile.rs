@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::sandbox::seccomp::{CompiledFilter, SeccompProfile};
 use crate::sandbox::{LandlockMode, Limits, SecurityPolicy};
 use crate::units::{parse_duration, parse_size};
 
@@ -77,13 +78,13 @@ struct NetworkSection {
 }
 
 /// A loaded, validated profile.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Profile {
     pub name: String,
     pub description: String,
     pub limits: Limits,
-    /// Name of the seccomp policy (`policies/seccomp/<name>.json`).
-    pub seccomp: String,
+    /// The seccomp policy (`policies/seccomp/<name>.json`).
+    pub seccomp: SeccompProfile,
     pub policy: SecurityPolicy,
 }
 
@@ -145,23 +146,19 @@ impl Profile {
             pids: Some(l.pids),
             cpu_millicores: Some((l.cpu * 1000.0).round() as u64),
         };
-        if file.seccomp.policy.is_empty()
-            || !file
-                .seccomp
-                .policy
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err(invalid(format!(
-                "seccomp.policy {:?} is not a policy name",
-                file.seccomp.policy
-            )));
-        }
+        let seccomp: SeccompProfile = file
+            .seccomp
+            .policy
+            .parse()
+            .map_err(|e| invalid(format!("seccomp.policy: {e}")))?;
+        // Compiled here, once, long before any fork; a broken policy stops the profile.
+        let filter = CompiledFilter::for_profile(seccomp)
+            .map_err(|e| invalid(format!("seccomp.policy {seccomp}: {e}")))?;
         Ok(Profile {
             name: name.to_string(),
             description: file.description,
             limits,
-            seccomp: file.seccomp.policy,
+            seccomp,
             policy: SecurityPolicy {
                 landlock: if file.landlock.required {
                     LandlockMode::Required
@@ -169,6 +166,7 @@ impl Profile {
                     LandlockMode::BestEffort
                 },
                 allow_network: file.network.enabled,
+                seccomp: filter,
             },
         })
     }
@@ -185,11 +183,11 @@ mod tests {
         assert_eq!(d.limits.pids, Some(128));
         assert_eq!(d.limits.cpu_millicores, Some(1000));
         assert_eq!(d.limits.timeout, Duration::from_secs(30));
-        assert_eq!(d.seccomp, "default");
+        assert_eq!(d.seccomp, SeccompProfile::Default);
         assert!(!d.policy.allow_network);
         let n = Profile::load("network").unwrap();
         assert!(n.policy.allow_network);
-        assert_eq!(n.seccomp, "network");
+        assert_eq!(n.seccomp, SeccompProfile::Network);
     }
 
     #[test]

@@ -91,22 +91,30 @@ fn only_loopback_and_no_way_out() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    let out = python_ok(&format!(
+    let probe = format!(
         r#"
 import socket
-print("interfaces", [n for _, n in socket.if_nameindex()])
+print("interfaces", [l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]])
 for host in ["127.0.0.1", "10.0.2.2"]:
-    s = socket.socket()
-    s.settimeout(1)
     try:
+        s = socket.socket()
+        s.settimeout(1)
         s.connect((host, {port}))
         print(host, "CONNECTED")
     except OSError as e:
         print(host, "refused", e.errno)
 "#
-    ));
+    );
+    // Default profile: no AF_INET socket at all (seccomp: EPERM).
+    let out = python_ok(&probe);
     assert!(out.contains("interfaces ['lo']"), "{out}");
-    assert!(!out.contains("CONNECTED"), "{out}");
+    assert!(out.contains("127.0.0.1 refused 1"), "{out}");
+    // Network profile: sockets exist, but the namespace has only a loopback that is down.
+    let v = run_json("python", &probe, &["--profile", "network"]);
+    let out = v["stdout"].as_str().unwrap();
+    assert!(out.contains("interfaces ['lo']"), "{v:#}");
+    assert!(!out.contains("CONNECTED"), "{v:#}");
+    assert!(out.contains("10.0.2.2 refused"), "{v:#}");
     assert!(
         listener.accept().is_err(),
         "the host listener saw a connection"

@@ -11,11 +11,11 @@ use clap::Args;
 
 use codebox::execution::{self, ExecutionRequest, ExecutionResult};
 use codebox::profile::Profile;
-use codebox::units::{parse_duration, parse_size};
 use codebox::rootfs;
 use codebox::runtime::Language;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
 use codebox::sandbox::{IdMapping, OutputSink};
+use codebox::units::{parse_duration, parse_size};
 
 /// Exit status after a timeout, as timeout(1) uses.
 const EXIT_TIMED_OUT: u8 = 124;
@@ -191,6 +191,9 @@ fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Re
         }
         if result.timed_out {
             eprintln!("codebox: timed out after {timeout:?}; the sandbox was killed");
+        }
+        if result.seccomp_violation {
+            eprintln!("codebox: killed by the seccomp policy (a system call from a foreign ABI)");
         }
     }
     Ok(ExitCode::from(exit_status(result)))

@@ -3,6 +3,7 @@
 //!
 //! - [`spec`]: what to run and the limits (plain data)
 //! - [`idmap`], [`plan`]: the id maps and the mount plan, decided up front, unit-tested
+//! - [`landlock`], [`seccomp`]: the program's last two policy layers
 //! - [`spawn`]: the parent's side of `clone3`
 //! - [`init`], [`mounts`], [`program`]: the child's side, each a linear procedure
 //! - [`supervise`]: output capture, timeout, exit status
@@ -19,6 +20,7 @@ mod mounts;
 pub mod plan;
 mod program;
 pub mod report;
+pub mod seccomp;
 mod spawn;
 pub mod spec;
 pub mod supervise;

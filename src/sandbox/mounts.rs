@@ -93,7 +93,7 @@ mod tests {
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),
             hostname: "codebox".into(),
-            policy: Default::default(),
+            policy: crate::sandbox::SecurityPolicy::default_profile().unwrap(),
         };
         MountPlan::for_spec(&spec, LockedFlags::default())
     }

@@ -1,8 +1,8 @@
 //! The program process (pid 2): the last, unprivileged steps before `execve`.
 //!
 //! In order: new session, parent-death signal, stdio and fd 3, close everything else,
-//! rlimits, drop every capability, `no_new_privs`, landlock, working directory, exec.
-//! Seccomp goes last, right before the exec.
+//! rlimits, drop every capability, `no_new_privs`, landlock, working directory, seccomp,
+//! exec. Seccomp goes last so that none of the setup calls needs to be allowed by it.
 
 use std::os::fd::BorrowedFd;
 
@@ -112,7 +112,12 @@ pub fn run(spec: &SandboxSpec) -> ! {
         0,
     );
 
-    // 10. Exec with exactly the environment of the spec.
+    // 10. Seccomp, last: one seccomp(2) call with the filter compiled before the fork (no
+    //     allocation). From here on every call of the program, and of everything it
+    //     starts, goes through it.
+    check(spec.policy.seccomp.install(), Stage::Seccomp, 0);
+
+    // 11. Exec with exactly the environment of the spec.
     let p = &spec.program;
     let err = match nix::unistd::execve(&p.path, &p.argv, &p.env) {
         Err(e) => e,

@@ -35,10 +35,11 @@ pub enum Stage {
     Chdir,
     Exec,
     Landlock,
+    Seccomp,
 }
 
 impl Stage {
-    const ALL: [Stage; 21] = [
+    const ALL: [Stage; 22] = [
         Stage::ArrangeFds,
         Stage::ParentDeathSignal,
         Stage::WaitForParent,
@@ -60,6 +61,7 @@ impl Stage {
         Stage::Chdir,
         Stage::Exec,
         Stage::Landlock,
+        Stage::Seccomp,
     ];
 
     fn from_u32(v: u32) -> Option<Stage> {
@@ -89,6 +91,7 @@ impl Stage {
             Stage::Chdir => "changing to the working directory",
             Stage::Exec => "executing the program",
             Stage::Landlock => "enforcing the landlock ruleset the profile requires",
+            Stage::Seccomp => "installing the seccomp filter",
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::error::{Error, Result};
 use super::idmap::IdMapping;
 use super::landlock::LandlockMode;
+use super::seccomp::{CompiledFilter, SeccompProfile};
 
 /// Default cap on captured stdout, and separately on stderr.
 pub const DEFAULT_OUTPUT_CAP: usize = 1024 * 1024;
@@ -58,19 +59,23 @@ impl Default for Limits {
 }
 
 /// The kernel policy layers applied to the program.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SecurityPolicy {
     pub landlock: LandlockMode,
     /// Whether TCP is allowed by landlock (seccomp has its own network profile).
     pub allow_network: bool,
+    /// The seccomp filter installed last before exec, compiled before any fork.
+    pub seccomp: CompiledFilter,
 }
 
-impl Default for SecurityPolicy {
-    fn default() -> Self {
-        SecurityPolicy {
+impl SecurityPolicy {
+    /// The default profile's policy: best-effort landlock, no network, default filter.
+    pub fn default_profile() -> std::result::Result<Self, super::seccomp::Error> {
+        Ok(SecurityPolicy {
             landlock: LandlockMode::BestEffort,
             allow_network: false,
-        }
+            seccomp: CompiledFilter::for_profile(SeccompProfile::Default)?,
+        })
     }
 }
 
@@ -175,7 +180,7 @@ mod tests {
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),
             hostname: "codebox".into(),
-            policy: SecurityPolicy::default(),
+            policy: SecurityPolicy::default_profile().unwrap(),
         }
     }
 

@@ -7,6 +7,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+mod bench_compare;
 mod rootfs;
 mod test;
 
@@ -16,6 +17,7 @@ cargo xtask <command> [options]
 Commands:
   rootfs   build the sandbox's root filesystem (target/rootfs)
   test     everything CI runs: rootfs, lints, all tests as root and rootless
+  bench-compare  start-up latency: bare interpreters vs bwrap vs codebox, side by side
 
 Run `cargo xtask <command> --help` for a command's options.
 ";
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
     {
         Some("rootfs") => rootfs::run(&rest),
         Some("test") => test::run(&rest),
+        Some("bench-compare") => bench_compare::run(&rest),
         // `test`, `ci` and `bench` are dispatched here, each to its own module.
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");

@@ -44,7 +44,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
     }
     let started = Instant::now();
     let root = workspace_root();
-    let is_root = host::is_root();
+    let is_root = is_root();
 
     step("host packages");
     host::ensure_packages(is_root)?;
@@ -91,6 +91,10 @@ pub fn run(args: &[OsString]) -> Result<()> {
         started.elapsed()
     );
     Ok(())
+}
+
+pub fn is_root() -> bool {
+    host::is_root()
 }
 
 fn step(name: &str) {

@@ -1,0 +1,289 @@
+//! The seccomp layer: a syscall deny-list installed right before the sandboxed program's
+//! `execve`.
+//!
+//! The filters are data: `policies/seccomp/<profile>.json` in seccompiler's JSON format
+//! (one file per [`SeccompProfile`], a `comment` on every rule), embedded in the binary
+//! and compiled once per process, on first use, into one classic-BPF program
+//! ([`CompiledFilter`]). `policies/README.md` explains the choices (deny-list, actions,
+//! the ABI guard); `policy.rs` holds the schema checks and `bpf.rs` the assembly.
+//!
+//! Order in the child (see `program.rs`): … drop capabilities, `no_new_privs`, landlock,
+//! **seccomp**, `execve`. The filter is installed last so nothing codebox itself does is
+//! subject to it; it then holds for the program and everything it starts, and cannot be
+//! removed.
+//!
+//! Refused calls get `EPERM` or `ENOSYS`; a foreign-ABI syscall (i386 `int 0x80`, x32) or a
+//! `kill_process` rule kills the whole process with `SIGSYS` ([`SECCOMP_KILL_SIGNAL`]): a
+//! run that ends with signal 31 was killed by the seccomp policy.
+
+mod bpf;
+mod policy;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
+
+use seccompiler::TargetArch;
+
+pub use bpf::{LAST_REVIEWED_SYSCALL, MAX_INSTRUCTIONS};
+pub use policy::MAX_POLICY_BYTES;
+
+/// The signal a process killed by the seccomp policy dies of (`SECCOMP_RET_KILL_PROCESS`
+/// delivers `SIGSYS`, 31 on x86_64/aarch64/riscv64). Run results report it as "killed by
+/// seccomp policy".
+pub const SECCOMP_KILL_SIGNAL: i32 = libc::SIGSYS;
+
+/// Errors of the seccomp layer. `policy` names the profile ("default", "network") or the
+/// file a policy came from.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("seccomp policy {policy} is {size} bytes, over the limit of {max}")]
+    PolicyTooLarge {
+        policy: String,
+        size: usize,
+        max: usize,
+    },
+    #[error("seccomp policy {policy} does not parse")]
+    PolicyJson {
+        policy: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("seccomp policy {policy} is invalid: {problem}")]
+    PolicyInvalid { policy: String, problem: String },
+    #[error("seccomp policy {policy} does not compile for {arch:?}")]
+    Compile {
+        policy: String,
+        arch: TargetArch,
+        #[source]
+        source: seccompiler::Error,
+    },
+    #[error(
+        "seccomp policy {policy} compiles to {instructions} BPF instructions; the kernel takes \
+         at most {max}"
+    )]
+    TooManyInstructions {
+        policy: String,
+        instructions: usize,
+        max: usize,
+    },
+    #[error("seccomp filters are not supported on {arch}")]
+    UnsupportedArch {
+        arch: &'static str,
+        #[source]
+        source: seccompiler::BackendError,
+    },
+    #[error("unknown seccomp profile {0:?}: expected default or network")]
+    UnknownProfile(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A seccomp profile: which policy file applies.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SeccompProfile {
+    /// No network: only `AF_UNIX` sockets.
+    #[default]
+    Default,
+    /// As `Default`, plus `AF_INET` and `AF_INET6` sockets.
+    Network,
+}
+
+impl SeccompProfile {
+    pub const ALL: [SeccompProfile; 2] = [SeccompProfile::Default, SeccompProfile::Network];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SeccompProfile::Default => "default",
+            SeccompProfile::Network => "network",
+        }
+    }
+
+    /// The profile's policy file, as embedded at build time.
+    pub fn policy_json(self) -> &'static str {
+        match self {
+            SeccompProfile::Default => include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/policies/seccomp/default.json"
+            )),
+            SeccompProfile::Network => include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/policies/seccomp/network.json"
+            )),
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            SeccompProfile::Default => 0,
+            SeccompProfile::Network => 1,
+        }
+    }
+}
+
+impl fmt::Display for SeccompProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SeccompProfile {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        SeccompProfile::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| Error::UnknownProfile(s.to_string()))
+    }
+}
+
+/// A compiled, checked seccomp program, ready to install. Cloning shares the program.
+#[derive(Clone)]
+pub struct CompiledFilter {
+    policy: Arc<str>,
+    program: Arc<[libc::sock_filter]>,
+}
+
+/// One compiled program per profile, built on first use.
+static COMPILED: [OnceLock<CompiledFilter>; 2] = [OnceLock::new(), OnceLock::new()];
+
+impl CompiledFilter {
+    /// The filter of a built-in profile. The first call per profile and process compiles
+    /// it (well under a millisecond, and it allocates: make it before forking from a
+    /// multi-threaded process); later calls only clone an `Arc`.
+    pub fn for_profile(profile: SeccompProfile) -> Result<CompiledFilter> {
+        let cell = &COMPILED[profile.index()];
+        if let Some(filter) = cell.get() {
+            return Ok(filter.clone());
+        }
+        let filter = Self::from_json(profile.name(), profile.policy_json().as_bytes())?;
+        Ok(cell.get_or_init(|| filter).clone())
+    }
+
+    /// Checks and compiles a policy in codebox's seccomp JSON format for the host
+    /// architecture. `policy` names it in errors (a profile name or a path).
+    pub fn from_json(policy: &str, json: &[u8]) -> Result<CompiledFilter> {
+        let arch = host_arch()?;
+        let program = compile(policy, json, arch)?;
+        Ok(CompiledFilter {
+            policy: policy.into(),
+            program: program.into(),
+        })
+    }
+
+    /// Number of BPF instructions (at most [`MAX_INSTRUCTIONS`]).
+    pub fn instructions(&self) -> usize {
+        self.program.len()
+    }
+
+    /// The policy this filter was compiled from.
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    /// Installs the filter on the calling thread (no `SECCOMP_FILTER_FLAG_TSYNC`: it is
+    /// meant for the single-threaded child right before `execve`, and `execve` leaves only
+    /// the calling thread anyway).
+    ///
+    /// Safe between fork and exec in a multi-threaded parent: it builds a `sock_fprog` on
+    /// the stack that points at the already-built program and makes one raw `seccomp(2)`
+    /// call; it neither allocates nor takes a lock (the error, if any, is a plain errno).
+    ///
+    /// Requires `no_new_privs` to be set already (or `CAP_SYS_ADMIN`); otherwise the kernel
+    /// answers `EACCES`.
+    pub fn install(&self) -> std::io::Result<()> {
+        let prog = libc::sock_fprog {
+            // Checked against MAX_INSTRUCTIONS (4096) when compiled: fits in u16.
+            len: self.program.len() as libc::c_ushort,
+            filter: self.program.as_ptr().cast_mut(),
+        };
+        // SAFETY: seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog): `prog` lives on this stack
+        // frame for the whole call and points at `self.program`, which the kernel only
+        // reads (it copies the program); the length is that of the slice.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::c_ulong::from(libc::SECCOMP_SET_MODE_FILTER),
+                0 as libc::c_ulong,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    #[cfg(test)]
+    fn program(&self) -> &[libc::sock_filter] {
+        &self.program
+    }
+}
+
+impl fmt::Debug for CompiledFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompiledFilter")
+            .field("policy", &self.policy)
+            .field("instructions", &self.program.len())
+            .finish()
+    }
+}
+
+fn host_arch() -> Result<TargetArch> {
+    let arch = std::env::consts::ARCH;
+    TargetArch::try_from(arch).map_err(|source| Error::UnsupportedArch { arch, source })
+}
+
+/// Checks `json` against the schema and compiles it for `arch`.
+fn compile(policy: &str, json: &[u8], arch: TargetArch) -> Result<Vec<libc::sock_filter>> {
+    if json.len() > MAX_POLICY_BYTES {
+        return Err(Error::PolicyTooLarge {
+            policy: policy.into(),
+            size: json.len(),
+            max: MAX_POLICY_BYTES,
+        });
+    }
+    let doc = policy::check(json).map_err(|p| match p {
+        policy::Problem::Json(source) => Error::PolicyJson {
+            policy: policy.into(),
+            source,
+        },
+        policy::Problem::Rule(problem) => Error::PolicyInvalid {
+            policy: policy.into(),
+            problem,
+        },
+    })?;
+    let compile_error = |source| Error::Compile {
+        policy: policy.into(),
+        arch,
+        source,
+    };
+    let mut by_name = seccompiler::compile_from_json(json, arch).map_err(compile_error)?;
+    let mut filters = Vec::new();
+    for (action, _) in doc.filters() {
+        let program = by_name.remove(action.filter_name()).ok_or_else(|| {
+            // The schema check and seccompiler read the same bytes; they cannot disagree
+            // on which filters exist unless one of them changed.
+            Error::PolicyInvalid {
+                policy: policy.into(),
+                problem: format!("seccompiler did not return filter {}", action.filter_name()),
+            }
+        })?;
+        filters.push(program);
+    }
+    let program = bpf::assemble(arch, &filters);
+    if program.len() > MAX_INSTRUCTIONS {
+        return Err(Error::TooManyInstructions {
+            policy: policy.into(),
+            instructions: program.len(),
+            max: MAX_INSTRUCTIONS,
+        });
+    }
+    Ok(program)
+}
