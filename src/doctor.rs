@@ -12,11 +12,12 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::execution::{self, ExecutionRequest};
+use crate::execution::{self, ExecutionRequest, Host};
 use crate::profile::Profile;
 use crate::rootfs;
 use crate::runtime::Language;
-use crate::sandbox::{self, IdMapping, LandlockMode};
+use crate::sandbox::cgroup::{self, Backend};
+use crate::sandbox::{self, CgroupManager, IdMapping, LandlockMode};
 
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -77,11 +78,15 @@ pub struct Report {
 pub fn run(profile: &Profile, rootfs_dir: Option<&std::path::Path>, root_host_id: u32) -> Report {
     let mut checks = Vec::new();
     checks.extend(namespace_checks());
+    let cgroups = CgroupManager::discover_host();
+    checks.push(cgroup_check(&cgroups, profile));
+    checks.push(seccomp_check(profile));
     checks.push(landlock_check(profile));
     let rootfs = rootfs_check(rootfs_dir, &mut checks);
     if let Some(rootfs) = rootfs {
+        let host = Host::new(rootfs, IdMapping::for_current_process(root_host_id));
         for lang in Language::ALL {
-            checks.push(runtime_check(lang, &rootfs, profile, root_host_id));
+            checks.push(runtime_check(lang, &host, profile));
         }
     }
     let ready = !checks.iter().any(Check::blocks);
@@ -187,6 +192,106 @@ fn probe_unshare(as_uid: Option<u32>, extra: libc::c_int) -> Result<(), std::io:
     }
 }
 
+fn cgroup_check(found: &Result<CgroupManager, cgroup::Error>, profile: &Profile) -> Check {
+    let needed = sandbox::cgroup_limits(&profile.limits).controllers();
+    let required = !needed.is_empty();
+    let fix = "as root it works out of the box; rootless needs a delegated cgroup: run codebox \
+               as a systemd user service with Delegate=yes (cgroup v2), or have root create a \
+               cgroup below yours, chown it to you and move your shell into it";
+    match found {
+        Err(e) => Check::new("cgroups", Status::Missing, e.to_string(), required).fix(fix),
+        Ok(m) => {
+            let have = m.backend().controllers();
+            let missing: Vec<String> = needed
+                .iter()
+                .filter(|c| !have.contains(c))
+                .map(|c| c.name().to_string())
+                .collect();
+            let mut detail = m.backend().to_string();
+            for note in m.notes() {
+                detail.push_str("; ");
+                detail.push_str(note);
+            }
+            if matches!(m.backend(), Backend::None) {
+                Check::new("cgroups", Status::Missing, detail, required).fix(fix)
+            } else if missing.is_empty() {
+                Check::new("cgroups", Status::Ok, detail, required)
+            } else {
+                Check::new(
+                    "cgroups",
+                    Status::Missing,
+                    format!("{detail}; missing for this profile: {}", missing.join(", ")),
+                    required,
+                )
+                .fix(fix)
+            }
+        }
+    }
+}
+
+fn seccomp_check(profile: &Profile) -> Check {
+    let filter = &profile.policy.seccomp;
+    match probe_seccomp(filter) {
+        Ok(()) => Check::new(
+            "seccomp",
+            Status::Ok,
+            format!(
+                "policy {}: {} BPF instructions, installs and refuses keyctl",
+                filter.policy(),
+                filter.instructions()
+            ),
+            true,
+        ),
+        Err(e) => Check::new(
+            "seccomp",
+            Status::Missing,
+            format!("policy {}: {e}", filter.policy()),
+            true,
+        )
+        .fix("use a kernel built with CONFIG_SECCOMP_FILTER"),
+    }
+}
+
+/// Installs the filter in a forked child and checks that keyctl is refused with EPERM.
+fn probe_seccomp(filter: &sandbox::seccomp::CompiledFilter) -> Result<(), std::io::Error> {
+    // SAFETY: doctor runs single-threaded; the child only makes raw calls and _exits.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => {
+            // SAFETY: prctl with integer arguments.
+            unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+            let code = match filter.install() {
+                Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+                Ok(()) => {
+                    // SAFETY: keyctl(KEYCTL_GET_KEYRING_ID, 0, 0): integer arguments only.
+                    let r = unsafe { libc::syscall(libc::SYS_keyctl, 0, 0, 0) };
+                    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                    if r == -1 && errno == libc::EPERM {
+                        0
+                    } else {
+                        200
+                    }
+                }
+            };
+            // SAFETY: ends the probe child without unwinding.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            match nix::sys::wait::waitpid(child, None) {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 200)) => Err(std::io::Error::other(
+                    "installed, but keyctl was not refused",
+                )),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, errno)) => {
+                    Err(std::io::Error::from_raw_os_error(errno))
+                }
+                Ok(other) => Err(std::io::Error::other(format!("probe ended with {other:?}"))),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn landlock_check(profile: &Profile) -> Check {
     let required = profile.policy.landlock == LandlockMode::Required;
     let target = sandbox::landlock::TARGET_ABI as u32;
@@ -242,12 +347,7 @@ fn rootfs_check(dir: Option<&std::path::Path>, checks: &mut Vec<Check>) -> Optio
     }
 }
 
-fn runtime_check(
-    lang: Language,
-    rootfs: &rootfs::Rootfs,
-    profile: &Profile,
-    root_host_id: u32,
-) -> Check {
+fn runtime_check(lang: Language, host: &Host, profile: &Profile) -> Check {
     let (code, layer) = match lang {
         Language::Python => (
             "import sys; print('Python', sys.version.split()[0])",
@@ -266,12 +366,7 @@ fn runtime_check(
         policy: profile.policy.clone(),
     };
     let started = Instant::now();
-    let result = execution::execute(
-        rootfs,
-        IdMapping::for_current_process(root_host_id),
-        &request,
-        &mut sandbox::Discard,
-    );
+    let result = execution::execute(host, &request, &mut sandbox::Discard);
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     match result {
         Ok(r) if !r.failed() => {
@@ -279,10 +374,14 @@ fn runtime_check(
                 Some(s) => format!(", landlock {s:?}"),
                 None => String::new(),
             };
+            let mem = r
+                .peak_memory_bytes
+                .map(|b| format!(", peak {} MiB", b >> 20))
+                .unwrap_or_default();
             Check::new(
                 layer,
                 Status::Ok,
-                format!("{} in {ms:.0} ms{landlock}", r.stdout.trim()),
+                format!("{} in {ms:.0} ms{landlock}{mem}", r.stdout.trim()),
                 true,
             )
         }

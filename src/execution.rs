@@ -9,7 +9,9 @@ use serde::Serialize;
 
 use crate::rootfs::Rootfs;
 use crate::runtime::{self, Language};
-use crate::sandbox::{self, IdMapping, LandlockStatus, Limits, OutputSink, SandboxSpec, SecurityPolicy};
+use crate::sandbox::{
+    self, CgroupManager, IdMapping, LandlockStatus, Limits, OutputSink, SandboxSpec, SecurityPolicy,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -51,6 +53,14 @@ pub struct ExecutionResult {
     /// The program was killed by the seccomp policy (signal 31, SIGSYS): it made a
     /// system call from a foreign ABI (i386 `int 0x80`, x32).
     pub seccomp_violation: bool,
+    /// The kernel's OOM killer ended a process: the memory limit was hit.
+    pub oom_killed: bool,
+    /// A fork or thread creation failed on the pids limit.
+    pub pids_limited: bool,
+    /// Highest memory use of the sandbox, in bytes.
+    pub peak_memory_bytes: Option<u64>,
+    /// CPU time of all the sandbox's processes, in milliseconds.
+    pub cpu_ms: Option<f64>,
 }
 
 impl ExecutionResult {
@@ -60,15 +70,55 @@ impl ExecutionResult {
     }
 }
 
-/// Runs `request` in a fresh sandbox over `rootfs`.
+/// What this process needs to create sandboxes: the verified rootfs, the id mapping and
+/// the cgroup hierarchies, found once.
+#[derive(Debug)]
+pub struct Host {
+    pub rootfs: Rootfs,
+    pub id_mapping: IdMapping,
+    /// `None` when no cgroup hierarchy is writable; sandboxes with limits then fail.
+    pub cgroups: Option<CgroupManager>,
+}
+
+impl Host {
+    /// Finds the cgroup hierarchies (enabling delegated v2 controllers, removing stale
+    /// cgroups of crashed supervisors). Call before any thread or sandbox exists.
+    pub fn new(rootfs: Rootfs, id_mapping: IdMapping) -> Host {
+        let cgroups = match CgroupManager::discover_host() {
+            Ok(mut m) => {
+                if let Err(e) = m.enable_v2_controllers() {
+                    tracing::debug!(?e, "v2 controllers stay disabled");
+                }
+                match m.cleanup_stale() {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(removed = n, "removed stale sandbox cgroups"),
+                    Err(e) => tracing::warn!(?e, "cannot clean up stale cgroups"),
+                }
+                Some(m)
+            }
+            Err(e) => {
+                tracing::warn!(?e, "no usable cgroup hierarchy");
+                None
+            }
+        };
+        Host {
+            rootfs,
+            id_mapping,
+            cgroups,
+        }
+    }
+}
+
+/// Runs `request` in a fresh sandbox on `host`.
 ///
 /// Must be called from a single-threaded process (the sandbox is cloned from it).
 pub fn execute(
-    rootfs: &Rootfs,
-    id_mapping: IdMapping,
+    host: &Host,
     request: &ExecutionRequest,
     sink: &mut dyn OutputSink,
 ) -> Result<ExecutionResult> {
+    let rootfs = &host.rootfs;
+    let id_mapping = host.id_mapping;
     if request.code.len() > runtime::MAX_CODE_BYTES {
         return Err(Error::CodeTooLarge {
             size: request.code.len(),
@@ -85,7 +135,7 @@ pub fn execute(
         policy: request.policy.clone(),
     };
     let spawn_started = std::time::Instant::now();
-    let sandbox = sandbox::spawn(&spec)?;
+    let sandbox = sandbox::spawn(&spec, host.cgroups.as_ref())?;
     tracing::debug!(
         elapsed_us = spawn_started.elapsed().as_micros() as u64,
         "sandbox spawned: program exec'd"
@@ -106,5 +156,13 @@ pub fn execute(
         duration_ms: outcome.duration.as_secs_f64() * 1000.0,
         landlock: outcome.landlock,
         seccomp_violation: outcome.signal() == Some(sandbox::seccomp::SECCOMP_KILL_SIGNAL),
+        oom_killed: outcome.cgroup.as_ref().is_some_and(|c| c.oom_killed),
+        pids_limited: outcome.cgroup.as_ref().is_some_and(|c| c.pids_limited),
+        peak_memory_bytes: outcome.cgroup.as_ref().and_then(|c| c.peak_memory_bytes),
+        cpu_ms: outcome
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.cpu_usec)
+            .map(|us| us as f64 / 1000.0),
     })
 }

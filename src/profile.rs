@@ -107,7 +107,11 @@ impl Profile {
             Some((name, text)) => Profile::parse(name, text),
             None => Err(Error::Unknown {
                 name: name_or_path.to_string(),
-                known: BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+                known: BUILTIN
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             }),
         }
     }
@@ -120,7 +124,9 @@ impl Profile {
         };
         let file: File = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
         let l = &file.limits;
-        let size = |field: &str, v: &str| parse_size(v).map_err(|e| invalid(format!("limits.{field}: {e}")));
+        let size = |field: &str, v: &str| {
+            parse_size(v).map_err(|e| invalid(format!("limits.{field}: {e}")))
+        };
         let memory = size("memory", &l.memory)?;
         if memory < 16 << 20 {
             return Err(invalid("limits.memory must be at least 16M".into()));
@@ -129,7 +135,9 @@ impl Profile {
             return Err(invalid("limits.pids must be at least 4".into()));
         }
         if !(l.cpu > 0.0 && l.cpu <= 1024.0) {
-            return Err(invalid("limits.cpu must be a positive number of cores".into()));
+            return Err(invalid(
+                "limits.cpu must be a positive number of cores".into(),
+            ));
         }
         let timeout: Duration =
             parse_duration(&l.timeout).map_err(|e| invalid(format!("limits.timeout: {e}")))?;
@@ -202,12 +210,22 @@ mod tests {
     #[test]
     fn missing_keys_and_bad_values_are_refused() {
         let text = BUILTIN[0].1.replace("pids = 128", "");
-        assert!(Profile::parse("x", &text).unwrap_err().to_string().contains("pids"));
-        let text = BUILTIN[0].1.replace("memory = \"512M\"", "memory = \"lots\"");
-        assert!(Profile::parse("x", &text).unwrap_err().to_string().contains("limits.memory"));
+        assert!(Profile::parse("x", &text)
+            .unwrap_err()
+            .to_string()
+            .contains("pids"));
+        let text = BUILTIN[0]
+            .1
+            .replace("memory = \"512M\"", "memory = \"lots\"");
+        assert!(Profile::parse("x", &text)
+            .unwrap_err()
+            .to_string()
+            .contains("limits.memory"));
         let text = BUILTIN[0].1.replace("cpu = 1.0", "cpu = -1.0");
         assert!(Profile::parse("x", &text).is_err());
-        let text = BUILTIN[0].1.replace("policy = \"default\"", "policy = \"../etc\"");
+        let text = BUILTIN[0]
+            .1
+            .replace("policy = \"default\"", "policy = \"../etc\"");
         assert!(Profile::parse("x", &text).is_err());
     }
 
@@ -215,7 +233,13 @@ mod tests {
     fn profiles_load_from_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tight.toml");
-        std::fs::write(&path, BUILTIN[0].1.replace("timeout = \"30s\"", "timeout = \"2s\"")).unwrap();
+        std::fs::write(
+            &path,
+            BUILTIN[0]
+                .1
+                .replace("timeout = \"30s\"", "timeout = \"2s\""),
+        )
+        .unwrap();
         let p = Profile::load(path.to_str().unwrap()).unwrap();
         assert_eq!(p.name, "tight");
         assert_eq!(p.limits.timeout, Duration::from_secs(2));

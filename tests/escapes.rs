@@ -358,3 +358,85 @@ for (const attempt of [
     assert_eq!(out.matches("refused").count(), 3, "{v:#}");
     assert!(!out.contains("ALLOWED"), "{v:#}");
 }
+
+#[test]
+fn memory_bomb_is_reported_as_oom() {
+    if !sandbox_available("memory_bomb_is_reported_as_oom") {
+        return;
+    }
+    for (lang, code) in [
+        ("python", "chunks = []\nwhile True: chunks.append(bytearray(16 << 20))"),
+        (
+            "typescript",
+            "const keep: Uint8Array[] = [];\nwhile (true) { const a = new Uint8Array(16 << 20); a.fill(1); keep.push(a); }",
+        ),
+    ] {
+        let v = run_json(lang, code, &["--memory", "128M"]);
+        assert_eq!(v["oom_killed"], true, "{lang}: {v:#}");
+        assert_ne!(v["exit_code"], 0, "{lang}: {v:#}");
+        let peak = v["peak_memory_bytes"].as_u64().unwrap_or(0);
+        assert!(peak <= 128 << 20, "{lang}: peak {peak} over the limit");
+    }
+    supervisor_still_healthy("memory bomb");
+}
+
+#[test]
+fn fork_bomb_hits_the_pids_limit() {
+    if !sandbox_available("fork_bomb_hits_the_pids_limit") {
+        return;
+    }
+    let marker = marker("forkbomb");
+    let v = python(
+        &format!("kids = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(30) # {marker}'])\n        kids += 1\nexcept OSError as e:\n    print('stopped after', kids, errno.errorcode[e.errno])"),
+        &["--pids", "32"],
+    );
+    let out = v["stdout"].as_str().unwrap();
+    assert!(out.contains("EAGAIN"), "{v:#}");
+    assert_eq!(v["pids_limited"], true, "{v:#}");
+    assert_eq!(processes_with_marker(&marker), Vec::<i32>::new());
+    supervisor_still_healthy("fork bomb");
+}
+
+#[test]
+fn no_cgroup_outlives_its_run() {
+    if !sandbox_available("no_cgroup_outlives_its_run") {
+        return;
+    }
+    let v = run_json("python", "print(open('/proc/self/cgroup').read())", &[]);
+    let inside = v["stdout"].as_str().unwrap();
+    // The sandbox's cgroup namespace is rooted at its own cgroup.
+    for line in inside.lines().filter(|l| !l.is_empty()) {
+        assert!(line.ends_with(":/"), "cgroup path visible inside: {line}");
+    }
+    let _ = run_json("python", "while True: pass", &["--timeout", "300ms"]);
+    assert_eq!(codebox_cgroups(), Vec::<String>::new());
+}
+
+/// `codebox-*` cgroups of this process's supervisors anywhere below /sys/fs/cgroup
+/// (a `codebox` process that exited must have removed all of its own).
+fn codebox_cgroups() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("codebox-")
+                    && !name.starts_with("codebox-delegated")
+                    && !name.starts_with("codebox-supervisor")
+                {
+                    // Only cgroups whose supervisor is dead count as leaks.
+                    let pid: Option<i32> = name.split('-').nth(1).and_then(|p| p.parse().ok());
+                    if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
+                        found.push(e.path().display().to_string());
+                    }
+                }
+                stack.push(e.path());
+            }
+        }
+    }
+    found
+}

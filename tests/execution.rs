@@ -132,7 +132,7 @@ fn children_left_behind_are_killed_when_the_program_exits() {
     let v = run_json("python", &code, &[]);
     assert_eq!(v["stdout"], "parent exits\n", "{v:#}");
     assert_eq!(processes_with_marker(&marker), Vec::<i32>::new());
-    assert_eq!(foreign_sandbox_processes(), Vec::<(u32, i32)>::new());
+    assert_no_sandbox_process_remains();
 }
 
 #[test]
@@ -223,7 +223,7 @@ fn nothing_is_left_after_200_runs() {
         let v = run_json(lang, code, &[]);
         assert_eq!(v["stdout"], "1\n", "run {i}: {v:#}");
     }
-    assert_eq!(foreign_sandbox_processes(), Vec::<(u32, i32)>::new());
+    assert_no_sandbox_process_remains();
     assert_eq!(
         std::fs::read_to_string("/proc/self/mountinfo").unwrap(),
         mounts_before,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use codebox::execution::{self, ExecutionRequest, ExecutionResult};
+use codebox::execution::{self, ExecutionRequest, ExecutionResult, Host};
 use codebox::profile::Profile;
 use codebox::rootfs;
 use codebox::runtime::Language;
@@ -115,16 +115,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         limits,
         policy: profile.policy.clone(),
     };
-    let id_mapping = IdMapping::for_current_process(args.root_host_id);
+    let host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     let result = if args.json {
-        execution::execute(
-            &rootfs,
-            id_mapping,
-            &request,
-            &mut codebox::sandbox::Discard,
-        )?
+        execution::execute(&host, &request, &mut codebox::sandbox::Discard)?
     } else {
-        execution::execute(&rootfs, id_mapping, &request, &mut Passthrough)?
+        execution::execute(&host, &request, &mut Passthrough)?
     };
     report(&result, args.json, timeout)
 }
@@ -191,6 +186,12 @@ fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Re
         }
         if result.timed_out {
             eprintln!("codebox: timed out after {timeout:?}; the sandbox was killed");
+        }
+        if result.oom_killed {
+            eprintln!("codebox: out of memory: the sandbox hit its memory limit");
+        }
+        if result.pids_limited {
+            eprintln!("codebox: the sandbox hit its process/thread limit");
         }
         if result.seccomp_violation {
             eprintln!("codebox: killed by the seccomp policy (a system call from a foreign ABI)");

@@ -63,6 +63,10 @@ pub enum Error {
     },
     #[error("invalid sandbox spec: {0}")]
     InvalidSpec(String),
+    #[error("the profile sets memory/pids/cpu limits but no cgroup is available to enforce them; run as root, or give codebox a delegated cgroup (see README: rootless service)")]
+    NoCgroups,
+    #[error("cgroup setup failed; `codebox doctor` shows which controllers this host gives")]
+    Cgroup(#[from] super::cgroup::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -91,6 +91,14 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
     // SAFETY: closing a descriptor this process owns and no longer needs.
     unsafe { libc::close(slot::SYNC) };
 
+    // 3b. The supervisor has put us in our own cgroup by now (v1 hierarchies are joined
+    //     after the clone): a fresh cgroup namespace makes that cgroup the root we see.
+    check(
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP),
+        Stage::CgroupNamespace,
+        0,
+    );
+
     // 4. Become the sandbox user. In both modes the capabilities held in the new user
     //    namespace survive (no uid there is "root", so setuid does not clear them); they
     //    are re-raised anyway so the mounts below never depend on that detail.

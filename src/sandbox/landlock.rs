@@ -9,8 +9,8 @@
 //! enforce all of it fails the sandbox setup.
 
 use landlock::{
-    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
+    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
 };
 
 /// The Landlock ABI the ruleset is written for: every filesystem right, TCP, and scopes.
@@ -68,7 +68,10 @@ impl LandlockStatus {
 }
 
 /// Restricts the calling process (and everything it execs or forks).
-pub fn restrict_self(mode: LandlockMode, allow_network: bool) -> Result<LandlockStatus, RulesetError> {
+pub fn restrict_self(
+    mode: LandlockMode,
+    allow_network: bool,
+) -> Result<LandlockStatus, RulesetError> {
     let abi = TARGET_ABI;
     let compat = match mode {
         LandlockMode::BestEffort => CompatLevel::BestEffort,

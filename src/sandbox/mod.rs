@@ -10,6 +10,7 @@
 //!
 //! This module is the only place with fork/clone code.
 
+pub mod cgroup;
 mod clone;
 mod error;
 mod fds;
@@ -32,12 +33,13 @@ use std::time::Instant;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
+pub use cgroup::{CgroupManager, CgroupStats};
 pub use error::{Error, Result};
 pub use fds::PROGRAM_CHANNEL_FD;
 pub use idmap::IdMapping;
 pub use landlock::{LandlockMode, LandlockStatus};
 pub use report::ProgramStatus;
-pub use spawn::spawn;
+pub use spawn::{cgroup_limits, spawn};
 pub use spec::{Limits, Program, SandboxSpec, SecurityPolicy};
 pub use supervise::{Captured, Discard, Outcome, OutputSink};
 
@@ -55,6 +57,8 @@ pub struct Sandbox {
     reaped: bool,
     /// What landlock enforced, as the program process reported before its exec.
     landlock: Option<LandlockStatus>,
+    /// The sandbox's cgroup; removed when the sandbox is dropped.
+    cgroup: Option<cgroup::SandboxCgroup>,
 }
 
 impl Sandbox {
@@ -77,6 +81,7 @@ impl Sandbox {
             started,
             reaped: false,
             landlock: None,
+            cgroup: None,
         }
     }
 
@@ -96,8 +101,14 @@ impl Sandbox {
         self.pid
     }
 
-    /// Kills every process of the sandbox: SIGKILL to the init ends its pid namespace.
+    /// Kills every process of the sandbox: SIGKILL to the init ends its pid namespace,
+    /// and the cgroup kill catches anything that is in the cgroup but not below the init.
     pub fn kill(&self) -> Result<()> {
+        if let Some(cg) = &self.cgroup {
+            if let Err(e) = cg.kill_all() {
+                tracing::error!(?e, cgroup = cg.name(), "cgroup kill failed");
+            }
+        }
         // SAFETY: pidfd_send_signal with a valid pidfd, a signal number and no siginfo.
         let r = unsafe {
             libc::syscall(

@@ -36,10 +36,11 @@ pub enum Stage {
     Exec,
     Landlock,
     Seccomp,
+    CgroupNamespace,
 }
 
 impl Stage {
-    const ALL: [Stage; 22] = [
+    const ALL: [Stage; 23] = [
         Stage::ArrangeFds,
         Stage::ParentDeathSignal,
         Stage::WaitForParent,
@@ -62,6 +63,7 @@ impl Stage {
         Stage::Exec,
         Stage::Landlock,
         Stage::Seccomp,
+        Stage::CgroupNamespace,
     ];
 
     fn from_u32(v: u32) -> Option<Stage> {
@@ -92,6 +94,7 @@ impl Stage {
             Stage::Exec => "executing the program",
             Stage::Landlock => "enforcing the landlock ruleset the profile requires",
             Stage::Seccomp => "installing the seccomp filter",
+            Stage::CgroupNamespace => "entering a cgroup namespace rooted at the sandbox cgroup",
         }
     }
 }
@@ -245,7 +248,10 @@ mod tests {
     #[test]
     fn info_is_not_a_failure() {
         let rec = encode_info(Info::Landlock(LandlockStatus::PartiallyEnforced));
-        assert_eq!(decode_info(&rec), Some(Info::Landlock(LandlockStatus::PartiallyEnforced)));
+        assert_eq!(
+            decode_info(&rec),
+            Some(Info::Landlock(LandlockStatus::PartiallyEnforced))
+        );
         assert_eq!(decode_failure(&rec, &[]), None);
         assert_eq!(decode_info(&encode_failure(Stage::Mount, 2, 1)), None);
     }

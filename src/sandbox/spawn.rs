@@ -14,20 +14,27 @@ use std::time::Instant;
 
 use nix::unistd::Pid;
 
+use super::cgroup::{CgroupLimits, CgroupManager};
 use super::clone::{clone_into_namespaces, Forked, NAMESPACES};
 use super::error::{Error, Result};
 use super::fds;
 use super::init::{self, ChildFds};
 use super::plan::{LockedFlags, MountPlan};
 use super::report::{self, FAILURE_LEN};
-use super::spec::SandboxSpec;
+use super::spec::{Limits, SandboxSpec};
 use super::Sandbox;
 
 /// Creates a sandbox running `spec.program`; returns once the program has been exec'd.
 ///
 /// Must be called from a single-threaded process (see `clone.rs`).
-pub fn spawn(spec: &SandboxSpec) -> Result<Sandbox> {
+pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sandbox> {
     spec.validate()?;
+    // The cgroup exists, with its limits, before the process does.
+    let cgroup = match (cgroups, cgroup_limits(&spec.limits)) {
+        (Some(manager), limits) => Some(manager.create("sandbox", &limits)?),
+        (None, limits) if limits.controllers().is_empty() => None,
+        (None, _) => return Err(Error::NoCgroups),
+    };
     let locked = LockedFlags::of(&spec.rootfs).map_err(|source| Error::Io {
         doing: "reading the rootfs mount flags",
         source,
@@ -52,7 +59,9 @@ pub fn spawn(spec: &SandboxSpec) -> Result<Sandbox> {
 
     // SAFETY: the caller guarantees a single-threaded process; the child branch below
     // never returns (init::run ends in _exit or execve, and a panic ends in _exit).
-    let forked = unsafe { clone_into_namespaces(NAMESPACES) };
+    let forked = unsafe {
+        clone_into_namespaces(NAMESPACES, cgroup.as_ref().and_then(|c| c.clone_into_fd()))
+    };
     let (pid, pidfd) = match forked {
         Err(source) => return Err(classify_clone_error(source)),
         Ok(Forked::Child) => {
@@ -73,7 +82,14 @@ pub fn spawn(spec: &SandboxSpec) -> Result<Sandbox> {
         channel_child,
     ));
     let started = Instant::now();
-    let sandbox = Sandbox::new(pid, pidfd, stdout_r, stderr_r, channel, status_r, started);
+    let mut sandbox = Sandbox::new(pid, pidfd, stdout_r, stderr_r, channel, status_r, started);
+    sandbox.cgroup = cgroup;
+
+    // v1 hierarchies (and v2 without CLONE_INTO_CGROUP): move the init in while it still
+    // waits for the release, so nothing of the sandbox ever runs outside its limits.
+    if let Some(cg) = &sandbox.cgroup {
+        cg.add_process(pid.as_raw())?;
+    }
 
     if let Err(e) = write_id_maps(pid, spec) {
         tracing::error!(?e, pid = pid.as_raw(), "writing id maps failed");
@@ -83,7 +99,6 @@ pub fn spawn(spec: &SandboxSpec) -> Result<Sandbox> {
     drop(sync_w);
 
     // Info records may come first; end of file means the program was exec'd.
-    let mut sandbox = sandbox;
     let mut record = [0u8; FAILURE_LEN];
     let got = loop {
         let got = fds::read_full(errors_r.as_fd(), &mut record).map_err(|source| Error::Io {
@@ -110,6 +125,18 @@ pub fn spawn(spec: &SandboxSpec) -> Result<Sandbox> {
             }
         }
         _ => Err(Error::SetupCutOff),
+    }
+}
+
+/// The cgroup limits of a sandbox's limits.
+pub fn cgroup_limits(limits: &Limits) -> CgroupLimits {
+    const PERIOD_US: u64 = 100_000;
+    CgroupLimits {
+        memory_bytes: limits.memory_bytes,
+        pids: limits.pids,
+        cpu_quota: limits
+            .cpu_millicores
+            .map(|m| ((m * PERIOD_US / 1000).max(1000), PERIOD_US)),
     }
 }
 

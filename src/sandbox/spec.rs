@@ -150,7 +150,9 @@ impl SandboxSpec {
                 self.hostname
             )));
         }
-        if self.id_mapping.privileged && (self.id_mapping.host_uid == 0 || self.id_mapping.host_gid == 0) {
+        if self.id_mapping.privileged
+            && (self.id_mapping.host_uid == 0 || self.id_mapping.host_gid == 0)
+        {
             return Err(Error::InvalidSpec(
                 "the sandbox user may not map to host root (id 0)".into(),
             ));

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use super::cgroup::CgroupStats;
 use super::error::{Error, Result};
 use super::fds;
 use super::landlock::LandlockStatus;
@@ -61,6 +62,8 @@ pub struct Outcome {
     pub duration: Duration,
     /// What landlock enforced for the program.
     pub landlock: Option<LandlockStatus>,
+    /// Figures from the sandbox's cgroup (`None` without cgroups).
+    pub cgroup: Option<CgroupStats>,
 }
 
 impl Outcome {
@@ -177,6 +180,15 @@ impl Sandbox {
         }
         let duration = self.started.elapsed();
         let status = self.reap()?;
+        let cgroup = match self.cgroup.take() {
+            Some(cg) => {
+                let stats = cg.stats();
+                // Nothing of the sandbox may outlive the run: kill stragglers, rmdir.
+                cg.remove()?;
+                Some(stats?)
+            }
+            None => None,
+        };
         Ok(Outcome {
             status,
             timed_out,
@@ -184,6 +196,7 @@ impl Sandbox {
             stderr,
             duration,
             landlock: self.landlock,
+            cgroup,
         })
     }
 }

@@ -116,6 +116,22 @@ pub fn foreign_sandbox_processes() -> Vec<(u32, i32)> {
     found
 }
 
+/// Waits (up to 15 s) until no sandbox process is left on the host. Tests run in
+/// parallel, so another test's sandbox may be alive for a moment; a leaked one stays.
+pub fn assert_no_sandbox_process_remains() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let left = foreign_sandbox_processes();
+        if left.is_empty() {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("sandbox processes left behind: {left:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Host processes whose command line contains `marker`.
 pub fn processes_with_marker(marker: &str) -> Vec<i32> {
     let mut found = Vec::new();

@@ -60,8 +60,19 @@ pub fn run(args: &[OsString]) -> Result<()> {
     let path = |p: &Path| p.as_os_str().to_owned();
     let bwrap = |argv: Vec<OsString>| -> Vec<OsString> {
         let mut v: Vec<OsString> = [
-            "bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
-            "--proc", "/proc", "--tmpfs", "/tmp", "--",
+            "bwrap",
+            "--unshare-all",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--",
         ]
         .iter()
         .map(|s| os(s))
@@ -72,20 +83,52 @@ pub fn run(args: &[OsString]) -> Result<()> {
     let py = vec![os("/usr/bin/python3"), os("-S"), os("-c"), os("pass")];
     let de = vec![path(&deno), os("eval"), os("")];
     let mut cases = vec![
-        Case { name: "python3 -S -c pass (bare)", baseline: "", argv: py.clone(), samples: vec![] },
-        Case { name: "bwrap --unshare-all python3", baseline: "python3 -S -c pass (bare)", argv: bwrap(py), samples: vec![] },
+        Case {
+            name: "python3 -S -c pass (bare)",
+            baseline: "",
+            argv: py.clone(),
+            samples: vec![],
+        },
+        Case {
+            name: "bwrap --unshare-all python3",
+            baseline: "python3 -S -c pass (bare)",
+            argv: bwrap(py),
+            samples: vec![],
+        },
         Case {
             name: "codebox run python -c pass",
             baseline: "python3 -S -c pass (bare)",
-            argv: vec![path(&codebox), os("run"), os("python"), os("-c"), os("pass")],
+            argv: vec![
+                path(&codebox),
+                os("run"),
+                os("python"),
+                os("-c"),
+                os("pass"),
+            ],
             samples: vec![],
         },
-        Case { name: "deno eval '' (bare)", baseline: "", argv: de.clone(), samples: vec![] },
-        Case { name: "bwrap --unshare-all deno", baseline: "deno eval '' (bare)", argv: bwrap(de), samples: vec![] },
+        Case {
+            name: "deno eval '' (bare)",
+            baseline: "",
+            argv: de.clone(),
+            samples: vec![],
+        },
+        Case {
+            name: "bwrap --unshare-all deno",
+            baseline: "deno eval '' (bare)",
+            argv: bwrap(de),
+            samples: vec![],
+        },
         Case {
             name: "codebox run typescript -c ''",
             baseline: "deno eval '' (bare)",
-            argv: vec![path(&codebox), os("run"), os("typescript"), os("-c"), os("")],
+            argv: vec![
+                path(&codebox),
+                os("run"),
+                os("typescript"),
+                os("-c"),
+                os(""),
+            ],
             samples: vec![],
         },
     ];
@@ -113,7 +156,10 @@ pub fn run(args: &[OsString]) -> Result<()> {
     }
     let _ = std::fs::remove_dir_all(&denodir);
     println!("\n{runs} runs each, alternating; wall time per start in ms\n");
-    println!("{:34} {:>8} {:>8} {:>8} {:>10}", "", "median", "p90", "p99", "vs bare");
+    println!(
+        "{:34} {:>8} {:>8} {:>8} {:>10}",
+        "", "median", "p90", "p99", "vs bare"
+    );
     let medians: Vec<(&str, f64)> = cases
         .iter_mut()
         .map(|c| {
@@ -149,13 +195,20 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 fn ensure_bwrap() -> Result<()> {
-    if Command::new("bwrap").arg("--version").output().is_ok_and(|o| o.status.success()) {
+    if Command::new("bwrap")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
         return Ok(());
     }
     if !crate::test::is_root() {
         bail!("bubblewrap is missing: install it with `sudo apt-get install bubblewrap`");
     }
-    crate::test::run_checked(Command::new("apt-get").args(["update", "-q"]), "apt-get update")?;
+    crate::test::run_checked(
+        Command::new("apt-get").args(["update", "-q"]),
+        "apt-get update",
+    )?;
     crate::test::run_checked(
         Command::new("apt-get")
             .args(["install", "-y", "-q", "bubblewrap"])

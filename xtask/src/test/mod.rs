@@ -7,6 +7,7 @@
 //! 5. as root: the integration tests again as an unprivileged user (rootless mode)
 //! 6. `cargo bench --no-run`, so the benches keep compiling
 
+mod delegate;
 mod host;
 mod rootless;
 

@@ -31,10 +31,15 @@ pub fn run(root: &Path, rootfs: &Path) -> Result<()> {
         Some(s) => (s.binaries.clone(), s.codebox.clone(), s.rootfs.clone()),
         None => (binaries, codebox, rootfs.to_path_buf()),
     };
+    let (uid, gid) = user_ids()?;
+    let delegation =
+        super::delegate::Delegation::create(&format!("codebox-delegated-{USER}"), uid, gid)?;
     let mut failed = Vec::new();
     for bin in &binaries {
         println!("--- {} (as {USER})", bin.display());
-        let status = Command::new("runuser")
+        let mut cmd = Command::new("runuser");
+        delegation.enter_on_exec(&mut cmd)?;
+        let status = cmd
             .args(["-u", USER, "--"])
             .arg("env")
             .arg("-i")
@@ -55,6 +60,17 @@ pub fn run(root: &Path, rootfs: &Path) -> Result<()> {
         bail!("rootless integration tests failed: {}", failed.join(", "));
     }
     Ok(())
+}
+
+fn user_ids() -> Result<(u32, u32)> {
+    let id = |flag: &str| -> Result<u32> {
+        let out = Command::new("id").args([flag, USER]).output()?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .with_context(|| format!("id {flag} {USER}"))
+    };
+    Ok((id("-u")?, id("-g")?))
 }
 
 fn ensure_user() -> Result<()> {

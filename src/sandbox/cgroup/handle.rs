@@ -1,0 +1,392 @@
+//! [`SandboxCgroup`]: one sandbox's cgroup across every hierarchy it lives in, from
+//! placement to kill, figures and removal.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::error::{Error, Result};
+use super::stats::{self, CgroupStats};
+use super::{files, v1, v2, Controller};
+
+/// How long the processes of a killed cgroup get to exit before removal gives up.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a v1 (or v2) freeze may take before killing goes ahead anyway.
+const FREEZE_TIMEOUT: Duration = Duration::from_millis(200);
+/// `rmdir` attempts on a cgroup that is briefly still busy.
+const RMDIR_ATTEMPTS: u32 = 6;
+
+#[derive(Debug)]
+pub(super) struct V2Dir {
+    pub path: PathBuf,
+    /// The same cgroup as `/proc/<pid>/cgroup` shows it (`0::<cgroup_path>`).
+    pub cgroup_path: String,
+    pub fd: Option<OwnedFd>,
+    pub controllers: Vec<Controller>,
+}
+
+#[derive(Debug)]
+pub(super) struct V1Dir {
+    pub path: PathBuf,
+    pub controllers: Vec<Controller>,
+}
+
+/// One sandbox's cgroup: a directory in the v2 hierarchy and/or one per v1 hierarchy,
+/// all with the same name. Dropping it kills every process in it and removes it (best
+/// effort, failures logged); [`SandboxCgroup::remove`] does the same and reports.
+#[derive(Debug)]
+pub struct SandboxCgroup {
+    pub(super) name: String,
+    pub(super) v2: Option<V2Dir>,
+    pub(super) v1: Vec<V1Dir>,
+    pub(super) proc_root: PathBuf,
+    pub(super) removed: bool,
+}
+
+impl SandboxCgroup {
+    /// The cgroup's name (the last path component in every hierarchy).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every directory of this cgroup: the v2 one first, then one per v1 hierarchy.
+    pub fn paths(&self) -> Vec<&Path> {
+        let v2 = self.v2.iter().map(|d| d.path.as_path());
+        v2.chain(self.v1.iter().map(|d| d.path.as_path())).collect()
+    }
+
+    /// The v2 directory, when the sandbox has one.
+    pub fn v2_path(&self) -> Option<&Path> {
+        self.v2.as_ref().map(|d| d.path.as_path())
+    }
+
+    /// v2 only: an `O_DIRECTORY` fd of the cgroup for `clone3`'s `CLONE_INTO_CGROUP`.
+    /// The caller puts it in `clone_args.cgroup` and adds the flag; the child then starts
+    /// life in the cgroup, so there is no `cgroup.procs` write for v2 on the hot path.
+    /// `None` when the sandbox has no v2 directory. On a hybrid host the child must still
+    /// be added to the v1 hierarchies with [`SandboxCgroup::add_process`].
+    pub fn clone_into_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.v2.as_ref()?.fd.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// Moves `pid` (the whole thread group) into every hierarchy of the cgroup. For v2 the
+    /// write is skipped when `/proc/<pid>/cgroup` shows the process already there (placed
+    /// by `CLONE_INTO_CGROUP`). The spawner calls this for the sandbox init before
+    /// releasing it, so everything the sandbox forks is counted and limited.
+    pub fn add_process(&self, pid: i32) -> Result<()> {
+        let value = pid.to_string();
+        if let Some(d) = &self.v2 {
+            if !self.in_v2_already(pid, &d.cgroup_path) {
+                files::write(&d.path.join("cgroup.procs"), &value).inspect_err(|e| {
+                    tracing::error!(?e, pid, cgroup = %d.path.display(), "moving into the v2 cgroup failed");
+                })?;
+            }
+        }
+        for d in &self.v1 {
+            files::write(&d.path.join("cgroup.procs"), &value).inspect_err(|e| {
+                tracing::error!(?e, pid, cgroup = %d.path.display(), "moving into a v1 cgroup failed");
+            })?;
+        }
+        Ok(())
+    }
+
+    fn in_v2_already(&self, pid: i32, cgroup_path: &str) -> bool {
+        let path = self.proc_root.join(pid.to_string()).join("cgroup");
+        std::fs::read_to_string(path).is_ok_and(|text| {
+            text.lines()
+                .any(|l| l.strip_prefix("0::").is_some_and(|p| p == cgroup_path))
+        })
+    }
+
+    /// The pids of every process in the cgroup and its descendants, in any hierarchy
+    /// (as this process's pid namespace numbers them), sorted.
+    pub fn pids(&self) -> Result<Vec<i32>> {
+        let mut pids = Vec::new();
+        for dir in self.paths() {
+            for d in files::subdirs_deepest_first(dir)
+                .iter()
+                .map(PathBuf::as_path)
+                .chain([dir])
+            {
+                let procs = d.join("cgroup.procs");
+                match files::read_optional(&procs)? {
+                    Some(text) => pids.extend(files::parse_pids(&procs, &text)?),
+                    // Removed meanwhile: nothing in it.
+                    None => continue,
+                }
+            }
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
+    }
+
+    /// SIGKILLs every process of the cgroup tree. v2: `cgroup.kill` (atomic, forks
+    /// included). Without it (v1, or a kernel before 5.14): freeze (v1 freezer, else v2
+    /// `cgroup.freeze`), SIGKILL every pid in `cgroup.procs`, thaw, and again until no
+    /// process is left. Returns once the signals are sent; [`SandboxCgroup::remove`]
+    /// waits for the processes to be gone.
+    pub fn kill_all(&self) -> Result<()> {
+        if let Some(d) = &self.v2 {
+            match v2::kill(&d.path) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    tracing::debug!(cgroup = %d.path.display(), "no cgroup.kill; freezing and killing")
+                }
+                Err(e) => {
+                    tracing::warn!(?e, cgroup = %d.path.display(), "cgroup.kill failed; freezing and killing")
+                }
+            }
+        }
+        self.freeze_and_kill()
+    }
+
+    fn freezer(&self) -> Freezer<'_> {
+        if let Some(d) = self
+            .v1
+            .iter()
+            .find(|d| d.controllers.contains(&Controller::Freezer))
+        {
+            return Freezer::V1(&d.path);
+        }
+        match &self.v2 {
+            Some(d) if d.path.join("cgroup.freeze").exists() => Freezer::V2(&d.path),
+            _ => Freezer::None,
+        }
+    }
+
+    /// Freeze, kill every pid, thaw; repeated until the cgroup is empty or the time is up.
+    fn freeze_and_kill(&self) -> Result<()> {
+        let freezer = self.freezer();
+        let deadline = Instant::now() + EXIT_TIMEOUT;
+        let mut pause = Duration::from_micros(100);
+        loop {
+            freezer.freeze();
+            let pids = self.pids();
+            let mut result = Ok(());
+            for &pid in pids.as_deref().unwrap_or_default() {
+                match kill(Pid::from_raw(pid), Signal::SIGKILL) {
+                    Ok(()) | Err(Errno::ESRCH) => {}
+                    Err(e) => {
+                        tracing::error!(?e, pid, cgroup = %self.name, "killing a cgroup member failed");
+                        result = Err(Error::Signal {
+                            pid,
+                            path: self.first_path(),
+                            source: e.into(),
+                        });
+                    }
+                }
+            }
+            freezer.thaw();
+            let pids = pids?;
+            result?;
+            if pids.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                tracing::error!(?pids, cgroup = %self.name, "processes survive SIGKILL");
+                return Err(Error::StillPopulated {
+                    path: self.first_path(),
+                    pids,
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+
+    fn first_path(&self) -> PathBuf {
+        self.paths()
+            .first()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default()
+    }
+
+    /// Whether no process is left: v2 `cgroup.events` says unpopulated and no
+    /// hierarchy lists a pid.
+    fn is_empty(&self) -> Result<bool> {
+        if let Some(d) = &self.v2 {
+            if v2::populated(&d.path)? {
+                return Ok(false);
+            }
+        }
+        Ok(self.pids()?.is_empty())
+    }
+
+    fn wait_empty(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(50);
+        loop {
+            if self.is_empty()? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+
+    /// Per-run figures: peak memory, CPU time, whether the OOM killer struck, whether the
+    /// pids limit refused a fork. Read them before [`SandboxCgroup::remove`].
+    pub fn stats(&self) -> Result<CgroupStats> {
+        let mut out = CgroupStats::default();
+        if let Some((dir, is_v2)) = self.dir_of(Controller::Memory) {
+            let (peak, oom) = if is_v2 {
+                stats::memory_v2(dir)?
+            } else {
+                stats::memory_v1(dir)?
+            };
+            out.peak_memory_bytes = peak;
+            out.oom_killed = oom;
+        }
+        // v2's cpu.stat is core (no controller needed), so any v2 directory has it.
+        out.cpu_usec = match (&self.v2, self.dir_of(Controller::CpuAcct)) {
+            (Some(d), _) => stats::cpu_v2(&d.path)?,
+            (None, Some((dir, _))) => stats::cpu_v1(dir)?,
+            (None, None) => None,
+        };
+        if let Some((dir, _)) = self.dir_of(Controller::Pids) {
+            out.pids_limited = stats::pids_limited(dir)?;
+        }
+        Ok(out)
+    }
+
+    fn dir_of(&self, c: Controller) -> Option<(&Path, bool)> {
+        if let Some(d) = self.v2.as_ref().filter(|d| d.controllers.contains(&c)) {
+            return Some((&d.path, true));
+        }
+        self.v1
+            .iter()
+            .find(|d| d.controllers.contains(&c))
+            .map(|d| (d.path.as_path(), false))
+    }
+
+    /// Kills everything in the cgroup, waits for it to exit, and removes the cgroup (and
+    /// any cgroups the sandbox made below it) in every hierarchy, retrying `rmdir` briefly
+    /// while the kernel still counts it busy.
+    pub fn remove(mut self) -> Result<()> {
+        let result = self.teardown();
+        self.removed = true;
+        result
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        if let Err(e) = self.kill_all() {
+            tracing::warn!(?e, cgroup = %self.name, "killing the cgroup failed; removing anyway");
+        }
+        match self.wait_empty(EXIT_TIMEOUT) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(cgroup = %self.name, "cgroup still populated after kill; killing again");
+                self.freeze_and_kill()?;
+                if !self.wait_empty(EXIT_TIMEOUT)? {
+                    let pids = self.pids().unwrap_or_default();
+                    tracing::error!(?pids, cgroup = %self.name, "cgroup does not empty");
+                    return Err(Error::StillPopulated {
+                        path: self.first_path(),
+                        pids,
+                    });
+                }
+            }
+            Err(e) => {
+                tracing::warn!(?e, cgroup = %self.name, "cannot tell whether the cgroup is empty")
+            }
+        }
+        if let Some(d) = &mut self.v2 {
+            d.fd = None;
+        }
+        let mut first_err = None;
+        for dir in self.paths() {
+            for d in files::subdirs_deepest_first(dir)
+                .iter()
+                .map(PathBuf::as_path)
+                .chain([dir])
+            {
+                if let Err(e) = rmdir_retrying(d) {
+                    tracing::error!(?e, cgroup = %d.display(), "removing the cgroup failed");
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for SandboxCgroup {
+    fn drop(&mut self) {
+        if !self.removed {
+            if let Err(e) = self.teardown() {
+                tracing::error!(?e, cgroup = %self.name, "cleaning up the sandbox cgroup failed");
+            }
+            self.removed = true;
+        }
+    }
+}
+
+fn rmdir_retrying(dir: &Path) -> Result<()> {
+    let mut pause = Duration::from_millis(1);
+    for attempt in 1..=RMDIR_ATTEMPTS {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < RMDIR_ATTEMPTS => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            Err(source) => {
+                return Err(Error::Remove {
+                    path: dir.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// Which freezer the kill loop uses; failures only make the kill less certain, so they
+/// are logged, not returned.
+enum Freezer<'a> {
+    V1(&'a Path),
+    V2(&'a Path),
+    None,
+}
+
+impl Freezer<'_> {
+    fn freeze(&self) {
+        let r = match self {
+            Freezer::V1(dir) => v1::freeze(dir, FREEZE_TIMEOUT),
+            Freezer::V2(dir) => v2::freeze(dir, FREEZE_TIMEOUT),
+            Freezer::None => return,
+        };
+        match r {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(freezer = ?self.dir(), "cgroup did not freeze in time"),
+            Err(e) => tracing::warn!(?e, freezer = ?self.dir(), "freezing failed"),
+        }
+    }
+
+    fn thaw(&self) {
+        let r = match self {
+            Freezer::V1(dir) => v1::thaw(dir),
+            Freezer::V2(dir) => v2::thaw(dir),
+            Freezer::None => return,
+        };
+        if let Err(e) = r {
+            tracing::error!(?e, freezer = ?self.dir(), "thawing failed");
+        }
+    }
+
+    fn dir(&self) -> Option<&Path> {
+        match self {
+            Freezer::V1(d) | Freezer::V2(d) => Some(d),
+            Freezer::None => None,
+        }
+    }
+}
