@@ -230,7 +230,14 @@ fn cgroup_check(found: &Result<CgroupManager, cgroup::Error>, profile: &Profile)
 }
 
 fn seccomp_check(profile: &Profile) -> Check {
-    let filter = &profile.policy.seccomp;
+    let Some(filter) = &profile.policy.seccomp else {
+        return Check::new(
+            "seccomp",
+            Status::Missing,
+            "the profile installs no filter",
+            true,
+        );
+    };
     match probe_seccomp(filter) {
         Ok(()) => Check::new(
             "seccomp",
@@ -293,7 +300,7 @@ fn probe_seccomp(filter: &sandbox::seccomp::CompiledFilter) -> Result<(), std::i
 }
 
 fn landlock_check(profile: &Profile) -> Check {
-    let required = profile.policy.landlock == LandlockMode::Required;
+    let required = profile.policy.landlock == Some(LandlockMode::Required);
     let target = sandbox::landlock::TARGET_ABI as u32;
     match sandbox::landlock::kernel_abi() {
         Some(abi) if abi >= target => Check::new(

@@ -168,13 +168,13 @@ impl Profile {
             limits,
             seccomp,
             policy: SecurityPolicy {
-                landlock: if file.landlock.required {
+                landlock: Some(if file.landlock.required {
                     LandlockMode::Required
                 } else {
                     LandlockMode::BestEffort
-                },
+                }),
                 allow_network: file.network.enabled,
-                seccomp: filter,
+                seccomp: Some(filter),
             },
         })
     }

@@ -125,12 +125,20 @@ fn parse_mode(m: &str) -> std::result::Result<u32, String> {
 }
 
 fn parse_sha(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let b = s.as_bytes();
+    if b.len() != 64 {
         return None;
     }
     let mut out = [0u8; 32];
     for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        *byte = (nibble(b[2 * i])? << 4) | nibble(b[2 * i + 1])?;
     }
     Some(out)
 }

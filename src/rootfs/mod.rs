@@ -43,8 +43,8 @@ pub struct Rootfs {
     pub verification: Verification,
 }
 
-/// Finds the rootfs: the explicit path, else `$CODEBOX_ROOTFS`, else `rootfs` next to the
-/// directory holding the executable (`target/rootfs` for `target/*/codebox`).
+/// Finds the rootfs: the explicit path, else `$CODEBOX_ROOTFS`, else `rootfs` one or two
+/// levels above the executable's directory (`target/rootfs` for `target/*/codebox`).
 pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     let mut looked = Vec::new();
     let mut candidates: Vec<PathBuf> = Vec::new();
@@ -54,11 +54,12 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
         if let Some(p) = std::env::var_os("CODEBOX_ROOTFS") {
             candidates.push(PathBuf::from(p));
         }
-        if let Some(dir) = std::env::current_exe()
-            .ok()
-            .and_then(|e| e.parent()?.parent().map(Path::to_path_buf))
-        {
-            candidates.push(dir.join("rootfs"));
+        // `target/rootfs` seen from `target/<profile>/codebox`, and from test and bench
+        // executables in `target/<profile>/deps/`.
+        if let Ok(exe) = std::env::current_exe() {
+            for dir in exe.ancestors().skip(2).take(2) {
+                candidates.push(dir.join("rootfs"));
+            }
         }
     }
     for c in candidates {
@@ -80,18 +81,50 @@ pub fn verify(root: &Path, stamp_dir: Option<&Path>) -> Result<Rootfs> {
             path: manifest_path.clone(),
             source,
         })?;
-    let manifest_sha256 = manifest::hex(&Sha256::digest(text.as_bytes()));
-    let manifest = Manifest::parse(&text, &manifest_path)?;
-    let fingerprint = check_metadata(root, &manifest, &manifest_sha256)?;
+    let t0 = std::time::Instant::now();
     let stamp = stamp_dir.map(|d| stamp_path(d, root));
-    let verification = match &stamp {
-        Some(p) if std::fs::read_to_string(p).is_ok_and(|s| s.trim() == fingerprint) => {
+    let previous = stamp.as_ref().and_then(|p| Stamp::read(p));
+    // The manifest's digest is reused while the manifest file itself is unchanged (same
+    // inode, size and ctime, which only the kernel sets).
+    let manifest_id = std::fs::metadata(&manifest_path)
+        .map(|m| {
+            format!(
+                "{}:{}:{}:{}.{}",
+                m.dev(),
+                m.ino(),
+                m.size(),
+                m.ctime(),
+                m.ctime_nsec()
+            )
+        })
+        .unwrap_or_default();
+    let manifest_sha256 = match &previous {
+        Some(s) if s.manifest_id == manifest_id => s.manifest_sha256.clone(),
+        _ => manifest::hex(&Sha256::digest(text.as_bytes())),
+    };
+    let hashed = t0.elapsed();
+    let manifest = Manifest::parse(&text, &manifest_path)?;
+    let parsed = t0.elapsed();
+    let fingerprint = check_metadata(root, &manifest, &manifest_sha256)?;
+    tracing::debug!(
+        hash_us = hashed.as_micros() as u64,
+        parse_us = parsed.as_micros() as u64,
+        metadata_us = t0.elapsed().as_micros() as u64,
+        "rootfs verification steps"
+    );
+    let verification = match &previous {
+        Some(s) if s.fingerprint == fingerprint && s.manifest_sha256 == manifest_sha256 => {
             Verification::Stamp
         }
         _ => {
             check_contents(root, &manifest)?;
             if let (Some(p), Some(dir)) = (&stamp, stamp_dir) {
-                write_stamp(dir, p, &fingerprint);
+                let new = Stamp {
+                    manifest_id,
+                    manifest_sha256: manifest_sha256.clone(),
+                    fingerprint,
+                };
+                write_stamp(dir, p, &new.render());
             }
             Verification::Full
         }
@@ -118,6 +151,33 @@ pub fn default_stamp_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| home().map(|h| h.join(".cache")))?;
     Some(base.join("codebox"))
+}
+
+/// What a full verification leaves for the quick ones: the manifest file's identity and
+/// digest, and the fingerprint of every entry's metadata.
+struct Stamp {
+    manifest_id: String,
+    manifest_sha256: String,
+    fingerprint: String,
+}
+
+impl Stamp {
+    fn read(path: &Path) -> Option<Stamp> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let mut lines = text.lines();
+        Some(Stamp {
+            manifest_id: lines.next()?.to_string(),
+            manifest_sha256: lines.next()?.to_string(),
+            fingerprint: lines.next()?.to_string(),
+        })
+    }
+
+    fn render(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n",
+            self.manifest_id, self.manifest_sha256, self.fingerprint
+        )
+    }
 }
 
 fn stamp_path(dir: &Path, root: &Path) -> PathBuf {

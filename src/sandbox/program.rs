@@ -94,15 +94,15 @@ pub fn run(spec: &SandboxSpec) -> ! {
     check(errno_result(r), Stage::NoNewPrivs, 0);
 
     // 8. Landlock: filesystem, TCP and scope restrictions, reported to the supervisor.
-    match super::landlock::restrict_self(spec.policy.landlock, spec.policy.allow_network) {
-        Ok(status) => report::info(errors_fd(), report::Info::Landlock(status)),
-        Err(_) if spec.policy.landlock == super::landlock::LandlockMode::BestEffort => {
-            report::info(
+    if let Some(mode) = spec.policy.landlock {
+        match super::landlock::restrict_self(mode, spec.policy.allow_network) {
+            Ok(status) => report::info(errors_fd(), report::Info::Landlock(status)),
+            Err(_) if mode == super::landlock::LandlockMode::BestEffort => report::info(
                 errors_fd(),
                 report::Info::Landlock(super::landlock::LandlockStatus::NotEnforced),
-            )
+            ),
+            Err(_) => report::fail(errors_fd(), Stage::Landlock, 0, libc::EPERM),
         }
-        Err(_) => report::fail(errors_fd(), Stage::Landlock, 0, libc::EPERM),
     }
 
     // 9. Working directory.
@@ -115,7 +115,9 @@ pub fn run(spec: &SandboxSpec) -> ! {
     // 10. Seccomp, last: one seccomp(2) call with the filter compiled before the fork (no
     //     allocation). From here on every call of the program, and of everything it
     //     starts, goes through it.
-    check(spec.policy.seccomp.install(), Stage::Seccomp, 0);
+    if let Some(filter) = &spec.policy.seccomp {
+        check(filter.install(), Stage::Seccomp, 0);
+    }
 
     // 11. Exec with exactly the environment of the spec.
     let p = &spec.program;

@@ -29,12 +29,14 @@ use super::Sandbox;
 /// Must be called from a single-threaded process (see `clone.rs`).
 pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sandbox> {
     spec.validate()?;
+    let t0 = Instant::now();
     // The cgroup exists, with its limits, before the process does.
     let cgroup = match (cgroups, cgroup_limits(&spec.limits)) {
         (Some(manager), limits) => Some(manager.create("sandbox", &limits)?),
         (None, limits) if limits.controllers().is_empty() => None,
         (None, _) => return Err(Error::NoCgroups),
     };
+    let cgroup_created = t0.elapsed();
     let locked = LockedFlags::of(&spec.rootfs).map_err(|source| Error::Io {
         doing: "reading the rootfs mount flags",
         source,
@@ -81,6 +83,7 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         stderr_w,
         channel_child,
     ));
+    let cloned = t0.elapsed();
     let started = Instant::now();
     let mut sandbox = Sandbox::new(pid, pidfd, stdout_r, stderr_r, channel, status_r, started);
     sandbox.cgroup = cgroup;
@@ -91,12 +94,14 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         cg.add_process(pid.as_raw())?;
     }
 
+    let joined = t0.elapsed();
     if let Err(e) = write_id_maps(pid, spec) {
         tracing::error!(?e, pid = pid.as_raw(), "writing id maps failed");
         return Err(e);
     }
     fds::write_all_raw(sync_w.as_raw_fd(), b"1").map_err(|source| Error::Release { source })?;
     drop(sync_w);
+    let released = t0.elapsed();
 
     // Info records may come first; end of file means the program was exec'd.
     let mut record = [0u8; FAILURE_LEN];
@@ -110,6 +115,14 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
             _ => break got,
         }
     };
+    tracing::debug!(
+        cgroup_us = cgroup_created.as_micros() as u64,
+        cloned_us = cloned.as_micros() as u64,
+        joined_us = joined.as_micros() as u64,
+        released_us = released.as_micros() as u64,
+        exec_us = t0.elapsed().as_micros() as u64,
+        "spawn steps"
+    );
     match got {
         0 => Ok(sandbox.started_now()),
         FAILURE_LEN => {

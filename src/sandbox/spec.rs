@@ -59,22 +59,25 @@ impl Default for Limits {
 }
 
 /// The kernel policy layers applied to the program.
+///
+/// Profiles always set both layers. `None` exists only so `benches/layers.rs` can measure
+/// what each layer costs; nothing a user or a request controls can produce it.
 #[derive(Debug, Clone)]
 pub struct SecurityPolicy {
-    pub landlock: LandlockMode,
+    pub landlock: Option<LandlockMode>,
     /// Whether TCP is allowed by landlock (seccomp has its own network profile).
     pub allow_network: bool,
     /// The seccomp filter installed last before exec, compiled before any fork.
-    pub seccomp: CompiledFilter,
+    pub seccomp: Option<CompiledFilter>,
 }
 
 impl SecurityPolicy {
     /// The default profile's policy: best-effort landlock, no network, default filter.
     pub fn default_profile() -> std::result::Result<Self, super::seccomp::Error> {
         Ok(SecurityPolicy {
-            landlock: LandlockMode::BestEffort,
+            landlock: Some(LandlockMode::BestEffort),
             allow_network: false,
-            seccomp: CompiledFilter::for_profile(SeccompProfile::Default)?,
+            seccomp: Some(CompiledFilter::for_profile(SeccompProfile::Default)?),
         })
     }
 }

@@ -180,6 +180,7 @@ impl Sandbox {
         }
         let duration = self.started.elapsed();
         let status = self.reap()?;
+        let reaped = self.started.elapsed();
         let cgroup = match self.cgroup.take() {
             Some(cg) => {
                 let stats = cg.stats();
@@ -189,6 +190,12 @@ impl Sandbox {
             }
             None => None,
         };
+        tracing::debug!(
+            program_us = duration.as_micros() as u64,
+            reaped_us = reaped.as_micros() as u64,
+            cgroup_removed_us = self.started.elapsed().as_micros() as u64,
+            "sandbox finished"
+        );
         Ok(Outcome {
             status,
             timed_out,
