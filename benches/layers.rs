@@ -1,7 +1,8 @@
 //! What each isolation layer costs: `cargo bench --bench layers`.
 //!
 //! Runs `python -c pass` in real sandboxes, alternating round-robin between
-//! configurations in one process (so machine noise hits all alike): namespaces + mounts
+//! configurations in one process, rotating the order each round (so machine noise and
+//! the previous sandbox's asynchronous teardown hit all alike): namespaces + mounts
 //! only, then each policy layer added alone, then all layers, plus the bare interpreter
 //! for scale. Prints the median and p90 wall time per run and each configuration's
 //! difference from the namespaces-only baseline. `LAYERS_RUNS` sets the runs per
@@ -63,7 +64,11 @@ fn main() {
         if round > 0 {
             bare.push(ms(t));
         }
-        for c in &mut configs {
+        // Rotate the order every round, so no configuration always follows the same one
+        // (namespace teardown of the previous sandbox finishes asynchronously).
+        let n = configs.len();
+        for i in 0..n {
+            let c = &mut configs[(round + i) % n];
             let limits = if c.cgroups {
                 profile.limits.clone()
             } else {
