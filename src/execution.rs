@@ -61,6 +61,12 @@ pub struct ExecutionResult {
     pub peak_memory_bytes: Option<u64>,
     /// CPU time of all the sandbox's processes, in milliseconds.
     pub cpu_ms: Option<f64>,
+    /// What is in the bound host workspace after the run (symlinks listed, not followed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace_files: Option<Vec<crate::workspace::Entry>>,
+    /// The workspace listing stopped at its cap.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub workspace_files_truncated: bool,
 }
 
 impl ExecutionResult {
@@ -142,6 +148,16 @@ pub fn execute(
     );
     let outcome =
         sandbox.run_to_completion(&runtime::boot_frame(&request.code), &request.limits, sink)?;
+    let (workspace_files, workspace_files_truncated) = match &request.workspace {
+        Some(dir) => match crate::workspace::list(dir) {
+            Ok((entries, cut)) => (Some(entries), cut),
+            Err(e) => {
+                tracing::warn!(?e, "cannot list the workspace");
+                (None, false)
+            }
+        },
+        None => (None, false),
+    };
     Ok(ExecutionResult {
         language: request.language,
         stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
@@ -164,5 +180,7 @@ pub fn execute(
             .as_ref()
             .and_then(|c| c.cpu_usec)
             .map(|us| us as f64 / 1000.0),
+        workspace_files,
+        workspace_files_truncated,
     })
 }

@@ -14,6 +14,8 @@
 //! - [`doctor`]: host checks, layer by layer (`codebox doctor`, health)
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
 //!
+//! - [`workspace`]: listing what a program left in its workspace, never following symlinks
+//!
 //! `docs/ARCHITECTURE.md` is the code map.
 
 pub mod doctor;
@@ -23,3 +25,4 @@ pub mod rootfs;
 pub mod runtime;
 pub mod sandbox;
 pub mod units;
+pub mod workspace;

@@ -440,3 +440,29 @@ fn codebox_cgroups() -> Vec<String> {
     }
     found
 }
+
+#[test]
+fn workspace_symlinks_to_the_host_are_not_followed_by_the_supervisor() {
+    if !sandbox_available("workspace_symlinks_to_the_host_are_not_followed_by_the_supervisor") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).unwrap();
+    }
+    let v = python(
+        "os.symlink('/etc', '/workspace/etc-link')\nos.symlink('/etc/shadow', '/workspace/shadow')\nos.symlink('/', '/workspace/root')\nopen('/workspace/real.txt', 'w').write('ok')\nprint('planted')",
+        &["--workspace", dir.path().to_str().unwrap()],
+    );
+    assert_eq!(v["stdout"], "planted\n", "{v:#}");
+    let files = v["workspace_files"].as_array().expect("workspace listed");
+    let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    // Nothing below the symlinked directories: the supervisor did not descend into the
+    // host's /etc or /.
+    assert_eq!(paths, ["etc-link", "real.txt", "root", "shadow"], "{v:#}");
+    for f in files.iter().filter(|f| f["path"] != "real.txt") {
+        assert_eq!(f["kind"], "symlink", "{f}");
+        assert!(f["size"].is_null(), "the host target was stat'ed: {f}");
+    }
+    assert_eq!(files[1]["size"], 2);
+}
