@@ -148,6 +148,18 @@ pub fn execute(
     );
     let outcome =
         sandbox.run_to_completion(&runtime::boot_frame(&request.code), &request.limits, sink)?;
+    match outcome.landlock {
+        Some(LandlockStatus::FullyEnforced) => {
+            tracing::debug!(landlock = "fully_enforced", "landlock status")
+        }
+        Some(status) => {
+            tracing::warn!(landlock = ?status, "landlock is not fully enforced on this kernel")
+        }
+        None if request.policy.landlock.is_some() => {
+            tracing::warn!("landlock status was not reported")
+        }
+        None => {}
+    }
     let (workspace_files, workspace_files_truncated) = match &request.workspace {
         Some(dir) => match crate::workspace::list(dir) {
             Ok((entries, cut)) => (Some(entries), cut),

@@ -144,3 +144,28 @@ fn oversized_code_is_refused() {
         stderr_of(&out)
     );
 }
+
+#[test]
+fn host_without_user_namespaces_gets_the_fix() {
+    if !sandbox_available("host_without_user_namespaces_gets_the_fix") {
+        return;
+    }
+    // user.max_user_namespaces is per user namespace: 0 inside a throwaway one makes a
+    // host without user namespaces, for codebox running in it.
+    let script = format!(
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec {} run python -c 'print(1)'",
+        codebox_bin().display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-U", "-r", "sh", "-c", &script])
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .output()
+        .expect("unshare runs");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("user namespaces are not available") && err.contains("sysctl"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -41,7 +41,7 @@ pub fn sandbox_available(test: &str) -> bool {
     {
         Some("user namespaces are disabled (user.max_user_namespaces = 0)".into())
     } else {
-        None
+        cgroup_problem()
     };
     match reason {
         None => true,
@@ -51,6 +51,24 @@ pub fn sandbox_available(test: &str) -> bool {
             false
         }
     }
+}
+
+/// Whether this process may create the cgroups the default profile's limits need (as
+/// root, or rootless inside a delegated cgroup); probed once per test binary.
+fn cgroup_problem() -> Option<String> {
+    static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let out = codebox(&["run", "python", "-c", "pass"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            (err.contains("cgroup")).then(|| {
+                format!(
+                    "no writable cgroup for the limits (delegate one, see README \"Running rootless\"): {}",
+                    err.trim()
+                )
+            })
+        })
+        .clone()
 }
 
 /// `codebox run` with the given arguments.
