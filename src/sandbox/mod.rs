@@ -43,46 +43,51 @@ pub use spawn::{cgroup_limits, spawn};
 pub use spec::{Limits, Program, SandboxSpec, SecurityPolicy};
 pub use supervise::{Captured, Discard, Outcome, OutputSink};
 
-/// A running sandbox. Dropping it kills and reaps the whole sandbox.
+/// The program's I/O, as the supervisor uses it.
 #[derive(Debug)]
-pub struct Sandbox {
+pub struct SandboxIo {
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// The supervisor's end of the program's fd 3.
+    pub channel: OwnedFd,
+    /// What landlock enforced, as the program process reported before its exec.
+    pub landlock: Option<LandlockStatus>,
+}
+
+/// How a sandbox ended, as seen by whoever reaps it.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Ending {
+    /// The program's status from the init; `None` when the sandbox was killed first.
+    pub status: Option<ProgramStatus>,
+    /// Figures from the sandbox's cgroup.
+    pub cgroup: Option<CgroupStats>,
+}
+
+/// The life of a sandbox: its init (which only the cloning process can reap), the
+/// init's status pipe and the cgroup. Dropping it kills and reaps the whole sandbox.
+#[derive(Debug)]
+pub struct Watch {
     pid: Pid,
     pidfd: OwnedFd,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
-    /// The supervisor's end of the program's fd 3.
-    channel: OwnedFd,
     status: OwnedFd,
-    started: Instant,
-    reaped: bool,
-    /// What landlock enforced, as the program process reported before its exec.
-    landlock: Option<LandlockStatus>,
-    /// The sandbox's cgroup; removed when the sandbox is dropped.
     cgroup: Option<cgroup::SandboxCgroup>,
+    reaped: bool,
+}
+
+/// A running sandbox: its I/O and its watch.
+#[derive(Debug)]
+pub struct Sandbox {
+    pub io: SandboxIo,
+    pub watch: Watch,
+    /// When the program was exec'd.
+    started: Instant,
 }
 
 impl Sandbox {
-    fn new(
-        pid: Pid,
-        pidfd: OwnedFd,
-        stdout: OwnedFd,
-        stderr: OwnedFd,
-        channel: OwnedFd,
-        status: OwnedFd,
-        started: Instant,
-    ) -> Self {
-        Sandbox {
-            pid,
-            pidfd,
-            stdout,
-            stderr,
-            channel,
-            status,
-            started,
-            reaped: false,
-            landlock: None,
-            cgroup: None,
-        }
+    /// Splits the sandbox: the I/O goes to whoever talks to the program, the watch stays
+    /// with the process that cloned it.
+    pub fn into_parts(self) -> (SandboxIo, Watch) {
+        (self.io, self.watch)
     }
 
     /// Marks the program's start as now (after its exec).
@@ -90,19 +95,21 @@ impl Sandbox {
         self.started = Instant::now();
         self
     }
+}
 
-    /// What landlock enforced for the program (`None`: not reported, e.g. disabled).
-    pub fn landlock(&self) -> Option<LandlockStatus> {
-        self.landlock
-    }
-
+impl Watch {
     /// The host pid of the sandbox init.
     pub fn pid(&self) -> Pid {
         self.pid
     }
 
-    /// Kills every process of the sandbox: SIGKILL to the init ends its pid namespace,
-    /// and the cgroup kill catches anything that is in the cgroup but not below the init.
+    /// The init's pidfd: readable once the sandbox has ended.
+    pub fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.pidfd)
+    }
+
+    /// Kills every process of the sandbox: the cgroup kill catches anything in the cgroup,
+    /// and SIGKILL to the init ends its pid namespace.
     pub fn kill(&self) -> Result<()> {
         if let Some(cg) = &self.cgroup {
             if let Err(e) = cg.kill_all() {
@@ -129,7 +136,22 @@ impl Sandbox {
         Ok(())
     }
 
-    /// Reaps the init and returns the program status it reported, if any.
+    /// Waits for the init to end and reaps it, reads the program status it reported,
+    /// collects the cgroup's figures and removes the cgroup.
+    pub fn finish(mut self) -> Result<Ending> {
+        let status = self.reap()?;
+        let cgroup = match self.cgroup.take() {
+            Some(cg) => {
+                let stats = cg.stats();
+                // Nothing of the sandbox may outlive the run: kill stragglers, rmdir.
+                cg.remove()?;
+                Some(stats?)
+            }
+            None => None,
+        };
+        Ok(Ending { status, cgroup })
+    }
+
     fn reap(&mut self) -> Result<Option<ProgramStatus>> {
         loop {
             match waitpid(self.pid, None) {
@@ -154,7 +176,7 @@ impl Sandbox {
     }
 }
 
-impl Drop for Sandbox {
+impl Drop for Watch {
     fn drop(&mut self) {
         if !self.reaped {
             if let Err(e) = self.kill() {

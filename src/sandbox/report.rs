@@ -187,7 +187,8 @@ pub fn fail(fd: BorrowedFd<'_>, stage: Stage, detail: u32, errno: i32) -> ! {
 }
 
 /// How the program ended, as reported by the sandbox init.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ProgramStatus {
     Exited(i32),
     Signaled(i32),

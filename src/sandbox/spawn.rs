@@ -22,7 +22,7 @@ use super::init::{self, ChildFds};
 use super::plan::{LockedFlags, MountPlan};
 use super::report::{self, FAILURE_LEN};
 use super::spec::{Limits, SandboxSpec};
-use super::Sandbox;
+use super::{Sandbox, SandboxIo, Watch};
 
 /// Creates a sandbox running `spec.program`; returns once the program has been exec'd.
 ///
@@ -85,12 +85,26 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
     ));
     let cloned = t0.elapsed();
     let started = Instant::now();
-    let mut sandbox = Sandbox::new(pid, pidfd, stdout_r, stderr_r, channel, status_r, started);
-    sandbox.cgroup = cgroup;
+    let mut sandbox = Sandbox {
+        io: SandboxIo {
+            stdout: stdout_r,
+            stderr: stderr_r,
+            channel,
+            landlock: None,
+        },
+        watch: Watch {
+            pid,
+            pidfd,
+            status: status_r,
+            cgroup,
+            reaped: false,
+        },
+        started,
+    };
 
     // v1 hierarchies (and v2 without CLONE_INTO_CGROUP): move the init in while it still
     // waits for the release, so nothing of the sandbox ever runs outside its limits.
-    if let Some(cg) = &sandbox.cgroup {
+    if let Some(cg) = &sandbox.watch.cgroup {
         cg.add_process(pid.as_raw())?;
     }
 
@@ -111,7 +125,9 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
             source,
         })?;
         match (got, report::decode_info(&record)) {
-            (FAILURE_LEN, Some(report::Info::Landlock(status))) => sandbox.landlock = Some(status),
+            (FAILURE_LEN, Some(report::Info::Landlock(status))) => {
+                sandbox.io.landlock = Some(status)
+            }
             _ => break got,
         }
     };

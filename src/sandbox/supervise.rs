@@ -89,16 +89,16 @@ impl Sandbox {
     /// Writes `input` to the program's fd 3, drains its output and waits for the end of
     /// the whole sandbox, killing it at `limits.timeout`.
     pub fn run_to_completion(
-        mut self,
+        self,
         input: &[u8],
         limits: &Limits,
         sink: &mut dyn OutputSink,
     ) -> Result<Outcome> {
         let io = |doing| move |e: std::io::Error| Error::Io { doing, source: e };
         for fd in [
-            self.stdout.as_fd(),
-            self.stderr.as_fd(),
-            self.channel.as_fd(),
+            self.io.stdout.as_fd(),
+            self.io.stderr.as_fd(),
+            self.io.channel.as_fd(),
         ] {
             fds::set_nonblocking(fd, true).map_err(io("setting up the output pipes"))?;
         }
@@ -113,8 +113,11 @@ impl Sandbox {
         while out_open || err_open || !exited {
             let now = Instant::now();
             if !timed_out && !exited && now >= deadline {
-                tracing::debug!(pid = self.pid.as_raw(), "timeout: killing the sandbox");
-                self.kill()?;
+                tracing::debug!(
+                    pid = self.watch.pid().as_raw(),
+                    "timeout: killing the sandbox"
+                );
+                self.watch.kill()?;
                 timed_out = true;
             }
             let wait = if exited || timed_out {
@@ -126,19 +129,19 @@ impl Sandbox {
             let mut pfds = Vec::with_capacity(4);
             let mut roles = Vec::with_capacity(4);
             if out_open {
-                pfds.push(PollFd::new(self.stdout.as_fd(), PollFlags::POLLIN));
+                pfds.push(PollFd::new(self.io.stdout.as_fd(), PollFlags::POLLIN));
                 roles.push(Role::Stdout);
             }
             if err_open {
-                pfds.push(PollFd::new(self.stderr.as_fd(), PollFlags::POLLIN));
+                pfds.push(PollFd::new(self.io.stderr.as_fd(), PollFlags::POLLIN));
                 roles.push(Role::Stderr);
             }
             if !exited {
-                pfds.push(PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN));
+                pfds.push(PollFd::new(self.watch.pidfd(), PollFlags::POLLIN));
                 roles.push(Role::Exit);
             }
             if !input.is_empty() {
-                pfds.push(PollFd::new(self.channel.as_fd(), PollFlags::POLLOUT));
+                pfds.push(PollFd::new(self.io.channel.as_fd(), PollFlags::POLLOUT));
                 roles.push(Role::Input);
             }
             match poll(&mut pfds, wait) {
@@ -157,19 +160,19 @@ impl Sandbox {
                 }
                 match role {
                     Role::Stdout => {
-                        out_open = drain(self.stdout.as_fd(), &mut buf, |c| {
+                        out_open = drain(self.io.stdout.as_fd(), &mut buf, |c| {
                             sink.stdout(stdout.push(c, limits.stdout_cap))
                         })
                         .map_err(io("reading stdout"))?
                     }
                     Role::Stderr => {
-                        err_open = drain(self.stderr.as_fd(), &mut buf, |c| {
+                        err_open = drain(self.io.stderr.as_fd(), &mut buf, |c| {
                             sink.stderr(stderr.push(c, limits.stderr_cap))
                         })
                         .map_err(io("reading stderr"))?
                     }
                     Role::Exit => exited = true,
-                    Role::Input => match nix::unistd::write(self.channel.as_fd(), input) {
+                    Role::Input => match nix::unistd::write(self.io.channel.as_fd(), input) {
                         Ok(n) => input = &input[n..],
                         Err(nix::errno::Errno::EAGAIN) => {}
                         // The program closed fd 3 or is gone: nobody will read the rest.
@@ -179,31 +182,21 @@ impl Sandbox {
             }
         }
         let duration = self.started.elapsed();
-        let status = self.reap()?;
-        let reaped = self.started.elapsed();
-        let cgroup = match self.cgroup.take() {
-            Some(cg) => {
-                let stats = cg.stats();
-                // Nothing of the sandbox may outlive the run: kill stragglers, rmdir.
-                cg.remove()?;
-                Some(stats?)
-            }
-            None => None,
-        };
+        let landlock = self.io.landlock;
+        let ending = self.watch.finish()?;
         tracing::debug!(
             program_us = duration.as_micros() as u64,
-            reaped_us = reaped.as_micros() as u64,
-            cgroup_removed_us = self.started.elapsed().as_micros() as u64,
+            finished_us = self.started.elapsed().as_micros() as u64,
             "sandbox finished"
         );
         Ok(Outcome {
-            status,
+            status: ending.status,
             timed_out,
             stdout,
             stderr,
             duration,
-            landlock: self.landlock,
-            cgroup,
+            landlock,
+            cgroup: ending.cgroup,
         })
     }
 }

@@ -17,7 +17,7 @@ use super::error::Result;
 use super::files;
 
 /// Per-run figures from the sandbox cgroup.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CgroupStats {
     /// Highest memory use of the cgroup, in bytes (`None` when the kernel does not say).
     pub peak_memory_bytes: Option<u64>,
