@@ -12,6 +12,7 @@
 //! - [`rootfs`]: locating the rootfs and verifying it against its manifest
 //! - [`profile`]: sandbox profiles (limits and policy layers) from `policies/profiles/`
 //! - [`doctor`]: host checks, layer by layer (`codebox doctor`, health)
+//! - [`spawner`]: the single-threaded process that creates sandboxes for the async server
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
 //!
 //! - [`workspace`]: listing what a program left in its workspace, never following symlinks
@@ -24,5 +25,6 @@ pub mod profile;
 pub mod rootfs;
 pub mod runtime;
 pub mod sandbox;
+pub mod spawner;
 pub mod units;
 pub mod workspace;

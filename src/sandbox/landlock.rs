@@ -40,7 +40,7 @@ pub enum LandlockMode {
 }
 
 /// What the kernel enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LandlockStatus {
     FullyEnforced,

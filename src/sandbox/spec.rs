@@ -17,7 +17,7 @@ use super::seccomp::{CompiledFilter, SeccompProfile};
 pub const DEFAULT_OUTPUT_CAP: usize = 1024 * 1024;
 
 /// Limits applied to one sandbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Wall-clock time from the program's start until the whole sandbox is killed.
     pub timeout: Duration,

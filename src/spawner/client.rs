@@ -1,0 +1,327 @@
+//! The supervisor's side of the spawner: async requests, and a sandbox whose program
+//! I/O is driven by tokio.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+use super::wire::{self, Request, Response, SpawnSpec};
+use super::{Error, Result};
+use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
+
+type SpawnReply = std::result::Result<(Option<LandlockStatus>, Vec<OwnedFd>), String>;
+
+#[derive(Default)]
+struct Waiters {
+    spawned: HashMap<u64, oneshot::Sender<SpawnReply>>,
+    exited: HashMap<u64, oneshot::Sender<Ending>>,
+    /// Set when the spawner is gone; every waiter is failed.
+    closed: bool,
+}
+
+struct Inner {
+    sock: AsyncFd<OwnedFd>,
+    next_id: AtomicU64,
+    waiters: Mutex<Waiters>,
+}
+
+/// A handle on the spawner process. Cheap to clone.
+#[derive(Clone)]
+pub struct SpawnerClient {
+    inner: Arc<Inner>,
+}
+
+impl SpawnerClient {
+    /// Wraps the supervisor's end of the spawner socket; must be called inside a tokio
+    /// runtime. Starts the task that routes the spawner's responses.
+    pub fn new(sock: OwnedFd) -> Result<SpawnerClient> {
+        crate::sandbox::set_nonblocking(sock.as_fd(), true).map_err(|source| Error::Io {
+            doing: "setting up the spawner socket",
+            source,
+        })?;
+        let inner = Arc::new(Inner {
+            // SAFETY: an OwnedFd's raw descriptor is valid, open and unchanging for as
+            // long as the OwnedFd lives, which is as long as the AsyncFd that owns it.
+            sock: unsafe { AsyncFd::register(sock) }.map_err(|e| Error::Io {
+                doing: "registering the spawner socket",
+                source: e.into_parts().1,
+            })?,
+            next_id: AtomicU64::new(1),
+            waiters: Mutex::new(Waiters::default()),
+        });
+        tokio::spawn(read_responses(inner.clone()));
+        Ok(SpawnerClient { inner })
+    }
+
+    /// Asks the spawner for a sandbox running `spec`; resolves once the program runs.
+    pub async fn spawn(&self, spec: SpawnSpec) -> Result<RemoteSandbox> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let (exit_tx, exit_rx) = oneshot::channel();
+        {
+            let mut w = self.inner.waiters.lock().expect("waiters lock");
+            if w.closed {
+                return Err(Error::Gone);
+            }
+            w.spawned.insert(id, tx);
+            w.exited.insert(id, exit_tx);
+        }
+        self.send(&Request::Spawn { id, spec }).await?;
+        let (landlock, mut fds) = match rx.await.map_err(|_| Error::Gone)? {
+            Ok(v) => v,
+            Err(message) => {
+                self.inner
+                    .waiters
+                    .lock()
+                    .expect("waiters lock")
+                    .exited
+                    .remove(&id);
+                return Err(Error::Spawn { message });
+            }
+        };
+        if fds.len() != wire::SPAWNED_FDS {
+            return Err(Error::Protocol("spawned without its three descriptors"));
+        }
+        let channel = fds.pop().expect("channel");
+        let stderr = fds.pop().expect("stderr");
+        let stdout = fds.pop().expect("stdout");
+        Ok(RemoteSandbox {
+            id,
+            client: self.clone(),
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+            channel: Some(channel),
+            landlock,
+            exited: Some(exit_rx),
+            started: Instant::now(),
+            ended: false,
+        })
+    }
+
+    /// Kills a sandbox (best effort: it may already be gone).
+    pub async fn kill(&self, id: u64) -> Result<()> {
+        self.send(&Request::Kill { id }).await
+    }
+
+    async fn send(&self, req: &Request) -> Result<()> {
+        loop {
+            let mut guard = self
+                .inner
+                .sock
+                .writable()
+                .await
+                .map_err(|source| Error::Io {
+                    doing: "waiting to write to the spawner",
+                    source,
+                })?;
+            match guard.try_io(|s| wire::send(s.get_ref().as_fd(), req, &[])) {
+                Ok(r) => {
+                    return r.map_err(|source| {
+                        if source.raw_os_error() == Some(libc::EPIPE) {
+                            Error::Gone
+                        } else {
+                            Error::Io {
+                                doing: "writing to the spawner",
+                                source,
+                            }
+                        }
+                    })
+                }
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Sends a kill without awaiting (for `Drop`): one non-blocking sendmsg.
+    fn kill_now(&self, id: u64) {
+        let _ = wire::send(
+            self.inner.sock.get_ref().as_fd(),
+            &Request::Kill { id },
+            &[],
+        );
+    }
+}
+
+async fn read_responses(inner: Arc<Inner>) {
+    loop {
+        let msg = loop {
+            let mut guard = match inner.sock.readable().await {
+                Ok(g) => g,
+                Err(_) => break None,
+            };
+            match guard.try_io(|s| wire::recv::<Response>(s.get_ref().as_fd())) {
+                Ok(Ok(m)) => break m,
+                Ok(Err(e)) => {
+                    tracing::error!(?e, "reading from the spawner failed");
+                    break None;
+                }
+                Err(_would_block) => continue,
+            }
+        };
+        let mut w = inner.waiters.lock().expect("waiters lock");
+        match msg {
+            Some((Response::Spawned { id, landlock }, fds)) => {
+                if let Some(tx) = w.spawned.remove(&id) {
+                    let _ = tx.send(Ok((landlock, fds)));
+                }
+            }
+            Some((Response::Failed { id, error }, _)) => {
+                if let Some(tx) = w.spawned.remove(&id) {
+                    let _ = tx.send(Err(error));
+                }
+            }
+            Some((Response::Exited { id, ending }, _)) => {
+                // No waiter: the sandbox was dropped before it ended; nothing to report.
+                if let Some(tx) = w.exited.remove(&id) {
+                    let _ = tx.send(ending);
+                }
+            }
+            None => {
+                // The spawner is gone: fail everyone who waits.
+                w.closed = true;
+                w.spawned.clear();
+                w.exited.clear();
+                tracing::error!("the spawner process is gone");
+                return;
+            }
+        }
+    }
+}
+
+/// Where a chunk of output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// A running sandbox created by the spawner, driven from tokio. Dropping it before the
+/// program ended kills the sandbox.
+pub struct RemoteSandbox {
+    id: u64,
+    client: SpawnerClient,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    channel: Option<OwnedFd>,
+    landlock: Option<LandlockStatus>,
+    exited: Option<oneshot::Receiver<Ending>>,
+    started: Instant,
+    ended: bool,
+}
+
+impl RemoteSandbox {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Writes `input` to fd 3, streams output to `on_output` (within the caps), kills the
+    /// sandbox at `timeout` or when `cancel` resolves, and waits for its end.
+    pub async fn run_to_completion(
+        mut self,
+        input: &[u8],
+        stdout_cap: usize,
+        stderr_cap: usize,
+        timeout: Duration,
+        cancel: impl std::future::Future<Output = ()>,
+        mut on_output: impl FnMut(Stream, &[u8]),
+    ) -> Result<Outcome> {
+        let io = |doing| move |source| Error::Io { doing, source };
+        let mut stdout =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(self.stdout.take().expect("stdout"))
+                .map_err(io("reading stdout"))?;
+        let mut stderr =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(self.stderr.take().expect("stderr"))
+                .map_err(io("reading stderr"))?;
+        let channel = std::os::unix::net::UnixStream::from(self.channel.take().expect("channel"));
+        channel
+            .set_nonblocking(true)
+            .map_err(io("setting up fd 3"))?;
+        let mut channel =
+            tokio::net::UnixStream::from_std(channel).map_err(io("setting up fd 3"))?;
+        let mut exited = self.exited.take().expect("exit receiver");
+
+        let deadline = tokio::time::Instant::from_std(self.started + timeout);
+        let (mut out, mut err) = (Captured::default(), Captured::default());
+        let (mut out_open, mut err_open) = (true, true);
+        let mut ending: Option<Ending> = None;
+        let mut timed_out = false;
+        let mut cancelled = false;
+        let mut input = input;
+        let mut obuf = vec![0u8; 64 * 1024];
+        let mut ebuf = vec![0u8; 64 * 1024];
+        tokio::pin!(cancel);
+        while out_open || err_open || ending.is_none() {
+            tokio::select! {
+                r = stdout.read(&mut obuf), if out_open => match r {
+                    Ok(0) | Err(_) => out_open = false,
+                    Ok(n) => {
+                        let kept = push(&mut out, &obuf[..n], stdout_cap);
+                        if !kept.is_empty() { on_output(Stream::Stdout, kept) }
+                    }
+                },
+                r = stderr.read(&mut ebuf), if err_open => match r {
+                    Ok(0) | Err(_) => err_open = false,
+                    Ok(n) => {
+                        let kept = push(&mut err, &ebuf[..n], stderr_cap);
+                        if !kept.is_empty() { on_output(Stream::Stderr, kept) }
+                    }
+                },
+                r = channel.write(input), if !input.is_empty() => match r {
+                    Ok(n) => input = &input[n..],
+                    // The program closed fd 3 or is gone: nobody reads the rest.
+                    Err(_) => input = &[],
+                },
+                e = &mut exited, if ending.is_none() => {
+                    ending = Some(e.map_err(|_| Error::Gone)?);
+                }
+                _ = tokio::time::sleep_until(deadline), if !timed_out && !cancelled && ending.is_none() => {
+                    timed_out = true;
+                    self.client.kill(self.id).await?;
+                }
+                _ = &mut cancel, if !cancelled && !timed_out && ending.is_none() => {
+                    cancelled = true;
+                    self.client.kill(self.id).await?;
+                }
+            }
+        }
+        self.ended = true;
+        let duration = self.started.elapsed();
+        let ending = ending.expect("loop ends with an ending");
+        Ok(Outcome {
+            status: ending.status,
+            timed_out,
+            stdout: out,
+            stderr: err,
+            duration,
+            landlock: self.landlock,
+            cgroup: ending.cgroup,
+        })
+    }
+}
+
+impl Drop for RemoteSandbox {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.client.kill_now(self.id);
+            let mut w = self.client.inner.waiters.lock().expect("waiters lock");
+            w.exited.remove(&self.id);
+        }
+    }
+}
+
+fn push<'a>(c: &mut Captured, chunk: &'a [u8], cap: usize) -> &'a [u8] {
+    c.total_bytes += chunk.len() as u64;
+    let room = cap.saturating_sub(c.bytes.len());
+    let kept = &chunk[..chunk.len().min(room)];
+    if kept.len() < chunk.len() {
+        c.truncated = true;
+    }
+    c.bytes.extend_from_slice(kept);
+    kept
+}

@@ -1,0 +1,91 @@
+//! The spawner: a single-threaded process, forked before the supervisor starts any
+//! thread, that creates every sandbox the (multi-threaded, tokio) supervisor asks for.
+//!
+//! Why a process: cloning a sandbox from a multi-threaded process would leave the child
+//! with locks held by threads that do not exist in it; the sandbox init allocates and
+//! logs. The spawner is a copy of the supervisor taken while it was still
+//! single-threaded (after the rootfs was verified and the cgroups discovered), so it
+//! shares that state without sharing any thread.
+//!
+//! - [`wire`]: the protocol (JSON over `SOCK_SEQPACKET`, fds as `SCM_RIGHTS`)
+//! - [`server`]: the spawner's loop; it keeps each sandbox's `Watch` and reports exits
+//! - [`client`]: the supervisor's async side and [`RemoteSandbox`]
+
+pub mod client;
+pub mod server;
+pub mod wire;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use nix::unistd::{ForkResult, Pid};
+
+pub use client::{RemoteSandbox, SpawnerClient, Stream};
+pub use wire::SpawnSpec;
+
+use crate::execution::Host;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot start the spawner process")]
+    Start {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the spawner process is gone")]
+    Gone,
+    #[error("the sandbox could not be created: {message}")]
+    Spawn { message: String },
+    #[error("spawner protocol error: {0}")]
+    Protocol(&'static str),
+    #[error("i/o with the spawner or the sandbox failed while {doing}")]
+    Io {
+        doing: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Forks the spawner. Returns its pid and the supervisor's end of its socket.
+///
+/// # Safety
+/// The calling process must be single-threaded (no tokio runtime yet, no other thread).
+pub unsafe fn start(host: &Host) -> Result<(Pid, OwnedFd)> {
+    let start = |source: std::io::Error| Error::Start { source };
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| start(e.into()))?;
+    // SAFETY: the caller guarantees a single-threaded process, so the child may run
+    // ordinary code; it ends with _exit.
+    match unsafe { nix::unistd::fork() }.map_err(|e| start(e.into()))? {
+        ForkResult::Child => {
+            drop(ours);
+            // SAFETY: prctl with integer arguments: die with the supervisor.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+            // stdin/stdout belong to the supervisor's MCP transport: hold no copy of them.
+            if let Ok(null) = nix::fcntl::open(
+                "/dev/null",
+                nix::fcntl::OFlag::O_RDWR,
+                nix::sys::stat::Mode::empty(),
+            ) {
+                for fd in [0, 1] {
+                    // SAFETY: dup2 between two descriptor numbers this process owns.
+                    unsafe { libc::dup2(null.as_raw_fd(), fd) };
+                }
+            }
+            server::serve(theirs, host);
+            // SAFETY: ends the spawner without running the supervisor's atexit handlers.
+            unsafe { libc::_exit(0) }
+        }
+        ForkResult::Parent { child } => {
+            drop(theirs);
+            Ok((child, ours))
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The spawner process: a single-threaded loop that creates sandboxes on request and
+//! reports when they end.
+//!
+//! It is forked before the supervisor starts any thread, so it may clone sandboxes (the
+//! child of a clone runs ordinary code). For each sandbox it keeps the [`Watch`] (only
+//! the cloning process can reap the init) and passes the program's I/O descriptors to
+//! the supervisor. When the supervisor goes away (end of file on the socket), every
+//! sandbox is killed and reaped, every cgroup removed, and the spawner exits.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::wire::{self, Request, Response, SpawnSpec};
+use crate::execution::Host;
+use crate::profile::Profile;
+use crate::sandbox::{self, SandboxSpec, Watch};
+
+/// Serves requests on `sock` until the supervisor closes it; returns when every sandbox
+/// is gone.
+pub fn serve(sock: OwnedFd, host: &Host) {
+    let mut live: HashMap<u64, Watch> = HashMap::new();
+    loop {
+        let ids: Vec<u64> = live.keys().copied().collect();
+        let mut pfds = vec![PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        pfds.extend(
+            ids.iter()
+                .map(|id| PollFd::new(live[id].pidfd(), PollFlags::POLLIN)),
+        );
+        match poll(&mut pfds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                tracing::error!(?e, "spawner poll failed");
+                break;
+            }
+        }
+        let ready: Vec<bool> = pfds
+            .iter()
+            .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(pfds);
+        for (i, id) in ids.iter().enumerate() {
+            if ready[i + 1] {
+                let watch = live.remove(id).expect("live sandbox");
+                report_exit(&sock, *id, watch);
+            }
+        }
+        if ready[0] {
+            match wire::recv::<Request>(sock.as_fd()) {
+                Ok(Some((Request::Spawn { id, spec }, _))) => {
+                    if let Some(watch) = spawn_one(&sock, host, id, &spec) {
+                        live.insert(id, watch);
+                    }
+                }
+                Ok(Some((Request::Kill { id }, _))) => {
+                    if let Some(w) = live.get(&id) {
+                        if let Err(e) = w.kill() {
+                            tracing::error!(?e, id, "kill failed");
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!(?e, "bad spawner request");
+                    break;
+                }
+            }
+        }
+    }
+    // The supervisor is gone: nothing of ours may outlive it.
+    for (id, watch) in live.drain() {
+        let _ = watch.kill();
+        if let Err(e) = watch.finish() {
+            tracing::error!(?e, id, "clean-up after the supervisor left failed");
+        }
+    }
+}
+
+fn spawn_one(sock: &OwnedFd, host: &Host, id: u64, spec: &SpawnSpec) -> Option<Watch> {
+    let sandbox = match build(host, spec).and_then(|s| {
+        sandbox::spawn(&s, host.cgroups.as_ref())
+            .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+    }) {
+        Ok(sandbox) => sandbox,
+        Err(error) => {
+            tracing::warn!(id, %error, "spawn failed");
+            let _ = wire::send(sock.as_fd(), &Response::Failed { id, error }, &[]);
+            return None;
+        }
+    };
+    let (io, watch) = sandbox.into_parts();
+    let fds = [
+        io.stdout.as_raw_fd(),
+        io.stderr.as_raw_fd(),
+        io.channel.as_raw_fd(),
+    ];
+    let sent = wire::send(
+        sock.as_fd(),
+        &Response::Spawned {
+            id,
+            landlock: io.landlock,
+        },
+        &fds,
+    );
+    // Our copies close here: the supervisor holds the only ones now.
+    drop(io);
+    match sent {
+        Ok(()) => Some(watch),
+        Err(e) => {
+            tracing::error!(?e, id, "cannot hand the sandbox over; killing it");
+            None
+        }
+    }
+}
+
+fn build(host: &Host, spec: &SpawnSpec) -> Result<SandboxSpec, String> {
+    let profile = Profile::load(&spec.profile).map_err(|e| e.to_string())?;
+    Ok(SandboxSpec {
+        rootfs: host.rootfs.path.clone(),
+        workspace: spec.workspace.clone(),
+        program: spec.language.program().map_err(|e| e.to_string())?,
+        limits: spec.limits.clone(),
+        id_mapping: host.id_mapping,
+        hostname: "codebox".into(),
+        policy: profile.policy,
+    })
+}
+
+fn report_exit(sock: &OwnedFd, id: u64, watch: Watch) {
+    let ending = match watch.finish() {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(?e, id, "finishing a sandbox failed");
+            Default::default()
+        }
+    };
+    if let Err(e) = wire::send(sock.as_fd(), &Response::Exited { id, ending }, &[]) {
+        tracing::error!(?e, id, "cannot report a sandbox exit");
+    }
+}

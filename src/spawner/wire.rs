@@ -1,0 +1,158 @@
+//! The spawner protocol: JSON messages over a `SOCK_SEQPACKET` socketpair (one message
+//! per record, so no framing), with file descriptors passed as `SCM_RIGHTS`.
+//!
+//! supervisor → spawner: [`Request::Spawn`], [`Request::Kill`]
+//! spawner → supervisor: [`Response::Spawned`] (+ stdout, stderr, channel fds),
+//! [`Response::Failed`], [`Response::Exited`]
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::Language;
+use crate::sandbox::{Ending, LandlockStatus, Limits};
+
+/// Largest message either side sends.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+/// Descriptors passed with [`Response::Spawned`]: stdout, stderr, channel.
+pub const SPAWNED_FDS: usize = 3;
+
+/// What to run; the spawner resolves the profile and the program itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SpawnSpec {
+    pub language: Language,
+    /// A profile name or path, as `Profile::load` takes it.
+    pub profile: String,
+    /// The profile's limits with the request's overrides applied.
+    pub limits: Limits,
+    /// Host directory bound at `/workspace`.
+    pub workspace: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Spawn { id: u64, spec: SpawnSpec },
+    Kill { id: u64 },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Response {
+    Spawned {
+        id: u64,
+        landlock: Option<LandlockStatus>,
+    },
+    Failed {
+        id: u64,
+        error: String,
+    },
+    Exited {
+        id: u64,
+        ending: Ending,
+    },
+}
+
+/// Sends one message with optional descriptors.
+pub fn send(sock: BorrowedFd<'_>, msg: &impl Serialize, fds: &[RawFd]) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+    if bytes.len() > MAX_MESSAGE {
+        return Err(std::io::Error::other("spawner message too large"));
+    }
+    let iov = [IoSlice::new(&bytes)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Receives one message and the descriptors that came with it. `Ok(None)`: the other
+/// side closed the socket.
+pub fn recv<T: for<'de> Deserialize<'de>>(
+    sock: BorrowedFd<'_>,
+) -> std::io::Result<Option<(T, Vec<OwnedFd>)>> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let mut cmsg = nix::cmsg_space!([RawFd; SPAWNED_FDS]);
+    let (len, fds) = loop {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(msg) => {
+                let mut fds = Vec::new();
+                for c in msg.cmsgs().map_err(std::io::Error::from)? {
+                    if let ControlMessageOwned::ScmRights(raw) = c {
+                        // SAFETY: the kernel installed these descriptors in this process
+                        // for this message; nothing else owns them.
+                        fds.extend(
+                            raw.into_iter()
+                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                        );
+                    }
+                }
+                if msg.flags.contains(MsgFlags::MSG_TRUNC)
+                    || msg.flags.contains(MsgFlags::MSG_CTRUNC)
+                {
+                    return Err(std::io::Error::other("spawner message truncated"));
+                }
+                break (msg.bytes, fds);
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if len == 0 {
+        return Ok(None);
+    }
+    let msg = serde_json::from_slice(&buf[..len]).map_err(std::io::Error::other)?;
+    Ok(Some((msg, fds)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn messages_and_descriptors_round_trip() {
+        let (a, b) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        send(
+            a.as_fd(),
+            &Response::Spawned {
+                id: 7,
+                landlock: Some(LandlockStatus::FullyEnforced),
+            },
+            &[r.as_raw_fd(), w.as_raw_fd()],
+        )
+        .unwrap();
+        let (msg, fds): (Response, _) = recv(b.as_fd()).unwrap().unwrap();
+        assert!(matches!(msg, Response::Spawned { id: 7, .. }));
+        assert_eq!(fds.len(), 2);
+        // The passed write end works.
+        nix::unistd::write(&fds[1], b"x").unwrap();
+        let mut byte = [0u8; 1];
+        nix::unistd::read(r.as_fd(), &mut byte).unwrap();
+        assert_eq!(&byte, b"x");
+        drop(a);
+        assert!(recv::<Response>(b.as_fd()).unwrap().is_none());
+    }
+}

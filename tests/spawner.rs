@@ -1,0 +1,362 @@
+//! The spawner process with the async client, against the real kernel.
+//!
+//! `harness = false`: the spawner must be forked while the process is single-threaded,
+//! before the tokio runtime exists. Cases run one at a time through libtest-mimic.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use codebox::execution::Host;
+use codebox::profile::Profile;
+use codebox::rootfs;
+use codebox::runtime::{self, Language};
+use codebox::sandbox::{IdMapping, ProgramStatus};
+use codebox::spawner::{self, SpawnSpec, SpawnerClient, Stream};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+static CLIENT: OnceLock<SpawnerClient> = OnceLock::new();
+
+fn main() {
+    let mut args = Arguments::from_args();
+    args.test_threads = Some(1);
+    let strict = std::env::var_os("CODEBOX_TEST_STRICT").is_some_and(|v| v == "1");
+    let setup = (|| -> Result<Host, String> {
+        let dir = rootfs::locate(None).map_err(|e| e.to_string())?;
+        let rootfs = rootfs::verify(&dir, rootfs::default_stamp_dir().as_deref())
+            .map_err(|e| e.to_string())?;
+        Ok(Host::new(rootfs, IdMapping::for_current_process(65534)))
+    })();
+    let host = match setup {
+        Ok(h) => h,
+        Err(e) if strict => panic!("spawner tests need the rootfs: {e}"),
+        Err(e) => {
+            eprintln!("SKIP spawner tests: {e}");
+            libtest_mimic::run(&args, vec![]).exit();
+        }
+    };
+    // SAFETY: no thread exists yet: libtest-mimic has not started and tokio is not built.
+    let (_pid, sock) = unsafe { spawner::start(&host) }.expect("spawner starts");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = rt
+        .block_on(async { SpawnerClient::new(sock) })
+        .expect("client");
+    let _ = RUNTIME.set(rt);
+    let _ = CLIENT.set(client);
+    let trials = vec![
+        Trial::test("runs_python_and_typescript", runs_python_and_typescript),
+        Trial::test(
+            "concurrent_sandboxes_do_not_mix",
+            concurrent_sandboxes_do_not_mix,
+        ),
+        Trial::test("timeout_kills_the_sandbox", timeout_kills_the_sandbox),
+        Trial::test("cancel_kills_promptly", cancel_kills_promptly),
+        Trial::test("output_streams_while_running", output_streams_while_running),
+        Trial::test("dropping_a_sandbox_kills_it", dropping_a_sandbox_kills_it),
+        Trial::test(
+            "spawn_errors_are_reported_and_the_spawner_survives",
+            spawn_errors_are_reported,
+        ),
+        Trial::test("limits_and_figures_come_back", limits_and_figures_come_back),
+    ];
+    libtest_mimic::run(&args, trials).exit();
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    RUNTIME.get().expect("runtime").block_on(f)
+}
+
+fn client() -> &'static SpawnerClient {
+    CLIENT.get().expect("client")
+}
+
+fn spec(language: Language) -> SpawnSpec {
+    SpawnSpec {
+        language,
+        profile: "default".into(),
+        limits: Profile::load("default").unwrap().limits,
+        workspace: None,
+    }
+}
+
+struct Run {
+    stdout: String,
+    stderr: String,
+    status: Option<ProgramStatus>,
+    timed_out: bool,
+    outcome: codebox::sandbox::Outcome,
+}
+
+async fn run(language: Language, code: &str, timeout: Duration) -> Result<Run, Failed> {
+    let sb = client()
+        .spawn(spec(language))
+        .await
+        .map_err(|e| e.to_string())?;
+    let outcome = sb
+        .run_to_completion(
+            &runtime::boot_frame(code),
+            1 << 20,
+            1 << 20,
+            timeout,
+            std::future::pending(),
+            |_, _| {},
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Run {
+        stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+        stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+        status: outcome.status,
+        timed_out: outcome.timed_out,
+        outcome,
+    })
+}
+
+fn check(cond: bool, msg: impl Into<String>) -> Result<(), Failed> {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg.into().into())
+    }
+}
+
+fn runs_python_and_typescript() -> Result<(), Failed> {
+    block_on(async {
+        let r = run(
+            Language::Python,
+            "print('py', 6 * 7)",
+            Duration::from_secs(10),
+        )
+        .await?;
+        check(
+            r.stdout == "py 42\n",
+            format!("{:?} {:?}", r.stdout, r.stderr),
+        )?;
+        check(
+            r.status == Some(ProgramStatus::Exited(0)),
+            format!("{:?}", r.status),
+        )?;
+        let r = run(
+            Language::TypeScript,
+            "const n: number = 42; console.log('ts', n)",
+            Duration::from_secs(10),
+        )
+        .await?;
+        check(
+            r.stdout == "ts 42\n",
+            format!("{:?} {:?}", r.stdout, r.stderr),
+        )
+    })
+}
+
+fn concurrent_sandboxes_do_not_mix() -> Result<(), Failed> {
+    block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            tasks.push(tokio::spawn(async move {
+                let lang = if i % 4 == 0 {
+                    Language::TypeScript
+                } else {
+                    Language::Python
+                };
+                let code = match lang {
+                    Language::Python => format!("import time; time.sleep(0.2); print({i})"),
+                    Language::TypeScript => {
+                        format!("await new Promise(r => setTimeout(r, 200)); console.log({i})")
+                    }
+                };
+                (i, run(lang, &code, Duration::from_secs(20)).await)
+            }));
+        }
+        for t in tasks {
+            let (i, r) = t.await.map_err(|e| e.to_string())?;
+            let r = r?;
+            check(
+                r.stdout == format!("{i}\n"),
+                format!("sandbox {i}: {:?} {:?}", r.stdout, r.stderr),
+            )?;
+        }
+        Ok(())
+    })
+}
+
+fn timeout_kills_the_sandbox() -> Result<(), Failed> {
+    block_on(async {
+        let started = Instant::now();
+        let r = run(
+            Language::Python,
+            "while True: pass",
+            Duration::from_millis(500),
+        )
+        .await?;
+        check(r.timed_out, "timed out")?;
+        check(r.status.is_none(), format!("status {:?}", r.status))?;
+        check(
+            started.elapsed() < Duration::from_secs(5),
+            format!("took {:?}", started.elapsed()),
+        )
+    })
+}
+
+fn cancel_kills_promptly() -> Result<(), Failed> {
+    block_on(async {
+        let sb = client()
+            .spawn(spec(Language::Python))
+            .await
+            .map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let outcome = sb
+            .run_to_completion(
+                &runtime::boot_frame("while True: pass"),
+                1024,
+                1024,
+                Duration::from_secs(60),
+                tokio::time::sleep(Duration::from_millis(300)),
+                |_, _| {},
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        check(
+            !outcome.timed_out && outcome.status.is_none(),
+            format!("{outcome:?}"),
+        )?;
+        check(
+            started.elapsed() < Duration::from_secs(3),
+            format!("took {:?}", started.elapsed()),
+        )
+    })
+}
+
+fn output_streams_while_running() -> Result<(), Failed> {
+    block_on(async {
+        let sb = client()
+            .spawn(spec(Language::Python))
+            .await
+            .map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let mut seen = Vec::new();
+        let outcome = sb
+            .run_to_completion(
+                &runtime::boot_frame(
+                    "import time\nfor i in range(3):\n    print(i)\n    time.sleep(0.3)",
+                ),
+                1 << 20,
+                1 << 20,
+                Duration::from_secs(10),
+                std::future::pending(),
+                |stream, chunk| {
+                    if stream == Stream::Stdout {
+                        seen.push((
+                            started.elapsed(),
+                            String::from_utf8_lossy(chunk).into_owned(),
+                        ))
+                    }
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        check(outcome.stdout.bytes == b"0\n1\n2\n", format!("{outcome:?}"))?;
+        // The first line arrived well before the program ended.
+        check(seen.len() >= 2, format!("{seen:?}"))?;
+        check(
+            seen[0].0 + Duration::from_millis(400) < outcome.duration,
+            format!("{seen:?} {:?}", outcome.duration),
+        )
+    })
+}
+
+fn dropping_a_sandbox_kills_it() -> Result<(), Failed> {
+    let marker = format!("codebox-spawner-drop-{}", std::process::id());
+    block_on(async {
+        let sb = client()
+            .spawn(spec(Language::Python))
+            .await
+            .map_err(|e| e.to_string())?;
+        drop(sb);
+        // The sandbox was killed before its program even got its code; now one that runs.
+        let sb = client()
+            .spawn(spec(Language::Python))
+            .await
+            .map_err(|e| e.to_string())?;
+        let code = format!("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60) # {marker}'])\nimport time; time.sleep(60)");
+        let frame = runtime::boot_frame(&code);
+        let run = sb.run_to_completion(
+            &frame,
+            1024,
+            1024,
+            Duration::from_secs(60),
+            std::future::pending(),
+            |_, _| {},
+        );
+        // Abandon the run after a moment: dropping the future drops the sandbox.
+        let _ = tokio::time::timeout(Duration::from_millis(700), run).await;
+        Ok::<_, Failed>(())
+    })?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if !any_process_with(&marker) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err("a dropped sandbox's process survived".into())
+}
+
+fn spawn_errors_are_reported() -> Result<(), Failed> {
+    block_on(async {
+        let mut bad = spec(Language::Python);
+        bad.profile = "no-such-profile".into();
+        match client().spawn(bad).await {
+            Err(spawner::Error::Spawn { message }) => {
+                check(message.contains("no-such-profile"), message)?
+            }
+            Err(e) => return Err(e.to_string().into()),
+            Ok(_) => return Err("a bad profile spawned".into()),
+        }
+        let r = run(
+            Language::Python,
+            "print('still serving')",
+            Duration::from_secs(10),
+        )
+        .await?;
+        check(r.stdout == "still serving\n", r.stdout)
+    })
+}
+
+fn limits_and_figures_come_back() -> Result<(), Failed> {
+    block_on(async {
+        let mut s = spec(Language::Python);
+        s.limits.memory_bytes = Some(64 << 20);
+        let sb = client().spawn(s).await.map_err(|e| e.to_string())?;
+        let outcome = sb
+            .run_to_completion(
+                &runtime::boot_frame("b = []\nwhile True: b.append(bytearray(8 << 20))"),
+                1 << 20,
+                1 << 20,
+                Duration::from_secs(20),
+                std::future::pending(),
+                |_, _| {},
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let cg = outcome.cgroup.ok_or("no cgroup figures")?;
+        check(cg.oom_killed, format!("{cg:?}"))?;
+        let r = run(Language::Python, "pass", Duration::from_secs(10)).await?;
+        check(
+            r.outcome.cgroup.and_then(|c| c.cpu_usec).is_some(),
+            "cpu time reported",
+        )
+    })
+}
+
+fn any_process_with(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        e.file_name().to_string_lossy().parse::<u32>().is_ok()
+            && std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+    })
+}
