@@ -34,8 +34,8 @@ pub struct ExecutionRequest {
     pub policy: SecurityPolicy,
 }
 
-/// How it went, in the shape the CLI's `--json` prints.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// How it went, in the shape the CLI's `--json` prints and the MCP tools return.
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct ExecutionResult {
     pub language: Language,
     pub stdout: String,
@@ -148,6 +148,21 @@ pub fn execute(
     );
     let outcome =
         sandbox.run_to_completion(&runtime::boot_frame(&request.code), &request.limits, sink)?;
+    Ok(result_from(
+        request.language,
+        request.workspace.as_deref(),
+        request.policy.landlock.is_some(),
+        outcome,
+    ))
+}
+
+/// Turns a sandbox outcome into the result callers see.
+pub fn result_from(
+    language: Language,
+    request_workspace: Option<&std::path::Path>,
+    request_landlock: bool,
+    outcome: sandbox::Outcome,
+) -> ExecutionResult {
     match outcome.landlock {
         Some(LandlockStatus::FullyEnforced) => {
             tracing::debug!(landlock = "fully_enforced", "landlock status")
@@ -155,12 +170,12 @@ pub fn execute(
         Some(status) => {
             tracing::warn!(landlock = ?status, "landlock is not fully enforced on this kernel")
         }
-        None if request.policy.landlock.is_some() => {
+        None if request_landlock => {
             tracing::warn!("landlock status was not reported")
         }
         None => {}
     }
-    let (workspace_files, workspace_files_truncated) = match &request.workspace {
+    let (workspace_files, workspace_files_truncated) = match request_workspace {
         Some(dir) => match crate::workspace::list(dir) {
             Ok((entries, cut)) => (Some(entries), cut),
             Err(e) => {
@@ -170,8 +185,8 @@ pub fn execute(
         },
         None => (None, false),
     };
-    Ok(ExecutionResult {
-        language: request.language,
+    ExecutionResult {
+        language,
         stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
         stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
         exit_code: outcome.exit_code(),
@@ -194,5 +209,5 @@ pub fn execute(
             .map(|us| us as f64 / 1000.0),
         workspace_files,
         workspace_files_truncated,
-    })
+    }
 }

@@ -12,6 +12,7 @@
 //! - [`rootfs`]: locating the rootfs and verifying it against its manifest
 //! - [`profile`]: sandbox profiles (limits and policy layers) from `policies/profiles/`
 //! - [`doctor`]: host checks, layer by layer (`codebox doctor`, health)
+//! - [`server`]: the MCP server (rmcp): execute_python, execute_typescript, health
 //! - [`spawner`]: the single-threaded process that creates sandboxes for the async server
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
 //!
@@ -25,6 +26,7 @@ pub mod profile;
 pub mod rootfs;
 pub mod runtime;
 pub mod sandbox;
+pub mod server;
 pub mod spawner;
 pub mod units;
 pub mod workspace;

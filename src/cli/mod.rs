@@ -2,6 +2,7 @@
 
 mod doctor;
 mod run;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,8 @@ pub struct Cli {
 enum Command {
     /// Run a program in a fresh sandbox.
     Run(run::RunArgs),
+    /// Serve MCP on stdio: execute_python, execute_typescript, health.
+    Serve(serve::ServeArgs),
     /// Check this host layer by layer: namespaces, cgroups, seccomp, landlock, rootfs, runtimes.
     Doctor(doctor::DoctorArgs),
 }
@@ -33,6 +36,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Doctor(args) => doctor::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }
 

@@ -19,7 +19,17 @@ pub const RUNTIME_DIR: &str = "/opt/codebox";
 pub const MAX_CODE_BYTES: usize = 1024 * 1024;
 
 /// A language codebox can run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     Python,

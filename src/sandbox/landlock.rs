@@ -40,7 +40,9 @@ pub enum LandlockMode {
 }
 
 /// What the kernel enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LandlockStatus {
     FullyEnforced,

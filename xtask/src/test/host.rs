@@ -22,6 +22,32 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Installs the official Python MCP SDK (PyPI `mcp`) into target/mcp-pydeps with pip
+/// `--target`, for Debian's /usr/bin/python3 (same 3.11 ABI) to import: a directory any
+/// user can read, unlike a venv whose interpreter may live under /root.
+pub fn ensure_mcp_sdk(root: &Path) -> Result<std::path::PathBuf> {
+    let dir = root.join("target/mcp-pydeps");
+    if dir.join("mcp/__init__.py").exists() {
+        println!("present: {}", dir.display());
+        return Ok(dir);
+    }
+    run_checked(
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+            ])
+            .arg(&dir)
+            .arg("mcp"),
+        "pip install mcp",
+    )?;
+    Ok(dir)
+}
+
 pub fn ensure_packages(is_root: bool) -> Result<()> {
     let missing: Vec<&str> = PACKAGES
         .iter()

@@ -54,6 +54,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
     crate::rootfs::run(&[])?;
     let rootfs = root.join("target/rootfs");
 
+    step("Python MCP SDK (test client)");
+    let pydeps = host::ensure_mcp_sdk(&root)?;
+
     if lint {
         step("cargo fmt --check");
         cargo(&root, &["fmt", "--all", "--check"])?;
@@ -74,12 +77,13 @@ pub fn run(args: &[OsString]) -> Result<()> {
     step("cargo test (as the current user)");
     let mut test = cargo_command(&root, &["test", "--workspace"]);
     test.env("CODEBOX_TEST_STRICT", "1")
-        .env("CODEBOX_ROOTFS", &rootfs);
+        .env("CODEBOX_ROOTFS", &rootfs)
+        .env("CODEBOX_TEST_PYDEPS", &pydeps);
     run_checked(&mut test, "cargo test")?;
 
     if rootless && is_root {
         step("integration tests as an unprivileged user");
-        rootless::run(&root, &rootfs)?;
+        rootless::run(&root, &rootfs, &pydeps)?;
     } else if rootless {
         println!("(already unprivileged: the run above was the rootless pass)");
     }

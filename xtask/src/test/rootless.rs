@@ -14,7 +14,7 @@ use super::{cargo_command, run_checked};
 
 pub const USER: &str = "codebox-test";
 
-pub fn run(root: &Path, rootfs: &Path) -> Result<()> {
+pub fn run(root: &Path, rootfs: &Path, pydeps: &Path) -> Result<()> {
     ensure_user()?;
     let home = PathBuf::from(format!("/home/{USER}"));
     let binaries = integration_test_binaries(root)?;
@@ -22,14 +22,34 @@ pub fn run(root: &Path, rootfs: &Path) -> Result<()> {
     let mut paths: Vec<PathBuf> = binaries.clone();
     paths.push(codebox.clone());
     paths.push(rootfs.join(".manifest"));
+    paths.push(pydeps.join("mcp/__init__.py"));
+    paths.push(root.join("tests/mcp/stdio_client.py"));
     let staged = if paths.iter().all(|p| readable_by_user(p)) {
         None
     } else {
-        Some(Staging::new(&binaries, &codebox, rootfs)?)
+        Some(Staging::new(
+            &binaries,
+            &codebox,
+            rootfs,
+            pydeps,
+            &root.join("tests/mcp"),
+        )?)
     };
-    let (binaries, codebox, rootfs) = match &staged {
-        Some(s) => (s.binaries.clone(), s.codebox.clone(), s.rootfs.clone()),
-        None => (binaries, codebox, rootfs.to_path_buf()),
+    let (binaries, codebox, rootfs, pydeps, mcp_dir) = match &staged {
+        Some(s) => (
+            s.binaries.clone(),
+            s.codebox.clone(),
+            s.rootfs.clone(),
+            s.dir.join("mcp-pydeps"),
+            s.dir.join("mcp-tests"),
+        ),
+        None => (
+            binaries,
+            codebox,
+            rootfs.to_path_buf(),
+            pydeps.to_path_buf(),
+            root.join("tests/mcp"),
+        ),
     };
     let (uid, gid) = user_ids()?;
     let delegation =
@@ -48,6 +68,8 @@ pub fn run(root: &Path, rootfs: &Path) -> Result<()> {
             .arg("CODEBOX_TEST_STRICT=1")
             .arg(format!("CODEBOX_ROOTFS={}", rootfs.display()))
             .arg(format!("CODEBOX_BIN={}", codebox.display()))
+            .arg(format!("CODEBOX_TEST_PYDEPS={}", pydeps.display()))
+            .arg(format!("CODEBOX_TEST_MCP_DIR={}", mcp_dir.display()))
             .arg(bin)
             .current_dir("/")
             .status()
@@ -152,7 +174,13 @@ struct Staging {
 }
 
 impl Staging {
-    fn new(binaries: &[PathBuf], codebox: &Path, rootfs: &Path) -> Result<Staging> {
+    fn new(
+        binaries: &[PathBuf],
+        codebox: &Path,
+        rootfs: &Path,
+        pydeps: &Path,
+        mcp_tests: &Path,
+    ) -> Result<Staging> {
         let dir = std::env::temp_dir().join(format!("codebox-rootless-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         println!("staging binaries and rootfs in {}", dir.display());
@@ -174,6 +202,16 @@ impl Staging {
         run_checked(
             Command::new("cp").arg("-a").arg(rootfs).arg(&to),
             "copying the rootfs",
+        )?;
+        for (from, name) in [(pydeps, "mcp-pydeps"), (mcp_tests, "mcp-tests")] {
+            run_checked(
+                Command::new("cp").arg("-a").arg(from).arg(dir.join(name)),
+                "copying the MCP test client",
+            )?;
+        }
+        run_checked(
+            Command::new("chmod").args(["-R", "a+rX"]).arg(&dir),
+            "making the staging dir readable",
         )?;
         Ok(Staging {
             dir,

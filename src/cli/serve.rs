@@ -1,0 +1,117 @@
+//! `codebox serve`: the MCP server on stdio.
+//!
+//! Start-up order matters: everything that forks (host checks, the spawner) happens while
+//! the process is still single-threaded; only then is the tokio runtime built.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use rmcp::ServiceExt;
+
+use codebox::doctor;
+use codebox::execution::Host;
+use codebox::profile::Profile;
+use codebox::rootfs;
+use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
+use codebox::sandbox::IdMapping;
+use codebox::server::{CodeboxServer, Settings};
+use codebox::spawner::{self, SpawnerClient};
+use codebox::units::parse_duration;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Sandbox profile for every execution: default, network, or a path to a .toml file.
+    #[arg(long, default_value = "default", value_name = "NAME|PATH")]
+    profile: String,
+    /// Executions running at once [default: 2 × cores].
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Executions allowed to wait for a slot before requests get "busy, retry".
+    #[arg(long, default_value_t = 32)]
+    queue: usize,
+    /// The largest timeout a request may ask for.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    max_timeout: Duration,
+    /// The rootfs built by `cargo xtask rootfs`.
+    #[arg(long, env = "CODEBOX_ROOTFS", value_name = "DIR")]
+    rootfs: Option<PathBuf>,
+    /// When run as root: the unprivileged host uid/gid the sandbox user maps to.
+    #[arg(long, default_value_t = DEFAULT_ROOT_HOST_ID)]
+    root_host_id: u32,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // --- single-threaded: verify, check, fork the spawner ---
+    let profile = Profile::load(&args.profile)?;
+    let dir = rootfs::locate(args.rootfs.as_deref())?;
+    let rootfs = rootfs::verify(&dir, rootfs::default_stamp_dir().as_deref())?;
+    let report = doctor::run(&profile, Some(&rootfs.path), args.root_host_id);
+    if !report.ready {
+        let missing: Vec<String> = report
+            .checks
+            .iter()
+            .filter(|c| c.blocks())
+            .map(|c| format!("{}: {}", c.layer, c.detail))
+            .collect();
+        bail!(
+            "this host cannot run the {} profile: {} (see `codebox doctor`)",
+            profile.name,
+            missing.join("; ")
+        );
+    }
+    let host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
+    // SAFETY: no thread exists yet: the tokio runtime is built below, after the fork.
+    let (spawner_pid, sock) = unsafe { spawner::start(&host) }?;
+    tracing::info!(spawner = spawner_pid.as_raw(), profile = %profile.name, "codebox serving on stdio");
+
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let settings = Settings {
+        concurrency: args.concurrency.unwrap_or(cores * 2),
+        queue: args.queue,
+        max_timeout: args.max_timeout,
+        profile,
+    };
+
+    // --- multi-threaded from here on ---
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let client = SpawnerClient::new(sock)?;
+        let server = CodeboxServer::new(client, settings, report.checks);
+        let service = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .context("the MCP session did not start")?;
+        let cancel = service.cancellation_token();
+        tokio::select! {
+            r = service.waiting() => {
+                r.context("the MCP service failed")?;
+            }
+            _ = shutdown_signal() => {
+                tracing::info!("shutting down");
+                cancel.cancel();
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    // Dropping the runtime closes the spawner socket: the spawner kills whatever still
+    // runs, removes every cgroup and exits.
+    drop(rt);
+    let _ = nix::sys::wait::waitpid(spawner_pid, None);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

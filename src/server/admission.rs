@@ -1,0 +1,105 @@
+//! Admission: at most `concurrency` executions run at once, at most `queue` more wait,
+//! and everything beyond that is refused at once with a clear "busy, retry".
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The admission gate, shared by every request.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    slots: Arc<Semaphore>,
+    waiting: Arc<AtomicUsize>,
+    concurrency: usize,
+    queue: usize,
+}
+
+/// The execution may run while this is held.
+#[derive(Debug)]
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Refused: the queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "codebox is busy: {running} executions are running and {waiting} are queued; retry shortly"
+)]
+pub struct Busy {
+    pub running: usize,
+    pub waiting: usize,
+}
+
+impl Admission {
+    pub fn new(concurrency: usize, queue: usize) -> Admission {
+        Admission {
+            slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            waiting: Arc::new(AtomicUsize::new(0)),
+            concurrency: concurrency.max(1),
+            queue,
+        }
+    }
+
+    /// Waits for a slot, unless the queue is already full.
+    pub async fn enter(&self) -> Result<Slot, Busy> {
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            return Ok(Slot { _permit: p });
+        }
+        // Claim a queue place, or refuse.
+        let claimed = self
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w < self.queue).then_some(w + 1)
+            });
+        if claimed.is_err() {
+            return Err(Busy {
+                running: self.running(),
+                waiting: self.waiting(),
+            });
+        }
+        let permit = self.slots.clone().acquire_owned().await;
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        Ok(Slot {
+            _permit: permit.expect("the semaphore is never closed"),
+        })
+    }
+
+    pub fn running(&self) -> usize {
+        self.concurrency - self.slots.available_permits()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn queue_overflow_is_refused_and_slots_free_up() {
+        let a = Admission::new(1, 1);
+        let first = a.enter().await.unwrap();
+        let a2 = a.clone();
+        let queued = tokio::spawn(async move { a2.enter().await.map(|_| ()) });
+        tokio::task::yield_now().await;
+        while a.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let busy = a.enter().await.unwrap_err();
+        assert_eq!(
+            busy,
+            Busy {
+                running: 1,
+                waiting: 1
+            }
+        );
+        assert!(busy.to_string().contains("retry"));
+        drop(first);
+        queued.await.unwrap().unwrap();
+        assert_eq!(a.running(), 0);
+        assert_eq!(a.waiting(), 0);
+    }
+}

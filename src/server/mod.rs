@@ -1,0 +1,416 @@
+//! The MCP server codebox exposes (rmcp): `execute_python`, `execute_typescript` and
+//! `health`, over stdio.
+//!
+//! Each execution: admission (a slot or a queue place, else "busy, retry"), a sandbox
+//! from the spawner with the server's profile, the code over fd 3, output streamed as
+//! progress notifications when the request carries a progress token, cancellation
+//! (`notifications/cancelled`) killing the sandbox, and the result as structuredContent
+//! plus a short text. A program that fails is a tool result with `isError: true`, not a
+//! protocol error.
+
+// MCP logging (notifications/message, logging/setLevel) is deprecated by SEP-2577 in the
+// newest protocol revision but still part of 2025-11-25, which codebox serves.
+#![allow(deprecated)]
+
+pub mod admission;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolResult, ContentBlock, LoggingLevel, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, ErrorData as McpError, RoleServer, ServerHandler};
+use serde::Deserialize;
+
+use crate::doctor;
+use crate::execution::{self, ExecutionResult};
+use crate::profile::Profile;
+use crate::runtime::{self, Language};
+use crate::spawner::{SpawnSpec, SpawnerClient, Stream};
+
+use admission::Admission;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The profile every execution runs with.
+    pub profile: Profile,
+    /// Executions running at once.
+    pub concurrency: usize,
+    /// Executions waiting for a slot before "busy" is answered.
+    pub queue: usize,
+    /// No request may ask for more.
+    pub max_timeout: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    run: AtomicU64,
+    failed: AtomicU64,
+}
+
+struct State {
+    spawner: SpawnerClient,
+    settings: Settings,
+    admission: Admission,
+    started: Instant,
+    counters: Counters,
+    /// The host's layers, checked at start-up (before any thread existed).
+    layers: Vec<doctor::Check>,
+    log_level: std::sync::Mutex<LoggingLevel>,
+}
+
+/// The MCP server.
+#[derive(Clone)]
+pub struct CodeboxServer {
+    state: Arc<State>,
+    tool_router: ToolRouter<Self>,
+}
+
+/// Arguments of `execute_python` and `execute_typescript`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteParams {
+    /// The complete program. Print what you want to see: only stdout and stderr come back.
+    pub code: String,
+    /// Wall-clock limit in milliseconds (default: the server's profile, usually 30000).
+    pub timeout_ms: Option<u64>,
+}
+
+const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program in a fresh, isolated Linux sandbox \
+and return its stdout, stderr and exit status. The standard library is available; there is no \
+network and no pip. Files: /tmp and /workspace are writable scratch space, gone after the run. \
+Print only what you need to see: large intermediate data should stay inside the program. A \
+program that raises or exits non-zero is reported with isError and the traceback in stderr.";
+
+const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2, ES modules, top-level \
+await) in a fresh, isolated Linux sandbox and return its stdout, stderr and exit status. No \
+network and no npm packages. /tmp and /workspace are writable scratch space, gone after the \
+run. Print only what you need to see. An uncaught exception is reported with isError and the \
+stack in stderr.";
+
+#[tool_router]
+impl CodeboxServer {
+    pub fn new(spawner: SpawnerClient, settings: Settings, layers: Vec<doctor::Check>) -> Self {
+        let admission = Admission::new(settings.concurrency, settings.queue);
+        CodeboxServer {
+            state: Arc::new(State {
+                spawner,
+                settings,
+                admission,
+                started: Instant::now(),
+                counters: Counters::default(),
+                layers,
+                log_level: std::sync::Mutex::new(LoggingLevel::Info),
+            }),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        name = "execute_python",
+        description = PYTHON_DESCRIPTION,
+        output_schema = rmcp::handler::server::common::schema_for_output::<ExecutionResult>()
+    )]
+    async fn execute_python(
+        &self,
+        Parameters(params): Parameters<ExecuteParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        self.execute(Language::Python, params, ctx).await
+    }
+
+    #[tool(
+        name = "execute_typescript",
+        description = TYPESCRIPT_DESCRIPTION,
+        output_schema = rmcp::handler::server::common::schema_for_output::<ExecutionResult>()
+    )]
+    async fn execute_typescript(
+        &self,
+        Parameters(params): Parameters<ExecuteParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        self.execute(Language::TypeScript, params, ctx).await
+    }
+
+    #[tool(
+        name = "health",
+        description = "codebox's own state: version, uptime, the sandbox isolation layers in \
+                       force on this host, executions run/failed/running and the queue depth."
+    )]
+    async fn health(&self) -> Result<CallToolResult, McpError> {
+        let s = &self.state;
+        let layers: Vec<serde_json::Value> = s
+            .layers
+            .iter()
+            .map(|c| serde_json::json!({"layer": c.layer, "status": c.status, "detail": c.detail}))
+            .collect();
+        let value = serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_s": s.started.elapsed().as_secs(),
+            "profile": s.settings.profile.name,
+            "layers": layers,
+            "executions": {
+                "run": s.counters.run.load(Ordering::Relaxed),
+                "failed": s.counters.failed.load(Ordering::Relaxed),
+                "running": s.admission.running(),
+            },
+            "queue_depth": s.admission.waiting(),
+            "concurrency": s.settings.concurrency,
+        });
+        Ok(CallToolResult::structured(value))
+    }
+}
+
+impl CodeboxServer {
+    async fn execute(
+        &self,
+        language: Language,
+        params: ExecuteParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let s = &self.state;
+        if params.code.len() > runtime::MAX_CODE_BYTES {
+            return Err(McpError::invalid_params(
+                format!(
+                    "code is {} bytes; the limit is {} bytes",
+                    params.code.len(),
+                    runtime::MAX_CODE_BYTES
+                ),
+                None,
+            ));
+        }
+        let mut limits = s.settings.profile.limits.clone();
+        if let Some(ms) = params.timeout_ms {
+            let asked = Duration::from_millis(ms);
+            if ms == 0 || asked > s.settings.max_timeout {
+                return Err(McpError::invalid_params(
+                    format!(
+                        "timeout_ms must be between 1 and {}",
+                        s.settings.max_timeout.as_millis()
+                    ),
+                    None,
+                ));
+            }
+            limits.timeout = asked;
+        }
+        let _slot = match s.admission.enter().await {
+            Ok(slot) => slot,
+            Err(busy) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(
+                    busy.to_string(),
+                )]))
+            }
+        };
+        let spec = SpawnSpec {
+            language,
+            profile: s.settings.profile.name.clone(),
+            limits: limits.clone(),
+            workspace: None,
+        };
+        let sandbox = match s.spawner.spawn(spec).await {
+            Ok(sb) => sb,
+            Err(e) => {
+                tracing::error!(?e, "spawning a sandbox failed");
+                s.counters.failed.fetch_add(1, Ordering::Relaxed);
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "the sandbox could not be created: {e}"
+                ))]));
+            }
+        };
+
+        // Stream output as progress notifications, at most every 100 ms per stream.
+        let progress = ctx.meta.get_progress_token();
+        let peer = ctx.peer.clone();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Stream, Vec<u8>)>();
+        let forwarder = progress.map(|token| {
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                let mut pending = String::new();
+                let mut last = Instant::now() - Duration::from_secs(1);
+                loop {
+                    let item = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await;
+                    let done = matches!(item, Ok(None));
+                    if let Ok(Some((stream, chunk))) = item {
+                        let prefix = if stream == Stream::Stderr {
+                            "[stderr] "
+                        } else {
+                            ""
+                        };
+                        pending.push_str(prefix);
+                        pending.push_str(&String::from_utf8_lossy(&chunk));
+                    }
+                    if !pending.is_empty() && (done || last.elapsed() >= Duration::from_millis(100))
+                    {
+                        n += 1;
+                        let param = ProgressNotificationParam::new(token.clone(), n as f64)
+                            .with_message(std::mem::take(&mut pending));
+                        let _ = peer.notify_progress(param).await;
+                        last = Instant::now();
+                    }
+                    if done {
+                        break;
+                    }
+                }
+            })
+        });
+        let stream_output = forwarder.is_some();
+        let cancel = ctx.ct.clone();
+        let outcome = sandbox
+            .run_to_completion(
+                &runtime::boot_frame(&params.code),
+                limits.stdout_cap,
+                limits.stderr_cap,
+                limits.timeout,
+                async move { cancel.cancelled().await },
+                |stream, chunk| {
+                    if stream_output {
+                        let _ = tx.send((stream, chunk.to_vec()));
+                    }
+                },
+            )
+            .await;
+        drop(tx);
+        if let Some(f) = forwarder {
+            let _ = f.await;
+        }
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                s.counters.failed.fetch_add(1, Ordering::Relaxed);
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "the sandbox failed: {e}"
+                ))]));
+            }
+        };
+        let result = execution::result_from(language, None, true, outcome);
+        s.counters.run.fetch_add(1, Ordering::Relaxed);
+        if result.failed() {
+            s.counters.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        let level = if result.failed() {
+            LoggingLevel::Notice
+        } else {
+            LoggingLevel::Info
+        };
+        self.log(
+            &ctx.peer,
+            level,
+            serde_json::json!({
+                "event": "execution",
+                "language": language,
+                "exit_code": result.exit_code,
+                "signal": result.signal,
+                "timed_out": result.timed_out,
+                "duration_ms": result.duration_ms,
+            }),
+        )
+        .await;
+        Ok(render(&result))
+    }
+
+    /// Sends a log message to the client if its `logging/setLevel` lets it through.
+    async fn log(
+        &self,
+        peer: &rmcp::Peer<RoleServer>,
+        level: LoggingLevel,
+        data: serde_json::Value,
+    ) {
+        let threshold = *self.state.log_level.lock().expect("log level lock");
+        if severity(level) >= severity(threshold) {
+            let param = LoggingMessageNotificationParam::new(level, data).with_logger("codebox");
+            let _ = peer.notify_logging_message(param).await;
+        }
+    }
+}
+
+/// RFC 5424 order, least severe first.
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// structuredContent plus a short text a model reads first.
+fn render(r: &ExecutionResult) -> CallToolResult {
+    let mut text = String::new();
+    let how = if r.timed_out {
+        "timed out (killed)".to_string()
+    } else if r.oom_killed {
+        "killed: out of memory".to_string()
+    } else if r.seccomp_violation {
+        "killed by the seccomp policy".to_string()
+    } else if let Some(code) = r.exit_code {
+        format!("exit {code}")
+    } else {
+        format!("killed by signal {}", r.signal.unwrap_or(0))
+    };
+    text.push_str(&format!("{how} in {:.0} ms\n", r.duration_ms));
+    if !r.stdout.is_empty() {
+        text.push_str(&r.stdout);
+        if !r.stdout.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    if r.stdout_truncated {
+        text.push_str(&format!(
+            "[stdout truncated: {} bytes in total]\n",
+            r.stdout_total_bytes
+        ));
+    }
+    if !r.stderr.is_empty() {
+        text.push_str("--- stderr ---\n");
+        text.push_str(&r.stderr);
+    }
+    let value = serde_json::to_value(r).unwrap_or_default();
+    let mut result = if r.failed() {
+        CallToolResult::structured_error(value)
+    } else {
+        CallToolResult::structured(value)
+    };
+    result.content = vec![ContentBlock::text(text)];
+    result
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for CodeboxServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(rmcp::model::Implementation::new(
+            "codebox",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(
+            "Run Python or TypeScript in throw-away sandboxes with execute_python / \
+             execute_typescript. Write one complete program per call and print only what \
+             matters: the data stays in the sandbox, only stdout/stderr come back.",
+        )
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self.state.log_level.lock().expect("log level lock") = request.level;
+        Ok(())
+    }
+}

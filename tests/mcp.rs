@@ -1,0 +1,66 @@
+//! `codebox serve` end to end with a real MCP client: the official Python SDK (PyPI
+//! `mcp`), driving tests/mcp/stdio_client.py over stdio.
+//!
+//! The SDK is installed by `cargo xtask test` into target/mcp-pydeps (overridable with
+//! CODEBOX_TEST_PYDEPS) and run with Debian's /usr/bin/python3, which every user can
+//! execute (the unprivileged pass runs it too).
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+
+fn pydeps() -> PathBuf {
+    std::env::var_os("CODEBOX_TEST_PYDEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-pydeps"))
+}
+
+fn script_dir() -> PathBuf {
+    std::env::var_os("CODEBOX_TEST_MCP_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp"))
+}
+
+#[test]
+fn python_sdk_client_over_stdio() {
+    if !sandbox_available("python_sdk_client_over_stdio") {
+        return;
+    }
+    if !pydeps().join("mcp/__init__.py").exists() {
+        let reason = format!(
+            "the Python MCP SDK is not installed at {} (cargo xtask test installs it)",
+            pydeps().display()
+        );
+        if strict() {
+            panic!("{reason}");
+        }
+        eprintln!("SKIP python_sdk_client_over_stdio: {reason}");
+        return;
+    }
+    let out = std::process::Command::new("/usr/bin/python3")
+        .arg(script_dir().join("stdio_client.py"))
+        .arg(codebox_bin())
+        .env("PYTHONPATH", pydeps())
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "MCP client tests failed:\n{stdout}\n--- stderr (tail) ---\n{}",
+        stderr
+            .lines()
+            .rev()
+            .take(30)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_no_sandbox_process_remains();
+}

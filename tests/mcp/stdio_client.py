@@ -1,0 +1,209 @@
+"""End-to-end tests of `codebox serve` with the official Python MCP SDK as the client.
+
+Usage: stdio_client.py CODEBOX_BINARY
+Prints one line per case and a closing "N passed, M failed"; exits non-zero on failure.
+"""
+
+import os
+import sys
+import time
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError as McpError
+
+CODEBOX = sys.argv[1]
+RESULTS = []
+
+
+def server(*extra):
+    env = {k: v for k, v in os.environ.items() if k.startswith(("CODEBOX_", "HOME", "PATH"))}
+    return StdioServerParameters(command=CODEBOX, args=["serve", *extra], env=env)
+
+
+def case(fn):
+    RESULTS.append(fn)
+    return fn
+
+
+def processes_with(marker):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            if marker in open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace"):
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+async def session_for(*extra):
+    return stdio_client(server(*extra))
+
+
+@case
+async def initialize_and_list_tools(s):
+    tools = (await s.list_tools()).tools
+    names = sorted(t.name for t in tools)
+    assert names == ["execute_python", "execute_typescript", "health"], names
+    py = next(t for t in tools if t.name == "execute_python")
+    assert py.input_schema["required"] == ["code"], py.input_schema
+    assert py.output_schema and "stdout" in py.output_schema["properties"], py.output_schema
+    assert "sandbox" in py.description
+
+
+@case
+async def python_runs_with_structured_content(s):
+    r = await s.call_tool("execute_python", {"code": "import sys; print(sum(range(10))); print('err', file=sys.stderr)"})
+    assert not r.is_error, r
+    sc = r.structured_content
+    assert sc["stdout"] == "45\n" and sc["stderr"] == "err\n" and sc["exit_code"] == 0, sc
+    assert sc["landlock"] == "fully_enforced", sc
+    assert "45" in r.content[0].text, r.content
+
+
+@case
+async def typescript_runs(s):
+    r = await s.call_tool("execute_typescript", {"code": "const xs: number[] = [1, 2, 3]; console.log(xs.map(x => x * 2).join(','))"})
+    assert not r.is_error, r
+    assert r.structured_content["stdout"] == "2,4,6\n", r.structured_content
+
+
+@case
+async def failing_code_is_a_tool_error_with_traceback(s):
+    r = await s.call_tool("execute_python", {"code": "def f():\n    raise ValueError('boom')\nf()"})
+    assert r.is_error, r
+    sc = r.structured_content
+    assert sc["exit_code"] == 1 and "ValueError: boom" in sc["stderr"] and "line 3" in sc["stderr"], sc
+
+
+@case
+async def timeout_is_reported(s):
+    r = await s.call_tool("execute_python", {"code": "while True: pass", "timeout_ms": 500})
+    assert r.is_error and r.structured_content["timed_out"] is True, r.structured_content
+
+
+@case
+async def progress_streams_output_while_running(s):
+    seen = []
+    started = time.monotonic()
+
+    async def on_progress(progress, total, message):
+        seen.append((time.monotonic() - started, message))
+
+    r = await s.call_tool(
+        "execute_python",
+        {"code": "import time\nfor i in range(4):\n    print('line', i)\n    time.sleep(0.35)"},
+        progress_callback=on_progress,
+    )
+    took = time.monotonic() - started
+    assert not r.is_error, r
+    assert len(seen) >= 2, seen
+    assert "line 0" in seen[0][1], seen
+    assert seen[0][0] < took - 0.5, (seen, took)
+
+
+@case
+async def cancel_kills_the_sandbox(s):
+    marker = f"codebox-mcp-cancel-{os.getpid()}"
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600) # {marker}'])\n"
+        "while True: pass\n"
+    )
+    with anyio.move_on_after(1.5):
+        await s.call_tool("execute_python", {"code": code, "timeout_ms": 60000})
+        raise AssertionError("the call returned instead of being cancelled")
+    deadline = time.monotonic() + 5
+    while processes_with(marker):
+        assert time.monotonic() < deadline, "the cancelled sandbox still runs"
+        await anyio.sleep(0.1)
+    # The slot is free again: a new run goes through.
+    r = await s.call_tool("execute_python", {"code": "print('after cancel')"})
+    assert r.structured_content["stdout"] == "after cancel\n", r
+
+
+@case
+async def bad_arguments_are_protocol_errors(s):
+    for name, args in [
+        ("execute_python", {"code": 5}),
+        ("execute_python", {}),
+        ("execute_python", {"code": "1", "bogus": True}),
+        ("execute_python", {"code": "1", "timeout_ms": 10**9}),
+        ("no_such_tool", {"code": "1"}),
+    ]:
+        try:
+            r = await s.call_tool(name, args)
+        except McpError:
+            continue
+        assert r.is_error, (name, args, r)
+
+
+@case
+async def oversized_code_is_refused(s):
+    try:
+        r = await s.call_tool("execute_python", {"code": "#" * (2 * 1024 * 1024)})
+    except McpError as e:
+        assert "limit" in str(e), e
+        return
+    assert r.is_error and "limit" in r.content[0].text, r
+
+
+@case
+async def health_reports_layers_and_counts(s):
+    r = await s.call_tool("health", {})
+    h = r.structured_content
+    layers = {l["layer"]: l["status"] for l in h["layers"]}
+    for layer in ["user namespaces", "seccomp", "cgroups", "landlock", "rootfs"]:
+        assert layers.get(layer) == "ok", (layer, layers)
+    assert h["executions"]["run"] >= 1 and h["queue_depth"] == 0, h
+
+
+async def busy_when_the_queue_is_full():
+    async with stdio_client(server("--concurrency", "1", "--queue", "0")) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            results = []
+
+            async def call(code):
+                results.append(await s.call_tool("execute_python", {"code": code}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "import time; time.sleep(1.5); print('first')")
+                await anyio.sleep(0.5)
+                tg.start_soon(call, "print('second')")
+            busy = [r for r in results if r.is_error]
+            assert len(busy) == 1 and "busy" in busy[0].content[0].text, results
+            ok = [r for r in results if not r.is_error]
+            assert ok[0].structured_content["stdout"] == "first\n", ok
+
+
+async def main():
+    passed = failed = 0
+    async with stdio_client(server()) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            for fn in RESULTS:
+                try:
+                    await fn(s)
+                    print(f"ok      {fn.__name__}", flush=True)
+                    passed += 1
+                except Exception as e:  # noqa: BLE001 - report every failure
+                    print(f"FAILED  {fn.__name__}: {e!r}", flush=True)
+                    failed += 1
+    try:
+        await busy_when_the_queue_is_full()
+        print("ok      busy_when_the_queue_is_full", flush=True)
+        passed += 1
+    except Exception as e:  # noqa: BLE001
+        print(f"FAILED  busy_when_the_queue_is_full: {e!r}", flush=True)
+        failed += 1
+    print(f"{passed} passed, {failed} failed")
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(1 if anyio.run(main) else 0)
