@@ -25,7 +25,19 @@ fn script_dir() -> PathBuf {
 
 #[test]
 fn python_sdk_client_over_stdio() {
-    if !sandbox_available("python_sdk_client_over_stdio") {
+    run_client_script("python_sdk_client_over_stdio", "stdio_client.py");
+}
+
+#[test]
+fn python_sdk_client_over_http_with_auth_and_origin_checks() {
+    run_client_script(
+        "python_sdk_client_over_http_with_auth_and_origin_checks",
+        "http_client.py",
+    );
+}
+
+fn run_client_script(test: &str, script: &str) {
+    if !sandbox_available(test) {
         return;
     }
     if !pydeps().join("mcp/__init__.py").exists() {
@@ -36,11 +48,11 @@ fn python_sdk_client_over_stdio() {
         if strict() {
             panic!("{reason}");
         }
-        eprintln!("SKIP python_sdk_client_over_stdio: {reason}");
+        eprintln!("SKIP {test}: {reason}");
         return;
     }
     let out = std::process::Command::new("/usr/bin/python3")
-        .arg(script_dir().join("stdio_client.py"))
+        .arg(script_dir().join(script))
         .arg(codebox_bin())
         .env("PYTHONPATH", pydeps())
         .env("CODEBOX_ROOTFS", rootfs_dir())
@@ -49,18 +61,11 @@ fn python_sdk_client_over_stdio() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
+    let tail: Vec<&str> = stderr.lines().rev().take(30).collect();
     assert!(
         out.status.success() && stdout.contains(" passed, 0 failed"),
         "MCP client tests failed:\n{stdout}\n--- stderr (tail) ---\n{}",
-        stderr
-            .lines()
-            .rev()
-            .take(30)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n")
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     );
     assert_no_sandbox_process_remains();
 }

@@ -1,4 +1,4 @@
-//! `codebox serve`: the MCP server on stdio.
+//! `codebox serve`: the MCP server on stdio, or on streamable HTTP with `--http`.
 //!
 //! Start-up order matters: everything that forks (host checks, the spawner) happens while
 //! the process is still single-threaded; only then is the tokio runtime built.
@@ -17,6 +17,7 @@ use codebox::profile::Profile;
 use codebox::rootfs;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
 use codebox::sandbox::IdMapping;
+use codebox::server::http::{self, HttpOptions};
 use codebox::server::{CodeboxServer, Settings};
 use codebox::spawner::{self, SpawnerClient};
 use codebox::units::parse_duration;
@@ -41,10 +42,27 @@ pub struct ServeArgs {
     /// When run as root: the unprivileged host uid/gid the sandbox user maps to.
     #[arg(long, default_value_t = DEFAULT_ROOT_HOST_ID)]
     root_host_id: u32,
+    /// Serve streamable HTTP at ADDR (path /mcp) instead of stdio.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8080")]
+    http: Option<std::net::SocketAddr>,
+    /// Bearer token HTTP clients must send (required off loopback).
+    #[arg(long, env = "CODEBOX_HTTP_TOKEN", hide_env_values = true)]
+    http_token: Option<String>,
+    /// Browser origins allowed to call over HTTP; any other Origin gets 403.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN", default_values_t = ["http://localhost:*".to_string(), "http://127.0.0.1:*".to_string()])]
+    allowed_origins: Vec<String>,
+    /// Host names accepted in the Host header besides loopback (for public deployments).
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    allowed_hosts: Vec<String>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // --- single-threaded: verify, check, fork the spawner ---
+    if let Some(addr) = args.http {
+        if !addr.ip().is_loopback() && args.http_token.is_none() {
+            bail!("{addr} is not a loopback address: a bearer token is required (set CODEBOX_HTTP_TOKEN)");
+        }
+    }
     let profile = Profile::load(&args.profile)?;
     let dir = rootfs::locate(args.rootfs.as_deref())?;
     let rootfs = rootfs::verify(&dir, rootfs::default_stamp_dir().as_deref())?;
@@ -65,7 +83,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     // SAFETY: no thread exists yet: the tokio runtime is built below, after the fork.
     let (spawner_pid, sock) = unsafe { spawner::start(&host) }?;
-    tracing::info!(spawner = spawner_pid.as_raw(), profile = %profile.name, "codebox serving on stdio");
+    tracing::info!(spawner = spawner_pid.as_raw(), profile = %profile.name, "spawner started");
 
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let settings = Settings {
@@ -83,6 +101,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let client = SpawnerClient::new(sock)?;
         let server = CodeboxServer::new(client, settings, report.checks);
+        if let Some(addr) = args.http {
+            let options = HttpOptions {
+                addr,
+                token: args.http_token,
+                allowed_origins: args.allowed_origins,
+                allowed_hosts: args.allowed_hosts,
+            };
+            http::serve(
+                server,
+                options,
+                |bound| eprintln!("codebox: serving MCP at http://{bound}/mcp"),
+                shutdown_signal(),
+            )
+            .await?;
+            return anyhow::Ok(());
+        }
         let service = server
             .serve(rmcp::transport::stdio())
             .await

@@ -13,6 +13,7 @@
 #![allow(deprecated)]
 
 pub mod admission;
+pub mod http;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,0 +1,150 @@
+//! MCP over streamable HTTP (rmcp's `StreamableHttpService` on axum), at `/mcp`.
+//!
+//! - `Host` is validated against loopback names plus the bound address (DNS-rebinding
+//!   protection, by rmcp), and `Origin`, when present, must be one of the allowed
+//!   origins: anything else gets 403.
+//! - A bearer token is required whenever the listener is not on loopback (and whenever
+//!   one is configured); it is compared in constant time, and a missing or wrong one
+//!   gets 401.
+//! - `GET /healthz` answers without auth, for load balancers and service managers.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use super::CodeboxServer;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "{addr} is not a loopback address: a bearer token is required (set CODEBOX_HTTP_TOKEN)"
+    )]
+    TokenRequired { addr: SocketAddr },
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the HTTP server failed")]
+    Serve(#[source] std::io::Error),
+}
+
+/// HTTP listener settings.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    pub addr: SocketAddr,
+    /// Required from clients when set; mandatory off loopback.
+    pub token: Option<String>,
+    /// Browser origins allowed to call (e.g. `http://localhost:*`).
+    pub allowed_origins: Vec<String>,
+    /// Extra `Host` names accepted besides loopback (public deployments).
+    pub allowed_hosts: Vec<String>,
+}
+
+/// Serves until `shutdown` resolves; calls `on_listening` with the bound address.
+pub async fn serve(
+    server: CodeboxServer,
+    options: HttpOptions,
+    on_listening: impl FnOnce(SocketAddr),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    if !options.addr.ip().is_loopback() && options.token.is_none() {
+        return Err(Error::TokenRequired { addr: options.addr });
+    }
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: options.addr,
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(Error::Serve)?;
+    let ct = CancellationToken::new();
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    if !bound.ip().is_unspecified() {
+        hosts.push(bound.ip().to_string());
+    }
+    hosts.extend(options.allowed_hosts.iter().cloned());
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(ct.child_token())
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(options.allowed_origins.clone())
+        .enforce_origin_validation();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let token = Arc::new(options.token.map(|t| Sha256::digest(t.as_bytes())));
+    let mcp = Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(token, require_bearer));
+    let app = Router::new().route("/healthz", get(healthz)).merge(mcp);
+    on_listening(bound);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            ct.cancel();
+        })
+        .await
+        .map_err(Error::Serve)
+}
+
+async fn healthz() -> impl IntoResponse {
+    (StatusCode::OK, "ok\n")
+}
+
+type TokenDigest = Arc<Option<sha2::digest::Output<Sha256>>>;
+
+/// 401 unless the request carries the configured bearer token.
+async fn require_bearer(State(token): State<TokenDigest>, req: Request, next: Next) -> Response {
+    let Some(expected) = token.as_ref() else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| Sha256::digest(t.as_bytes()));
+    match given {
+        Some(g) if constant_time_eq(&g, expected) => next.run(req).await,
+        _ => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "a valid bearer token is required\n",
+        )
+            .into_response(),
+    }
+}
+
+/// Compares two digests without an early exit (digests: the length leaks nothing).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_compares_whole_digests() {
+        let a = Sha256::digest(b"secret");
+        let b = Sha256::digest(b"secret");
+        let c = Sha256::digest(b"secreT");
+        assert!(constant_time_eq(&a, &b));
+        assert!(!constant_time_eq(&a, &c));
+        assert!(!constant_time_eq(&a[..31], &b));
+    }
+}

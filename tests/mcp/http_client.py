@@ -1,0 +1,164 @@
+"""`codebox serve --http` with the official Python MCP SDK's streamable HTTP client, plus
+raw HTTP checks of /healthz, Origin validation (403) and bearer auth (401).
+
+Usage: http_client.py CODEBOX_BINARY
+Every server is started on an ephemeral port, reached only through 127.0.0.1, and
+stopped with SIGTERM at the end. Prints "N passed, M failed".
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import anyio
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+CODEBOX = sys.argv[1]
+SERVERS = []
+INIT = json.dumps({
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "raw", "version": "1"}},
+}).encode()
+
+
+def start(*args, token=None):
+    env = {k: v for k, v in os.environ.items() if k.startswith(("CODEBOX_", "HOME", "PATH"))}
+    env.pop("CODEBOX_HTTP_TOKEN", None)
+    if token:
+        env["CODEBOX_HTTP_TOKEN"] = token
+    p = subprocess.Popen([CODEBOX, "serve", *args], env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    SERVERS.append(p)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = p.stderr.readline()
+        m = re.search(r"serving MCP at http://[^:]+:(\d+)/mcp", line)
+        if m:
+            return p, f"http://127.0.0.1:{m.group(1)}"
+        if not line and p.poll() is not None:
+            break
+    raise AssertionError(f"server did not start: {p.poll()}")
+
+
+def raw(url, data=None, headers=None):
+    req = urllib.request.Request(url, data=data, headers={
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        **(headers or {}),
+    }, method="POST" if data else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+async def sdk_session_runs_code(base):
+    async with streamable_http_client(f"{base}/mcp") as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            names = sorted(t.name for t in (await s.list_tools()).tools)
+            assert names == ["execute_python", "execute_typescript", "health"], names
+            r = await s.call_tool("execute_python", {"code": "print('over http', 6 * 7)"})
+            assert r.structured_content["stdout"] == "over http 42\n", r
+            r = await s.call_tool("execute_typescript", {"code": "console.log([1,2].length)"})
+            assert r.structured_content["stdout"] == "2\n", r
+            seen = []
+
+            async def on_progress(progress, total, message):
+                seen.append(message)
+
+            r = await s.call_tool(
+                "execute_python",
+                {"code": "import time\nfor i in range(3):\n    print(i)\n    time.sleep(0.3)"},
+                progress_callback=on_progress,
+            )
+            assert not r.is_error and len(seen) >= 2, seen
+
+
+async def main():
+    passed = failed = 0
+
+    def report(name, fn):
+        nonlocal passed, failed
+        try:
+            fn()
+            print(f"ok      {name}", flush=True)
+            passed += 1
+        except Exception as e:  # noqa: BLE001
+            print(f"FAILED  {name}: {e!r}", flush=True)
+            failed += 1
+
+    try:
+        _, base = start("--http", "127.0.0.1:0")
+        report("healthz_without_auth", lambda: (lambda s: None if s == 200 else (_ for _ in ()).throw(AssertionError(s)))(raw(f"{base}/healthz")))
+        def bad_origin():
+            s = raw(f"{base}/mcp", INIT, {"Origin": "http://evil.example"})
+            assert s == 403, s
+            s = raw(f"{base}/mcp", INIT, {"Origin": "http://localhost:1234"})
+            assert s == 200, s
+        report("foreign_origin_gets_403", bad_origin)
+        try:
+            await sdk_session_runs_code(base)
+            print("ok      sdk_session_over_http", flush=True)
+            passed += 1
+        except Exception as e:  # noqa: BLE001
+            print(f"FAILED  sdk_session_over_http: {e!r}", flush=True)
+            failed += 1
+
+        # A listener that is not on loopback: 0.0.0.0, reached through 127.0.0.1.
+        def no_token_no_start():
+            env = {k: v for k, v in os.environ.items() if k.startswith(("CODEBOX_", "HOME", "PATH"))}
+            env.pop("CODEBOX_HTTP_TOKEN", None)
+            r = subprocess.run([CODEBOX, "serve", "--http", "0.0.0.0:0"], env=env,
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+            assert r.returncode != 0 and "bearer token is required" in r.stderr, r.stderr
+        report("non_loopback_without_token_refuses_to_start", no_token_no_start)
+
+        _, secured = start("--http", "0.0.0.0:0", token="s3cret-token")
+        def auth():
+            assert raw(f"{secured}/healthz") == 200
+            assert raw(f"{secured}/mcp", INIT) == 401
+            assert raw(f"{secured}/mcp", INIT, {"Authorization": "Bearer wrong"}) == 401
+            assert raw(f"{secured}/mcp", INIT, {"Authorization": "Bearer s3cret-token"}) == 200
+        report("bearer_token_required_off_loopback", auth)
+        try:
+            client = httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret-token"})
+            async with streamable_http_client(f"{secured}/mcp", http_client=client) as (read, write):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    r = await s.call_tool("execute_python", {"code": "print('authed')"})
+                    assert r.structured_content["stdout"] == "authed\n", r
+            print("ok      sdk_session_with_token", flush=True)
+            passed += 1
+        except Exception as e:  # noqa: BLE001
+            print(f"FAILED  sdk_session_with_token: {e!r}", flush=True)
+            failed += 1
+
+        def sigterm_stops_cleanly():
+            for p in SERVERS:
+                p.send_signal(signal.SIGTERM)
+            for p in SERVERS:
+                code = p.wait(timeout=15)
+                assert code == 0, code
+        report("sigterm_stops_cleanly", sigterm_stops_cleanly)
+    finally:
+        for p in SERVERS:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    print(f"{passed} passed, {failed} failed")
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(1 if anyio.run(main) else 0)
