@@ -4,9 +4,11 @@
 //! 2. the rootfs (`cargo xtask rootfs`)
 //! 3. `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`
 //! 4. `cargo test --workspace` as the current user, strict (no feature may be skipped)
-//! 5. as root: the integration tests again as an unprivileged user (rootless mode)
-//! 6. `cargo bench --no-run`, so the benches keep compiling
+//! 5. the MCP conformance suite against `codebox serve --http`, with its baseline
+//! 6. as root: the integration tests again as an unprivileged user (rootless mode)
+//! 7. `cargo bench --no-run`, so the benches keep compiling
 
+mod conformance;
 mod delegate;
 mod host;
 mod rootless;
@@ -80,6 +82,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
         .env("CODEBOX_ROOTFS", &rootfs)
         .env("CODEBOX_TEST_PYDEPS", &pydeps);
     run_checked(&mut test, "cargo test")?;
+
+    step("MCP conformance suite");
+    conformance::run(&root, &root.join("target/debug/codebox"), &rootfs)?;
 
     if rootless && is_root {
         step("integration tests as an unprivileged user");
