@@ -11,6 +11,7 @@
 //!   fd 3 that hands them the code
 //! - [`rootfs`]: locating the rootfs and verifying it against its manifest
 //! - [`profile`]: sandbox profiles (limits and policy layers) from `policies/profiles/`
+//! - [`config`]: `codebox.toml` with environment overrides and `env:VAR` secrets
 //! - [`doctor`]: host checks, layer by layer (`codebox doctor`, health)
 //! - [`server`]: the MCP server (rmcp): execute_python, execute_typescript, health
 //! - [`spawner`]: the single-threaded process that creates sandboxes for the async server
@@ -20,6 +21,7 @@
 //!
 //! `docs/ARCHITECTURE.md` is the code map.
 
+pub mod config;
 pub mod doctor;
 pub mod execution;
 pub mod profile;

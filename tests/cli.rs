@@ -169,3 +169,70 @@ fn host_without_user_namespaces_gets_the_fix() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+fn serve_with_config(toml: &str, env: &[(&str, &str)]) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("codebox.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut cmd = std::process::Command::new(codebox_bin());
+    cmd.args(["serve", "--config", path.to_str().unwrap()])
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .env_remove("CODEBOX_HTTP_TOKEN")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn config_file_unknown_keys_are_named() {
+    let out = serve_with_config("concurency = 4\n", &[]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("concurency") && err.contains("codebox.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_file_secrets_and_env_overrides() {
+    // A token named by env:VAR that is not set is an error naming the variable.
+    let out = serve_with_config(
+        "[http]\naddr = \"0.0.0.0:0\"\ntoken = \"env:CODEBOX_TEST_NO_SUCH_VAR\"\n",
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr_of(&out).contains("CODEBOX_TEST_NO_SUCH_VAR"),
+        "{}",
+        stderr_of(&out)
+    );
+    // A non-loopback address from the environment, without a token, is refused.
+    let out = serve_with_config("queue = 3\n", &[("CODEBOX_HTTP_ADDR", "0.0.0.0:0")]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr_of(&out).contains("bearer token is required"),
+        "{}",
+        stderr_of(&out)
+    );
+    // A bad value in the environment names the variable.
+    let out = serve_with_config("", &[("CODEBOX_QUEUE", "lots")]);
+    assert!(
+        stderr_of(&out).contains("CODEBOX_QUEUE"),
+        "{}",
+        stderr_of(&out)
+    );
+    let out = std::process::Command::new(codebox_bin())
+        .args(["serve", "--config", "/nonexistent/codebox.toml"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr_of(&out).contains("/nonexistent/codebox.toml"),
+        "{}",
+        stderr_of(&out)
+    );
+}

@@ -11,6 +11,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use rmcp::ServiceExt;
 
+use codebox::config::{self, Config};
 use codebox::doctor;
 use codebox::execution::Host;
 use codebox::profile::Profile;
@@ -24,39 +25,111 @@ use codebox::units::parse_duration;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// Config file [default: $CODEBOX_CONFIG, ./codebox.toml, ~/.config/codebox/config.toml].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Sandbox profile for every execution: default, network, or a path to a .toml file.
-    #[arg(long, default_value = "default", value_name = "NAME|PATH")]
-    profile: String,
+    #[arg(long, value_name = "NAME|PATH")]
+    profile: Option<String>,
     /// Executions running at once [default: 2 × cores].
     #[arg(long)]
     concurrency: Option<usize>,
-    /// Executions allowed to wait for a slot before requests get "busy, retry".
-    #[arg(long, default_value_t = 32)]
-    queue: usize,
-    /// The largest timeout a request may ask for.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
-    max_timeout: Duration,
+    /// Executions allowed to wait for a slot before requests get "busy, retry" [default: 32].
+    #[arg(long)]
+    queue: Option<usize>,
+    /// The largest timeout a request may ask for [default: 5m].
+    #[arg(long, value_parser = parse_duration)]
+    max_timeout: Option<Duration>,
     /// The rootfs built by `cargo xtask rootfs`.
-    #[arg(long, env = "CODEBOX_ROOTFS", value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     rootfs: Option<PathBuf>,
-    /// When run as root: the unprivileged host uid/gid the sandbox user maps to.
-    #[arg(long, default_value_t = DEFAULT_ROOT_HOST_ID)]
-    root_host_id: u32,
+    /// When run as root: the unprivileged host uid/gid the sandbox user maps to [default: 65534].
+    #[arg(long)]
+    root_host_id: Option<u32>,
     /// Serve streamable HTTP at ADDR (path /mcp) instead of stdio.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8080")]
     http: Option<std::net::SocketAddr>,
-    /// Bearer token HTTP clients must send (required off loopback).
-    #[arg(long, env = "CODEBOX_HTTP_TOKEN", hide_env_values = true)]
-    http_token: Option<String>,
-    /// Browser origins allowed to call over HTTP; any other Origin gets 403.
-    #[arg(long = "allowed-origin", value_name = "ORIGIN", default_values_t = ["http://localhost:*".to_string(), "http://127.0.0.1:*".to_string()])]
+    /// Browser origins allowed to call over HTTP; any other Origin gets 403
+    /// [default: http://localhost:*, http://127.0.0.1:*].
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
     allowed_origins: Vec<String>,
     /// Host names accepted in the Host header besides loopback (for public deployments).
     #[arg(long = "allowed-host", value_name = "HOST")]
     allowed_hosts: Vec<String>,
 }
 
+/// Settings after flags, environment, config file and defaults, in that precedence.
+struct Resolved {
+    profile: String,
+    rootfs: Option<PathBuf>,
+    concurrency: usize,
+    queue: usize,
+    max_timeout: Duration,
+    root_host_id: u32,
+    http: Option<std::net::SocketAddr>,
+    http_token: Option<String>,
+    allowed_origins: Vec<String>,
+    allowed_hosts: Vec<String>,
+}
+
+fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
+    let env = &config::process_env;
+    let (mut file, from) = Config::load(args.config.as_deref(), env)?;
+    if let Some(path) = &from {
+        tracing::info!(path = %path.display(), "config file");
+    }
+    file.apply_env(env)?;
+    let http_token = file.http_token(env)?;
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let max_timeout = match (args.max_timeout, &file.max_timeout) {
+        (Some(t), _) => t,
+        (None, Some(s)) => parse_duration(s).map_err(|e| anyhow::anyhow!("max_timeout: {e}"))?,
+        (None, None) => Duration::from_secs(300),
+    };
+    let http = match (args.http, &file.http.addr) {
+        (Some(a), _) => Some(a),
+        (None, Some(a)) => Some(a.parse().map_err(|_| {
+            anyhow::anyhow!("http.addr {a:?} is not an address such as 127.0.0.1:8080")
+        })?),
+        (None, None) => None,
+    };
+    let or_list = |cli: Vec<String>, file: Option<Vec<String>>, default: &[&str]| {
+        if !cli.is_empty() {
+            cli
+        } else {
+            file.unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect())
+        }
+    };
+    Ok(Resolved {
+        profile: args
+            .profile
+            .or(file.profile)
+            .unwrap_or_else(|| "default".into()),
+        rootfs: args.rootfs.or(file.rootfs),
+        concurrency: args
+            .concurrency
+            .or(file.concurrency)
+            .unwrap_or(cores * 2)
+            .max(1),
+        queue: args.queue.or(file.queue).unwrap_or(32),
+        max_timeout,
+        root_host_id: args
+            .root_host_id
+            .or(file.root_host_id)
+            .unwrap_or(DEFAULT_ROOT_HOST_ID),
+        http,
+        http_token,
+        allowed_origins: or_list(
+            args.allowed_origins,
+            file.http.allowed_origins,
+            &["http://localhost:*", "http://127.0.0.1:*"],
+        ),
+        allowed_hosts: or_list(args.allowed_hosts, file.http.allowed_hosts, &[]),
+    })
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let args = resolve(args)?;
     // --- single-threaded: verify, check, fork the spawner ---
     if let Some(addr) = args.http {
         if !addr.ip().is_loopback() && args.http_token.is_none() {
@@ -85,9 +158,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (spawner_pid, sock) = unsafe { spawner::start(&host) }?;
     tracing::info!(spawner = spawner_pid.as_raw(), profile = %profile.name, "spawner started");
 
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let settings = Settings {
-        concurrency: args.concurrency.unwrap_or(cores * 2),
+        concurrency: args.concurrency,
         queue: args.queue,
         max_timeout: args.max_timeout,
         profile,

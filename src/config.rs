@@ -1,0 +1,282 @@
+//! `codebox.toml`: server settings, found via `--config`, `$CODEBOX_CONFIG`,
+//! `./codebox.toml`, then `~/.config/codebox/config.toml`.
+//!
+//! Every setting can be overridden from the environment (`CODEBOX_<KEY>`, with
+//! `CODEBOX_HTTP_<KEY>` for the `[http]` table; lists are comma-separated), and command-line
+//! flags override both. A secret may be written `env:VAR` to read it from the
+//! environment. Unknown keys are an error naming the key.
+//!
+//! ```toml
+//! profile = "default"
+//! concurrency = 4
+//! queue = 32
+//! max_timeout = "5m"
+//! rootfs = "/opt/codebox/rootfs"
+//! root_host_id = 65534
+//!
+//! [http]
+//! addr = "127.0.0.1:8080"
+//! token = "env:CODEBOX_TOKEN"
+//! allowed_origins = ["http://localhost:*"]
+//! allowed_hosts = ["codebox.internal"]
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read config file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("{key}: environment variable {var} (named by env:{var}) is not set")]
+    MissingSecret { key: String, var: String },
+    #[error("environment variable {var}={value:?} is not valid: {reason}")]
+    BadEnv {
+        var: String,
+        value: String,
+        reason: String,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Every server setting; `None` means "not set here" (a default applies later).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub profile: Option<String>,
+    pub rootfs: Option<PathBuf>,
+    pub concurrency: Option<usize>,
+    pub queue: Option<usize>,
+    pub max_timeout: Option<String>,
+    pub root_host_id: Option<u32>,
+    #[serde(default)]
+    pub http: HttpConfig,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    pub addr: Option<String>,
+    /// The bearer token, or `env:VAR`.
+    pub token: Option<String>,
+    pub allowed_origins: Option<Vec<String>>,
+    pub allowed_hosts: Option<Vec<String>>,
+}
+
+impl Config {
+    /// Finds and parses the config file (none found is an empty config). Returns the
+    /// config and the path it came from.
+    pub fn load(
+        explicit: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(Config, Option<PathBuf>)> {
+        let candidates: Vec<(PathBuf, bool)> = match explicit {
+            Some(p) => vec![(p.to_path_buf(), true)],
+            None => {
+                let mut c = Vec::new();
+                if let Some(p) = env("CODEBOX_CONFIG") {
+                    c.push((PathBuf::from(p), true));
+                }
+                c.push((PathBuf::from("codebox.toml"), false));
+                if let Some(home) = env("HOME") {
+                    c.push((
+                        PathBuf::from(home).join(".config/codebox/config.toml"),
+                        false,
+                    ));
+                }
+                c
+            }
+        };
+        for (path, required) in candidates {
+            match std::fs::read_to_string(&path) {
+                Ok(text) => return Ok((Config::parse(&text, &path)?, Some(path))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => continue,
+                Err(source) => return Err(Error::Read { path, source }),
+            }
+        }
+        Ok((Config::default(), None))
+    }
+
+    /// Parses config TOML; `path` names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config> {
+        toml::from_str(text).map_err(|e| Error::Invalid {
+            path: path.to_path_buf(),
+            message: e.message().to_string(),
+        })
+    }
+
+    /// Applies `CODEBOX_*` environment overrides.
+    pub fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<()> {
+        fn num<T: std::str::FromStr>(var: &str, v: String) -> Result<T> {
+            v.trim().parse().map_err(|_| Error::BadEnv {
+                var: var.into(),
+                value: v.clone(),
+                reason: "not a number".into(),
+            })
+        }
+        let list = |v: String| -> Vec<String> {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        if let Some(v) = env("CODEBOX_PROFILE") {
+            self.profile = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_ROOTFS") {
+            self.rootfs = Some(v.into());
+        }
+        if let Some(v) = env("CODEBOX_CONCURRENCY") {
+            self.concurrency = Some(num("CODEBOX_CONCURRENCY", v)?);
+        }
+        if let Some(v) = env("CODEBOX_QUEUE") {
+            self.queue = Some(num("CODEBOX_QUEUE", v)?);
+        }
+        if let Some(v) = env("CODEBOX_MAX_TIMEOUT") {
+            self.max_timeout = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_ROOT_HOST_ID") {
+            self.root_host_id = Some(num("CODEBOX_ROOT_HOST_ID", v)?);
+        }
+        if let Some(v) = env("CODEBOX_HTTP_ADDR") {
+            self.http.addr = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_HTTP_TOKEN") {
+            self.http.token = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_HTTP_ALLOWED_ORIGINS") {
+            self.http.allowed_origins = Some(list(v));
+        }
+        if let Some(v) = env("CODEBOX_HTTP_ALLOWED_HOSTS") {
+            self.http.allowed_hosts = Some(list(v));
+        }
+        Ok(())
+    }
+
+    /// The HTTP token with `env:VAR` resolved.
+    pub fn http_token(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>> {
+        resolve_secret("http.token", self.http.token.as_deref(), env)
+    }
+}
+
+/// `env:VAR` → the variable's value; anything else as written.
+pub fn resolve_secret(
+    key: &str,
+    value: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>> {
+    match value {
+        None => Ok(None),
+        Some(v) => match v.strip_prefix("env:") {
+            Some(var) => env(var).map(Some).ok_or_else(|| Error::MissingSecret {
+                key: key.into(),
+                var: var.into(),
+            }),
+            None => Ok(Some(v.to_string())),
+        },
+    }
+}
+
+/// The process environment, as the lookup the functions above take.
+pub fn process_env(var: &str) -> Option<String> {
+    std::env::var(var).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let c = Config::parse(
+            "profile = \"network\"\nconcurrency = 3\n[http]\naddr = \"0.0.0.0:9\"\ntoken = \"env:T\"\nallowed_hosts = [\"a\"]\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.profile.as_deref(), Some("network"));
+        assert_eq!(c.concurrency, Some(3));
+        assert_eq!(c.http.allowed_hosts, Some(vec!["a".to_string()]));
+        assert_eq!(
+            c.http_token(&env_of(&[("T", "s3")])).unwrap().as_deref(),
+            Some("s3")
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = Config::parse("concurency = 3\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("concurency") && e.contains("c.toml"), "{e}");
+        let e = Config::parse("[http]\ntokn = \"x\"\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tokn"), "{e}");
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let mut c = Config::parse(
+            "queue = 1\n[http]\naddr = \"127.0.0.1:1\"\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        c.apply_env(&env_of(&[
+            ("CODEBOX_QUEUE", "7"),
+            ("CODEBOX_HTTP_ADDR", "127.0.0.1:2"),
+            ("CODEBOX_HTTP_ALLOWED_ORIGINS", "http://a:*, http://b:*"),
+        ]))
+        .unwrap();
+        assert_eq!(c.queue, Some(7));
+        assert_eq!(c.http.addr.as_deref(), Some("127.0.0.1:2"));
+        assert_eq!(c.http.allowed_origins.as_ref().unwrap().len(), 2);
+        let e = c
+            .apply_env(&env_of(&[("CODEBOX_QUEUE", "many")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CODEBOX_QUEUE"), "{e}");
+    }
+
+    #[test]
+    fn missing_secret_names_the_variable() {
+        let c = Config::parse("[http]\ntoken = \"env:NOPE\"\n", Path::new("c")).unwrap();
+        let e = c.http_token(&env_of(&[])).unwrap_err().to_string();
+        assert!(e.contains("NOPE") && e.contains("http.token"), "{e}");
+    }
+
+    #[test]
+    fn search_order_and_explicit_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(home.join(".config/codebox")).unwrap();
+        std::fs::write(home.join(".config/codebox/config.toml"), "queue = 5\n").unwrap();
+        let h = home.to_str().unwrap().to_string();
+        let (c, from) = Config::load(None, &env_of(&[("HOME", &h)])).unwrap();
+        assert_eq!(c.queue, Some(5));
+        assert!(from.unwrap().ends_with("config.toml"));
+        let explicit = dir.path().join("x.toml");
+        std::fs::write(&explicit, "queue = 9\n").unwrap();
+        let e = explicit.to_str().unwrap().to_string();
+        let (c, _) = Config::load(None, &env_of(&[("HOME", &h), ("CODEBOX_CONFIG", &e)])).unwrap();
+        assert_eq!(c.queue, Some(9));
+        assert!(Config::load(Some(Path::new("/nonexistent/c.toml")), &env_of(&[])).is_err());
+    }
+}
