@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use rmcp::ServiceExt;
+use tokio_util::sync::CancellationToken;
 
 use codebox::config::{self, Config};
 use codebox::doctor;
@@ -56,6 +57,9 @@ pub struct ServeArgs {
     /// Host names accepted in the Host header besides loopback (for public deployments).
     #[arg(long = "allowed-host", value_name = "HOST")]
     allowed_hosts: Vec<String>,
+    /// On SIGINT/SIGTERM, how long running executions may still finish before they are killed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    drain_timeout: Duration,
 }
 
 /// Settings after flags, environment, config file and defaults, in that precedence.
@@ -70,6 +74,7 @@ struct Resolved {
     http_token: Option<String>,
     allowed_origins: Vec<String>,
     allowed_hosts: Vec<String>,
+    drain_timeout: Duration,
 }
 
 fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
@@ -125,6 +130,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             &["http://localhost:*", "http://127.0.0.1:*"],
         ),
         allowed_hosts: or_list(args.allowed_hosts, file.http.allowed_hosts, &[]),
+        drain_timeout: args.drain_timeout,
     })
 }
 
@@ -170,9 +176,38 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let drain = args.drain_timeout;
     rt.block_on(async move {
         let client = SpawnerClient::new(sock)?;
         let server = CodeboxServer::new(client, settings, report.checks);
+        // Fires on SIGINT/SIGTERM: stop taking work, drain, then stop.
+        let stopping = CancellationToken::new();
+        tokio::spawn({
+            let stopping = stopping.clone();
+            async move {
+                shutdown_signal().await;
+                tracing::info!("shutting down: draining running executions");
+                stopping.cancel();
+            }
+        });
+        // After the signal: wait until nothing runs (or the drain bound), then stop.
+        let drained = {
+            let server = server.clone();
+            let stopping = stopping.clone();
+            async move {
+                stopping.cancelled().await;
+                server.stop_admitting();
+                let deadline = tokio::time::Instant::now() + drain;
+                // A request accepted just before the signal may not hold its slot yet.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                while server.running() > 0 && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                if server.running() > 0 {
+                    tracing::warn!(?drain, "drain bound reached; killing what still runs");
+                }
+            }
+        };
         if let Some(addr) = args.http {
             let options = HttpOptions {
                 addr,
@@ -180,16 +215,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 allowed_origins: args.allowed_origins,
                 allowed_hosts: args.allowed_hosts,
             };
-            http::serve(
-                server,
+            // Connections stay open while draining (clients reconnect their SSE streams);
+            // new executions are refused by admission. Once drained, the listener closes.
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+            let serving = http::serve(
+                server.clone(),
                 options,
                 |bound| eprintln!("codebox: serving MCP at http://{bound}/mcp"),
-                shutdown_signal(),
-            )
-            .await?;
+                async move {
+                    let _ = done_rx.await;
+                },
+            );
+            tokio::pin!(serving);
+            tokio::select! {
+                r = &mut serving => r?,
+                _ = drained => {
+                    let _ = done_tx.send(());
+                    // Idle connections close at once; open streams end with the runtime.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), serving).await;
+                }
+            }
             return anyhow::Ok(());
         }
         let service = server
+            .clone()
             .serve(rmcp::transport::stdio())
             .await
             .context("the MCP session did not start")?;
@@ -198,10 +247,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             r = service.waiting() => {
                 r.context("the MCP service failed")?;
             }
-            _ = shutdown_signal() => {
-                tracing::info!("shutting down");
-                cancel.cancel();
-            }
+            _ = drained => cancel.cancel(),
         }
         anyhow::Ok(())
     })?;

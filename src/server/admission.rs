@@ -1,7 +1,7 @@
 //! Admission: at most `concurrency` executions run at once, at most `queue` more wait,
 //! and everything beyond that is refused at once with a clear "busy, retry".
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -11,6 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct Admission {
     slots: Arc<Semaphore>,
     waiting: Arc<AtomicUsize>,
+    closed: Arc<AtomicBool>,
     concurrency: usize,
     queue: usize,
 }
@@ -21,14 +22,17 @@ pub struct Slot {
     _permit: OwnedSemaphorePermit,
 }
 
-/// Refused: the queue is full.
+/// Refused at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "codebox is busy: {running} executions are running and {waiting} are queued; retry shortly"
-)]
-pub struct Busy {
-    pub running: usize,
-    pub waiting: usize,
+pub enum Busy {
+    #[error(
+        "codebox is busy: {running} executions are running and {waiting} are queued; retry shortly"
+    )]
+    Full { running: usize, waiting: usize },
+    #[error(
+        "codebox is shutting down and takes no new executions; retry against a running server"
+    )]
+    ShuttingDown,
 }
 
 impl Admission {
@@ -36,6 +40,7 @@ impl Admission {
         Admission {
             slots: Arc::new(Semaphore::new(concurrency.max(1))),
             waiting: Arc::new(AtomicUsize::new(0)),
+            closed: Arc::new(AtomicBool::new(false)),
             concurrency: concurrency.max(1),
             queue,
         }
@@ -43,6 +48,9 @@ impl Admission {
 
     /// Waits for a slot, unless the queue is already full.
     pub async fn enter(&self) -> Result<Slot, Busy> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Busy::ShuttingDown);
+        }
         if let Ok(p) = self.slots.clone().try_acquire_owned() {
             return Ok(Slot { _permit: p });
         }
@@ -53,7 +61,7 @@ impl Admission {
                 (w < self.queue).then_some(w + 1)
             });
         if claimed.is_err() {
-            return Err(Busy {
+            return Err(Busy::Full {
                 running: self.running(),
                 waiting: self.waiting(),
             });
@@ -63,6 +71,11 @@ impl Admission {
         Ok(Slot {
             _permit: permit.expect("the semaphore is never closed"),
         })
+    }
+
+    /// Refuses every new execution from now on (shutdown); running ones go on.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     pub fn running(&self) -> usize {
@@ -91,7 +104,7 @@ mod tests {
         let busy = a.enter().await.unwrap_err();
         assert_eq!(
             busy,
-            Busy {
+            Busy::Full {
                 running: 1,
                 waiting: 1
             }
@@ -101,5 +114,7 @@ mod tests {
         queued.await.unwrap().unwrap();
         assert_eq!(a.running(), 0);
         assert_eq!(a.waiting(), 0);
+        a.close();
+        assert_eq!(a.enter().await.unwrap_err(), Busy::ShuttingDown);
     }
 }

@@ -92,13 +92,14 @@ pub async fn serve(
         .layer(axum::middleware::from_fn_with_state(token, require_bearer));
     let app = Router::new().route("/healthz", get(healthz)).merge(mcp);
     on_listening(bound);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            ct.cancel();
-        })
+    // On shutdown axum stops accepting connections; sessions (and the SSE streams of
+    // calls still running) stay until the caller stops waiting for this future.
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
         .await
-        .map_err(Error::Serve)
+        .map_err(Error::Serve);
+    ct.cancel();
+    result
 }
 
 async fn healthz() -> impl IntoResponse {

@@ -114,6 +114,16 @@ impl CodeboxServer {
         }
     }
 
+    /// Refuses new executions from now on; running ones finish (graceful shutdown).
+    pub fn stop_admitting(&self) {
+        self.state.admission.close();
+    }
+
+    /// Executions running now.
+    pub fn running(&self) -> usize {
+        self.state.admission.running()
+    }
+
     #[tool(
         name = "execute_python",
         description = PYTHON_DESCRIPTION,

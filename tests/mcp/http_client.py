@@ -144,10 +144,34 @@ async def main():
             print(f"FAILED  sdk_session_with_token: {e!r}", flush=True)
             failed += 1
 
+        try:
+            drained_proc, drained = start("--http", "127.0.0.1:0", "--drain-timeout", "5s")
+            async with streamable_http_client(f"{drained}/mcp", terminate_on_close=False) as (read, write):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    results = []
+
+                    async def long_call():
+                        results.append(await s.call_tool(
+                            "execute_python", {"code": "import time; time.sleep(1.2); print('finished')"}))
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(long_call)
+                        await anyio.sleep(0.4)
+                        drained_proc.send_signal(signal.SIGTERM)
+                    assert results[0].structured_content["stdout"] == "finished\n", results
+            assert drained_proc.wait(timeout=15) == 0
+            print("ok      sigterm_drains_running_executions", flush=True)
+            passed += 1
+        except Exception as e:  # noqa: BLE001
+            print(f"FAILED  sigterm_drains_running_executions: {e!r}", flush=True)
+            failed += 1
+
         def sigterm_stops_cleanly():
-            for p in SERVERS:
+            live = [p for p in SERVERS if p.poll() is None]
+            for p in live:
                 p.send_signal(signal.SIGTERM)
-            for p in SERVERS:
+            for p in live:
                 code = p.wait(timeout=15)
                 assert code == 0, code
         report("sigterm_stops_cleanly", sigterm_stops_cleanly)
