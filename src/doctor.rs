@@ -153,28 +153,15 @@ fn namespace_checks() -> Vec<Check> {
     checks
 }
 
-/// Forks a child that (optionally drops to `as_uid`,) unshares a user namespace and then
-/// `extra`; returns the child's errno as an error.
-fn probe_unshare(as_uid: Option<u32>, extra: libc::c_int) -> Result<(), std::io::Error> {
-    // SAFETY: doctor runs single-threaded (the CLI), so the child may run ordinary code; it
-    // ends with _exit and never returns into the parent's frames.
+/// Runs `probe` in a forked child and returns what it returned: `Ok` for 0, the errno
+/// otherwise. The child ends with `_exit`.
+fn fork_probe(probe: impl FnOnce() -> i32) -> Result<(), std::io::Error> {
+    // SAFETY: doctor runs single-threaded (the CLI, or `serve` before its runtime), so the
+    // child may run ordinary code; it ends with _exit and never returns into the parent's
+    // frames.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
-            let code = (|| -> Result<(), nix::errno::Errno> {
-                if let Some(id) = as_uid {
-                    nix::unistd::setgroups(&[])?;
-                    let g = nix::unistd::Gid::from_raw(id);
-                    nix::unistd::setresgid(g, g, g)?;
-                    let u = nix::unistd::Uid::from_raw(id);
-                    nix::unistd::setresuid(u, u, u)?;
-                }
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)?;
-                if extra != 0 {
-                    nix::sched::unshare(nix::sched::CloneFlags::from_bits_retain(extra))?;
-                }
-                Ok(())
-            })()
-            .map_or_else(|e| e as i32, |()| 0);
+            let code = probe();
             // SAFETY: ends the probe child without unwinding into the parent's frames.
             unsafe { libc::_exit(code) }
         }
@@ -190,6 +177,27 @@ fn probe_unshare(as_uid: Option<u32>, extra: libc::c_int) -> Result<(), std::io:
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// In a child: (optionally drops to `as_uid`,) unshares a user namespace and then `extra`.
+fn probe_unshare(as_uid: Option<u32>, extra: libc::c_int) -> Result<(), std::io::Error> {
+    fork_probe(|| {
+        (|| -> Result<(), nix::errno::Errno> {
+            if let Some(id) = as_uid {
+                nix::unistd::setgroups(&[])?;
+                let g = nix::unistd::Gid::from_raw(id);
+                nix::unistd::setresgid(g, g, g)?;
+                let u = nix::unistd::Uid::from_raw(id);
+                nix::unistd::setresuid(u, u, u)?;
+            }
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)?;
+            if extra != 0 {
+                nix::sched::unshare(nix::sched::CloneFlags::from_bits_retain(extra))?;
+            }
+            Ok(())
+        })()
+        .map_or_else(|e| e as i32, |()| 0)
+    })
 }
 
 fn cgroup_check(found: &Result<CgroupManager, cgroup::Error>, profile: &Profile) -> Check {
@@ -261,41 +269,28 @@ fn seccomp_check(profile: &Profile) -> Check {
 
 /// Installs the filter in a forked child and checks that keyctl is refused with EPERM.
 fn probe_seccomp(filter: &sandbox::seccomp::CompiledFilter) -> Result<(), std::io::Error> {
-    // SAFETY: doctor runs single-threaded; the child only makes raw calls and _exits.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => {
-            // SAFETY: prctl with integer arguments.
-            unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
-            let code = match filter.install() {
-                Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
-                Ok(()) => {
-                    // SAFETY: keyctl(KEYCTL_GET_KEYRING_ID, 0, 0): integer arguments only.
-                    let r = unsafe { libc::syscall(libc::SYS_keyctl, 0, 0, 0) };
-                    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-                    if r == -1 && errno == libc::EPERM {
-                        0
-                    } else {
-                        200
-                    }
-                }
-            };
-            // SAFETY: ends the probe child without unwinding.
-            unsafe { libc::_exit(code) }
+    /// The child's exit code when the filter installed but keyctl went through.
+    const NOT_REFUSED: i32 = 200;
+    let r = fork_probe(|| {
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+        if let Err(e) = filter.install() {
+            return e.raw_os_error().unwrap_or(libc::EIO);
         }
-        Ok(nix::unistd::ForkResult::Parent { child }) => {
-            match nix::sys::wait::waitpid(child, None) {
-                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
-                Ok(nix::sys::wait::WaitStatus::Exited(_, 200)) => Err(std::io::Error::other(
-                    "installed, but keyctl was not refused",
-                )),
-                Ok(nix::sys::wait::WaitStatus::Exited(_, errno)) => {
-                    Err(std::io::Error::from_raw_os_error(errno))
-                }
-                Ok(other) => Err(std::io::Error::other(format!("probe ended with {other:?}"))),
-                Err(e) => Err(e.into()),
-            }
+        // SAFETY: keyctl(KEYCTL_GET_KEYRING_ID, 0, 0): integer arguments only.
+        let r = unsafe { libc::syscall(libc::SYS_keyctl, 0, 0, 0) };
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        if r == -1 && errno == libc::EPERM {
+            0
+        } else {
+            NOT_REFUSED
         }
-        Err(e) => Err(e.into()),
+    });
+    match r {
+        Err(e) if e.raw_os_error() == Some(NOT_REFUSED) => Err(std::io::Error::other(
+            "installed, but keyctl was not refused",
+        )),
+        other => other,
     }
 }
 

@@ -15,6 +15,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use codebox::sandbox::cgroup::{Backend, CgroupLimits, CgroupManager, Controller, SandboxCgroup};
+use codebox::sandbox::clone;
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
 type Outcome = Result<Completion, Failed>;
@@ -543,54 +544,21 @@ fn v2_cgroup_kill_on_own_subtree() -> Outcome {
     Ok(outcome)
 }
 
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// `struct clone_args` (CLONE_ARGS_SIZE_VER2).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-/// Fork-style `clone3` into the cgroup `fd`; in the child, reads its own
-/// `/proc/self/cgroup` into the pipe `report` and then blocks on the pipe `hold` (after
-/// closing its copy of the write end `hold_w`) until the parent closes it. Returns the
-/// child's pid. Only async-signal-safe calls in the child.
+/// Fork-style `clone3` into the cgroup `fd` (through the sandbox's own clone wrapper); in
+/// the child, reads its own `/proc/self/cgroup` into the pipe `report` and then blocks on
+/// the pipe `hold` (after closing its copy of the write end `hold_w`) until the parent
+/// closes it. Returns the child's pid. Only async-signal-safe calls in the child.
 fn clone_into(
     fd: BorrowedFd<'_>,
     extra_flags: u64,
     report: i32,
     (hold, hold_w): (i32, i32),
 ) -> std::io::Result<i32> {
-    let args = CloneArgs {
-        flags: CLONE_INTO_CGROUP | extra_flags,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: fd.as_raw_fd() as u64,
-        ..Default::default()
-    };
     // SAFETY: this test binary runs its tests on the main thread with no other thread
-    // (harness = false, test_threads = 1), so the child of this fork-style clone (stack 0)
-    // inherits no lock held elsewhere; it only makes raw syscalls and ends in _exit.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    match pid {
-        -1 => Err(std::io::Error::last_os_error()),
-        0 => {
+    // (harness = false, test_threads = 1), so the child of this fork-style clone inherits
+    // no lock held elsewhere; it only makes raw syscalls and ends in _exit.
+    match unsafe { clone::clone_into_namespaces(extra_flags, Some(fd)) }? {
+        clone::Forked::Child => {
             let mut buf = [0u8; 4096];
             // SAFETY: open/read/write/close/_exit on a static path and a stack buffer:
             // async-signal-safe, no allocation.
@@ -611,7 +579,7 @@ fn clone_into(
                 libc::_exit(0)
             }
         }
-        pid => Ok(pid as i32),
+        clone::Forked::Parent { pid, .. } => Ok(pid.as_raw()),
     }
 }
 

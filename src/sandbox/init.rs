@@ -19,7 +19,7 @@ use super::idmap::SANDBOX_ID;
 use super::mounts;
 use super::plan::MountPlan;
 use super::program;
-use super::report::{self, ProgramStatus, Stage};
+use super::report::{self, caps_io, check, errno_result, errors_fd, ProgramStatus, Stage};
 use super::spec::SandboxSpec;
 use super::syscalls::Linux;
 
@@ -32,22 +32,6 @@ pub struct ChildFds {
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub channel: RawFd,
-}
-
-fn errors_fd() -> BorrowedFd<'static> {
-    // SAFETY: slot::ERRORS is kept open by this process until it execs or exits.
-    unsafe { BorrowedFd::borrow_raw(slot::ERRORS) }
-}
-
-/// Ends the process with a failure record when `r` is an error.
-fn check<T, E: Into<std::io::Error>>(r: Result<T, E>, stage: Stage, detail: u32) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => {
-            let errno = e.into().raw_os_error().unwrap_or(libc::EIO);
-            report::fail(errors_fd(), stage, detail, errno)
-        }
-    }
 }
 
 /// The init procedure. Called in the child of `clone3`; never returns.
@@ -190,16 +174,4 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
     let _ = fds::write_all_raw(slot::STATUS, &report::encode_status(status));
     // SAFETY: _exit ends the init without running destructors copied from the parent.
     unsafe { libc::_exit(0) }
-}
-
-fn errno_result(r: libc::c_int) -> std::io::Result<()> {
-    if r == -1 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-fn caps_io(e: caps::errors::CapsError) -> std::io::Error {
-    std::io::Error::other(e.to_string())
 }

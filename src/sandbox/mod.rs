@@ -11,7 +11,7 @@
 //! This module is the only place with fork/clone code.
 
 pub mod cgroup;
-mod clone;
+pub mod clone;
 mod error;
 mod fds;
 pub mod idmap;

@@ -4,28 +4,11 @@
 //! rlimits, drop every capability, `no_new_privs`, landlock, working directory, seccomp,
 //! exec. Seccomp goes last so that none of the setup calls needs to be allowed by it.
 
-use std::os::fd::BorrowedFd;
-
 use nix::sys::resource::{setrlimit, Resource};
 
 use super::fds::{self, slot, PROGRAM_CHANNEL_FD};
-use super::report::{self, Stage};
+use super::report::{self, caps_io, check, errno_result, errors_fd, Stage};
 use super::spec::SandboxSpec;
-
-fn errors_fd() -> BorrowedFd<'static> {
-    // SAFETY: slot::ERRORS stays open (close-on-exec) until the exec below.
-    unsafe { BorrowedFd::borrow_raw(slot::ERRORS) }
-}
-
-fn check<T, E: Into<std::io::Error>>(r: Result<T, E>, stage: Stage, detail: u32) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => {
-            let errno = e.into().raw_os_error().unwrap_or(libc::EIO);
-            report::fail(errors_fd(), stage, detail, errno)
-        }
-    }
-}
 
 /// Runs the program. Called in the child of the init's fork; never returns.
 pub fn run(spec: &SandboxSpec) -> ! {
@@ -82,7 +65,7 @@ pub fn run(spec: &SandboxSpec) -> ! {
     .enumerate()
     {
         check(
-            caps::clear(None, set).map_err(|e| std::io::Error::other(e.to_string())),
+            caps::clear(None, set).map_err(caps_io),
             Stage::DropCaps,
             i as u32,
         );
@@ -126,12 +109,4 @@ pub fn run(spec: &SandboxSpec) -> ! {
         Ok(never) => match never {},
     };
     report::fail(errors_fd(), Stage::Exec, 0, err as i32)
-}
-
-fn errno_result(r: libc::c_int) -> std::io::Result<()> {
-    if r == -1 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use super::fds::slot;
 use super::landlock::LandlockStatus;
 use super::plan::MountStep;
 
@@ -184,6 +185,39 @@ pub fn fail(fd: BorrowedFd<'_>, stage: Stage, detail: u32, errno: i32) -> ! {
     // SAFETY: _exit is async-signal-safe and ends this child without running the parent's
     // atexit handlers or destructors copied into it by the fork.
     unsafe { libc::_exit(127) }
+}
+
+/// The errors pipe, as both sandbox processes keep it ([`slot::ERRORS`]) until they exec
+/// or exit.
+pub fn errors_fd() -> BorrowedFd<'static> {
+    // SAFETY: the init and the program keep slot::ERRORS open (close-on-exec in the
+    // program) for as long as they run setup code that calls this.
+    unsafe { BorrowedFd::borrow_raw(slot::ERRORS) }
+}
+
+/// In a sandbox process: the value of `r`, or a failure record and `_exit(127)`.
+pub fn check<T, E: Into<std::io::Error>>(r: Result<T, E>, stage: Stage, detail: u32) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => {
+            let errno = e.into().raw_os_error().unwrap_or(libc::EIO);
+            fail(errors_fd(), stage, detail, errno)
+        }
+    }
+}
+
+/// A libc return value (`-1` and errno on failure) as an `io::Result`.
+pub fn errno_result(r: libc::c_int) -> std::io::Result<()> {
+    if r == -1 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// A caps-crate error as an `io::Error` for [`check`].
+pub fn caps_io(e: caps::errors::CapsError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
 }
 
 /// How the program ended, as reported by the sandbox init.

@@ -27,7 +27,7 @@ pub struct Captured {
 
 impl Captured {
     /// Keeps what fits under `cap`; returns the part kept.
-    fn push<'a>(&mut self, chunk: &'a [u8], cap: usize) -> &'a [u8] {
+    pub fn push<'a>(&mut self, chunk: &'a [u8], cap: usize) -> &'a [u8] {
         self.total_bytes += chunk.len() as u64;
         let room = cap.saturating_sub(self.bytes.len());
         let kept = &chunk[..chunk.len().min(room)];

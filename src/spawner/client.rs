@@ -261,14 +261,14 @@ impl RemoteSandbox {
                 r = stdout.read(&mut obuf), if out_open => match r {
                     Ok(0) | Err(_) => out_open = false,
                     Ok(n) => {
-                        let kept = push(&mut out, &obuf[..n], stdout_cap);
+                        let kept = out.push(&obuf[..n], stdout_cap);
                         if !kept.is_empty() { on_output(Stream::Stdout, kept) }
                     }
                 },
                 r = stderr.read(&mut ebuf), if err_open => match r {
                     Ok(0) | Err(_) => err_open = false,
                     Ok(n) => {
-                        let kept = push(&mut err, &ebuf[..n], stderr_cap);
+                        let kept = err.push(&ebuf[..n], stderr_cap);
                         if !kept.is_empty() { on_output(Stream::Stderr, kept) }
                     }
                 },
@@ -313,15 +313,4 @@ impl Drop for RemoteSandbox {
             w.exited.remove(&self.id);
         }
     }
-}
-
-fn push<'a>(c: &mut Captured, chunk: &'a [u8], cap: usize) -> &'a [u8] {
-    c.total_bytes += chunk.len() as u64;
-    let room = cap.saturating_sub(c.bytes.len());
-    let kept = &chunk[..chunk.len().min(room)];
-    if kept.len() < chunk.len() {
-        c.truncated = true;
-    }
-    c.bytes.extend_from_slice(kept);
-    kept
 }

@@ -15,12 +15,14 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use super::wire::{self, Request, Response, SpawnSpec};
 use crate::execution::Host;
 use crate::profile::Profile;
-use crate::sandbox::{self, SandboxSpec, Watch};
+use crate::sandbox::{self, SandboxSpec, SecurityPolicy, Watch};
 
 /// Serves requests on `sock` until the supervisor closes it; returns when every sandbox
 /// is gone.
 pub fn serve(sock: OwnedFd, host: &Host) {
     let mut live: HashMap<u64, Watch> = HashMap::new();
+    // Each profile is loaded (and its seccomp filter compiled) once, not per sandbox.
+    let mut policies: HashMap<String, SecurityPolicy> = HashMap::new();
     loop {
         let ids: Vec<u64> = live.keys().copied().collect();
         let mut pfds = vec![PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
@@ -49,7 +51,7 @@ pub fn serve(sock: OwnedFd, host: &Host) {
         if ready[0] {
             match wire::recv::<Request>(sock.as_fd()) {
                 Ok(Some((Request::Spawn { id, spec }, _))) => {
-                    if let Some(watch) = spawn_one(&sock, host, id, &spec) {
+                    if let Some(watch) = spawn_one(&sock, host, &mut policies, id, &spec) {
                         live.insert(id, watch);
                     }
                 }
@@ -77,8 +79,14 @@ pub fn serve(sock: OwnedFd, host: &Host) {
     }
 }
 
-fn spawn_one(sock: &OwnedFd, host: &Host, id: u64, spec: &SpawnSpec) -> Option<Watch> {
-    let sandbox = match build(host, spec).and_then(|s| {
+fn spawn_one(
+    sock: &OwnedFd,
+    host: &Host,
+    policies: &mut HashMap<String, SecurityPolicy>,
+    id: u64,
+    spec: &SpawnSpec,
+) -> Option<Watch> {
+    let sandbox = match build(host, policies, spec).and_then(|s| {
         sandbox::spawn(&s, host.cgroups.as_ref())
             .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
     }) {
@@ -114,8 +122,21 @@ fn spawn_one(sock: &OwnedFd, host: &Host, id: u64, spec: &SpawnSpec) -> Option<W
     }
 }
 
-fn build(host: &Host, spec: &SpawnSpec) -> Result<SandboxSpec, String> {
-    let profile = Profile::load(&spec.profile).map_err(|e| e.to_string())?;
+fn build(
+    host: &Host,
+    policies: &mut HashMap<String, SecurityPolicy>,
+    spec: &SpawnSpec,
+) -> Result<SandboxSpec, String> {
+    let policy = match policies.get(&spec.profile) {
+        Some(p) => p.clone(),
+        None => {
+            let p = Profile::load(&spec.profile)
+                .map_err(|e| e.to_string())?
+                .policy;
+            policies.insert(spec.profile.clone(), p.clone());
+            p
+        }
+    };
     Ok(SandboxSpec {
         rootfs: host.rootfs.path.clone(),
         workspace: spec.workspace.clone(),
@@ -123,7 +144,7 @@ fn build(host: &Host, spec: &SpawnSpec) -> Result<SandboxSpec, String> {
         limits: spec.limits.clone(),
         id_mapping: host.id_mapping,
         hostname: "codebox".into(),
-        policy: profile.policy,
+        policy,
     })
 }
 
