@@ -95,6 +95,7 @@ fn main() {
             let request = ExecutionRequest {
                 language: Language::Python,
                 code: "pass".into(),
+                files: Default::default(),
                 workspace: None,
                 limits,
                 policy,

@@ -363,6 +363,7 @@ fn runtime_check(lang: Language, host: &Host, profile: &Profile) -> Check {
     let request = ExecutionRequest {
         language: lang,
         code: code.into(),
+        files: Default::default(),
         workspace: None,
         limits: profile.limits.clone(),
         policy: profile.policy.clone(),

@@ -18,6 +18,8 @@ pub enum Error {
     #[error("the program is {size} bytes; the limit is {max} bytes")]
     CodeTooLarge { size: usize, max: usize },
     #[error(transparent)]
+    Files(#[from] runtime::FileError),
+    #[error(transparent)]
     Sandbox(#[from] sandbox::Error),
 }
 
@@ -28,6 +30,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub struct ExecutionRequest {
     pub language: Language,
     pub code: String,
+    /// Small text files written under `/workspace` before the program starts (relative
+    /// path → content), delivered in the boot frame.
+    pub files: std::collections::BTreeMap<String, String>,
     /// Host directory bound at `/workspace`; a private tmpfs when `None`.
     pub workspace: Option<PathBuf>,
     pub limits: Limits,
@@ -131,6 +136,7 @@ pub fn execute(
             max: runtime::MAX_CODE_BYTES,
         });
     }
+    runtime::validate_files(&request.files)?;
     let spec = SandboxSpec {
         rootfs: rootfs.path.clone(),
         workspace: request.workspace.clone(),
@@ -146,8 +152,8 @@ pub fn execute(
         elapsed_us = spawn_started.elapsed().as_micros() as u64,
         "sandbox spawned: program exec'd"
     );
-    let outcome =
-        sandbox.run_to_completion(&runtime::boot_frame(&request.code), &request.limits, sink)?;
+    let frame = runtime::boot_frame_with_files(&request.code, &request.files);
+    let outcome = sandbox.run_to_completion(&frame, &request.limits, sink)?;
     Ok(result_from(
         request.language,
         request.workspace.as_deref(),

@@ -171,6 +171,112 @@ fn workspace_is_shared_and_importable() {
 }
 
 #[test]
+fn files_are_written_into_the_workspace_before_the_run() {
+    if !sandbox_available("files_are_written_into_the_workspace_before_the_run") {
+        return;
+    }
+    let host = tempfile::tempdir().unwrap();
+    let csv = host.path().join("local.csv");
+    std::fs::write(&csv, "a,b\n1,2\n3,4\n").unwrap();
+    let lib = host.path().join("lib.ts");
+    std::fs::write(&lib, "export const twice = (n: number) => 2 * n;\n").unwrap();
+    let data = format!("data/in.csv={}", csv.display());
+    let v = run_json(
+        "python",
+        "import csv\nprint(sum(int(r['b']) for r in csv.DictReader(open('data/in.csv'))))",
+        &["--file", &data],
+    );
+    assert_eq!(v["stdout"], "6\n", "{v:#}");
+    let lib_arg = format!("lib.ts={}", lib.display());
+    let v = run_json(
+        "typescript",
+        "import { twice } from './lib.ts';\nconsole.log(twice((await Deno.readTextFile('data/in.csv')).length));",
+        &["--file", &data, "--file", &lib_arg],
+    );
+    assert_eq!(v["stdout"], "24\n", "{v:#}");
+    // The program's own module (written next to it so relative imports resolve) is not
+    // left behind in a bound workspace, even when the program calls Deno.exit.
+    let ws = tempfile::tempdir().unwrap();
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(ws.path(), Some(65534), Some(65534)).unwrap();
+    }
+    let wsarg = ws.path().to_str().unwrap();
+    for code in ["console.log(1)", "Deno.exit(0)", "throw new Error('x')"] {
+        let v = run_json(
+            "typescript",
+            code,
+            &["--workspace", wsarg, "--file", &lib_arg],
+        );
+        let names: Vec<_> = v["workspace_files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["lib.ts"], "{code}: {v:#}");
+    }
+
+    for bad in ["../x.csv", "/abs.csv", "a//b"] {
+        let out = codebox(&[
+            "run",
+            "python",
+            "-c",
+            "pass",
+            "--file",
+            &format!("{bad}={}", csv.display()),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{bad}: {stderr}");
+        assert!(stderr.contains("is invalid"), "{bad}: {stderr}");
+    }
+}
+
+#[test]
+fn file_writer_never_follows_a_workspace_symlink() {
+    if !sandbox_available("file_writer_never_follows_a_workspace_symlink") {
+        return;
+    }
+    // A bound workspace holding a symlink to a directory outside it: writing "out/x"
+    // through it must fail inside the sandbox, for both boot files.
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.path().join("out")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("f"), ws.path().join("f")).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        for d in [ws.path(), outside.path()] {
+            std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    let src = ws.path().join("src.txt");
+    std::fs::write(&src, "payload").unwrap();
+    let wsarg = ws.path().to_str().unwrap();
+    for lang in ["python", "typescript"] {
+        for dest in ["out/x", "f"] {
+            let v = run_json(
+                lang,
+                "print(1)",
+                &[
+                    "--workspace",
+                    wsarg,
+                    "--file",
+                    &format!("{dest}={}", src.display()),
+                ],
+            );
+            assert_ne!(v["exit_code"], 0, "{lang} {dest}: {v:#}");
+            assert!(
+                v["stdout"].as_str().unwrap().is_empty(),
+                "{lang} {dest}: {v:#}"
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "a file was written outside the workspace"
+    );
+}
+
+#[test]
 fn large_programs_are_delivered_whole() {
     if !sandbox_available("large_programs_are_delivered_whole") {
         return;

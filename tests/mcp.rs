@@ -1,5 +1,7 @@
 //! `codebox serve` end to end with a real MCP client: the official Python SDK (PyPI
-//! `mcp`), driving tests/mcp/stdio_client.py over stdio.
+//! `mcp`), driving tests/mcp/stdio_client.py over stdio and tests/mcp/http_client.py over
+//! streamable HTTP; plus tests/mcp/raw_protocol.py, which writes malformed JSON-RPC byte
+//! by byte and walks away from running executions.
 //!
 //! The SDK is installed by `cargo xtask test` into target/mcp-pydeps (overridable with
 //! CODEBOX_TEST_PYDEPS) and run with Debian's /usr/bin/python3, which every user can
@@ -33,6 +35,14 @@ fn python_sdk_client_over_http_with_auth_and_origin_checks() {
     run_client_script(
         "python_sdk_client_over_http_with_auth_and_origin_checks",
         "http_client.py",
+    );
+}
+
+#[test]
+fn raw_json_rpc_bad_input_and_vanishing_clients() {
+    run_client_script(
+        "raw_json_rpc_bad_input_and_vanishing_clients",
+        "raw_protocol.py",
     );
 }
 

@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// Host directory mounted read-write at /workspace (default: a private tmpfs).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// Copy a host text file into /workspace before the run, as DEST=SRC (DEST relative to
+    /// /workspace); repeatable.
+    #[arg(long = "file", value_name = "DEST=SRC", value_parser = parse_file_arg)]
+    files: Vec<(String, PathBuf)>,
     /// Print one JSON object with the captured output and how the program ended.
     #[arg(long)]
     json: bool,
@@ -111,6 +115,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let request = ExecutionRequest {
         language: args.language,
         code,
+        files: read_files(&args.files)?,
         workspace,
         limits,
         policy: profile.policy.clone(),
@@ -122,6 +127,35 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         execution::execute(&host, &request, &mut Passthrough)?
     };
     report(&result, args.json, timeout)
+}
+
+fn parse_file_arg(arg: &str) -> Result<(String, PathBuf), String> {
+    match arg.split_once('=') {
+        Some((dest, src)) if !dest.is_empty() && !src.is_empty() => {
+            Ok((dest.to_string(), PathBuf::from(src)))
+        }
+        _ => Err(format!(
+            "expected DEST=SRC, e.g. data.csv=./local.csv; got {arg:?}"
+        )),
+    }
+}
+
+/// The `--file` contents, read from the host and validated as the MCP tools validate them.
+fn read_files(
+    args: &[(String, PathBuf)],
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut files = std::collections::BTreeMap::new();
+    for (dest, src) in args {
+        let bytes =
+            std::fs::read(src).with_context(|| format!("cannot read --file {}", src.display()))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| anyhow::anyhow!("--file {} is not UTF-8 text", src.display()))?;
+        if files.insert(dest.clone(), text).is_some() {
+            bail!("--file {dest} is given twice");
+        }
+    }
+    codebox::runtime::validate_files(&files)?;
+    Ok(files)
 }
 
 /// The program text from `-c` or a file, which must be UTF-8.

@@ -239,7 +239,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         let service = server
             .clone()
-            .serve(rmcp::transport::stdio())
+            .serve(codebox::server::stdio_guard::stdio())
             .await
             .context("the MCP session did not start")?;
         let cancel = service.cancellation_token();

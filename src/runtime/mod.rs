@@ -1,11 +1,15 @@
 //! Language runtimes: how Python and Deno start inside the sandbox, and the boot protocol
 //! that hands them the user's code over fd 3.
 //!
-//! Boot protocol (supervisor → sandbox, on fd 3, once): the ASCII header
-//! `CODE <byte length>\n` followed by exactly that many bytes of UTF-8 source. The
-//! in-sandbox boot files (`python/boot.py`, `deno/boot.js`, installed in the rootfs under
-//! `/opt/codebox/`) read it and run the code as the main program. Starting the interpreter
-//! before the code is known is what lets a later warm pool keep interpreters waiting.
+//! Boot protocol (supervisor → sandbox, on fd 3, once): the records of [`boot`] — optional
+//! workspace files, then the program's source. The in-sandbox boot files
+//! (`python/boot.py`, `deno/boot.js`, installed in the rootfs under `/opt/codebox/`) read
+//! them and run the code as the main program. Starting the interpreter before the code is
+//! known is what lets a later warm pool keep interpreters waiting.
+
+pub mod boot;
+
+pub use boot::{boot_frame, boot_frame_with_files, validate_files, FileError};
 
 use std::fmt;
 use std::str::FromStr;
@@ -123,13 +127,6 @@ impl FromStr for Language {
     }
 }
 
-/// The boot frame that delivers `code` on fd 3.
-pub fn boot_frame(code: &str) -> Vec<u8> {
-    let mut frame = format!("CODE {}\n", code.len()).into_bytes();
-    frame.extend_from_slice(code.as_bytes());
-    frame
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,12 +137,6 @@ mod tests {
         assert_eq!("TS".parse::<Language>().unwrap(), Language::TypeScript);
         let err = "ruby".parse::<Language>().unwrap_err();
         assert!(err.to_string().contains("python or typescript"));
-    }
-
-    #[test]
-    fn boot_frame_has_length_header() {
-        assert_eq!(boot_frame("print(1)"), b"CODE 8\nprint(1)");
-        assert_eq!(boot_frame("é"), "CODE 2\né".as_bytes());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //!   one is configured); it is compared in constant time, and a missing or wrong one
 //!   gets 401.
 //! - `GET /healthz` answers without auth, for load balancers and service managers.
+//! - A POST body that is not UTF-8 JSON gets 400 with a JSON-RPC `-32700 Parse error`,
+//!   one over 16 MiB gets 413 with the same error, before rmcp sees either.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -80,7 +82,8 @@ pub async fn serve(
         .with_cancellation_token(ct.child_token())
         .with_allowed_hosts(hosts)
         .with_allowed_origins(options.allowed_origins.clone())
-        .enforce_origin_validation();
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(super::framing::MAX_MESSAGE_BYTES);
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
@@ -89,6 +92,8 @@ pub async fn serve(
     let token = Arc::new(options.token.map(|t| Sha256::digest(t.as_bytes())));
     let mcp = Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(require_json_body))
+        // The last layer runs first: no body is read before the token is checked.
         .layer(axum::middleware::from_fn_with_state(token, require_bearer));
     let app = Router::new().route("/healthz", get(healthz)).merge(mcp);
     on_listening(bound);
@@ -128,6 +133,28 @@ async fn require_bearer(State(token): State<TokenDigest>, req: Request, next: Ne
         )
             .into_response(),
     }
+}
+
+/// 400/413 with a JSON-RPC parse error unless a POST body is JSON of a sane size.
+async fn require_json_body(req: Request, next: Next) -> Response {
+    use super::framing::{check_message, parse_error, too_large, MAX_MESSAGE_BYTES};
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let refuse = |status: StatusCode, why: String| {
+        tracing::warn!(%why, %status, "malformed JSON-RPC message over HTTP");
+        (status, axum::Json(parse_error(&why))).into_response()
+    };
+    let bytes = match axum::body::to_bytes(body, MAX_MESSAGE_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, too_large()),
+    };
+    if let Some(why) = check_message(&bytes) {
+        return refuse(StatusCode::BAD_REQUEST, why);
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
 }
 
 /// Compares two digests without an early exit (digests: the length leaks nothing).

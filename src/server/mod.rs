@@ -13,8 +13,11 @@
 #![allow(deprecated)]
 
 pub mod admission;
+pub mod framing;
 pub mod http;
+pub mod stdio_guard;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,19 +85,23 @@ pub struct ExecuteParams {
     pub code: String,
     /// Wall-clock limit in milliseconds (default: the server's profile, usually 30000).
     pub timeout_ms: Option<u64>,
+    /// Small text files to place in /workspace (the working directory) before the run:
+    /// relative path → content, e.g. {"data.csv": "a,b\n1,2\n"}. At most 100 files and
+    /// 1 MiB together.
+    pub files: Option<BTreeMap<String, String>>,
 }
 
 const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program in a fresh, isolated Linux sandbox \
 and return its stdout, stderr and exit status. The standard library is available; there is no \
-network and no pip. Files: /tmp and /workspace are writable scratch space, gone after the run. \
-Print only what you need to see: large intermediate data should stay inside the program. A \
-program that raises or exits non-zero is reported with isError and the traceback in stderr.";
+network and no pip. Files: /tmp and /workspace (the working directory) are writable scratch \
+space, gone after the run; pass small input files with `files`. Print only what you need to \
+see: large intermediate data should stay inside the program. A program that raises or exits non-zero is reported with isError and the traceback in stderr.";
 
 const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2, ES modules, top-level \
 await) in a fresh, isolated Linux sandbox and return its stdout, stderr and exit status. No \
-network and no npm packages. /tmp and /workspace are writable scratch space, gone after the \
-run. Print only what you need to see. An uncaught exception is reported with isError and the \
-stack in stderr.";
+network and no npm packages. /tmp and /workspace (the working directory) are writable \
+scratch space, gone after the run; pass small input files with `files`. Print only what you \
+need to see. An uncaught exception is reported with isError and the stack in stderr.";
 
 #[tool_router]
 impl CodeboxServer {
@@ -180,6 +187,36 @@ impl CodeboxServer {
 }
 
 impl CodeboxServer {
+    /// The files and limits of a call, or why they are refused.
+    fn checked_arguments(
+        &self,
+        files: Option<BTreeMap<String, String>>,
+        timeout_ms: Option<u64>,
+        code: &str,
+    ) -> Result<(BTreeMap<String, String>, crate::sandbox::Limits), String> {
+        if code.len() > runtime::MAX_CODE_BYTES {
+            return Err(format!(
+                "code is {} bytes; the limit is {} bytes",
+                code.len(),
+                runtime::MAX_CODE_BYTES
+            ));
+        }
+        let files = files.unwrap_or_default();
+        runtime::validate_files(&files).map_err(|e| e.to_string())?;
+        let mut limits = self.state.settings.profile.limits.clone();
+        if let Some(ms) = timeout_ms {
+            let max = self.state.settings.max_timeout;
+            if ms == 0 || Duration::from_millis(ms) > max {
+                return Err(format!(
+                    "timeout_ms must be between 1 and {}",
+                    max.as_millis()
+                ));
+            }
+            limits.timeout = Duration::from_millis(ms);
+        }
+        Ok((files, limits))
+    }
+
     async fn execute(
         &self,
         language: Language,
@@ -187,30 +224,19 @@ impl CodeboxServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let s = &self.state;
-        if params.code.len() > runtime::MAX_CODE_BYTES {
-            return Err(McpError::invalid_params(
-                format!(
-                    "code is {} bytes; the limit is {} bytes",
-                    params.code.len(),
-                    runtime::MAX_CODE_BYTES
-                ),
-                None,
-            ));
-        }
-        let mut limits = s.settings.profile.limits.clone();
-        if let Some(ms) = params.timeout_ms {
-            let asked = Duration::from_millis(ms);
-            if ms == 0 || asked > s.settings.max_timeout {
-                return Err(McpError::invalid_params(
-                    format!(
-                        "timeout_ms must be between 1 and {}",
-                        s.settings.max_timeout.as_millis()
-                    ),
-                    None,
-                ));
-            }
-            limits.timeout = asked;
-        }
+        // Arguments that parse but are out of range are tool execution errors, not
+        // protocol errors (MCP 2025-11-25, "Error Handling"): the model reads them and
+        // can correct the call.
+        let (files, limits) =
+            match self.checked_arguments(params.files, params.timeout_ms, &params.code) {
+                Ok(checked) => checked,
+                Err(why) => {
+                    tracing::info!(%why, "tool call refused: invalid arguments");
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "invalid arguments: {why}"
+                    ))]));
+                }
+            };
         let _slot = match s.admission.enter().await {
             Ok(slot) => slot,
             Err(busy) => {
@@ -275,7 +301,7 @@ impl CodeboxServer {
         let cancel = ctx.ct.clone();
         let outcome = sandbox
             .run_to_completion(
-                &runtime::boot_frame(&params.code),
+                &runtime::boot_frame_with_files(&params.code, &files),
                 limits.stdout_cap,
                 limits.stderr_cap,
                 limits.timeout,

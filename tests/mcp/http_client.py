@@ -21,6 +21,8 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from helpers import server_env
+
 CODEBOX = sys.argv[1]
 SERVERS = []
 INIT = json.dumps({
@@ -31,7 +33,7 @@ INIT = json.dumps({
 
 
 def start(*args, token=None):
-    env = {k: v for k, v in os.environ.items() if k.startswith(("CODEBOX_", "HOME", "PATH"))}
+    env = server_env()
     env.pop("CODEBOX_HTTP_TOKEN", None)
     if token:
         env["CODEBOX_HTTP_TOKEN"] = token
@@ -117,7 +119,7 @@ async def main():
 
         # A listener that is not on loopback: 0.0.0.0, reached through 127.0.0.1.
         def no_token_no_start():
-            env = {k: v for k, v in os.environ.items() if k.startswith(("CODEBOX_", "HOME", "PATH"))}
+            env = server_env()
             env.pop("CODEBOX_HTTP_TOKEN", None)
             r = subprocess.run([CODEBOX, "serve", "--http", "0.0.0.0:0"], env=env,
                                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)

@@ -13,12 +13,14 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError as McpError
 
+from helpers import processes_with, server_env
+
 CODEBOX = sys.argv[1]
 RESULTS = []
 
 
 def server(*extra):
-    env = {k: v for k, v in os.environ.items() if k.startswith(("CODEBOX_", "HOME", "PATH"))}
+    env = server_env()
     return StdioServerParameters(command=CODEBOX, args=["serve", *extra], env=env)
 
 
@@ -27,17 +29,6 @@ def case(fn):
     return fn
 
 
-def processes_with(marker):
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            if marker in open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace"):
-                found.append(int(pid))
-        except OSError:
-            pass
-    return found
 
 
 async def session_for(*extra):
@@ -78,6 +69,47 @@ async def failing_code_is_a_tool_error_with_traceback(s):
     assert r.is_error, r
     sc = r.structured_content
     assert sc["exit_code"] == 1 and "ValueError: boom" in sc["stderr"] and "line 3" in sc["stderr"], sc
+
+
+@case
+async def files_are_placed_in_the_workspace(s):
+    files = {"data.csv": "a,b\n1,2\n3,4\n", "lib/helper.py": "def double(x):\n    return 2 * x\n", "deep/er/ü.txt": "ünï"}
+    code = (
+        "import csv, os\n"
+        "from lib.helper import double\n"
+        "rows = list(csv.DictReader(open('data.csv')))\n"
+        "print(sum(double(int(r['b'])) for r in rows))\n"
+        "print(open('/workspace/deep/er/ü.txt').read(), os.getcwd())\n"
+    )
+    r = await s.call_tool("execute_python", {"code": code, "files": files})
+    assert not r.is_error, r
+    assert r.structured_content["stdout"] == "12\nünï /workspace\n", r.structured_content
+    ts = (
+        "import { double } from './lib/helper.ts';\n"
+        "const text = await Deno.readTextFile('data.csv');\n"
+        "console.log(double(text.trim().split('\\n').length - 1));\n"
+    )
+    r = await s.call_tool(
+        "execute_typescript",
+        {"code": ts, "files": {"data.csv": files["data.csv"], "lib/helper.ts": "export const double = (x: number) => 2 * x;\n"}},
+    )
+    assert not r.is_error, r
+    assert r.structured_content["stdout"] == "4\n", r.structured_content
+
+
+@case
+async def bad_files_are_refused_before_the_run(s):
+    for files, why in [
+        ({"../escape.txt": "x"}, ". or .."),
+        ({"/etc/passwd": "x"}, "relative"),
+        ({"a": "1", "a/b": "2"}, "both a file and a directory"),
+        ({f"f{i}": "" for i in range(101)}, "at most 100"),
+        ({"big": "x" * (1024 * 1024 + 1)}, "at most 1048576"),
+        ({"x": 5}, "expected a string"),
+    ]:
+        r = await s.call_tool("execute_python", {"code": "print(1)", "files": files})
+        assert r.is_error and r.structured_content is None, (list(files)[:3], r)
+        assert why in r.content[0].text, (list(files)[:3], r.content[0].text)
 
 
 @case
@@ -127,29 +159,30 @@ async def cancel_kills_the_sandbox(s):
 
 
 @case
-async def bad_arguments_are_protocol_errors(s):
-    for name, args in [
-        ("execute_python", {"code": 5}),
-        ("execute_python", {}),
-        ("execute_python", {"code": "1", "bogus": True}),
-        ("execute_python", {"code": "1", "timeout_ms": 10**9}),
-        ("no_such_tool", {"code": "1"}),
+async def bad_arguments_are_tool_errors_and_unknown_tools_protocol_errors(s):
+    # MCP 2025-11-25: input validation failures are tool execution errors (the model can
+    # correct them); an unknown tool is a protocol error.
+    for args, why in [
+        ({"code": 5}, "expected a string"),
+        ({}, "missing field `code`"),
+        ({"code": "1", "bogus": True}, "unknown field `bogus`"),
+        ({"code": "1", "timeout_ms": 10**9}, "timeout_ms must be between 1 and"),
+        ({"code": "1", "timeout_ms": -1}, "invalid value"),
     ]:
-        try:
-            r = await s.call_tool(name, args)
-        except McpError:
-            continue
-        assert r.is_error, (name, args, r)
+        r = await s.call_tool("execute_python", args)
+        assert r.is_error and why in r.content[0].text, (args, r.content[0].text)
+    try:
+        await s.call_tool("no_such_tool", {"code": "1"})
+    except McpError as e:
+        assert "tool not found" in str(e), e
+    else:
+        raise AssertionError("an unknown tool was not a protocol error")
 
 
 @case
 async def oversized_code_is_refused(s):
-    try:
-        r = await s.call_tool("execute_python", {"code": "#" * (2 * 1024 * 1024)})
-    except McpError as e:
-        assert "limit" in str(e), e
-        return
-    assert r.is_error and "limit" in r.content[0].text, r
+    r = await s.call_tool("execute_python", {"code": "#" * (2 * 1024 * 1024)})
+    assert r.is_error and "the limit is 1048576 bytes" in r.content[0].text, r
 
 
 @case

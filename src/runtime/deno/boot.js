@@ -1,12 +1,14 @@
 // codebox boot for Deno: receive the program on fd 3 and run it as a TypeScript module.
 //
-// Protocol: the header "CODE <n>\n" then n bytes of UTF-8 source (see src/runtime/mod.rs).
+// Protocol (src/runtime/boot.rs): records "<KIND> <n>\n" + n bytes; zero or more FILE
+// records ("<path>\0<content>", written under /workspace), then one CODE record.
 // Deno has no API for an inherited descriptor, so fd 3 is read through libc over FFI. The
-// program is written to the sandbox's private /tmp and imported, so its own imports of
-// absolute paths (e.g. "/workspace/lib.ts") resolve normally.
+// program is written into the working directory and imported from there, as `deno eval`
+// does with its virtual `$deno$eval` module, so its relative imports ("./lib.ts") resolve
+// against /workspace. The file is removed when the program ends.
 
 const CHANNEL_FD = 3;
-const MAIN_PATH = "/tmp/.codebox/main.ts";
+const MAIN_PATH = "/workspace/.codebox-main.ts";
 
 const libc = Deno.dlopen("libc.so.6", {
   read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
@@ -20,46 +22,89 @@ function readInto(buf) {
   throw new Error("codebox: reading fd 3 failed");
 }
 
+class Channel {
+  constructor() {
+    this.buf = new Uint8Array(0);
+  }
+
+  fill() {
+    const chunk = new Uint8Array(65536);
+    const n = readInto(chunk);
+    if (n === 0) throw new Error("codebox: boot frame cut short on fd 3");
+    const next = new Uint8Array(this.buf.length + n);
+    next.set(this.buf);
+    next.set(chunk.subarray(0, n), this.buf.length);
+    this.buf = next;
+  }
+
+  // One record: "<KIND> <n>\n" then n bytes.
+  record() {
+    let headerEnd;
+    while ((headerEnd = this.buf.indexOf(10)) < 0) {
+      if (this.buf.length > 64) throw new Error("codebox: bad boot header");
+      this.fill();
+    }
+    const header = new TextDecoder().decode(this.buf.subarray(0, headerEnd));
+    const match = /^(CODE|FILE) (\d+)$/.exec(header);
+    if (!match) throw new Error(`codebox: bad boot header ${JSON.stringify(header.slice(0, 64))}`);
+    const size = Number(match[2]);
+    const payload = new Uint8Array(size);
+    const first = this.buf.subarray(headerEnd + 1, headerEnd + 1 + size);
+    payload.set(first);
+    this.buf = this.buf.slice(headerEnd + 1 + first.length);
+    let got = first.length;
+    while (got < size) {
+      const n = readInto(payload.subarray(got));
+      if (n === 0) throw new Error("codebox: boot frame cut short on fd 3");
+      got += n;
+    }
+    return [match[1], payload];
+  }
+}
+
+// Writes one FILE record ("<path>\0<content>") under /workspace. Paths were validated by
+// the supervisor; nothing else runs yet, so refusing existing symlinks is enough.
+function writeFile(payload) {
+  const nul = payload.indexOf(0);
+  const parts = new TextDecoder().decode(payload.subarray(0, nul)).split("/");
+  let dir = "/workspace";
+  for (const [i, part] of parts.entries()) {
+    const path = `${dir}/${part}`;
+    let info = null;
+    try {
+      info = Deno.lstatSync(path);
+    } catch (e) {
+      if (!(e instanceof Deno.errors.NotFound)) throw e;
+    }
+    if (info?.isSymlink) throw new Error(`codebox: ${path} is a symlink`);
+    if (i < parts.length - 1 && !info) Deno.mkdirSync(path);
+    dir = path;
+  }
+  Deno.writeFileSync(dir, payload.subarray(nul + 1), { mode: 0o644 });
+}
+
 function receive() {
-  const chunks = [];
-  let total = 0;
-  let headerEnd = -1;
-  let all = new Uint8Array(0);
-  while (headerEnd < 0) {
-    const buf = new Uint8Array(65536);
-    const n = readInto(buf);
-    if (n === 0) throw new Error("codebox: no program received on fd 3");
-    const next = new Uint8Array(all.length + n);
-    next.set(all);
-    next.set(buf.subarray(0, n), all.length);
-    all = next;
-    headerEnd = all.indexOf(10);
+  const channel = new Channel();
+  for (;;) {
+    const [kind, payload] = channel.record();
+    if (kind === "CODE") return payload;
+    writeFile(payload);
   }
-  const header = new TextDecoder().decode(all.subarray(0, headerEnd));
-  const match = /^CODE (\d+)$/.exec(header);
-  if (!match) throw new Error(`codebox: bad boot header ${JSON.stringify(header.slice(0, 64))}`);
-  const size = Number(match[1]);
-  const first = all.subarray(headerEnd + 1);
-  chunks.push(first);
-  total = first.length;
-  while (total < size) {
-    const buf = new Uint8Array(Math.min(1 << 20, size - total));
-    const n = readInto(buf);
-    if (n === 0) throw new Error("codebox: program cut short on fd 3");
-    chunks.push(buf.subarray(0, n));
-    total += n;
+}
+
+function forgetMain() {
+  try {
+    Deno.removeSync(MAIN_PATH);
+  } catch {
+    // already gone
   }
-  const code = new Uint8Array(size);
-  let off = 0;
-  for (const c of chunks) {
-    const take = Math.min(c.length, size - off);
-    code.set(c.subarray(0, take), off);
-    off += take;
-  }
-  return code;
 }
 
 const code = receive();
-Deno.mkdirSync("/tmp/.codebox", { recursive: true });
-Deno.writeFileSync(MAIN_PATH, code);
-await import("file://" + MAIN_PATH);
+Deno.writeFileSync(MAIN_PATH, code, { mode: 0o600 });
+globalThis.addEventListener("unload", forgetMain);
+try {
+  await import("file://" + MAIN_PATH);
+} finally {
+  forgetMain();
+}

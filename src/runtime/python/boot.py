@@ -1,38 +1,87 @@
 """codebox boot for Python: receive the program on fd 3 and run it as __main__.
 
-Protocol: the header b"CODE <n>\\n" then n bytes of UTF-8 source (see src/runtime/mod.rs).
+Protocol (src/runtime/boot.rs): records b"<KIND> <n>\\n" + n bytes; zero or more FILE
+records (b"<path>\\0<content>", written under /workspace), then one CODE record (UTF-8).
 Runs with -I -S -B, so this file sets up what `python -c` would have: sys.path with the
 working directory first, exit()/quit(), and a clean __main__ module.
 """
 
 import builtins
 import sys
-from posix import read  # built in; `os` would cost ~2 ms of imports
+import posix  # built in; `os` would cost ~2 ms of imports
+from posix import read
 
 CHANNEL_FD = 3
 MAIN_FILENAME = "/codebox/main.py"
 
 
+class _Channel:
+    """Reads the boot records from fd 3: `<KIND> <n>\\n` then n bytes."""
+
+    def __init__(self):
+        self._buf = b""
+
+    def _fill(self, want):
+        chunk = read(CHANNEL_FD, max(65536, min(1 << 20, want)))
+        if not chunk:
+            raise SystemExit("codebox: boot frame cut short on fd 3")
+        self._buf += chunk
+
+    def record(self):
+        while b"\n" not in self._buf:
+            if len(self._buf) > 64:
+                raise SystemExit("codebox: bad boot header %r" % self._buf[:64])
+            self._fill(0)
+        header, _, self._buf = self._buf.partition(b"\n")
+        kind, _, size = header.partition(b" ")
+        if kind not in (b"CODE", b"FILE") or not size.isdigit():
+            raise SystemExit("codebox: bad boot header %r" % header[:64])
+        size = int(size)
+        parts, got = [self._buf[:size]], min(len(self._buf), size)
+        self._buf = self._buf[size:]
+        while got < size:
+            chunk = read(CHANNEL_FD, min(1 << 20, size - got))
+            if not chunk:
+                raise SystemExit("codebox: boot frame cut short on fd 3")
+            parts.append(chunk)
+            got += len(chunk)
+        return kind, b"".join(parts)
+
+
+def _write_file(record):
+    """Writes one FILE record under /workspace, never following a symlink."""
+    path, _, content = record.partition(b"\0")
+    *dirs, name = path.split(b"/")
+    flags = posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW | posix.O_CLOEXEC
+    fd = posix.open(b"/workspace", flags)
+    try:
+        for d in dirs:
+            try:
+                posix.mkdir(d, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            child = posix.open(d, flags, dir_fd=fd)
+            posix.close(fd)
+            fd = child
+        wflags = posix.O_WRONLY | posix.O_CREAT | posix.O_TRUNC | posix.O_NOFOLLOW | posix.O_CLOEXEC
+        out = posix.open(name, wflags, 0o644, dir_fd=fd)
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[posix.write(out, view):]
+        finally:
+            posix.close(out)
+    finally:
+        posix.close(fd)
+
+
 def _receive():
-    buf = b""
-    while b"\n" not in buf:
-        chunk = read(CHANNEL_FD, 65536)
-        if not chunk:
-            raise SystemExit("codebox: no program received on fd 3")
-        buf += chunk
-    header, _, rest = buf.partition(b"\n")
-    kind, _, size = header.partition(b" ")
-    if kind != b"CODE" or not size.isdigit():
-        raise SystemExit("codebox: bad boot header %r" % header[:64])
-    size = int(size)
-    parts, got = [rest], len(rest)
-    while got < size:
-        chunk = read(CHANNEL_FD, min(1 << 20, size - got))
-        if not chunk:
-            raise SystemExit("codebox: program cut short on fd 3")
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)[:size].decode("utf-8")
+    channel = _Channel()
+    while True:
+        kind, payload = channel.record()
+        if kind == b"CODE":
+            return payload.decode("utf-8")
+        _write_file(payload)
 
 
 class _SourceLoader:

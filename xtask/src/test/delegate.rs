@@ -130,7 +130,10 @@ impl Drop for Delegation {
 }
 
 /// The mount point of the first mount whose (fstype, super options) match.
-fn mount_point(mountinfo: &str, matches: impl Fn(&str, &str) -> bool) -> Option<PathBuf> {
+pub(super) fn mount_point(
+    mountinfo: &str,
+    matches: impl Fn(&str, &str) -> bool,
+) -> Option<PathBuf> {
     for line in mountinfo.lines() {
         let (left, right) = line.split_once(" - ")?;
         let mount = left.split(' ').nth(4)?;

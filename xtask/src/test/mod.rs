@@ -7,10 +7,12 @@
 //! 5. the MCP conformance suite against `codebox serve --http`, with its baseline
 //! 6. as root: the integration tests again as an unprivileged user (rootless mode)
 //! 7. `cargo bench --no-run`, so the benches keep compiling
+//! 8. the leak check: no sandbox process, cgroup or temporary file is left from 4–6
 
 mod conformance;
 mod delegate;
 mod host;
+mod leaks;
 mod rootless;
 
 use std::ffi::OsString;
@@ -76,6 +78,8 @@ pub fn run(args: &[OsString]) -> Result<()> {
         )?;
     }
 
+    let before_tests = leaks::Snapshot::take();
+
     step("cargo test (as the current user)");
     let mut test = cargo_command(&root, &["test", "--workspace"]);
     test.env("CODEBOX_TEST_STRICT", "1")
@@ -92,6 +96,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
     } else if rootless {
         println!("(already unprivileged: the run above was the rootless pass)");
     }
+
+    step("leak check");
+    before_tests.check_nothing_left()?;
 
     step("cargo bench --no-run");
     cargo(&root, &["bench", "--workspace", "--no-run"])?;

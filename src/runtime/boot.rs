@@ -1,0 +1,217 @@
+//! The boot frame: what the supervisor writes on fd 3 before anything else.
+//!
+//! A sequence of records, each an ASCII header `<KIND> <byte length>\n` followed by exactly
+//! that many bytes:
+//!
+//! - `FILE`, zero or more: `<relative path>\0<content>`; the boot file writes it under
+//!   `/workspace` (creating parent directories) before the program starts;
+//! - `CODE`, exactly once and last: the program's UTF-8 source.
+//!
+//! Files travel inside the frame rather than through a host directory, so the host never
+//! writes into a tree the sandbox can also write (no symlink races, no ownership to fix
+//! up), and a pre-started sandbox can receive them with its code. The paths are validated
+//! here, before anything is sent; the in-sandbox writer additionally refuses to follow
+//! symlinks.
+
+use std::collections::BTreeMap;
+
+/// Most files one execution may bring.
+pub const MAX_FILES: usize = 100;
+/// Most bytes of file content one execution may bring, all files together.
+pub const MAX_FILES_BYTES: usize = 1024 * 1024;
+/// Longest relative path, in bytes.
+pub const MAX_PATH_BYTES: usize = 1024;
+
+/// A file refused before the run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    #[error("{count} files given; at most {MAX_FILES} are allowed")]
+    TooMany { count: usize },
+    #[error("the files hold {size} bytes together; at most {MAX_FILES_BYTES} are allowed")]
+    TooLarge { size: usize },
+    #[error("file path {path:?} is invalid: {why}")]
+    BadPath { path: String, why: &'static str },
+    #[error("file path {path:?} is both a file and a directory of another file")]
+    FileIsDirectory { path: String },
+}
+
+/// Checks files for the workspace: relative paths of plain components (no `.`, `..`,
+/// empty component, NUL or control character), no path that is also another's
+/// directory, and the count and size limits.
+pub fn validate_files(files: &BTreeMap<String, String>) -> Result<(), FileError> {
+    if files.len() > MAX_FILES {
+        return Err(FileError::TooMany { count: files.len() });
+    }
+    let size: usize = files.values().map(String::len).sum();
+    if size > MAX_FILES_BYTES {
+        return Err(FileError::TooLarge { size });
+    }
+    for path in files.keys() {
+        validate_path(path)?;
+    }
+    // BTreeMap order puts "a" right before its descendants "a/…" only when no sibling
+    // sorts between them ("a-b" does), so check every prefix explicitly.
+    for path in files.keys() {
+        let mut prefix = String::new();
+        for component in path.split('/') {
+            if !prefix.is_empty() && files.contains_key(&prefix) {
+                return Err(FileError::FileIsDirectory { path: prefix });
+            }
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(component);
+        }
+    }
+    Ok(())
+}
+
+fn validate_path(path: &str) -> Result<(), FileError> {
+    let bad = |why| {
+        Err(FileError::BadPath {
+            path: path.chars().take(120).collect(),
+            why,
+        })
+    };
+    if path.is_empty() {
+        return bad("it is empty");
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return bad("it is longer than 1024 bytes");
+    }
+    if path.starts_with('/') {
+        return bad("it must be relative to /workspace");
+    }
+    if path.chars().any(char::is_control) {
+        return bad("it contains a control character");
+    }
+    for component in path.split('/') {
+        match component {
+            "" => return bad("it has an empty component"),
+            "." | ".." => return bad("it has a . or .. component"),
+            c if c.len() > 255 => return bad("a component is longer than 255 bytes"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The boot frame for `code` with no files.
+pub fn boot_frame(code: &str) -> Vec<u8> {
+    boot_frame_with_files(code, &BTreeMap::new())
+}
+
+/// The boot frame for `code`, preceded by `files` (validate them first with
+/// [`validate_files`]).
+pub fn boot_frame_with_files(code: &str, files: &BTreeMap<String, String>) -> Vec<u8> {
+    let files_len: usize = files.iter().map(|(p, c)| p.len() + c.len() + 32).sum();
+    let mut frame = Vec::with_capacity(code.len() + files_len + 16);
+    for (path, content) in files {
+        record(
+            &mut frame,
+            "FILE",
+            &[path.as_bytes(), b"\0", content.as_bytes()],
+        );
+    }
+    record(&mut frame, "CODE", &[code.as_bytes()]);
+    frame
+}
+
+fn record(frame: &mut Vec<u8>, kind: &str, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    frame.extend_from_slice(format!("{kind} {len}\n").as_bytes());
+    for part in parts {
+        frame.extend_from_slice(part);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+        entries
+            .iter()
+            .map(|(p, c)| (p.to_string(), c.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn frame_without_files_is_one_code_record() {
+        assert_eq!(boot_frame("print(1)"), b"CODE 8\nprint(1)");
+        assert_eq!(boot_frame("é"), "CODE 2\né".as_bytes());
+    }
+
+    #[test]
+    fn files_come_first_in_path_order() {
+        let f = files(&[("b/c.txt", "xy"), ("a.csv", "1,2\n")]);
+        let frame = boot_frame_with_files("pass", &f);
+        assert_eq!(
+            frame,
+            b"FILE 10\na.csv\x001,2\nFILE 10\nb/c.txt\0xyCODE 4\npass".as_slice()
+        );
+    }
+
+    #[test]
+    fn good_paths_pass() {
+        let f = files(&[
+            ("data.csv", ""),
+            ("dir/sub/x.json", "{}"),
+            ("a", "1"),
+            ("a-b/c", "2"),
+            (".hidden", "h"),
+            ("ünïcode ok.txt", "u"),
+        ]);
+        assert_eq!(validate_files(&f), Ok(()));
+    }
+
+    #[test]
+    fn bad_paths_are_refused_with_the_reason() {
+        for (path, why) in [
+            ("", "empty"),
+            ("/etc/passwd", "relative"),
+            ("../x", ". or .."),
+            ("a/../../x", ". or .."),
+            ("./x", ". or .."),
+            ("a//b", "empty component"),
+            ("a/", "empty component"),
+            ("a\nb", "control"),
+            ("a\0b", "control"),
+        ] {
+            let err = validate_files(&files(&[(path, "x")])).unwrap_err();
+            assert!(err.to_string().contains(why), "{path:?}: {err}");
+        }
+        let long = "x".repeat(256);
+        let err = validate_files(&files(&[(long.as_str(), "")])).unwrap_err();
+        assert!(err.to_string().contains("255"), "{err}");
+        let longer = "a/".repeat(600);
+        assert!(validate_files(&files(&[(longer.as_str(), "")])).is_err());
+    }
+
+    #[test]
+    fn a_file_cannot_also_be_a_directory() {
+        let f = files(&[("a", "1"), ("a-b", "2"), ("a/c", "3")]);
+        assert_eq!(
+            validate_files(&f),
+            Err(FileError::FileIsDirectory { path: "a".into() })
+        );
+    }
+
+    #[test]
+    fn count_and_size_are_limited() {
+        let many: BTreeMap<String, String> = (0..=MAX_FILES)
+            .map(|i| (format!("f{i}"), String::new()))
+            .collect();
+        assert_eq!(
+            validate_files(&many),
+            Err(FileError::TooMany {
+                count: MAX_FILES + 1
+            })
+        );
+        let big = files(&[("a", &"x".repeat(MAX_FILES_BYTES)), ("b", "y")]);
+        assert!(matches!(
+            validate_files(&big),
+            Err(FileError::TooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,220 @@
+//! The stdio transport, with JSON-RPC framing errors answered instead of dropped.
+//!
+//! rmcp's stdio transport silently skips a line that is not JSON (or not UTF-8), so a
+//! client that sent one waits forever. This guard sits between the real stdin/stdout and
+//! rmcp: every line from stdin is checked to be UTF-8 JSON no larger than
+//! [`MAX_MESSAGE_BYTES`]; a line that is not is answered with a JSON-RPC `-32700 Parse
+//! error` (id `null`, as JSON-RPC 2.0 §5.1 asks) and the session goes on. Everything rmcp
+//! writes and every such error reach stdout through one writer task, a whole line at a
+//! time, so messages never interleave.
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+use super::framing::{check_message, parse_error, MAX_MESSAGE_BYTES};
+
+/// In-memory pipe capacity between the guard and rmcp.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// Guards the process's stdin and stdout; returns the (reader, writer) pair to give rmcp.
+pub fn stdio() -> (
+    impl AsyncRead + Send + Unpin,
+    impl AsyncWrite + Send + Unpin,
+) {
+    guard(tokio::io::stdin(), tokio::io::stdout())
+}
+
+/// Guards any line-oriented input and output (see the module docs).
+pub fn guard<R, W>(input: R, output: W) -> (tokio::io::DuplexStream, tokio::io::DuplexStream)
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let (rmcp_in, to_rmcp) = tokio::io::duplex(PIPE_BYTES);
+    let (rmcp_out, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
+    let (errors_tx, errors_rx) = mpsc::unbounded_channel();
+    tokio::spawn(read_input(BufReader::new(input), to_rmcp, errors_tx));
+    tokio::spawn(write_output(BufReader::new(from_rmcp), output, errors_rx));
+    (rmcp_in, rmcp_out)
+}
+
+/// Forwards well-formed lines to rmcp; turns the others into parse errors.
+async fn read_input<R: AsyncBufRead + Unpin>(
+    mut input: R,
+    mut to_rmcp: tokio::io::DuplexStream,
+    errors: mpsc::UnboundedSender<String>,
+) {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let too_long = match read_line_capped(&mut input, &mut line, MAX_MESSAGE_BYTES).await {
+            Ok(None) => break,
+            Ok(Some(too_long)) => too_long,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading stdin failed; ending the session");
+                break;
+            }
+        };
+        let why = if too_long {
+            Some(super::framing::too_large())
+        } else {
+            check_message(&line)
+        };
+        match why {
+            None if line.iter().all(u8::is_ascii_whitespace) => {}
+            None => {
+                line.push(b'\n');
+                if to_rmcp.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+            Some(why) => {
+                tracing::warn!(%why, bytes = line.len(), "malformed JSON-RPC message on stdin");
+                let _ = errors.send(parse_error(&why).to_string());
+            }
+        }
+    }
+    // EOF: rmcp sees its input end and closes the session.
+    let _ = to_rmcp.shutdown().await;
+}
+
+/// Reads one `\n`-terminated line into `line` (without the newline), keeping at most
+/// `cap` bytes; returns `None` at EOF, `Some(true)` when the line was longer than `cap`
+/// (the rest is consumed and dropped).
+async fn read_line_capped<R: AsyncBufRead + Unpin>(
+    input: &mut R,
+    line: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<Option<bool>> {
+    let mut too_long = false;
+    let mut seen_any = false;
+    loop {
+        let buf = input.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(seen_any.then_some(too_long));
+        }
+        seen_any = true;
+        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], Some(i + 1)),
+            None => (buf, None),
+        };
+        if line.len() + chunk.len() > cap {
+            too_long = true;
+            line.clear();
+        } else if !too_long {
+            line.extend_from_slice(chunk);
+        }
+        let used = done.unwrap_or(buf.len());
+        input.consume(used);
+        if done.is_some() {
+            return Ok(Some(too_long));
+        }
+    }
+}
+
+/// Copies rmcp's output lines and the guard's errors to `output`, a line at a time.
+async fn write_output<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    mut from_rmcp: R,
+    mut output: W,
+    mut errors: mpsc::UnboundedReceiver<String>,
+) {
+    let mut line = Vec::new();
+    let mut errors_open = true;
+    loop {
+        tokio::select! {
+            read = from_rmcp.read_until(b'\n', &mut line) => {
+                match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+                            break;
+                        }
+                        line.clear();
+                    }
+                }
+            }
+            error = errors.recv(), if errors_open => match error {
+                Some(mut e) => {
+                    e.push('\n');
+                    if output.write_all(e.as_bytes()).await.is_err() || output.flush().await.is_err() {
+                        break;
+                    }
+                }
+                None => errors_open = false,
+            },
+        }
+    }
+    let _ = output.flush().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn through_guard(input: &[u8]) -> (Vec<String>, Vec<String>) {
+        let (client_end, server_in) = tokio::io::duplex(1 << 20);
+        let (server_out, mut client_read) = tokio::io::duplex(1 << 20);
+        let (mut rmcp_in, mut rmcp_out) = guard(server_in, server_out);
+        let mut client_end = client_end;
+        client_end.write_all(input).await.unwrap();
+        drop(client_end);
+        let mut forwarded = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut rmcp_in, &mut forwarded)
+            .await
+            .unwrap();
+        rmcp_out.write_all(b"{\"from\":\"rmcp\"}\n").await.unwrap();
+        drop(rmcp_out);
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut client_read, &mut out)
+            .await
+            .unwrap();
+        (
+            forwarded.lines().map(str::to_string).collect(),
+            out.lines().map(str::to_string).collect(),
+        )
+    }
+
+    #[tokio::test]
+    async fn good_lines_pass_bad_lines_get_parse_errors() {
+        let input = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n\
+                      {\"jsonrpc\": \"2.0\", \"id\": 2, \"method\": \n\
+                      \xff\xfe{}\n\
+                      \n\
+                      [1,2]\n";
+        let (forwarded, out) = through_guard(input).await;
+        assert_eq!(
+            forwarded,
+            [
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}",
+                "[1,2]"
+            ]
+        );
+        assert_eq!(out.len(), 3, "{out:?}");
+        let errors: Vec<serde_json::Value> = out
+            .iter()
+            .filter(|l| l.contains("-32700"))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(errors.len(), 2, "{out:?}");
+        assert!(errors.iter().all(|e| e["id"].is_null()));
+        assert!(errors[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Parse error: EOF"));
+        assert!(errors[1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not UTF-8"));
+        assert!(out.iter().any(|l| l == "{\"from\":\"rmcp\"}"));
+    }
+
+    #[tokio::test]
+    async fn oversized_lines_are_refused_and_the_next_line_still_passes() {
+        let mut input = vec![b'"'];
+        input.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10));
+        input.extend_from_slice(b"\"\n{\"ok\":1}\n{\"last\":true}");
+        let (forwarded, out) = through_guard(&input).await;
+        assert_eq!(forwarded, ["{\"ok\":1}", "{\"last\":true}"]);
+        assert!(out.iter().any(|l| l.contains("larger than")), "{out:?}");
+    }
+}

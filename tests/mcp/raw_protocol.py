@@ -1,0 +1,305 @@
+"""Bad input at the JSON-RPC level, written byte by byte (no SDK), over stdio and HTTP.
+
+Usage: raw_protocol.py CODEBOX_BINARY
+Malformed JSON, invalid UTF-8, unknown methods, invalid requests, 10 MB of code, messages
+over the 16 MiB frame limit, and clients that go away mid-run: each gets a clear error
+(or a clean clean-up when nobody is left to answer), and the server keeps serving.
+Prints one line per case and "N passed, M failed".
+"""
+
+import json
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from helpers import processes_with, server_env
+
+CODEBOX = sys.argv[1]
+PROTOCOL = "2025-11-25"
+CASES = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+
+
+
+
+def wait_gone(marker, seconds):
+    deadline = time.monotonic() + seconds
+    while processes_with(marker):
+        assert time.monotonic() < deadline, f"sandbox process {marker} still runs"
+        time.sleep(0.1)
+
+
+def lingering_code(marker):
+    """A program that leaves a grandchild and spins: only killing the sandbox ends it."""
+    return (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600) # {marker}'])\n"
+        "while True: pass\n"
+    )
+
+
+def request(id, method, params=None):
+    msg = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return json.dumps(msg).encode()
+
+
+INITIALIZE = request(1, "initialize", {
+    "protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"},
+})
+INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+
+def call(id, code):
+    return request(id, "tools/call", {"name": "execute_python", "arguments": {"code": code}})
+
+
+class Stdio:
+    """`codebox serve` on stdio, spoken to a line at a time."""
+
+    def __init__(self):
+        self.p = subprocess.Popen([CODEBOX, "serve"], env=server_env(), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.buf = b""
+        self.send(INITIALIZE)
+        assert self.response(1)["result"]["protocolVersion"] == PROTOCOL
+        self.send(INITIALIZED)
+
+    def send(self, line):
+        self.p.stdin.write(line + b"\n")
+        self.p.stdin.flush()
+
+    def message(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            assert left > 0, "no message from the server"
+            ready, _, _ = select.select([self.p.stdout], [], [], left)
+            if ready:
+                chunk = os.read(self.p.stdout.fileno(), 1 << 20)
+                assert chunk, "the server closed stdout"
+                self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return json.loads(line)
+
+    def response(self, id=None, timeout=30):
+        """The next response (skipping notifications); with `id`, it must carry it."""
+        while True:
+            m = self.message(timeout)
+            if "method" in m:
+                continue
+            assert id is None or m.get("id") == id, m
+            return m
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+
+
+@case
+def stdio_malformed_messages_get_parse_errors_and_the_server_goes_on():
+    s = Stdio()
+    try:
+        for bad, why in [
+            (b'{"jsonrpc": "2.0", "id": 2, "method": ', "EOF while parsing"),
+            (b'\xff\xfe{"jsonrpc":"2.0","id":3,"method":"tools/list"}', "not UTF-8"),
+            (b'{"jsonrpc":"2.0","id":4} trailing', "trailing characters"),
+        ]:
+            s.send(bad)
+            m = s.response()
+            assert m["id"] is None and m["error"]["code"] == -32700, m
+            assert why in m["error"]["message"], m
+        s.send(request(5, "no/such/method"))
+        m = s.response(5)
+        assert m["error"]["code"] == -32601, m
+        s.send(b'{"id": 6}')
+        assert s.response()["error"]["code"] == -32600
+        s.send(request(7, "tools/call", {"name": "no_such_tool", "arguments": {}}))
+        m = s.response(7)
+        assert m["error"]["code"] == -32602 and "not found" in m["error"]["message"], m
+        s.send(call(8, "print('still serving')"))
+        m = s.response(8)
+        assert m["result"]["structuredContent"]["stdout"] == "still serving\n", m
+    finally:
+        s.close()
+
+
+@case
+def stdio_ten_megabytes_of_code_is_a_clear_tool_error():
+    s = Stdio()
+    try:
+        s.send(call(2, "#" * (10 * 1024 * 1024)))
+        m = s.response(2)
+        assert m["result"]["isError"] is True, m
+        assert "the limit is 1048576 bytes" in m["result"]["content"][0]["text"], m
+        # Over the 16 MiB frame limit: a parse error, and the next message still works.
+        s.send(b'"' + b"x" * (17 * 1024 * 1024) + b'"')
+        m = s.response()
+        assert m["error"]["code"] == -32700 and "larger than" in m["error"]["message"], m
+        s.send(call(3, "print(3)"))
+        assert s.response(3)["result"]["structuredContent"]["stdout"] == "3\n"
+    finally:
+        s.close()
+
+
+@case
+def stdio_client_gone_mid_run_kills_the_sandbox_and_the_server_exits():
+    marker = f"codebox-raw-stdio-gone-{os.getpid()}"
+    s = Stdio()
+    try:
+        s.send(call(2, lingering_code(marker)))
+        deadline = time.monotonic() + 10
+        while not processes_with(marker):
+            assert time.monotonic() < deadline, "the program did not start"
+            time.sleep(0.05)
+        s.p.stdin.close()  # the client goes away
+        assert s.p.wait(timeout=15) == 0
+        wait_gone(marker, 5)
+    finally:
+        s.close()
+
+
+class Http:
+    """`codebox serve --http` on an ephemeral loopback port, spoken to with raw requests."""
+
+    def __init__(self):
+        self.p = subprocess.Popen([CODEBOX, "serve", "--http", "127.0.0.1:0"], env=server_env(),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "the HTTP server did not start"
+            m = re.search(r"serving MCP at http://[^:]+:(\d+)/mcp", self.p.stderr.readline())
+            if m:
+                self.port = int(m.group(1))
+                break
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        status, headers, _ = self.post(INITIALIZE)
+        assert status == 200, status
+        self.session = headers["mcp-session-id"]
+        assert self.post(INITIALIZED)[0] == 202
+
+    def headers(self):
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+             "MCP-Protocol-Version": PROTOCOL}
+        if getattr(self, "session", None):
+            h["Mcp-Session-Id"] = self.session
+        return h
+
+    def post(self, body, method="POST"):
+        req = urllib.request.Request(self.url, data=body, headers=self.headers(), method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read()
+
+    def rpc(self, body):
+        """POSTs one request and returns its JSON-RPC response (from JSON or SSE)."""
+        status, headers, raw = self.post(body)
+        if "text/event-stream" in (headers.get("content-type") or ""):
+            for line in raw.decode().splitlines():
+                if line.startswith("data: {"):
+                    m = json.loads(line[6:])
+                    if "method" not in m:
+                        return status, m
+            raise AssertionError(f"no response in the stream: {raw[:300]!r}")
+        return status, json.loads(raw)
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+@case
+def http_malformed_bodies_get_400_with_a_parse_error():
+    h = Http()
+    try:
+        for body, why in [
+            (b'{"jsonrpc": "2.0", "id": 2, "method": ', "EOF while parsing"),
+            (b'\xff\xfe{}', "not UTF-8"),
+        ]:
+            status, m = h.rpc(body)
+            assert status == 400 and m["error"]["code"] == -32700 and why in m["error"]["message"], (status, m)
+        status, _, raw = h.post(b'"' + b"x" * (17 * 1024 * 1024) + b'"')
+        assert status == 413 and b"larger than" in raw, (status, raw[:200])
+        status, m = h.rpc(request(3, "no/such/method"))
+        assert m["error"]["code"] == -32601, m
+        status, m = h.rpc(call(4, "#" * (10 * 1024 * 1024)))
+        assert m["result"]["isError"] and "the limit is 1048576 bytes" in m["result"]["content"][0]["text"], m
+        status, m = h.rpc(call(5, "print('still serving')"))
+        assert m["result"]["structuredContent"]["stdout"] == "still serving\n", m
+    finally:
+        h.close()
+
+
+@case
+def http_client_gone_mid_run_then_session_deleted_kills_the_sandbox():
+    # A dropped connection is not a cancellation (the client may resume the stream);
+    # ending the session is: its running executions are killed.
+    marker = f"codebox-raw-http-gone-{os.getpid()}"
+    h = Http()
+    try:
+        body = call(2, lingering_code(marker))
+        sock = socket.create_connection(("127.0.0.1", h.port))
+        head = "".join(f"{k}: {v}\r\n" for k, v in h.headers().items())
+        sock.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{h.port}\r\n{head}"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        deadline = time.monotonic() + 10
+        while not processes_with(marker):
+            assert time.monotonic() < deadline, "the program did not start"
+            time.sleep(0.05)
+        sock.close()
+        # Another client is served while the abandoned run goes on.
+        other = Http.__new__(Http)
+        other.port, other.url, other.session = h.port, h.url, None
+        status, headers, _ = other.post(INITIALIZE)
+        other.session = headers["mcp-session-id"]
+        other.post(INITIALIZED)
+        status, m = other.rpc(call(3, "print('other client')"))
+        assert m["result"]["structuredContent"]["stdout"] == "other client\n", m
+        status, _, _ = h.post(None, method="DELETE")
+        assert status in (200, 202, 204), status
+        wait_gone(marker, 10)
+        status, m = other.rpc(call(4, "print('after')"))
+        assert m["result"]["structuredContent"]["stdout"] == "after\n", m
+    finally:
+        h.close()
+
+
+def main():
+    passed = failed = 0
+    for fn in CASES:
+        try:
+            fn()
+            print(f"ok      {fn.__name__}", flush=True)
+            passed += 1
+        except Exception as e:  # noqa: BLE001 - report every failure
+            print(f"FAILED  {fn.__name__}: {e!r}", flush=True)
+            failed += 1
+    print(f"{passed} passed, {failed} failed")
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(1 if main() else 0)
