@@ -13,6 +13,10 @@
 //! max_timeout = "5m"
 //! rootfs = "/opt/codebox/rootfs"
 //! root_host_id = 65534
+//! mcp_config = "./.mcp.json"
+//! allowed_tools = ["filesystem__read_*", "time__*"]   # default: every upstream tool
+//! max_tool_calls = 1000                             # per execution
+//! tool_call_timeout = "60s"
 //!
 //! [http]
 //! addr = "127.0.0.1:8080"
@@ -57,6 +61,14 @@ pub struct Config {
     pub queue: Option<usize>,
     pub max_timeout: Option<String>,
     pub root_host_id: Option<u32>,
+    /// The `.mcp.json` naming the upstream MCP servers (default `./.mcp.json`).
+    pub mcp_config: Option<PathBuf>,
+    /// Upstream tools sandboxed code may call (names and `server__*` globs).
+    pub allowed_tools: Option<Vec<String>>,
+    /// Tool calls one execution may make.
+    pub max_tool_calls: Option<u32>,
+    /// Wall-clock limit of one upstream tool call.
+    pub tool_call_timeout: Option<String>,
     #[serde(default)]
     pub http: HttpConfig,
 }
@@ -147,6 +159,18 @@ impl Config {
         if let Some(v) = env("CODEBOX_ROOT_HOST_ID") {
             self.root_host_id = Some(num("CODEBOX_ROOT_HOST_ID", v)?);
         }
+        if let Some(v) = env("CODEBOX_MCP_CONFIG") {
+            self.mcp_config = Some(v.into());
+        }
+        if let Some(v) = env("CODEBOX_ALLOWED_TOOLS") {
+            self.allowed_tools = Some(list(v));
+        }
+        if let Some(v) = env("CODEBOX_MAX_TOOL_CALLS") {
+            self.max_tool_calls = Some(num("CODEBOX_MAX_TOOL_CALLS", v)?);
+        }
+        if let Some(v) = env("CODEBOX_TOOL_CALL_TIMEOUT") {
+            self.tool_call_timeout = Some(v);
+        }
         if let Some(v) = env("CODEBOX_HTTP_ADDR") {
             self.http.addr = Some(v);
         }
@@ -186,6 +210,16 @@ pub fn resolve_secret(
     }
 }
 
+/// A fixed environment, as the lookup the functions above take (for tests).
+#[cfg(test)]
+pub(crate) fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: std::collections::HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| m.get(k).cloned()
+}
+
 /// The process environment, as the lookup the functions above take.
 pub fn process_env(var: &str) -> Option<String> {
     std::env::var(var).ok()
@@ -194,15 +228,6 @@ pub fn process_env(var: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
 
     #[test]
     fn full_file_parses() {
@@ -253,6 +278,47 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("CODEBOX_QUEUE"), "{e}");
+    }
+
+    #[test]
+    fn tool_settings_from_file_and_environment() {
+        let c = Config::parse(
+            "allowed_tools = [\"time__*\"]\nmax_tool_calls = 5\ntool_call_timeout = \"2s\"\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(c.allowed_tools, Some(vec!["time__*".to_string()]));
+        assert_eq!(
+            (c.max_tool_calls, c.tool_call_timeout.as_deref()),
+            (Some(5), Some("2s"))
+        );
+        let mut c = Config::default();
+        let env = |k: &str| match k {
+            "CODEBOX_ALLOWED_TOOLS" => Some("a__*, b__c".to_string()),
+            "CODEBOX_MAX_TOOL_CALLS" => Some("7".to_string()),
+            _ => None,
+        };
+        c.apply_env(&env).unwrap();
+        assert_eq!(
+            c.allowed_tools,
+            Some(vec!["a__*".to_string(), "b__c".to_string()])
+        );
+        assert_eq!(c.max_tool_calls, Some(7));
+    }
+
+    #[test]
+    fn mcp_config_from_file_and_environment() {
+        let mut c =
+            Config::parse("mcp_config = \"/etc/codebox/mcp.json\"\n", Path::new("c")).unwrap();
+        assert_eq!(c.mcp_config, Some(PathBuf::from("/etc/codebox/mcp.json")));
+        c.apply_env(&env_of(&[("CODEBOX_MCP_CONFIG", "/srv/.mcp.json")]))
+            .unwrap();
+        assert_eq!(c.mcp_config, Some(PathBuf::from("/srv/.mcp.json")));
+        let e = Config::parse("mcp_confg = \"x\"\n", Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mcp_confg"), "{e}");
+        assert_eq!(Config::default().mcp_config, None);
     }
 
     #[test]

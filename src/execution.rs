@@ -72,6 +72,12 @@ pub struct ExecutionResult {
     /// The workspace listing stopped at its cap.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub workspace_files_truncated: bool,
+    /// Every upstream tool call the program made through the proxy, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::proxy::ToolCallRecord>,
+    /// Why the proxy closed the tool channel early (a malformed or oversized message).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_channel_error: Option<String>,
 }
 
 impl ExecutionResult {
@@ -140,6 +146,7 @@ pub fn execute(
     let spec = SandboxSpec {
         rootfs: rootfs.path.clone(),
         workspace: request.workspace.clone(),
+        servers: None,
         program: request.language.program()?,
         limits: request.limits.clone(),
         id_mapping,
@@ -215,5 +222,7 @@ pub fn result_from(
             .map(|us| us as f64 / 1000.0),
         workspace_files,
         workspace_files_truncated,
+        tool_calls: Vec::new(),
+        tool_channel_error: None,
     }
 }

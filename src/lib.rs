@@ -16,19 +16,30 @@
 //! - [`server`]: the MCP server (rmcp): execute_python, execute_typescript, health
 //! - [`spawner`]: the single-threaded process that creates sandboxes for the async server
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
+//! - [`proxy`]: the sandbox's tool channel (fd 3): JSON-RPC to upstream tools, checked
+//!   against the execution's allowlist and limits, every call recorded
+//! - [`codegen`]: the `/servers` tree: typed TypeScript and Python wrappers of the
+//!   upstream tools, generated from the catalog
+//! - [`line_reader`]: newline-delimited messages with a size cap
+//! - [`upstream`]: the upstream MCP servers of `.mcp.json` (stdio or streamable HTTP):
+//!   connections, reconnects, the catalog of their tools, calls
 //!
 //! - [`workspace`]: listing what a program left in its workspace, never following symlinks
 //!
 //! `docs/ARCHITECTURE.md` is the code map.
 
+pub mod codegen;
 pub mod config;
 pub mod doctor;
 pub mod execution;
+pub mod line_reader;
 pub mod profile;
+pub mod proxy;
 pub mod rootfs;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
 pub mod spawner;
 pub mod units;
+pub mod upstream;
 pub mod workspace;

@@ -46,7 +46,37 @@ fn raw_json_rpc_bad_input_and_vanishing_clients() {
     );
 }
 
+/// Where `cargo xtask test` installed the upstream MCP servers.
+fn upstreams() -> PathBuf {
+    std::env::var_os("CODEBOX_TEST_UPSTREAMS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/upstreams"))
+}
+
+#[test]
+fn sandboxed_code_calls_real_upstream_servers() {
+    let test = "sandboxed_code_calls_real_upstream_servers";
+    let marker =
+        upstreams().join("node/node_modules/@modelcontextprotocol/server-memory/package.json");
+    if !marker.exists() {
+        let reason = format!(
+            "the upstream test servers are not installed at {} (cargo xtask test installs them)",
+            upstreams().display()
+        );
+        if strict() {
+            panic!("{reason}");
+        }
+        eprintln!("SKIP {test}: {reason}");
+        return;
+    }
+    run_client_script_with(test, "upstream_client.py", &[upstreams().into_os_string()]);
+}
+
 fn run_client_script(test: &str, script: &str) {
+    run_client_script_with(test, script, &[]);
+}
+
+fn run_client_script_with(test: &str, script: &str, extra: &[std::ffi::OsString]) {
     if !sandbox_available(test) {
         return;
     }
@@ -64,6 +94,7 @@ fn run_client_script(test: &str, script: &str) {
     let out = std::process::Command::new("/usr/bin/python3")
         .arg(script_dir().join(script))
         .arg(codebox_bin())
+        .args(extra)
         .env("PYTHONPATH", pydeps())
         .env("CODEBOX_ROOTFS", rootfs_dir())
         .output()

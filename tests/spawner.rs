@@ -80,6 +80,7 @@ fn spec(language: Language) -> SpawnSpec {
         profile: "default".into(),
         limits: Profile::load("default").unwrap().limits,
         workspace: None,
+        servers: None,
     }
 }
 

@@ -16,6 +16,7 @@ use codebox::config::{self, Config};
 use codebox::doctor;
 use codebox::execution::Host;
 use codebox::profile::Profile;
+use codebox::proxy::{AllowList, ProxyLimits};
 use codebox::rootfs;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
 use codebox::sandbox::IdMapping;
@@ -23,6 +24,7 @@ use codebox::server::http::{self, HttpOptions};
 use codebox::server::{CodeboxServer, Settings};
 use codebox::spawner::{self, SpawnerClient};
 use codebox::units::parse_duration;
+use codebox::upstream::{self, UpstreamOptions, Upstreams};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -75,6 +77,10 @@ struct Resolved {
     allowed_origins: Vec<String>,
     allowed_hosts: Vec<String>,
     drain_timeout: Duration,
+    /// The `.mcp.json` and whether it was named explicitly (then it must exist).
+    mcp_config: (PathBuf, bool),
+    allowed_tools: AllowList,
+    proxy_limits: ProxyLimits,
 }
 
 fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
@@ -131,6 +137,25 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         ),
         allowed_hosts: or_list(args.allowed_hosts, file.http.allowed_hosts, &[]),
         drain_timeout: args.drain_timeout,
+        mcp_config: match file.mcp_config {
+            Some(p) => (p, true),
+            None => (PathBuf::from(".mcp.json"), false),
+        },
+        allowed_tools: match &file.allowed_tools {
+            Some(list) => AllowList::new(list).context("allowed_tools")?,
+            None => AllowList::all(),
+        },
+        proxy_limits: {
+            let mut l = ProxyLimits::default();
+            if let Some(n) = file.max_tool_calls {
+                l.max_calls = n;
+            }
+            if let Some(t) = &file.tool_call_timeout {
+                l.call_timeout =
+                    parse_duration(t).map_err(|e| anyhow::anyhow!("tool_call_timeout: {e}"))?;
+            }
+            l
+        },
     })
 }
 
@@ -164,11 +189,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (spawner_pid, sock) = unsafe { spawner::start(&host) }?;
     tracing::info!(spawner = spawner_pid.as_raw(), profile = %profile.name, "spawner started");
 
+    let (mcp_path, mcp_named) = &args.mcp_config;
+    let upstream_servers = without_self(upstream::config::load(
+        mcp_path,
+        !mcp_named,
+        &config::process_env,
+    )?);
     let settings = Settings {
         concurrency: args.concurrency,
         queue: args.queue,
         max_timeout: args.max_timeout,
         profile,
+        allowed_tools: args.allowed_tools.clone(),
+        proxy_limits: args.proxy_limits.clone(),
     };
 
     // --- multi-threaded from here on ---
@@ -179,83 +212,128 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let drain = args.drain_timeout;
     rt.block_on(async move {
         let client = SpawnerClient::new(sock)?;
-        let server = CodeboxServer::new(client, settings, report.checks);
-        // Fires on SIGINT/SIGTERM: stop taking work, drain, then stop.
-        let stopping = CancellationToken::new();
-        tokio::spawn({
-            let stopping = stopping.clone();
-            async move {
-                shutdown_signal().await;
-                tracing::info!("shutting down: draining running executions");
-                stopping.cancel();
-            }
-        });
-        // After the signal: wait until nothing runs (or the drain bound), then stop.
-        let drained = {
-            let server = server.clone();
-            let stopping = stopping.clone();
-            async move {
-                stopping.cancelled().await;
-                server.stop_admitting();
-                let deadline = tokio::time::Instant::now() + drain;
-                // A request accepted just before the signal may not hold its slot yet.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                while server.running() > 0 && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                if server.running() > 0 {
-                    tracing::warn!(?drain, "drain bound reached; killing what still runs");
-                }
-            }
-        };
-        if let Some(addr) = args.http {
-            let options = HttpOptions {
-                addr,
-                token: args.http_token,
-                allowed_origins: args.allowed_origins,
-                allowed_hosts: args.allowed_hosts,
-            };
-            // Connections stay open while draining (clients reconnect their SSE streams);
-            // new executions are refused by admission. Once drained, the listener closes.
-            let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-            let serving = http::serve(
-                server.clone(),
-                options,
-                |bound| eprintln!("codebox: serving MCP at http://{bound}/mcp"),
-                async move {
-                    let _ = done_rx.await;
-                },
-            );
-            tokio::pin!(serving);
-            tokio::select! {
-                r = &mut serving => r?,
-                _ = drained => {
-                    let _ = done_tx.send(());
-                    // Idle connections close at once; open streams end with the runtime.
-                    let _ = tokio::time::timeout(Duration::from_secs(1), serving).await;
-                }
-            }
-            return anyhow::Ok(());
-        }
-        let service = server
-            .clone()
-            .serve(codebox::server::stdio_guard::stdio())
-            .await
-            .context("the MCP session did not start")?;
-        let cancel = service.cancellation_token();
-        tokio::select! {
-            r = service.waiting() => {
-                r.context("the MCP service failed")?;
-            }
-            _ = drained => cancel.cancel(),
-        }
-        anyhow::Ok(())
+        let upstreams = Upstreams::start(upstream_servers, UpstreamOptions::default()).await;
+        let server = CodeboxServer::new(client, settings, report.checks, upstreams.clone());
+        let result = serve_until_done(server, args, drain).await;
+        upstreams.shutdown().await;
+        result
     })?;
     // Dropping the runtime closes the spawner socket: the spawner kills whatever still
     // runs, removes every cgroup and exits.
     drop(rt);
     let _ = nix::sys::wait::waitpid(spawner_pid, None);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Serves MCP (stdio, or HTTP with `--http`) until the client leaves or a signal's drain
+/// is over.
+async fn serve_until_done(
+    server: CodeboxServer,
+    args: Resolved,
+    drain: Duration,
+) -> anyhow::Result<()> {
+    // Fires on SIGINT/SIGTERM: stop taking work, drain, then stop.
+    let stopping = CancellationToken::new();
+    tokio::spawn({
+        let stopping = stopping.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: draining running executions");
+            stopping.cancel();
+        }
+    });
+    // After the signal: wait until nothing runs (or the drain bound), then stop.
+    let drained = {
+        let server = server.clone();
+        let stopping = stopping.clone();
+        async move {
+            stopping.cancelled().await;
+            server.stop_admitting();
+            let deadline = tokio::time::Instant::now() + drain;
+            // A request accepted just before the signal may not hold its slot yet.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            while server.running() > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if server.running() > 0 {
+                tracing::warn!(?drain, "drain bound reached; killing what still runs");
+            }
+        }
+    };
+    if let Some(addr) = args.http {
+        let options = HttpOptions {
+            addr,
+            token: args.http_token,
+            allowed_origins: args.allowed_origins,
+            allowed_hosts: args.allowed_hosts,
+        };
+        // Connections stay open while draining (clients reconnect their SSE streams);
+        // new executions are refused by admission. Once drained, the listener closes.
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = http::serve(
+            server.clone(),
+            options,
+            |bound| eprintln!("codebox: serving MCP at http://{bound}/mcp"),
+            async move {
+                let _ = done_rx.await;
+            },
+        );
+        tokio::pin!(serving);
+        tokio::select! {
+            r = &mut serving => r?,
+            _ = drained => {
+                let _ = done_tx.send(());
+                // Idle connections close at once; open streams end with the runtime.
+                let _ = tokio::time::timeout(Duration::from_secs(1), serving).await;
+            }
+        }
+        return anyhow::Ok(());
+    }
+    let service = server
+        .clone()
+        .serve(codebox::server::stdio_guard::stdio())
+        .await
+        .context("the MCP session did not start")?;
+    let cancel = service.cancellation_token();
+    tokio::select! {
+        r = service.waiting() => {
+            r.context("the MCP service failed")?;
+        }
+        _ = drained => cancel.cancel(),
+    }
+    Ok(())
+}
+
+/// The upstream servers, minus any entry that would start codebox itself (a `.mcp.json`
+/// shared with the client usually lists codebox): it would recurse.
+fn without_self(servers: Vec<upstream::ServerConfig>) -> Vec<upstream::ServerConfig> {
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    servers
+        .into_iter()
+        .filter(|s| {
+            let upstream::TransportConfig::Stdio { command, .. } = &s.transport else {
+                return true;
+            };
+            let resolved = which(command).and_then(|p| std::fs::canonicalize(p).ok());
+            let is_me = me.is_some() && resolved == me;
+            if is_me {
+                tracing::warn!(server = %s.name, "skipping an upstream that is codebox itself");
+            }
+            !is_me
+        })
+        .collect()
+}
+
+/// `command` as execvp would find it.
+fn which(command: &str) -> Option<PathBuf> {
+    if command.contains('/') {
+        return Some(PathBuf::from(command));
+    }
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(command))
+        .find(|p| p.is_file())
 }
 
 async fn shutdown_signal() {

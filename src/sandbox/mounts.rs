@@ -89,6 +89,7 @@ mod tests {
         let spec = SandboxSpec {
             rootfs: "/r".into(),
             workspace: Some("/w".into()),
+            servers: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),

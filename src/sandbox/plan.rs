@@ -12,6 +12,8 @@
 //! - `/dev/shm`   a fresh size-limited tmpfs
 //! - `/tmp`       a fresh size-limited tmpfs
 //! - `/workspace` a host directory bound read-write, or a private tmpfs
+//! - `/servers`   the generated tool wrappers, when there are upstreams: a host directory
+//!   bound read-only, nosuid, nodev, noexec
 //!
 //! Every writable mount is nosuid, nodev and noexec.
 
@@ -180,6 +182,16 @@ impl MountPlan {
                 flags: WRITABLE_FLAGS,
             }),
         }
+        if let Some(dir) = &spec.servers {
+            steps.push(MountStep::Bind {
+                source: dir.clone(),
+                target: at("servers"),
+            });
+            steps.push(MountStep::Remount {
+                target: at("servers"),
+                flags: MsFlags::MS_RDONLY | WRITABLE_FLAGS,
+            });
+        }
         steps.push(MountStep::Remount {
             target: root.clone(),
             flags: MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | rootfs_flags.0,
@@ -206,6 +218,7 @@ mod tests {
         SandboxSpec {
             rootfs: "/r".into(),
             workspace: workspace.map(PathBuf::from),
+            servers: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),
@@ -354,6 +367,42 @@ mod tests {
                 assert_eq!(source, Path::new("/r"));
             }
         }
+    }
+
+    #[test]
+    fn servers_are_bound_read_only_and_noexec_before_the_root_is_sealed() {
+        let mut s = spec(None);
+        s.servers = Some("/gen/servers".into());
+        let steps = MountPlan::for_spec(&s, LockedFlags::default()).steps;
+        let bind = steps
+            .iter()
+            .position(|st| {
+                st == &MountStep::Bind {
+                    source: "/gen/servers".into(),
+                    target: "/r/servers".into(),
+                }
+            })
+            .expect("servers bound");
+        assert_eq!(
+            steps[bind + 1],
+            MountStep::Remount {
+                target: "/r/servers".into(),
+                flags: MsFlags::MS_RDONLY
+                    | MsFlags::MS_NOSUID
+                    | MsFlags::MS_NODEV
+                    | MsFlags::MS_NOEXEC,
+            }
+        );
+        let seal = steps
+            .iter()
+            .position(
+                |st| matches!(st, MountStep::Remount { target, .. } if target == Path::new("/r")),
+            )
+            .unwrap();
+        assert!(bind < seal);
+        assert!(!plan(None).iter().any(
+            |st| matches!(st, MountStep::Bind { target, .. } if target == Path::new("/r/servers"))
+        ));
     }
 
     #[test]

@@ -117,6 +117,8 @@ pub struct SandboxSpec {
     pub rootfs: PathBuf,
     /// Host directory bound read-write at `/workspace`; a private tmpfs when `None`.
     pub workspace: Option<PathBuf>,
+    /// Host directory of generated tool wrappers, bound read-only at `/servers`.
+    pub servers: Option<PathBuf>,
     pub program: Program,
     pub limits: Limits,
     pub id_mapping: IdMapping,
@@ -133,12 +135,14 @@ impl SandboxSpec {
                 self.rootfs.display()
             )));
         }
-        if let Some(ws) = &self.workspace {
-            if !ws.is_absolute() {
-                return Err(Error::InvalidSpec(format!(
-                    "workspace path {} is not absolute",
-                    ws.display()
-                )));
+        for (what, dir) in [("workspace", &self.workspace), ("servers", &self.servers)] {
+            if let Some(dir) = dir {
+                if !dir.is_absolute() {
+                    return Err(Error::InvalidSpec(format!(
+                        "{what} path {} is not absolute",
+                        dir.display()
+                    )));
+                }
             }
         }
         if self.hostname.is_empty()
@@ -175,6 +179,7 @@ mod tests {
         SandboxSpec {
             rootfs: "/r".into(),
             workspace: None,
+            servers: None,
             program: Program::new(
                 "/usr/bin/python3",
                 &["python3"],

@@ -16,6 +16,7 @@ pub mod admission;
 pub mod framing;
 pub mod http;
 pub mod stdio_guard;
+pub mod wrappers;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,8 +36,10 @@ use serde::Deserialize;
 use crate::doctor;
 use crate::execution::{self, ExecutionResult};
 use crate::profile::Profile;
+use crate::proxy::{AllowList, ProxyLimits, ProxySession, ToolBackend};
 use crate::runtime::{self, Language};
 use crate::spawner::{SpawnSpec, SpawnerClient, Stream};
+use crate::upstream::Upstreams;
 
 use admission::Admission;
 
@@ -51,6 +54,11 @@ pub struct Settings {
     pub queue: usize,
     /// No request may ask for more.
     pub max_timeout: Duration,
+    /// The upstream tools sandboxed code may call; a request's `allowed_tools` can only
+    /// narrow it.
+    pub allowed_tools: AllowList,
+    /// Per-execution limits of the tool channel.
+    pub proxy_limits: ProxyLimits,
 }
 
 #[derive(Debug, Default)]
@@ -68,6 +76,8 @@ struct State {
     /// The host's layers, checked at start-up (before any thread existed).
     layers: Vec<doctor::Check>,
     log_level: std::sync::Mutex<LoggingLevel>,
+    upstreams: Upstreams,
+    wrappers: wrappers::Wrappers,
 }
 
 /// The MCP server.
@@ -89,23 +99,39 @@ pub struct ExecuteParams {
     /// relative path → content, e.g. {"data.csv": "a,b\n1,2\n"}. At most 100 files and
     /// 1 MiB together.
     pub files: Option<BTreeMap<String, String>>,
+    /// Upstream tools the program may call, as `server__tool` names or globs such as
+    /// `filesystem__*` (default: every tool the server allows; [] allows none).
+    pub allowed_tools: Option<Vec<String>>,
 }
 
 const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program in a fresh, isolated Linux sandbox \
 and return its stdout, stderr and exit status. The standard library is available; there is no \
 network and no pip. Files: /tmp and /workspace (the working directory) are writable scratch \
-space, gone after the run; pass small input files with `files`. Print only what you need to \
-see: large intermediate data should stay inside the program. A program that raises or exits non-zero is reported with isError and the traceback in stderr.";
+space, gone after the run; pass small input files with `files`. The tools of the upstream MCP \
+servers (see list_servers) are callable from the code: `from servers.<server> import <tool>` \
+(typed functions with keyword arguments), or `import codebox; codebox.call_tool(\"<server>__<tool>\", \
+{...})`; find tools with `codebox.search_tools(\"words\")`. Keep large tool results inside the \
+program and print only what you need to see. A program that raises or exits non-zero is \
+reported with isError and the traceback in stderr.";
 
 const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2, ES modules, top-level \
 await) in a fresh, isolated Linux sandbox and return its stdout, stderr and exit status. No \
 network and no npm packages. /tmp and /workspace (the working directory) are writable \
-scratch space, gone after the run; pass small input files with `files`. Print only what you \
-need to see. An uncaught exception is reported with isError and the stack in stderr.";
+scratch space, gone after the run; pass small input files with `files`. The tools of the \
+upstream MCP servers (see list_servers) are callable: `import { readTextFile } from \
+\"/servers/filesystem/index.ts\"` (typed, camelCase per tool), or `import { callMCPTool, \
+searchTools } from \"/servers/client.ts\"` then `await callMCPTool(\"<server>__<tool>\", {...})`. \
+Keep large tool results inside the program and print only what you need to see. An uncaught \
+exception is reported with isError and the stack in stderr.";
 
 #[tool_router]
 impl CodeboxServer {
-    pub fn new(spawner: SpawnerClient, settings: Settings, layers: Vec<doctor::Check>) -> Self {
+    pub fn new(
+        spawner: SpawnerClient,
+        settings: Settings,
+        layers: Vec<doctor::Check>,
+        upstreams: Upstreams,
+    ) -> Self {
         let admission = Admission::new(settings.concurrency, settings.queue);
         CodeboxServer {
             state: Arc::new(State {
@@ -116,6 +142,8 @@ impl CodeboxServer {
                 counters: Counters::default(),
                 layers,
                 log_level: std::sync::Mutex::new(LoggingLevel::Info),
+                upstreams,
+                wrappers: wrappers::Wrappers::new(std::env::temp_dir()),
             }),
             tool_router: Self::tool_router(),
         }
@@ -181,19 +209,66 @@ impl CodeboxServer {
             },
             "queue_depth": s.admission.waiting(),
             "concurrency": s.settings.concurrency,
+            "upstreams": self.server_list(),
         });
         Ok(CallToolResult::structured(value))
+    }
+
+    #[tool(
+        name = "list_servers",
+        description = "The upstream MCP servers whose tools sandboxed code can call: name, \
+                       status (ready, connecting, reconnecting, failed) and tool count. In \
+                       execute_python use `from servers.<name> import <tool>` or \
+                       `codebox.call_tool(\"<server>__<tool>\", {...})`; in \
+                       execute_typescript `import { <toolInCamelCase> } from \
+                       \"/servers/<name>/index.ts\"`. Find tools with codebox.search_tools."
+    )]
+    async fn list_servers(&self) -> Result<CallToolResult, McpError> {
+        let servers = self.server_list();
+        let mut text = String::new();
+        for s in &servers {
+            text.push_str(&format!(
+                "{} ({}): {} tools\n",
+                s["name"].as_str().unwrap_or(""),
+                s["status"].as_str().unwrap_or(""),
+                s["tool_count"]
+            ));
+        }
+        if servers.is_empty() {
+            text.push_str("no upstream servers are configured\n");
+        }
+        let mut result = CallToolResult::structured(serde_json::json!({ "servers": servers }));
+        result.content = vec![ContentBlock::text(text)];
+        Ok(result)
     }
 }
 
 impl CodeboxServer {
+    /// The upstream servers as `list_servers` and `health` report them.
+    fn server_list(&self) -> Vec<serde_json::Value> {
+        self.state
+            .upstreams
+            .servers()
+            .into_iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.name,
+                    "status": s.state.to_string(),
+                    "tool_count": s.tool_count,
+                    "last_error": s.last_error,
+                })
+            })
+            .collect()
+    }
+
     /// The files and limits of a call, or why they are refused.
     fn checked_arguments(
         &self,
         files: Option<BTreeMap<String, String>>,
         timeout_ms: Option<u64>,
+        allowed_tools: Option<&[String]>,
         code: &str,
-    ) -> Result<(BTreeMap<String, String>, crate::sandbox::Limits), String> {
+    ) -> Result<(BTreeMap<String, String>, crate::sandbox::Limits, AllowList), String> {
         if code.len() > runtime::MAX_CODE_BYTES {
             return Err(format!(
                 "code is {} bytes; the limit is {} bytes",
@@ -214,7 +289,16 @@ impl CodeboxServer {
             }
             limits.timeout = Duration::from_millis(ms);
         }
-        Ok((files, limits))
+        let allow = match allowed_tools {
+            None => self.state.settings.allowed_tools.clone(),
+            Some(asked) => self
+                .state
+                .settings
+                .allowed_tools
+                .clone()
+                .narrowed_by(&AllowList::new(asked).map_err(|e| e.to_string())?),
+        };
+        Ok((files, limits, allow))
     }
 
     async fn execute(
@@ -227,16 +311,21 @@ impl CodeboxServer {
         // Arguments that parse but are out of range are tool execution errors, not
         // protocol errors (MCP 2025-11-25, "Error Handling"): the model reads them and
         // can correct the call.
-        let (files, limits) =
-            match self.checked_arguments(params.files, params.timeout_ms, &params.code) {
-                Ok(checked) => checked,
-                Err(why) => {
-                    tracing::info!(%why, "tool call refused: invalid arguments");
-                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                        "invalid arguments: {why}"
-                    ))]));
-                }
-            };
+        let checked = self.checked_arguments(
+            params.files,
+            params.timeout_ms,
+            params.allowed_tools.as_deref(),
+            &params.code,
+        );
+        let (files, limits, allow) = match checked {
+            Ok(checked) => checked,
+            Err(why) => {
+                tracing::info!(%why, "tool call refused: invalid arguments");
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "invalid arguments: {why}"
+                ))]));
+            }
+        };
         let _slot = match s.admission.enter().await {
             Ok(slot) => slot,
             Err(busy) => {
@@ -245,12 +334,23 @@ impl CodeboxServer {
                 )]))
             }
         };
+        // The wrappers of the current catalog, held until the sandbox is gone.
+        let wrappers = match s.wrappers.for_catalog(&s.upstreams.catalog()) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(error = ?e, "generating the tool wrappers failed");
+                None
+            }
+        };
         let spec = SpawnSpec {
             language,
             profile: s.settings.profile.name.clone(),
             limits: limits.clone(),
             workspace: None,
+            servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
         };
+        let backend: Arc<dyn ToolBackend> = Arc::new(s.upstreams.clone());
+        let proxy = ProxySession::new(backend, allow, s.settings.proxy_limits.clone());
         let sandbox = match s.spawner.spawn(spec).await {
             Ok(sb) => sb,
             Err(e) => {
@@ -299,11 +399,12 @@ impl CodeboxServer {
         });
         let stream_output = forwarder.is_some();
         let cancel = ctx.ct.clone();
+        let serve_proxy = proxy.clone();
         let outcome = sandbox
-            .run_to_completion(
+            .run_with_channel(
                 &runtime::boot_frame_with_files(&params.code, &files),
-                limits.stdout_cap,
-                limits.stderr_cap,
+                Some(Box::new(move |stream| Box::pin(serve_proxy.serve(stream)))),
+                (limits.stdout_cap, limits.stderr_cap),
                 limits.timeout,
                 async move { cancel.cancelled().await },
                 |stream, chunk| {
@@ -326,7 +427,11 @@ impl CodeboxServer {
                 ))]));
             }
         };
-        let result = execution::result_from(language, None, true, outcome);
+        drop(wrappers);
+        let mut result = execution::result_from(language, None, true, outcome);
+        let report = proxy.report();
+        result.tool_calls = report.tool_calls;
+        result.tool_channel_error = report.channel_error;
         s.counters.run.fetch_add(1, Ordering::Relaxed);
         if result.failed() {
             s.counters.failed.fetch_add(1, Ordering::Relaxed);

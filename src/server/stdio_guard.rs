@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWrite
 use tokio::sync::mpsc;
 
 use super::framing::{check_message, parse_error, MAX_MESSAGE_BYTES};
+use crate::line_reader::read_line_capped;
 
 /// In-memory pipe capacity between the guard and rmcp.
 const PIPE_BYTES: usize = 256 * 1024;
@@ -76,40 +77,6 @@ async fn read_input<R: AsyncBufRead + Unpin>(
     }
     // EOF: rmcp sees its input end and closes the session.
     let _ = to_rmcp.shutdown().await;
-}
-
-/// Reads one `\n`-terminated line into `line` (without the newline), keeping at most
-/// `cap` bytes; returns `None` at EOF, `Some(true)` when the line was longer than `cap`
-/// (the rest is consumed and dropped).
-async fn read_line_capped<R: AsyncBufRead + Unpin>(
-    input: &mut R,
-    line: &mut Vec<u8>,
-    cap: usize,
-) -> std::io::Result<Option<bool>> {
-    let mut too_long = false;
-    let mut seen_any = false;
-    loop {
-        let buf = input.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(seen_any.then_some(too_long));
-        }
-        seen_any = true;
-        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..i], Some(i + 1)),
-            None => (buf, None),
-        };
-        if line.len() + chunk.len() > cap {
-            too_long = true;
-            line.clear();
-        } else if !too_long {
-            line.extend_from_slice(chunk);
-        }
-        let used = done.unwrap_or(buf.len());
-        input.consume(used);
-        if done.is_some() {
-            return Ok(Some(too_long));
-        }
-    }
 }
 
 /// Copies rmcp's output lines and the guard's errors to `output`, a line at a time.

@@ -194,6 +194,14 @@ async fn read_responses(inner: Arc<Inner>) {
     }
 }
 
+/// Serves fd 3 after the boot frame (the tool proxy); dropped when the sandbox ends.
+pub type ChannelService = Box<
+    dyn FnOnce(
+            tokio::net::UnixStream,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send,
+>;
+
 /// Where a chunk of output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -223,10 +231,32 @@ impl RemoteSandbox {
     /// Writes `input` to fd 3, streams output to `on_output` (within the caps), kills the
     /// sandbox at `timeout` or when `cancel` resolves, and waits for its end.
     pub async fn run_to_completion(
-        mut self,
+        self,
         input: &[u8],
         stdout_cap: usize,
         stderr_cap: usize,
+        timeout: Duration,
+        cancel: impl std::future::Future<Output = ()>,
+        on_output: impl FnMut(Stream, &[u8]),
+    ) -> Result<Outcome> {
+        self.run_with_channel(
+            input,
+            None,
+            (stdout_cap, stderr_cap),
+            timeout,
+            cancel,
+            on_output,
+        )
+        .await
+    }
+
+    /// As [`Self::run_to_completion`], and once `input` (the boot frame) is written, fd 3
+    /// is handed to `channel` (the tool proxy) until the sandbox ends.
+    pub async fn run_with_channel(
+        mut self,
+        input: &[u8],
+        service: Option<ChannelService>,
+        (stdout_cap, stderr_cap): (usize, usize),
         timeout: Duration,
         cancel: impl std::future::Future<Output = ()>,
         mut on_output: impl FnMut(Stream, &[u8]),
@@ -242,8 +272,24 @@ impl RemoteSandbox {
         channel
             .set_nonblocking(true)
             .map_err(io("setting up fd 3"))?;
-        let mut channel =
+        let mut stream =
             tokio::net::UnixStream::from_std(channel).map_err(io("setting up fd 3"))?;
+        let frame = input.to_vec();
+        // The boot frame first; then the proxy, if any, owns the channel. When the
+        // program closes fd 3 or is gone, nobody reads the rest of the frame.
+        let channel_task = async move {
+            if stream.write_all(&frame).await.is_err() {
+                return;
+            }
+            if let Some(serve) = service {
+                serve(stream).await;
+            } else {
+                // Keep our end open: the program may still read it (and see no EOF).
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::pin!(channel_task);
+        let mut channel_done = false;
         let mut exited = self.exited.take().expect("exit receiver");
 
         let deadline = tokio::time::Instant::from_std(self.started + timeout);
@@ -252,7 +298,6 @@ impl RemoteSandbox {
         let mut ending: Option<Ending> = None;
         let mut timed_out = false;
         let mut cancelled = false;
-        let mut input = input;
         let mut obuf = vec![0u8; 64 * 1024];
         let mut ebuf = vec![0u8; 64 * 1024];
         tokio::pin!(cancel);
@@ -272,11 +317,7 @@ impl RemoteSandbox {
                         if !kept.is_empty() { on_output(Stream::Stderr, kept) }
                     }
                 },
-                r = channel.write(input), if !input.is_empty() => match r {
-                    Ok(n) => input = &input[n..],
-                    // The program closed fd 3 or is gone: nobody reads the rest.
-                    Err(_) => input = &[],
-                },
+                _ = &mut channel_task, if !channel_done => channel_done = true,
                 e = &mut exited, if ending.is_none() => {
                     ending = Some(e.map_err(|_| Error::Gone)?);
                 }

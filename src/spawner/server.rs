@@ -140,6 +140,7 @@ fn build(
     Ok(SandboxSpec {
         rootfs: host.rootfs.path.clone(),
         workspace: spec.workspace.clone(),
+        servers: spec.servers.clone(),
         program: spec.language.program().map_err(|e| e.to_string())?,
         limits: spec.limits.clone(),
         id_mapping: host.id_mapping,

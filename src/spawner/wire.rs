@@ -30,6 +30,9 @@ pub struct SpawnSpec {
     pub limits: Limits,
     /// Host directory bound at `/workspace`.
     pub workspace: Option<PathBuf>,
+    /// Host directory of generated tool wrappers, bound read-only at `/servers`.
+    #[serde(default)]
+    pub servers: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

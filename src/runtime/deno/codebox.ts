@@ -1,10 +1,10 @@
-// The codebox module inside the sandbox, for TypeScript.
+// The codebox module inside the sandbox, for TypeScript:
 //
-// Code run by codebox can `import * as codebox from "/opt/codebox/deno/codebox.ts"`.
-// Tool calls through the fd-3 proxy arrive with the proxy; for now this module reports
-// what sandbox it is running in.
+//   import { callMCPTool, searchTools, getTool } from "/opt/codebox/deno/codebox.ts";
+//
+// The same API as /servers/client.ts (which the generated tool wrappers import).
 
-export const CHANNEL_FD = 3;
+export * from "./client.ts";
 
 /** Basic facts about the sandbox this code runs in. */
 export function sandboxInfo(): { hostname: string; pid: number } {

@@ -1,14 +1,131 @@
-"""The codebox module inside the sandbox.
+"""The codebox module inside the sandbox: call the tools of upstream MCP servers.
 
-Code run by codebox can `import codebox`. Tool calls through the fd-3 proxy arrive with the
-proxy; for now this module reports what sandbox it is running in.
+    import codebox
+    text = codebox.call_tool("filesystem__read_text_file", {"path": "/data/a.txt"})
+    for t in codebox.search_tools("read file", detail="summary"):
+        print(t["name"], t.get("description"))
+
+The generated package `servers` wraps every tool in a typed function
+(`from servers.filesystem import read_text_file`); both go through `call_tool`.
+
+Protocol (src/proxy/mod.rs): after the boot frame, fd 3 carries newline-delimited
+JSON-RPC 2.0; this module sends a request and reads its response. Calls from several
+threads are serialised.
 """
+
+import json
+import threading
+from posix import read, write
 
 CHANNEL_FD = 3
 
+__all__ = ["ToolError", "call_tool", "search_tools", "get_tool", "sandbox_info"]
+
+
+class ToolError(Exception):
+    """A tool call failed: denied, unknown tool, upstream error, or the tool's isError."""
+
+    def __init__(self, message, code=None, result=None):
+        super().__init__(message)
+        self.code = code
+        self.result = result
+
+
+class _Channel:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._buf = b""
+        self._next_id = 1
+        self._closed = None
+
+    def request(self, method, params):
+        with self._lock:
+            if self._closed:
+                raise ToolError(self._closed)
+            id_ = self._next_id
+            self._next_id += 1
+            line = json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
+            self._write(line.encode() + b"\n")
+            while True:
+                msg = self._read_message()
+                if msg.get("id") == id_:
+                    break
+        error = msg.get("error")
+        if error:
+            raise ToolError(error.get("message", "tool call failed"), code=error.get("code"))
+        return msg.get("result")
+
+    def _write(self, data):
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[write(CHANNEL_FD, view):]
+            except OSError as e:
+                self._closed = "codebox: the tool channel (fd 3) is closed (%s)" % e.strerror
+                raise ToolError(self._closed) from None
+
+    def _read_message(self):
+        while b"\n" not in self._buf:
+            chunk = read(CHANNEL_FD, 1 << 20)
+            if not chunk:
+                self._closed = "codebox: the tool channel (fd 3) closed"
+                raise ToolError(self._closed)
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        try:
+            return json.loads(line)
+        except ValueError:
+            self._closed = "codebox: malformed message on the tool channel"
+            raise ToolError(self._closed) from None
+
+
+_channel = _Channel()
+
+
+def _unwrap(name, result):
+    """What a tool result means to code: structuredContent when present; else the text
+    (parsed as JSON when it is JSON; several text blocks become a list); other content
+    (images, resources) as the content list. isError raises ToolError."""
+    content = result.get("content") or []
+    texts = [c.get("text", "") for c in content if c.get("type") == "text"]
+    if result.get("isError"):
+        raise ToolError("%s: %s" % (name, "\n".join(texts) or "the tool reported an error"), result=result)
+    if result.get("structuredContent") is not None:
+        return result["structuredContent"]
+    if len(texts) != len(content):
+        return content
+    values = []
+    for t in texts:
+        try:
+            values.append(json.loads(t))
+        except ValueError:
+            values.append(t)
+    return values[0] if len(values) == 1 else values
+
+
+def call_tool(name, args=None):
+    """Call an upstream tool by its catalog name (`<server>__<tool>`) with a dict of
+    arguments; returns its structured result, parsed JSON text, or text."""
+    result = _channel.request("tools/call", {"name": name, "arguments": args or {}})
+    return _unwrap(name, result)
+
+
+def search_tools(query, detail="summary", limit=None):
+    """Find tools by words of their name and description. detail: "name", "summary"
+    (name and description) or "full" (with the input and output schemas)."""
+    params = {"query": query, "detail": detail}
+    if limit is not None:
+        params["limit"] = limit
+    return _channel.request("tools/search", params)["tools"]
+
+
+def get_tool(name):
+    """One tool's full definition: name, description, input and output schema."""
+    return _channel.request("tools/get", {"name": name})
+
 
 def sandbox_info():
-    """Return basic facts about the sandbox this code runs in."""
+    """Basic facts about the sandbox this code runs in."""
     import os
     import socket
 

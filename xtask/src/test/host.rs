@@ -48,6 +48,71 @@ pub fn ensure_mcp_sdk(root: &Path) -> Result<std::path::PathBuf> {
     Ok(dir)
 }
 
+/// Node packages of the upstream MCP servers the integration tests connect to.
+const UPSTREAM_NODE_PACKAGES: &[&str] = &[
+    "@modelcontextprotocol/server-filesystem",
+    "@modelcontextprotocol/server-memory",
+    "@modelcontextprotocol/server-everything",
+];
+
+/// Installs the real upstream MCP servers `tests/upstream.rs` runs into target/upstreams:
+/// the Node ones with `npm install --prefix target/upstreams/node`, the PyPI
+/// `mcp-server-time` with pip `--target target/upstreams/python` (run with Debian's
+/// python3, like the MCP SDK above). What is present is skipped.
+pub fn ensure_upstream_servers(root: &Path) -> Result<std::path::PathBuf> {
+    let dir = root.join("target/upstreams");
+    let node = dir.join("node");
+    let missing: Vec<&str> = UPSTREAM_NODE_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !node
+                .join("node_modules")
+                .join(p)
+                .join("package.json")
+                .exists()
+        })
+        .collect();
+    if missing.is_empty() {
+        println!("present: {}", node.display());
+    } else {
+        std::fs::create_dir_all(&node)?;
+        run_checked(
+            Command::new("npm")
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel=error",
+                    "--prefix",
+                ])
+                .arg(&node)
+                .args(&missing),
+            "npm install (upstream MCP servers)",
+        )?;
+    }
+    let python = dir.join("python");
+    if python.join("mcp_server_time/__init__.py").exists() {
+        println!("present: {}", python.display());
+    } else {
+        run_checked(
+            Command::new("python3")
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--target",
+                ])
+                .arg(&python)
+                .arg("mcp-server-time"),
+            "pip install mcp-server-time",
+        )?;
+    }
+    Ok(dir)
+}
+
 pub fn ensure_packages(is_root: bool) -> Result<()> {
     let missing: Vec<&str> = PACKAGES
         .iter()

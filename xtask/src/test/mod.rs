@@ -61,6 +61,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
     step("Python MCP SDK (test client)");
     let pydeps = host::ensure_mcp_sdk(&root)?;
 
+    step("upstream MCP servers (test fixtures)");
+    let upstreams = host::ensure_upstream_servers(&root)?;
+
     if lint {
         step("cargo fmt --check");
         cargo(&root, &["fmt", "--all", "--check"])?;
@@ -84,7 +87,8 @@ pub fn run(args: &[OsString]) -> Result<()> {
     let mut test = cargo_command(&root, &["test", "--workspace"]);
     test.env("CODEBOX_TEST_STRICT", "1")
         .env("CODEBOX_ROOTFS", &rootfs)
-        .env("CODEBOX_TEST_PYDEPS", &pydeps);
+        .env("CODEBOX_TEST_PYDEPS", &pydeps)
+        .env("CODEBOX_TEST_UPSTREAMS", &upstreams);
     run_checked(&mut test, "cargo test")?;
 
     step("MCP conformance suite");
@@ -92,7 +96,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
 
     if rootless && is_root {
         step("integration tests as an unprivileged user");
-        rootless::run(&root, &rootfs, &pydeps)?;
+        rootless::run(&root, &rootfs, &pydeps, &upstreams)?;
     } else if rootless {
         println!("(already unprivileged: the run above was the rootless pass)");
     }

@@ -14,7 +14,7 @@ use super::{cargo_command, run_checked};
 
 pub const USER: &str = "codebox-test";
 
-pub fn run(root: &Path, rootfs: &Path, pydeps: &Path) -> Result<()> {
+pub fn run(root: &Path, rootfs: &Path, pydeps: &Path, upstreams: &Path) -> Result<()> {
     ensure_user()?;
     let home = PathBuf::from(format!("/home/{USER}"));
     let binaries = integration_test_binaries(root)?;
@@ -24,6 +24,7 @@ pub fn run(root: &Path, rootfs: &Path, pydeps: &Path) -> Result<()> {
     paths.push(rootfs.join(".manifest"));
     paths.push(pydeps.join("mcp/__init__.py"));
     paths.push(root.join("tests/mcp/stdio_client.py"));
+    paths.push(upstreams.join("node/package.json"));
     let staged = if paths.iter().all(|p| readable_by_user(p)) {
         None
     } else {
@@ -33,15 +34,17 @@ pub fn run(root: &Path, rootfs: &Path, pydeps: &Path) -> Result<()> {
             rootfs,
             pydeps,
             &root.join("tests/mcp"),
+            upstreams,
         )?)
     };
-    let (binaries, codebox, rootfs, pydeps, mcp_dir) = match &staged {
+    let (binaries, codebox, rootfs, pydeps, mcp_dir, upstreams) = match &staged {
         Some(s) => (
             s.binaries.clone(),
             s.codebox.clone(),
             s.rootfs.clone(),
             s.dir.join("mcp-pydeps"),
             s.dir.join("mcp-tests"),
+            s.dir.join("upstreams"),
         ),
         None => (
             binaries,
@@ -49,6 +52,7 @@ pub fn run(root: &Path, rootfs: &Path, pydeps: &Path) -> Result<()> {
             rootfs.to_path_buf(),
             pydeps.to_path_buf(),
             root.join("tests/mcp"),
+            upstreams.to_path_buf(),
         ),
     };
     let (uid, gid) = user_ids()?;
@@ -70,6 +74,7 @@ pub fn run(root: &Path, rootfs: &Path, pydeps: &Path) -> Result<()> {
             .arg(format!("CODEBOX_BIN={}", codebox.display()))
             .arg(format!("CODEBOX_TEST_PYDEPS={}", pydeps.display()))
             .arg(format!("CODEBOX_TEST_MCP_DIR={}", mcp_dir.display()))
+            .arg(format!("CODEBOX_TEST_UPSTREAMS={}", upstreams.display()))
             .arg(bin)
             .current_dir("/")
             .status()
@@ -180,6 +185,7 @@ impl Staging {
         rootfs: &Path,
         pydeps: &Path,
         mcp_tests: &Path,
+        upstreams: &Path,
     ) -> Result<Staging> {
         let dir = std::env::temp_dir().join(format!("codebox-rootless-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
@@ -203,10 +209,14 @@ impl Staging {
             Command::new("cp").arg("-a").arg(rootfs).arg(&to),
             "copying the rootfs",
         )?;
-        for (from, name) in [(pydeps, "mcp-pydeps"), (mcp_tests, "mcp-tests")] {
+        for (from, name) in [
+            (pydeps, "mcp-pydeps"),
+            (mcp_tests, "mcp-tests"),
+            (upstreams, "upstreams"),
+        ] {
             run_checked(
                 Command::new("cp").arg("-a").arg(from).arg(dir.join(name)),
-                "copying the MCP test client",
+                &format!("copying {name}"),
             )?;
         }
         run_checked(

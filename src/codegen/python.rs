@@ -1,0 +1,393 @@
+//! The Python side of `/servers`: the package `servers` and one module per server with a
+//! function per tool.
+//!
+//! ```python
+//! def read_text_file(*, path: str, head: float | None = None, tail: float | None = None) -> Any:
+//!     """Read the complete contents of a file ..."""
+//!     _args = {"path": path}
+//!     if head is not None:
+//!         _args["head"] = head
+//!     ...
+//!     return _codebox.call_tool("filesystem__read_text_file", _args)
+//! ```
+//!
+//! Parameters are keyword-only, named after the schema's properties (sanitised, with the
+//! original JSON key used in the arguments); optional ones default to `None` and are left
+//! out of the call when `None`.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::codegen::escape::{normalize_newlines, py_docstring, py_string};
+use crate::codegen::names::{allocate, py_ident, Namer};
+use crate::codegen::schema::{
+    canonical, description, effective_types, literal_values, properties, reference, required,
+    resolve, subschemas, MAX_DEPTH,
+};
+use crate::upstream::catalog::CatalogTool;
+
+/// Module-level names of a server module that tool functions must not take.
+pub const MODULE_RESERVED: &[&str] = &["_codebox", "Any", "Literal", "annotations"];
+
+/// Names the function body uses, which parameters must not shadow.
+const BODY_NAMES: &[&str] = &["_codebox", "_args"];
+
+/// Lines longer than this put one parameter per line.
+const LINE: usize = 88;
+
+/// One keyword-only parameter of a tool function.
+#[derive(Debug, PartialEq)]
+pub struct Param {
+    /// The Python name.
+    pub name: String,
+    /// The JSON key it is sent as.
+    pub key: String,
+    /// The union members of its type hint (`["str", "None"]`).
+    pub hint: Vec<String>,
+    pub required: bool,
+    pub doc: String,
+}
+
+/// A type hint as the members of a union (`["str", "None"]`); `["Any"]` is anything.
+type Hint = Vec<String>;
+
+fn any() -> Hint {
+    vec!["Any".to_string()]
+}
+
+fn one(member: impl Into<String>) -> Hint {
+    vec![member.into()]
+}
+
+/// The union of hints: flattened, deduplicated, `None` last; `Any` absorbs everything.
+fn union(hints: Vec<Hint>) -> Hint {
+    let mut kept: Vec<String> = Vec::new();
+    for m in hints.into_iter().flatten() {
+        if m == "Any" {
+            return any();
+        }
+        if !kept.contains(&m) {
+            kept.push(m);
+        }
+    }
+    if let Some(none) = kept.iter().position(|k| k == "None") {
+        let none = kept.remove(none);
+        kept.push(none);
+    }
+    if kept.is_empty() {
+        any()
+    } else {
+        kept
+    }
+}
+
+/// A `Literal[...]` (with `| None` for null) when every value can be one, else `Any`.
+fn literal_hint(values: &[&Value]) -> Hint {
+    let mut items = Vec::new();
+    let mut null = false;
+    for v in values {
+        match v {
+            Value::Null => null = true,
+            Value::Bool(b) => items.push(if *b { "True" } else { "False" }.to_string()),
+            Value::String(s) => items.push(py_string(s)),
+            Value::Number(n) if n.is_i64() || n.is_u64() => items.push(n.to_string()),
+            _ => return any(),
+        }
+    }
+    let mut members = Vec::new();
+    if !items.is_empty() {
+        members.push(format!("Literal[{}]", items.join(", ")));
+    }
+    if null {
+        members.push("None".into());
+    }
+    union(vec![members])
+}
+
+/// How many schema nodes one parameter's hint may visit: `$ref`s are expanded inline, so
+/// a schema whose definitions fan out could otherwise take exponential time.
+const HINT_BUDGET: usize = 2_000;
+
+/// Computes type hints for the schemas of one document.
+struct Hinter<'a> {
+    document: &'a Value,
+    /// The `$ref` targets being expanded, to stop at cycles.
+    visiting: Vec<String>,
+    budget: usize,
+}
+
+impl Hinter<'_> {
+    fn new(document: &Value) -> Hinter<'_> {
+        Hinter {
+            document,
+            visiting: Vec::new(),
+            budget: HINT_BUDGET,
+        }
+    }
+
+    fn hint(&mut self, schema: &Value, depth: usize) -> Hint {
+        if depth > MAX_DEPTH || self.budget == 0 || !schema.is_object() {
+            return any();
+        }
+        self.budget -= 1;
+        if let Some(r) = reference(schema) {
+            return self.reference(r, depth);
+        }
+        if let Some(values) = literal_values(schema) {
+            return literal_hint(&values);
+        }
+        let types = effective_types(schema);
+        if !types.is_empty() {
+            let members = types
+                .iter()
+                .map(|t| self.of_type(t, schema, depth))
+                .collect();
+            return union(members);
+        }
+        let alternatives: Vec<&Value> = ["anyOf", "oneOf"]
+            .iter()
+            .flat_map(|k| subschemas(schema, k))
+            .collect();
+        if !alternatives.is_empty() {
+            let members = alternatives
+                .iter()
+                .map(|s| self.hint(s, depth + 1))
+                .collect();
+            return union(members);
+        }
+        match subschemas(schema, "allOf") {
+            [only] => self.hint(only, depth + 1),
+            _ => any(),
+        }
+    }
+
+    fn reference(&mut self, r: &str, depth: usize) -> Hint {
+        let (Some(pointer), Some(target)) = (canonical(r), resolve(self.document, r)) else {
+            return any();
+        };
+        if self.visiting.contains(&pointer) {
+            return any();
+        }
+        self.visiting.push(pointer);
+        let hint = self.hint(target, depth + 1);
+        self.visiting.pop();
+        hint
+    }
+
+    fn of_type(&mut self, t: &str, schema: &Value, depth: usize) -> Hint {
+        match t {
+            "string" => one("str"),
+            "integer" => one("int"),
+            "number" => one("float"),
+            "boolean" => one("bool"),
+            "null" => one("None"),
+            "array" => match schema.get("items") {
+                Some(items @ Value::Object(_)) if schema.get("prefixItems").is_none() => {
+                    one(format!("list[{}]", self.hint(items, depth + 1).join(" | ")))
+                }
+                _ => one("list[Any]"),
+            },
+            "object" => match schema.get("additionalProperties") {
+                Some(extra @ Value::Object(_)) if schema.get("properties").is_none() => one(
+                    format!("dict[str, {}]", self.hint(extra, depth + 1).join(" | ")),
+                ),
+                _ => one("dict[str, Any]"),
+            },
+            _ => any(),
+        }
+    }
+}
+
+/// The parameters of a tool: required ones first, each group sorted by JSON key.
+pub fn params(input_schema: &Value) -> Vec<Param> {
+    let props = properties(input_schema);
+    let required = required(input_schema);
+    let mut keys: Vec<&str> = props.iter().map(|(k, _)| *k).collect();
+    keys.extend(
+        required
+            .iter()
+            .filter(|r| !props.iter().any(|(k, _)| k == *r)),
+    );
+    keys.sort();
+    let mut namer = Namer::new("_", BODY_NAMES);
+    let names = allocate(&mut namer, &keys, |k| py_ident(k, true));
+    let mut params: Vec<Param> = keys
+        .iter()
+        .zip(names)
+        .map(|(key, name)| {
+            let schema = props.iter().find(|(k, _)| k == key).map(|(_, s)| *s);
+            let mut doc = schema.and_then(description).unwrap_or_default().to_string();
+            if let Some(default) = schema.and_then(|s| s.get("default")) {
+                doc = format!("{doc} (default: {default})")
+                    .trim_start()
+                    .to_string();
+            }
+            if name != *key {
+                doc = format!("{doc} (sent as {})", py_string(key))
+                    .trim_start()
+                    .to_string();
+            }
+            Param {
+                hint: schema.map_or_else(any, |s| Hinter::new(input_schema).hint(s, 0)),
+                required: required.contains(key),
+                key: key.to_string(),
+                name,
+                doc,
+            }
+        })
+        .collect();
+    params.sort_by_key(|p| !p.required);
+    params
+}
+
+/// The function's signature line(s), `def ...:` included.
+pub fn signature(function: &str, params: &[Param]) -> String {
+    let rendered: Vec<String> = params
+        .iter()
+        .map(|p| {
+            let h = p.hint.join(" | ");
+            if p.required {
+                format!("{}: {h}", p.name)
+            } else if p.hint.iter().any(|m| m == "Any" || m == "None") {
+                format!("{}: {h} = None", p.name)
+            } else {
+                format!("{}: {h} | None = None", p.name)
+            }
+        })
+        .collect();
+    if rendered.is_empty() {
+        return format!("def {function}() -> Any:");
+    }
+    let one_line = format!("def {function}(*, {}) -> Any:", rendered.join(", "));
+    if one_line.len() <= LINE {
+        return one_line;
+    }
+    let mut out = format!("def {function}(\n    *,\n");
+    for r in rendered {
+        let _ = writeln!(out, "    {r},");
+    }
+    out.push_str(") -> Any:");
+    out
+}
+
+fn docstring(tool: &CatalogTool, params: &[Param]) -> String {
+    let mut text = String::new();
+    if let Some(title) = tool
+        .title
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        let _ = write!(text, "{title}\n\n");
+    }
+    if let Some(d) = tool
+        .description
+        .as_deref()
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+    {
+        let _ = write!(text, "{d}\n\n");
+    }
+    if !params.is_empty() {
+        text.push_str("Args:\n");
+        for p in params {
+            let optional = if p.required { "" } else { ", optional" };
+            let doc = normalize_newlines(&p.doc).replace('\n', "\n        ");
+            let _ = writeln!(
+                text,
+                "    {} ({}{optional}): {doc}",
+                p.name,
+                p.hint.join(" | ")
+            );
+        }
+        text.push('\n');
+    }
+    let _ = write!(
+        text,
+        "Calls the tool {:?} of the MCP server {:?}.",
+        tool.tool, tool.server
+    );
+    py_docstring(&text, "    ")
+}
+
+/// One tool function.
+pub fn function(tool: &CatalogTool, name: &str) -> String {
+    let params = params(&tool.input_schema);
+    let mut out = signature(name, &params);
+    let _ = write!(out, "\n    {}\n", docstring(tool, &params));
+    let required: Vec<String> = params
+        .iter()
+        .filter(|p| p.required)
+        .map(|p| format!("{}: {}", py_string(&p.key), p.name))
+        .collect();
+    let _ = writeln!(out, "    _args = {{{}}}", required.join(", "));
+    for p in params.iter().filter(|p| !p.required) {
+        let _ = writeln!(out, "    if {} is not None:", p.name);
+        let _ = writeln!(out, "        _args[{}] = {}", py_string(&p.key), p.name);
+    }
+    let _ = writeln!(
+        out,
+        "    return _codebox.call_tool({}, _args)",
+        py_string(&tool.name)
+    );
+    out
+}
+
+/// The first line of a description, shortened for a summary.
+fn summary(text: Option<&str>) -> String {
+    let text = normalize_newlines(text.unwrap_or_default());
+    let line = text.trim().lines().next().unwrap_or_default();
+    let mut short: String = line.chars().take(100).collect();
+    if short.len() < line.len() {
+        short.push_str("...");
+    }
+    short
+}
+
+/// `servers/<module>/__init__.py`: the functions of one server, `(tool, function name)`.
+pub fn server_module(server: &str, tools: &[(&CatalogTool, String)]) -> String {
+    let mut doc =
+        format!("Tools of the MCP server {server:?}, generated by codebox.\n\nFunctions:\n");
+    for (tool, name) in tools {
+        let _ = writeln!(doc, "    {name}: {}", summary(tool.description.as_deref()));
+    }
+    let mut out = format!(
+        "{}\n\nfrom __future__ import annotations\n\nfrom typing import Any, Literal\n\n\
+         import codebox as _codebox\n\n__all__ = [\n",
+        py_docstring(&doc, "")
+    );
+    for (_, name) in tools {
+        let _ = writeln!(out, "    {},", py_string(name));
+    }
+    out.push_str("]\n");
+    for (tool, name) in tools {
+        let _ = write!(out, "\n\n{}", function(tool, name));
+    }
+    out
+}
+
+/// `servers/__init__.py`: lists the servers as `(module, server name, tool count)`.
+pub fn package_init(servers: &[(String, String, usize)]) -> String {
+    let mut doc = String::from(
+        "Typed functions for the tools of the upstream MCP servers, generated by codebox.\n\n\
+         Import a server's module and call its tools with keyword arguments:\n\n    \
+         from servers.filesystem import read_text_file\n\nServers:\n",
+    );
+    for (module, server, count) in servers {
+        let _ = writeln!(
+            doc,
+            "    {module}: {count} tools of the MCP server {server:?}"
+        );
+    }
+    let mut out = format!("{}\n\n__all__ = [\n", py_docstring(&doc, ""));
+    for (module, _, _) in servers {
+        let _ = writeln!(out, "    {},", py_string(module));
+    }
+    out.push_str("]\n");
+    out
+}
+
+#[cfg(test)]
+#[path = "python_tests.rs"]
+mod tests;

@@ -1,0 +1,193 @@
+use serde_json::{json, Value};
+
+use super::*;
+
+fn tool(input_schema: Value, description: &str) -> CatalogTool {
+    CatalogTool {
+        name: "srv__do_it".into(),
+        server: "srv".into(),
+        tool: "do-it".into(),
+        server_ident: "srv".into(),
+        tool_ident: "do_it".into(),
+        title: None,
+        description: Some(description.into()),
+        input_schema,
+        output_schema: None,
+    }
+}
+
+fn hint_of(schema: Value) -> String {
+    let schema = json!({"properties": {"x": schema}, "required": ["x"],
+                        "$defs": {"S": {"type": "string"}, "Loop": {"$ref": "#/$defs/Loop"}}});
+    params(&schema)[0].hint.join(" | ")
+}
+
+#[test]
+fn type_hints() {
+    assert_eq!(hint_of(json!({"type": "string"})), "str");
+    assert_eq!(hint_of(json!({"type": "integer"})), "int");
+    assert_eq!(hint_of(json!({"type": "number"})), "float");
+    assert_eq!(hint_of(json!({"type": "boolean"})), "bool");
+    assert_eq!(hint_of(json!({"type": ["null", "string"]})), "str | None");
+    assert_eq!(
+        hint_of(json!({"type": "array", "items": {"type": "integer"}})),
+        "list[int]"
+    );
+    assert_eq!(
+        hint_of(json!({"type": "array", "prefixItems": [{}]})),
+        "list[Any]"
+    );
+    assert_eq!(
+        hint_of(json!({"type": "object", "properties": {}})),
+        "dict[str, Any]"
+    );
+    assert_eq!(
+        hint_of(json!({"type": "object", "additionalProperties": {"type": ["number", "null"]}})),
+        "dict[str, float | None]"
+    );
+    assert_eq!(
+        hint_of(json!({"enum": ["a | None", 2, true, null]})),
+        "Literal[\"a | None\", 2, True] | None"
+    );
+    assert_eq!(hint_of(json!({"enum": [1.5]})), "Any");
+    assert_eq!(hint_of(json!({"const": "x\"y"})), "Literal[\"x\\\"y\"]");
+    assert_eq!(
+        hint_of(json!({"anyOf": [{"type": "string"}, {"type": "null"}, {"type": "string"}]})),
+        "str | None"
+    );
+    assert_eq!(hint_of(json!({"oneOf": [{"type": "string"}, {}]})), "Any");
+    assert_eq!(hint_of(json!({"allOf": [{"type": "string"}]})), "str");
+    assert_eq!(
+        hint_of(json!({"allOf": [{"type": "string"}, {"minLength": 1}]})),
+        "Any"
+    );
+    assert_eq!(hint_of(json!({"$ref": "#/$defs/S"})), "str");
+    assert_eq!(hint_of(json!({"$ref": "#/$defs/Loop"})), "Any");
+    assert_eq!(hint_of(json!({"$ref": "#/$defs/Nope"})), "Any");
+    assert_eq!(hint_of(json!({})), "Any");
+    assert_eq!(hint_of(json!(false)), "Any");
+}
+
+#[test]
+fn parameters_are_sanitised_and_ordered() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "max-results": {"type": "integer"},
+            "max_results": {"type": "integer"},
+            "from": {"type": "string", "description": "Start"},
+            "class": {"type": "string"},
+            "_args": {"type": "string"},
+            "_codebox": {},
+            "__proto__": {"type": "string"},
+        },
+        "required": ["from", "undeclared"],
+    });
+    let ps = params(&schema);
+    let got: Vec<(&str, &str, bool)> = ps
+        .iter()
+        .map(|p| (p.name.as_str(), p.key.as_str(), p.required))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("from_", "from", true),
+            ("undeclared", "undeclared", true),
+            ("__proto__", "__proto__", false),
+            ("_args_2", "_args", false),
+            ("_codebox_2", "_codebox", false),
+            ("class_", "class", false),
+            ("max_results_2", "max-results", false),
+            ("max_results", "max_results", false),
+        ]
+    );
+    assert_eq!(ps[0].doc, "Start (sent as \"from\")");
+    assert_eq!(
+        signature("f", &ps),
+        "def f(\n    *,\n    from_: str,\n    undeclared: Any,\n    __proto__: str | None = None,\n    \
+         _args_2: str | None = None,\n    _codebox_2: Any = None,\n    class_: str | None = None,\n    \
+         max_results_2: int | None = None,\n    max_results: int | None = None,\n) -> Any:"
+    );
+}
+
+#[test]
+fn signatures() {
+    assert_eq!(signature("f", &[]), "def f() -> Any:");
+    let ps = params(
+        &json!({"properties": {"a": {"type": ["string", "null"]}, "b": {"type": "string"}},
+                            "required": ["b"]}),
+    );
+    assert_eq!(
+        signature("f", &ps),
+        "def f(*, b: str, a: str | None = None) -> Any:"
+    );
+}
+
+#[test]
+fn function_body_maps_names_back_and_omits_none() {
+    let t = tool(
+        json!({"properties": {"max-results": {"type": "integer"}, "q": {"type": "string"}},
+               "required": ["q"]}),
+        "Search.",
+    );
+    let text = function(&t, "do_it");
+    assert!(text.starts_with(
+        "def do_it(*, q: str, max_results: int | None = None) -> Any:\n    \"\"\"Search.\n\n    Args:\n"
+    ), "{text}");
+    assert!(text.ends_with(
+        "    _args = {\"q\": q}\n    if max_results is not None:\n        \
+         _args[\"max-results\"] = max_results\n    return _codebox.call_tool(\"srv__do_it\", _args)\n"
+    ), "{text}");
+}
+
+#[test]
+fn hostile_descriptions_stay_inside_the_docstring() {
+    let t = tool(
+        json!({"properties": {"x\"\"\"": {"type": "string", "description": "\"\"\" + evil() + \"\"\"\\"}}}),
+        "Ends with a quote \"\"\"\nimport os; os.system('x')\n\"\"\"",
+    );
+    let text = function(&t, "do_it");
+    let doc_start = text.find("\"\"\"").unwrap();
+    let doc_end = text.rfind("\"\"\"").unwrap();
+    let body = &text[doc_start + 3..doc_end];
+    assert!(!body.contains("\"\"\""), "{body}");
+    assert!(text.contains("_args[\"x\\\"\\\"\\\"\"] = x___"), "{text}");
+    assert!(
+        text[doc_end..].starts_with("\"\"\"\n    _args = {}\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn modules_list_their_functions() {
+    let t = tool(json!({"type": "object"}), "First line.\nSecond.");
+    let module = server_module("srv", &[(&t, "do_it".to_string())]);
+    assert!(module.starts_with("\"\"\"Tools of the MCP server \"srv\", generated by codebox.\n"));
+    assert!(module.contains("    do_it: First line.\n"));
+    assert!(module.contains("from __future__ import annotations\n"));
+    assert!(module.contains("import codebox as _codebox\n"));
+    assert!(module.contains("__all__ = [\n    \"do_it\",\n]\n"));
+    assert!(module.contains("\n\ndef do_it() -> Any:\n"));
+    let init = package_init(&[("srv".into(), "s\"rv".into(), 1)]);
+    assert!(
+        init.contains("    srv: 1 tools of the MCP server \"s\\\\\"rv\"\n"),
+        "{init}"
+    );
+    assert!(init.ends_with("__all__ = [\n    \"srv\",\n]\n"));
+}
+
+#[test]
+fn fanning_out_references_stay_cheap() {
+    // D0 → 8 × D1 → 8 × D2 ...: expanded naively, 8^30 visits.
+    let mut defs = serde_json::Map::new();
+    for i in 0..30 {
+        let next = json!({"type": "array", "items": {"$ref": format!("#/$defs/D{}", i + 1)}});
+        defs.insert(format!("D{i}"), json!({"anyOf": vec![next; 8]}));
+    }
+    defs.insert("D30".into(), json!({"type": "string"}));
+    let schema = json!({"properties": {"x": {"$ref": "#/$defs/D0"}}, "$defs": defs});
+    let started = std::time::Instant::now();
+    let ps = params(&schema);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(ps[0].hint, ["Any"], "the budget ran out: anything goes");
+}

@@ -1,0 +1,135 @@
+//! The tool proxy: the supervisor's end of a sandbox's fd-3 channel.
+//!
+//! The sandbox has no network; fd 3, a socketpair to the supervisor, is its only way out.
+//! After the boot frame (`runtime::boot`), the channel carries **newline-delimited
+//! JSON-RPC 2.0**: one message per line (JSON escapes every newline inside strings, so a
+//! message never contains one). The sandbox sends requests; the proxy answers each with a
+//! response of the same id, in completion order, so calls can run concurrently.
+//!
+//! Methods:
+//! - `tools/call {name, arguments?}` → the upstream's `CallToolResult` (content,
+//!   structuredContent, isError), unchanged;
+//! - `tools/search {query, detail?: "name"|"summary"|"full", limit?}` → `{tools: [...]}`,
+//!   over the tools this execution may call;
+//! - `tools/get {name}` → one tool's full definition.
+//!
+//! Every `tools/call` is checked against the execution's [`AllowList`] (nothing is sent
+//! upstream for a denied call), counted and size-checked against [`ProxyLimits`], timed,
+//! and recorded as a [`ToolCallRecord`] in the run's result. Errors are JSON-RPC errors
+//! with the codes below. A frame that is not JSON, or larger than
+//! [`ProxyLimits::max_request_bytes`], gets a `-32700` error and closes the channel; the
+//! run's result says why ([`ProxyReport::channel_error`]). The supervisor is unaffected.
+
+pub mod allowlist;
+pub mod search;
+mod session;
+mod upstream_backend;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::CallToolResult;
+use serde::Serialize;
+
+use crate::upstream::catalog::Catalog;
+
+pub use allowlist::AllowList;
+pub use session::ProxySession;
+
+/// JSON-RPC error codes on the channel.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The tool is not in this execution's `allowed_tools`.
+    pub const DENIED: i64 = -32001;
+    /// No tool of that name in the catalog.
+    pub const UNKNOWN_TOOL: i64 = -32002;
+    /// The upstream failed, is down, or its call could not be made.
+    pub const UPSTREAM: i64 = -32003;
+    /// A per-execution limit (calls, bytes, result size) was reached.
+    pub const LIMIT: i64 = -32004;
+    /// The call took longer than the per-call timeout.
+    pub const TIMEOUT: i64 = -32005;
+}
+
+/// Where tool calls go: the upstream servers (or, in tests, anything that can answer).
+pub trait ToolBackend: Send + Sync + 'static {
+    /// The current catalog.
+    fn catalog(&self) -> Arc<Catalog>;
+    /// Calls the tool `name` (a catalog name) within `timeout`.
+    fn call(
+        &self,
+        name: String,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<CallToolResult, CallError>> + Send + 'static>>;
+}
+
+/// A call that got no result; the message goes back to the sandboxed code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("{0}")]
+    Timeout(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Per-execution limits of the channel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyLimits {
+    /// `tools/call` requests per execution.
+    pub max_calls: u32,
+    /// Bytes of arguments sent plus results received, per execution.
+    pub max_bytes: u64,
+    /// Wall-clock limit of one call.
+    pub call_timeout: Duration,
+    /// Largest message the sandbox may send.
+    pub max_request_bytes: usize,
+    /// Largest single result passed back to the sandbox.
+    pub max_result_bytes: usize,
+}
+
+impl Default for ProxyLimits {
+    fn default() -> Self {
+        ProxyLimits {
+            max_calls: 1000,
+            max_bytes: 512 * 1024 * 1024,
+            call_timeout: Duration::from_secs(60),
+            max_request_bytes: 16 * 1024 * 1024,
+            max_result_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// One `tools/call` of an execution, as its result reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ToolCallRecord {
+    /// The catalog name called.
+    pub name: String,
+    /// The upstream answered and did not report `isError`.
+    pub ok: bool,
+    pub duration_ms: f64,
+    /// Bytes of the arguments (JSON).
+    pub bytes_in: u64,
+    /// Bytes of the result (JSON) passed back to the sandbox.
+    pub bytes_out: u64,
+    /// Why it failed: denied, unknown, limit, timeout, upstream error, or the tool's own
+    /// error text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What the channel saw during one execution.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProxyReport {
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// Why the proxy closed the channel early (a malformed or oversized frame).
+    pub channel_error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests;

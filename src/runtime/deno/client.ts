@@ -1,0 +1,183 @@
+// The sandbox's side of the tool proxy, for TypeScript: `/servers/client.ts`.
+//
+//   import { callMCPTool } from "/servers/client.ts";
+//   const text = await callMCPTool("filesystem__read_text_file", { path: "/data/a.txt" });
+//
+// Protocol (src/proxy/mod.rs): after the boot frame, fd 3 carries newline-delimited
+// JSON-RPC 2.0. The sandbox sends requests (`tools/call`, `tools/search`, `tools/get`);
+// the supervisor answers each with a response of the same id. Responses may come in any
+// order, so several calls can be in flight (Promise.all). fd 3 is read through libc over
+// FFI with a non-blocking (threaded) read that is only outstanding while a call waits:
+// a program with no call in flight can exit.
+//
+// The same file is also /opt/codebox/deno/client.ts; the channel's state lives on
+// globalThis, so however many copies are imported there is one reader and one id space.
+
+const CHANNEL_FD = 3;
+
+type Pending = { resolve: (v: unknown) => void; reject: (e: Error) => void };
+
+type Channel = {
+  libc: Deno.DynamicLibrary<{
+    read: { parameters: ["i32", "buffer", "usize"]; result: "isize"; nonblocking: true };
+    write: { parameters: ["i32", "buffer", "usize"]; result: "isize" };
+  }>;
+  pending: Map<number, Pending>;
+  nextId: number;
+  reading: boolean;
+  closed: string | null;
+};
+
+const KEY = Symbol.for("codebox.channel");
+const g = globalThis as unknown as { [KEY]?: Channel };
+const channel: Channel = g[KEY] ??= {
+  libc: Deno.dlopen("libc.so.6", {
+    read: { parameters: ["i32", "buffer", "usize"], result: "isize", nonblocking: true },
+    write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
+  } as const),
+  pending: new Map(),
+  nextId: 1,
+  reading: false,
+  closed: null,
+};
+const { libc, pending } = channel;
+
+/** A tool call that failed: denied, unknown, upstream error or `isError` result. */
+export class ToolError extends Error {
+  constructor(
+    message: string,
+    /** The JSON-RPC error code, or undefined when the tool itself reported isError. */
+    readonly code?: number,
+    /** The tool's result when it reported isError. */
+    readonly result?: unknown,
+  ) {
+    super(message);
+    this.name = "ToolError";
+  }
+}
+
+const encoder = new TextEncoder();
+
+function writeAll(bytes: Uint8Array) {
+  let off = 0;
+  let failures = 0;
+  while (off < bytes.length) {
+    const n = Number(libc.symbols.write(CHANNEL_FD, bytes.subarray(off), BigInt(bytes.length - off)));
+    if (n > 0) {
+      off += n;
+    } else if (++failures > 100) {
+      throw new ToolError("codebox: the tool channel (fd 3) is closed");
+    }
+  }
+}
+
+function failAll(why: string) {
+  channel.closed = why;
+  for (const p of pending.values()) p.reject(new ToolError(why));
+  pending.clear();
+}
+
+function dispatch(line: Uint8Array) {
+  let msg: { id?: number; result?: unknown; error?: { code: number; message: string } };
+  try {
+    msg = JSON.parse(new TextDecoder().decode(line));
+  } catch {
+    failAll("codebox: malformed message on the tool channel");
+    return;
+  }
+  const p = msg.id === undefined ? undefined : pending.get(msg.id);
+  if (!p) return;
+  pending.delete(msg.id!);
+  if (msg.error) p.reject(new ToolError(msg.error.message, msg.error.code));
+  else p.resolve(msg.result);
+}
+
+// Reads responses while calls wait; stops when none does.
+async function readLoop() {
+  channel.reading = true;
+  let buf = new Uint8Array(0);
+  const chunk = new Uint8Array(1 << 16);
+  try {
+    while (pending.size > 0) {
+      const n = Number(await libc.symbols.read(CHANNEL_FD, chunk, BigInt(chunk.length)));
+      if (n <= 0) {
+        failAll("codebox: the tool channel (fd 3) closed");
+        return;
+      }
+      const next = new Uint8Array(buf.length + n);
+      next.set(buf);
+      next.set(chunk.subarray(0, n), buf.length);
+      buf = next;
+      let nl;
+      let start = 0;
+      while ((nl = buf.indexOf(10, start)) >= 0) {
+        dispatch(buf.subarray(start, nl));
+        start = nl + 1;
+      }
+      buf = buf.slice(start);
+    }
+  } finally {
+    channel.reading = false;
+  }
+}
+
+/** Sends one JSON-RPC request over fd 3 and waits for its response. */
+export function request(method: string, params: Record<string, unknown>): Promise<unknown> {
+  if (channel.closed) return Promise.reject(new ToolError(channel.closed));
+  const id = channel.nextId++;
+  const promise = new Promise<unknown>((resolve, reject) => pending.set(id, { resolve, reject }));
+  writeAll(encoder.encode(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n"));
+  if (!channel.reading) readLoop();
+  return promise;
+}
+
+type Content = { type: string; text?: string };
+type ToolResult = { content?: Content[]; structuredContent?: unknown; isError?: boolean };
+
+/**
+ * What a tool result means to code: its structuredContent when present; else its text
+ * (parsed as JSON when it is JSON; several text blocks become an array); other content
+ * (images, resources) as the content array. A result with isError throws ToolError.
+ */
+export function unwrap(name: string, result: ToolResult): unknown {
+  const content = result.content ?? [];
+  const texts = content.filter((c) => c.type === "text").map((c) => c.text ?? "");
+  if (result.isError) {
+    throw new ToolError(`${name}: ${texts.join("\n") || "the tool reported an error"}`, undefined, result);
+  }
+  if (result.structuredContent !== undefined && result.structuredContent !== null) {
+    return result.structuredContent;
+  }
+  if (texts.length !== content.length) return content;
+  const values = texts.map((t) => {
+    try {
+      return JSON.parse(t);
+    } catch {
+      return t;
+    }
+  });
+  return values.length === 1 ? values[0] : values;
+}
+
+/** Calls an upstream tool by its catalog name (`<server>__<tool>`). */
+export async function callMCPTool<T = unknown>(
+  name: string,
+  args: Record<string, unknown> = {},
+): Promise<T> {
+  const result = await request("tools/call", { name, arguments: args });
+  return unwrap(name, result as ToolResult) as T;
+}
+
+/** Finds tools by words of their name and description. */
+export async function searchTools(
+  query: string,
+  options: { detail?: "name" | "summary" | "full"; limit?: number } = {},
+): Promise<unknown[]> {
+  const result = (await request("tools/search", { query, ...options })) as { tools: unknown[] };
+  return result.tools;
+}
+
+/** One tool's full definition (description, input and output schema). */
+export async function getTool(name: string): Promise<unknown> {
+  return await request("tools/get", { name });
+}

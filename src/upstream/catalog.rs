@@ -1,0 +1,43 @@
+//! The catalog: every tool of every connected upstream, under the names code sees.
+//!
+//! An upstream tool `read_text_file` of server `filesystem` is exposed as
+//! `filesystem__read_text_file`. Server and tool names are sanitised to identifiers
+//! (`[A-Za-z0-9_]`, not starting with a digit) where needed; `server_ident` and
+//! `tool_ident` are those identifiers, `name` is `<server_ident>__<tool_ident>`, and
+//! `server` / `tool` keep the upstream's own spelling for the call.
+
+use serde::Serialize;
+
+/// One upstream tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CatalogTool {
+    /// The name code calls: `<server_ident>__<tool_ident>`, unique in the catalog.
+    pub name: String,
+    /// The server's name as configured in `.mcp.json`.
+    pub server: String,
+    /// The tool's name as the upstream spells it.
+    pub tool: String,
+    /// `server` as an identifier (Python module, TypeScript directory).
+    pub server_ident: String,
+    /// `tool` as an identifier (Python function, TypeScript file).
+    pub tool_ident: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    /// The tool's `inputSchema` (a JSON Schema object).
+    pub input_schema: serde_json::Value,
+    /// The tool's `outputSchema`, when it declares one.
+    pub output_schema: Option<serde_json::Value>,
+}
+
+/// A consistent snapshot of all tools; `version` grows whenever any server's list changes.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Catalog {
+    pub version: u64,
+    pub tools: Vec<CatalogTool>,
+}
+
+impl Catalog {
+    pub fn get(&self, name: &str) -> Option<&CatalogTool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}

@@ -1,0 +1,392 @@
+//! [`Upstreams`]: every configured upstream server behind one cloneable handle.
+//!
+//! `start` connects to all servers at once and returns when each has connected or failed
+//! its first attempt (each bounded by the connect timeout); supervisors keep retrying in
+//! the background. `call` goes to the server named by the exposed name's prefix; a server
+//! that is not ready fails the call at once, and a connection that dies during a call
+//! fails it at once too. Dropping the last handle stops everything as `shutdown` does,
+//! without waiting.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult};
+use rmcp::service::ServiceError;
+use serde::Serialize;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::catalog::Catalog;
+use super::config::ServerConfig;
+use super::naming;
+use super::supervisor::{self, Shared};
+
+/// Timeouts and backoff for the upstream connections.
+#[derive(Debug, Clone)]
+pub struct UpstreamOptions {
+    /// Spawn (or HTTP connect), `initialize` and the first `tools/list` of one server.
+    pub connect_timeout: Duration,
+    /// The first retry delay; it doubles on every failure up to `backoff_max`.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// How long a stdio server's process group gets between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// The largest message taken from a server (a stdio line, an SSE event). A larger
+    /// one is dropped by rmcp, and the call it answered runs into its timeout.
+    pub max_message_bytes: usize,
+}
+
+impl Default for UpstreamOptions {
+    fn default() -> Self {
+        UpstreamOptions {
+            connect_timeout: Duration::from_secs(30),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            kill_grace: Duration::from_secs(2),
+            // Tool results are often sent twice (text and structuredContent): a 10 MB file
+            // read is over 20 MB of JSON.
+            max_message_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Where a server is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerState {
+    /// The first attempt is under way.
+    Connecting,
+    Ready,
+    /// The last attempt failed (or the manager shut down); a retry is scheduled.
+    Failed,
+    /// The connection was lost, or a retry is under way.
+    Reconnecting,
+}
+
+impl std::fmt::Display for ServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ServerState::Connecting => "connecting",
+            ServerState::Ready => "ready",
+            ServerState::Failed => "failed",
+            ServerState::Reconnecting => "reconnecting",
+        })
+    }
+}
+
+/// One server as `list_servers` and `health` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerStatus {
+    /// As configured in `.mcp.json`.
+    pub name: String,
+    /// The prefix of its tools' exposed names.
+    pub ident: String,
+    /// `stdio` or `http`.
+    pub transport: &'static str,
+    pub state: ServerState,
+    /// Tools in the catalog (0 unless ready).
+    pub tool_count: usize,
+    /// Why the last attempt failed or the last connection was lost.
+    pub last_error: Option<String>,
+    /// Connection attempts so far.
+    pub attempts: u32,
+    /// The stdio server's pid (and process group id) while ready.
+    pub pid: Option<u32>,
+}
+
+/// Why a call to an upstream tool failed. Messages are complete on one line: they go back
+/// to the code that made the call.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("no upstream tool {name:?}")]
+    UnknownTool { name: String },
+    #[error("upstream server {server:?} is {state}{}", .last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    Unavailable {
+        server: String,
+        state: ServerState,
+        last_error: Option<String>,
+    },
+    #[error(
+        "upstream server {server:?} went away during the call to {tool:?}; it is being reconnected"
+    )]
+    ConnectionLost { server: String, tool: String },
+    #[error("upstream tool {tool:?} of {server:?} did not answer within {timeout:?} (the call was cancelled)")]
+    Timeout {
+        server: String,
+        tool: String,
+        timeout: Duration,
+    },
+    #[error("upstream server {server:?} refused the call to {tool:?}: {message} (JSON-RPC error {code})")]
+    Rpc {
+        server: String,
+        tool: String,
+        code: i32,
+        message: String,
+        data: Option<serde_json::Value>,
+    },
+    #[error("upstream server {server:?}: the call to {tool:?} failed: {message}")]
+    Transport {
+        server: String,
+        tool: String,
+        message: String,
+    },
+    #[error("upstream server {server:?} answered the call to {tool:?} with {what}, which codebox does not support")]
+    Unsupported {
+        server: String,
+        tool: String,
+        what: &'static str,
+    },
+    #[error("the upstream servers are shut down")]
+    ShutDown,
+}
+
+/// The handle: cheap to clone, all clones share the servers.
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The supervisors stop their servers (SIGTERM, grace, SIGKILL) on their own.
+        self.stop.cancel();
+    }
+}
+
+impl Upstreams {
+    /// Connects to every server concurrently and returns once each has connected or
+    /// failed its first attempt; failed servers are retried in the background.
+    pub async fn start(servers: Vec<ServerConfig>, options: UpstreamOptions) -> Upstreams {
+        let shared = Arc::new(Shared::new(servers));
+        let stop = CancellationToken::new();
+        let mut tasks = Vec::new();
+        let mut firsts = Vec::new();
+        for index in 0..shared.slots.len() {
+            let (tx, rx) = oneshot::channel();
+            firsts.push(rx);
+            tasks.push(tokio::spawn(supervisor::supervise(
+                shared.clone(),
+                index,
+                options.clone(),
+                stop.clone(),
+                tx,
+            )));
+        }
+        for first in firsts {
+            // An error means the supervisor ended, which also ends its first attempt.
+            let _ = first.await;
+        }
+        Upstreams {
+            inner: Arc::new(Inner {
+                shared,
+                stop,
+                tasks: Mutex::new(tasks),
+            }),
+        }
+    }
+
+    /// No upstream servers.
+    pub fn empty() -> Upstreams {
+        Upstreams {
+            inner: Arc::new(Inner {
+                shared: Arc::new(Shared::new(Vec::new())),
+                stop: CancellationToken::new(),
+                tasks: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The current catalog.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.inner.shared.catalog()
+    }
+
+    /// The catalog version: changes whenever any server's tools enter, leave or change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.shared.subscribe()
+    }
+
+    /// Every configured server, in configuration order.
+    pub fn servers(&self) -> Vec<ServerStatus> {
+        self.inner.shared.slots.iter().map(|s| s.status()).collect()
+    }
+
+    /// Calls the upstream tool exposed as `name`. On timeout the call is abandoned and
+    /// `notifications/cancelled` goes upstream.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+        timeout: Duration,
+    ) -> Result<CallToolResult, UpstreamError> {
+        if self.inner.stop.is_cancelled() {
+            return Err(UpstreamError::ShutDown);
+        }
+        let unknown = || UpstreamError::UnknownTool {
+            name: name.to_string(),
+        };
+        let (server_ident, _) = naming::split(name).ok_or_else(unknown)?;
+        let slot = self
+            .inner
+            .shared
+            .slot_by_ident(server_ident)
+            .ok_or_else(unknown)?;
+        let server = slot.config.name.clone();
+        let live = slot.live().map_err(|down| UpstreamError::Unavailable {
+            server: server.clone(),
+            state: down.state,
+            last_error: down.last_error,
+        })?;
+        let tool = live
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.tool.clone())
+            .ok_or_else(unknown)?;
+        let mut params = CallToolRequestParams::new(tool.clone());
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let result = tokio::select! {
+            biased;
+            r = tokio::time::timeout(timeout, live.peer.call_tool_once(params)) => r,
+            _ = live.lost.cancelled() => {
+                tracing::warn!(server, tool, "upstream connection lost during a call");
+                return Err(UpstreamError::ConnectionLost { server, tool });
+            }
+        };
+        let outcome = match result {
+            Err(_) => Err(UpstreamError::Timeout {
+                server,
+                tool,
+                timeout,
+            }),
+            Ok(Ok(CallToolResponse::Complete(result))) => return Ok(result),
+            Ok(Ok(CallToolResponse::InputRequired(_))) => Err(UpstreamError::Unsupported {
+                server,
+                tool,
+                what: "a request for input",
+            }),
+            Ok(Ok(CallToolResponse::Task(_))) => Err(UpstreamError::Unsupported {
+                server,
+                tool,
+                what: "a task",
+            }),
+            Ok(Ok(_)) => Err(UpstreamError::Unsupported {
+                server,
+                tool,
+                what: "an unknown kind of result",
+            }),
+            Ok(Err(ServiceError::McpError(e))) => Err(UpstreamError::Rpc {
+                server,
+                tool,
+                code: e.code.0,
+                message: e.message.to_string(),
+                data: e.data,
+            }),
+            Ok(Err(ServiceError::TransportClosed)) => {
+                Err(UpstreamError::ConnectionLost { server, tool })
+            }
+            Ok(Err(e)) => {
+                // Maybe the server is gone without the transport noticing (HTTP).
+                live.suspect.notify_one();
+                Err(UpstreamError::Transport {
+                    server,
+                    tool,
+                    message: super::error_chain(&e),
+                })
+            }
+        };
+        if let Err(err) = &outcome {
+            tracing::warn!(%err, "upstream tool call failed");
+        }
+        outcome
+    }
+
+    /// Closes every client, stops every stdio server's process group (SIGTERM, grace,
+    /// SIGKILL) and waits until they are gone. Calls fail with `ShutDown` afterwards.
+    pub async fn shutdown(&self) {
+        self.inner.stop.cancel();
+        let tasks =
+            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in tasks {
+            if let Err(err) = task.await {
+                tracing::error!(?err, "upstream supervisor task failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::config::TransportConfig;
+
+    fn failing(name: &str) -> ServerConfig {
+        ServerConfig {
+            name: name.into(),
+            transport: TransportConfig::Stdio {
+                command: "/nonexistent/mcp-server".into(),
+                args: vec![],
+                env: Default::default(),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn empty_has_nothing() {
+        let u = Upstreams::empty();
+        assert!(u.catalog().tools.is_empty());
+        assert!(u.servers().is_empty());
+        let e = u
+            .call("a__b", None, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, UpstreamError::UnknownTool { .. }), "{e}");
+        u.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_server_is_reported_and_refuses_calls_at_once() {
+        let options = UpstreamOptions {
+            backoff_initial: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(200),
+            ..UpstreamOptions::default()
+        };
+        let u = Upstreams::start(vec![failing("my-srv")], options).await;
+        let status = &u.servers()[0];
+        assert_eq!(status.ident, "my_srv");
+        assert_ne!(status.state, ServerState::Ready);
+        let error = status.last_error.clone().unwrap();
+        assert!(error.contains("/nonexistent/mcp-server"), "{error}");
+        let e = u
+            .call("my_srv__anything", None, Duration::from_secs(60))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("my-srv") && e.contains("nonexistent"), "{e}");
+        // Retried in the background.
+        let mut rx = u.subscribe();
+        for _ in 0..200 {
+            if u.servers()[0].attempts >= 3 {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(50), rx.changed()).await;
+        }
+        assert!(u.servers()[0].attempts >= 3, "{:?}", u.servers());
+        u.shutdown().await;
+        let e = u
+            .call("my_srv__x", None, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, UpstreamError::ShutDown), "{e}");
+    }
+}

@@ -1,0 +1,42 @@
+//! Upstream MCP servers: the servers of a `.mcp.json`, connected as an MCP client, whose
+//! tools code in the sandbox can call.
+//!
+//! - [`config`]: `.mcp.json` in Claude Code's format, `${VAR}` expansion
+//! - [`naming`]: the exposed names `<server>__<tool>` and the way back
+//! - [`catalog`]: the snapshot of every connected server's tools
+//! - [`process`]: a stdio server's process group, its stderr, stopping it
+//! - [`connection`]: one rmcp client connection (stdio or streamable HTTP)
+//! - [`supervisor`]: one task per server: connect, refresh on list changes, reconnect
+//!   with backoff, publish the catalog
+//! - [`manager`]: [`Upstreams`], the handle the MCP server and the sandbox proxy use
+//!
+//! While a server is down (failed, or reconnecting after its connection was lost) its
+//! tools are out of the catalog, and a call to one of its names fails at once with
+//! [`UpstreamError::Unavailable`], which says why.
+
+pub mod catalog;
+pub mod config;
+pub mod connection;
+pub mod manager;
+pub mod naming;
+pub mod process;
+pub mod supervisor;
+
+pub use catalog::{Catalog, CatalogTool};
+pub use config::{ServerConfig, TransportConfig};
+pub use manager::{ServerState, ServerStatus, UpstreamError, UpstreamOptions, Upstreams};
+
+/// An error and its sources, `: `-separated, on one line.
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut s = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !s.ends_with(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        source = e.source();
+    }
+    s
+}

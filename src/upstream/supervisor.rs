@@ -1,0 +1,382 @@
+//! One task per upstream server, and the state they share.
+//!
+//! A supervisor connects its server (within the connect timeout), publishes its tools,
+//! lists them again on `notifications/tools/list_changed`, and when the connection is
+//! lost takes the tools out of the catalog and reconnects. Failed attempts are retried
+//! with exponential backoff (`backoff_initial` doubling up to `backoff_max`); a connection
+//! that stayed up for `backoff_max` or longer resets the backoff and is reconnected at
+//! once.
+//!
+//! An HTTP upstream that goes away does not end the rmcp session by itself (the client
+//! keeps its session and fails each request), so a call that fails in the transport
+//! marks the connection suspect: the supervisor pings the server and, without an answer,
+//! treats the connection as lost.
+//!
+//! Locks: the catalog lock may be taken before a slot's lock, never the other way round.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rmcp::model::Tool;
+use rmcp::model::{ClientRequest, PingRequest};
+use rmcp::service::{Peer, RoleClient};
+use tokio::sync::{oneshot, watch, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::catalog::{Catalog, CatalogTool};
+use super::config::ServerConfig;
+use super::connection::{self, Connected, Connection};
+use super::manager::{ServerState, ServerStatus, UpstreamOptions};
+use super::naming;
+
+/// What every supervisor and the handle share.
+#[derive(Debug)]
+pub struct Shared {
+    pub slots: Vec<Slot>,
+    catalog: Mutex<Arc<Catalog>>,
+    version: watch::Sender<u64>,
+}
+
+/// One configured server.
+#[derive(Debug)]
+pub struct Slot {
+    pub config: ServerConfig,
+    pub ident: String,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Debug)]
+struct SlotState {
+    state: ServerState,
+    last_error: Option<String>,
+    attempts: u32,
+    pid: Option<u32>,
+    /// Set while Ready.
+    live: Option<Live>,
+}
+
+/// What a call needs from a ready server.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub peer: Peer<RoleClient>,
+    pub lost: CancellationToken,
+    /// Notified by a call that failed in the transport: the supervisor checks the server.
+    pub suspect: Arc<Notify>,
+    pub tools: Vec<CatalogTool>,
+}
+
+/// A server that cannot take a call now, and why.
+#[derive(Debug)]
+pub struct Down {
+    pub state: ServerState,
+    pub last_error: Option<String>,
+}
+
+impl Shared {
+    pub fn new(servers: Vec<ServerConfig>) -> Shared {
+        let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+        let idents = naming::server_idents(&names);
+        let slots = servers
+            .into_iter()
+            .zip(idents)
+            .map(|(config, ident)| Slot {
+                config,
+                ident,
+                state: Mutex::new(SlotState {
+                    state: ServerState::Connecting,
+                    last_error: None,
+                    attempts: 0,
+                    pid: None,
+                    live: None,
+                }),
+            })
+            .collect();
+        Shared {
+            slots,
+            catalog: Mutex::new(Arc::new(Catalog::default())),
+            version: watch::Sender::new(0),
+        }
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        lock(&self.catalog).clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    pub fn slot_by_ident(&self, ident: &str) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.ident == ident)
+    }
+
+    /// Rebuilds the catalog from every ready server and bumps the version.
+    fn publish(&self) {
+        let mut catalog = lock(&self.catalog);
+        let tools = self
+            .slots
+            .iter()
+            .flat_map(|slot| {
+                lock(&slot.state)
+                    .live
+                    .as_ref()
+                    .map(|live| live.tools.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let version = catalog.version + 1;
+        *catalog = Arc::new(Catalog { version, tools });
+        self.version.send_replace(version);
+        tracing::debug!(
+            version,
+            tools = catalog.tools.len(),
+            "upstream catalog updated"
+        );
+    }
+}
+
+impl Slot {
+    pub fn status(&self) -> ServerStatus {
+        let s = lock(&self.state);
+        ServerStatus {
+            name: self.config.name.clone(),
+            ident: self.ident.clone(),
+            transport: self.config.transport.kind(),
+            state: s.state,
+            tool_count: s.live.as_ref().map_or(0, |l| l.tools.len()),
+            last_error: s.last_error.clone(),
+            attempts: s.attempts,
+            pid: s.pid,
+        }
+    }
+
+    /// The live connection, or why there is none.
+    pub fn live(&self) -> Result<Live, Down> {
+        let s = lock(&self.state);
+        match (&s.live, s.state) {
+            (Some(live), ServerState::Ready) => Ok(live.clone()),
+            _ => Err(Down {
+                state: s.state,
+                last_error: s.last_error.clone(),
+            }),
+        }
+    }
+
+    fn begin_attempt(&self) -> u32 {
+        let mut s = lock(&self.state);
+        s.attempts += 1;
+        s.state = if s.attempts == 1 {
+            ServerState::Connecting
+        } else {
+            ServerState::Reconnecting
+        };
+        s.attempts
+    }
+
+    fn ready(&self, connection: &Connection, tools: Vec<Tool>, suspect: Arc<Notify>) -> usize {
+        let mut s = lock(&self.state);
+        s.state = ServerState::Ready;
+        s.last_error = None;
+        s.pid = connection.pid();
+        let tools = self.catalog_tools(tools);
+        let count = tools.len();
+        s.live = Some(Live {
+            peer: connection.peer().clone(),
+            lost: connection.lost().clone(),
+            suspect,
+            tools,
+        });
+        count
+    }
+
+    fn set_tools(&self, tools: Vec<Tool>) -> usize {
+        let tools = self.catalog_tools(tools);
+        let count = tools.len();
+        if let Some(live) = &mut lock(&self.state).live {
+            live.tools = tools;
+        }
+        count
+    }
+
+    fn down(&self, state: ServerState, error: Option<String>) {
+        let mut s = lock(&self.state);
+        s.state = state;
+        s.live = None;
+        s.pid = None;
+        if error.is_some() {
+            s.last_error = error;
+        }
+    }
+
+    /// The upstream tools as catalog entries, named for this server.
+    fn catalog_tools(&self, mut tools: Vec<Tool>) -> Vec<CatalogTool> {
+        let mut seen = std::collections::HashSet::new();
+        tools.retain(|t| {
+            let fresh = seen.insert(t.name.to_string());
+            if !fresh {
+                tracing::warn!(server = %self.config.name, tool = %t.name, "duplicate tool name in tools/list; keeping the first");
+            }
+            fresh
+        });
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        let idents = naming::tool_idents(&names);
+        tools
+            .iter()
+            .zip(idents)
+            .map(|(tool, tool_ident)| CatalogTool {
+                name: naming::exposed(&self.ident, &tool_ident),
+                server: self.config.name.clone(),
+                tool: tool.name.to_string(),
+                server_ident: self.ident.clone(),
+                tool_ident,
+                title: tool.title.clone(),
+                description: tool.description.as_ref().map(|d| d.to_string()),
+                input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+                output_schema: tool
+                    .output_schema
+                    .as_ref()
+                    .map(|o| serde_json::Value::Object((**o).clone())),
+            })
+            .collect()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs server `index` until `stop`; `first` is told when the first attempt is over.
+pub async fn supervise(
+    shared: Arc<Shared>,
+    index: usize,
+    options: UpstreamOptions,
+    stop: CancellationToken,
+    first: oneshot::Sender<()>,
+) {
+    let slot = &shared.slots[index];
+    let server = slot.config.name.as_str();
+    let mut first = Some(first);
+    let mut backoff = options.backoff_initial;
+    loop {
+        let attempt = slot.begin_attempt();
+        let started = Instant::now();
+        let result = connection::connect(&slot.config, &options, &stop).await;
+        let delay = match result {
+            Err(connection::Error::Cancelled) => break,
+            Err(err) => {
+                let error = err.describe();
+                tracing::warn!(server, attempt, error, retry_in = ?backoff, "cannot connect to MCP server");
+                slot.down(ServerState::Failed, Some(error));
+                backoff
+            }
+            Ok(connected) => {
+                let tools = connected.tools.len();
+                tracing::info!(server, attempt, tools, elapsed = ?started.elapsed(), "MCP server connected");
+                let up_since = Instant::now();
+                if !serve(&shared, slot, connected, &options, &stop, &mut first).await {
+                    break;
+                }
+                if up_since.elapsed() >= options.backoff_max {
+                    backoff = options.backoff_initial;
+                    Duration::ZERO
+                } else {
+                    backoff
+                }
+            }
+        };
+        if let Some(first) = first.take() {
+            let _ = first.send(());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stop.cancelled() => break,
+        }
+        if !delay.is_zero() {
+            backoff = (backoff * 2).min(options.backoff_max);
+        }
+    }
+    slot.down(ServerState::Failed, Some("shut down".into()));
+    shared.publish();
+}
+
+/// Serves one live connection until it is lost (returns true) or `stop` (false).
+async fn serve(
+    shared: &Shared,
+    slot: &Slot,
+    connected: Connected,
+    options: &UpstreamOptions,
+    stop: &CancellationToken,
+    first: &mut Option<oneshot::Sender<()>>,
+) -> bool {
+    let server = slot.config.name.as_str();
+    let Connected {
+        mut connection,
+        tools,
+        mut list_changed,
+    } = connected;
+    let suspect = Arc::new(Notify::new());
+    slot.ready(&connection, tools, suspect.clone());
+    shared.publish();
+    if let Some(first) = first.take() {
+        let _ = first.send(());
+    }
+    let lost = connection.lost().clone();
+    let why = loop {
+        tokio::select! {
+            _ = stop.cancelled() => {
+                slot.down(ServerState::Failed, Some("shut down".into()));
+                shared.publish();
+                connection.close().await;
+                return false;
+            }
+            _ = lost.cancelled() => break "the connection closed".to_string(),
+            _ = suspect.notified() => {
+                let alive = tokio::select! {
+                    r = ping(&connection, options.connect_timeout) => r,
+                    _ = stop.cancelled() => continue,
+                };
+                if let Err(why) = alive {
+                    break why;
+                }
+            }
+            Some(()) = list_changed.recv() => {
+                let listed = tokio::select! {
+                    r = tokio::time::timeout(options.connect_timeout, connection.peer().list_all_tools()) => r,
+                    _ = stop.cancelled() => continue,
+                };
+                match listed {
+                    Ok(Ok(tools)) => {
+                        let count = slot.set_tools(tools);
+                        tracing::info!(server, tools = count, "MCP server's tools changed");
+                        shared.publish();
+                    }
+                    Ok(Err(err)) => tracing::warn!(server, ?err, "listing tools after list_changed failed; keeping the old list"),
+                    Err(_) => tracing::warn!(server, timeout = ?options.connect_timeout, "listing tools after list_changed timed out; keeping the old list"),
+                }
+            }
+        }
+    };
+    // Lost: out of the catalog first, so calls fail fast, then reap the process.
+    slot.down(ServerState::Reconnecting, None);
+    shared.publish();
+    let exit = connection.close().await;
+    let error = format!(
+        "connection lost: {why}{}",
+        connection::context(exit.as_deref(), &connection.stderr_tail())
+    );
+    tracing::warn!(server, error, "MCP server connection lost; reconnecting");
+    slot.down(ServerState::Reconnecting, Some(error));
+    true
+}
+
+/// Whether the server still answers: any response, even an error (a server on a
+/// protocol version without ping), means it does.
+async fn ping(connection: &Connection, timeout: Duration) -> Result<(), String> {
+    let request = ClientRequest::PingRequest(PingRequest::default());
+    match tokio::time::timeout(timeout, connection.peer().send_request(request)).await {
+        Ok(Ok(_)) | Ok(Err(rmcp::ServiceError::McpError(_))) => Ok(()),
+        Ok(Err(err)) => Err(format!("no answer to ping: {}", super::error_chain(&err))),
+        Err(_) => Err(format!("no answer to ping within {timeout:?}")),
+    }
+}

@@ -1,0 +1,381 @@
+//! The wrapper generator (`codebox::codegen`) against the tool lists of real MCP servers
+//! (`tests/fixtures/tools/*.json`, refreshed by `tests/fixtures/tools/refresh.py`) plus a
+//! made-up server with hostile names, descriptions and schemas:
+//!
+//! - every generated `.ts` file passes `deno check` (the rootfs's Deno), a program using
+//!   the wrappers type-checks, and one misusing them does not;
+//! - every generated Python module imports with `/usr/bin/python3` against a fake
+//!   `codebox` module, its signatures are the expected ones, and calls send the right
+//!   arguments.
+//!
+//! Without Deno or Python the test prints `SKIP` and passes, unless `CODEBOX_TEST_STRICT=1`.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use codebox::codegen::generate;
+use codebox::upstream::catalog::{Catalog, CatalogTool};
+use serde_json::{json, Value};
+
+const SERVERS: &[&str] = &["filesystem", "memory", "everything", "time"];
+
+/// `[A-Za-z0-9_]`, other characters as `_`, not starting with a digit.
+fn ident(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+fn catalog_tool(server: &str, tool: &Value) -> CatalogTool {
+    let name = tool["name"].as_str().expect("tool name");
+    let text = |k: &str| tool.get(k).and_then(Value::as_str).map(String::from);
+    CatalogTool {
+        name: format!("{}__{}", ident(server), ident(name)),
+        server: server.into(),
+        tool: name.into(),
+        server_ident: ident(server),
+        tool_ident: ident(name),
+        title: text("title"),
+        description: text("description"),
+        input_schema: tool["inputSchema"].clone(),
+        output_schema: tool.get("outputSchema").cloned(),
+    }
+}
+
+/// Tools whose names, descriptions and schemas try to break the generated code.
+fn hostile_tools() -> Vec<Value> {
+    let evil = "Ends */ here \"\"\" and \\ then \u{2028} and \u{0} and `${x}` '''";
+    vec![
+        json!({"name": "weird-names", "description": evil, "title": "*/ title \"\"\"",
+               "inputSchema": {"type": "object", "required": ["from"], "properties": {
+                   "max-results": {"type": "integer", "description": evil},
+                   "max_results": {"type": "integer"},
+                   "from": {"type": "string"},
+                   "class": {"type": ["boolean", "null"]},
+                   "__proto__": {"type": "string"},
+                   "_args": {"type": "string"},
+                   "x\"\"\"*/": {"enum": ["a\"\"\"", "*/", "\\", 1, null]}}}}),
+        json!({"name": "index", "inputSchema": {"type": "object", "properties": {}}}),
+        json!({"name": "delete", "inputSchema": {"type": "object", "properties": {
+                   "anything": true, "nothing": false}}}),
+        json!({"name": "class", "inputSchema": true}),
+        json!({"name": "recursive", "description": "Schemas with references.",
+               "inputSchema": {
+                   "type": "object",
+                   "properties": {
+                       "tree": {"$ref": "#/$defs/Node"},
+                       "loop": {"$ref": "#/$defs/A"},
+                       "pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}],
+                                "items": false, "minItems": 1},
+                       "map": {"type": "object", "additionalProperties": {"$ref": "#/definitions/Leaf"}},
+                       "mixed": {"type": "object", "properties": {"a": {"type": "string"}},
+                                 "additionalProperties": {"type": "number"}},
+                       "choice": {"oneOf": [{"const": {"kind": "x", "n": [1, 2]}}, {"type": "null"}]},
+                       "both": {"allOf": [{"$ref": "#/$defs/Node"}, {"type": "object", "required": ["id"]}]},
+                       "self": {"$ref": "#"}},
+                   "$defs": {
+                       "Node": {"type": "object", "properties": {
+                           "id": {"type": "string"},
+                           "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}},
+                       "A": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "string"}]},
+                       "B": {"allOf": [{"$ref": "#/$defs/A"}]},
+                       "Promise": {"type": "string"}},
+                   "definitions": {"Leaf": {"type": ["string", "number", "null"]}}},
+               "outputSchema": {"anyOf": [{"$ref": "#"}, {"$ref": "#/$defs/Out"}],
+                                "$defs": {"Out": {"type": "object", "properties": {
+                                    "next": {"$ref": "#"}}}}}}),
+    ]
+}
+
+fn catalog() -> Catalog {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tools");
+    let mut tools = Vec::new();
+    for server in SERVERS {
+        let path = dir.join(format!("{server}.json"));
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let list: Vec<Value> = serde_json::from_str(&text).expect("fixture is a tools array");
+        assert!(!list.is_empty(), "{server}: no tools in the fixture");
+        tools.extend(list.iter().map(|t| catalog_tool(server, t)));
+    }
+    tools.extend(hostile_tools().iter().map(|t| catalog_tool("edge case", t)));
+    Catalog { version: 1, tools }
+}
+
+/// The generated tree in a fresh temporary directory.
+fn generated() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("servers");
+    let stats = generate(&catalog(), &out).expect("generate");
+    assert_eq!(stats.tools, catalog().tools.len());
+    (tmp, out)
+}
+
+fn skip_or_panic(test: &str, reason: &str) {
+    if common::strict() {
+        panic!("{test}: {reason}");
+    }
+    eprintln!("SKIP {test}: {reason}");
+}
+
+fn files_with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            out.extend(files_with_extension(&path, ext));
+        } else if path.extension().is_some_and(|e| e == ext) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn deno_check(deno: &Path, deno_dir: &Path, files: &[PathBuf]) -> Output {
+    Command::new(deno)
+        .arg("check")
+        .args(files)
+        .env("DENO_DIR", deno_dir)
+        .env("DENO_NO_UPDATE_CHECK", "1")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("deno runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn every_tool_gets_a_typescript_and_a_python_wrapper() {
+    let (_tmp, out) = generated();
+    for tool in catalog().tools {
+        let file = out
+            .join(&tool.server_ident)
+            .join(format!("{}.ts", tool.tool_ident));
+        if tool.tool_ident != "index" {
+            let ts =
+                fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            assert!(
+                ts.contains("callMCPTool<")
+                    && ts.contains(&serde_json::to_string(&tool.name).unwrap()),
+                "{ts}"
+            );
+        }
+    }
+    let index = fs::read_to_string(out.join("filesystem/index.ts")).unwrap();
+    assert!(
+        index.contains("export { readTextFile } from \"./read_text_file.ts\";\n"),
+        "{index}"
+    );
+    let edge = fs::read_to_string(out.join("edge_case/index.ts")).unwrap();
+    assert!(
+        edge.contains("export { index } from \"./index_2.ts\";\n"),
+        "{edge}"
+    );
+    let py = fs::read_to_string(out.join("filesystem/__init__.py")).unwrap();
+    assert!(py.contains("\ndef read_text_file(*, path: str, head: float | None = None, tail: float | None = None) -> Any:\n")
+        || py.contains("\ndef read_text_file(\n    *,\n    path: str,\n"), "{py}");
+}
+
+#[test]
+fn generated_typescript_type_checks() {
+    const TEST: &str = "generated_typescript_type_checks";
+    let deno = common::rootfs_dir().join("usr/bin/deno");
+    if !deno.exists() {
+        return skip_or_panic(TEST, &format!("no deno at {}", deno.display()));
+    }
+    let (tmp, out) = generated();
+    let deno_dir = tmp.path().join("deno");
+    let files = files_with_extension(&out, "ts");
+    assert!(files.len() > 40, "{files:?}");
+    let result = deno_check(&deno, &deno_dir, &files);
+    assert!(
+        result.status.success(),
+        "deno check failed:\n{}",
+        text(&result)
+    );
+
+    // Code using the wrappers the way an agent would, with the types flowing through.
+    let base = out.display();
+    let usage = tmp.path().join("usage.ts");
+    fs::write(&usage, format!(r#"
+import {{ readTextFile, type ReadTextFileInput }} from "{base}/filesystem/index.ts";
+import {{ getEnv, getSum }} from "{base}/everything/index.ts";
+import {{ convertTime }} from "{base}/time/index.ts";
+import {{ createEntities }} from "{base}/memory/index.ts";
+import {{ weirdNames, recursive }} from "{base}/edge_case/index.ts";
+export async function use() {{
+  const input: ReadTextFileInput = {{ path: "/a", head: 2 }};
+  const text: string = (await readTextFile(input)).content;
+  const env: unknown = await getEnv();
+  const sum: unknown = await getSum({{ a: 1, b: 2 }});
+  const t = await convertTime({{ source_timezone: "UTC", target_timezone: "UTC", time: "12:00" }});
+  const dst: boolean = t.target.is_dst;
+  const made = await createEntities({{ entities: [{{ name: "n", entityType: "t", observations: [] }}] }});
+  const first: string = made.entities[0].name;
+  await weirdNames({{ from: "x", "max-results": 3, "x\"\"\"*/": "*/" }});
+  await recursive({{ tree: {{ id: "r", children: [{{ children: [] }}] }}, pair: ["a"], map: {{ k: null }} }});
+  return [text, env, sum, dst, first];
+}}
+"#)).unwrap();
+    let result = deno_check(&deno, &deno_dir, &[usage]);
+    assert!(
+        result.status.success(),
+        "usage does not type-check:\n{}",
+        text(&result)
+    );
+
+    // Misuse is a type error: the types are real, not `unknown`. One file per misuse,
+    // checked together: each file must be named in an error.
+    let misuses = [
+        "await readTextFile({ path: 1 });",
+        "const n: number = (await readTextFile({ path: \"a\" })).content;",
+        "await convertTime({ time: \"12:00\" });",
+        "await weirdNames({ from: \"x\", \"x\\\"\\\"\\\"*/\": \"b\" });",
+        "const id: number = (await recursive()).next;",
+    ];
+    let mut bad_files = Vec::new();
+    for (i, misuse) in misuses.iter().enumerate() {
+        let bad = tmp.path().join(format!("misuse{i}.ts"));
+        fs::write(
+            &bad,
+            format!(
+                "import {{ readTextFile }} from \"{base}/filesystem/index.ts\";\n\
+             import {{ convertTime }} from \"{base}/time/index.ts\";\n\
+             import {{ weirdNames, recursive }} from \"{base}/edge_case/index.ts\";\n\
+             export async function misuse() {{ {misuse} }}\n"
+            ),
+        )
+        .unwrap();
+        bad_files.push(bad);
+    }
+    let result = deno_check(&deno, &deno_dir, &bad_files);
+    assert!(!result.status.success(), "misuse type-checked");
+    let report = text(&result);
+    for (i, misuse) in misuses.iter().enumerate() {
+        assert!(
+            report.contains(&format!("misuse{i}.ts:")),
+            "no error for {misuse}:\n{report}"
+        );
+    }
+}
+
+/// The Python side: a fake `codebox` records calls; the script checks imports,
+/// signatures, evaluable type hints, docstrings and the arguments sent.
+const PYTHON_CHECK: &str = r#"
+import importlib, inspect, sys, typing
+import codebox
+import servers
+
+assert servers.__all__ == ["edge_case", "everything", "filesystem", "memory", "time"], servers.__all__
+count = 0
+for module_name in servers.__all__:
+    module = importlib.import_module("servers." + module_name)
+    assert module.__doc__, module_name
+    for name in module.__all__:
+        fn = getattr(module, name)
+        sig = inspect.signature(fn)
+        assert all(p.kind is p.KEYWORD_ONLY for p in sig.parameters.values()), (name, sig)
+        typing.get_type_hints(fn)
+        assert "Calls the tool" in fn.__doc__, name
+        count += 1
+assert count == int(sys.argv[1]), count
+
+from servers.filesystem import read_text_file, list_allowed_directories
+from servers.time import convert_time
+from servers.everything import get_annotated_message, get_sum
+from servers.memory import read_graph
+from servers import edge_case
+
+def sig(fn):
+    s = inspect.signature(fn)
+    params = [f"{n}: {p.annotation}" + (" = None" if p.default is None else "") for n, p in s.parameters.items()]
+    return "(" + ", ".join(params) + f") -> {s.return_annotation}"
+
+expected = {
+    read_text_file: "(path: str, head: float | None = None, tail: float | None = None) -> Any",
+    convert_time: "(source_timezone: str, target_timezone: str, time: str) -> Any",
+    get_sum: "(a: float, b: float) -> Any",
+    read_graph: "() -> Any",
+    # (annotations are unparsed from the AST: string literals come back in single quotes)
+    get_annotated_message: "(messageType: Literal['error', 'success', 'debug'], includeImage: bool | None = None) -> Any",
+    edge_case.weird_names: "(from_: str, __proto__: str | None = None, _args_2: str | None = None, "
+        "class_: bool | None = None, max_results_2: int | None = None, max_results: int | None = None, "
+        "x_____: Literal['a\"\"\"', '*/', '\\\\', 1] | None = None) -> Any",
+}
+for fn, want in expected.items():
+    assert sig(fn) == want, (fn.__name__, sig(fn), want)
+
+def last_call(fn, **kwargs):
+    codebox.calls.clear()
+    result = fn(**kwargs)
+    assert result == "result", result
+    assert len(codebox.calls) == 1, codebox.calls
+    return codebox.calls[0]
+
+assert last_call(read_text_file, path="/a", head=3) == ("filesystem__read_text_file", {"path": "/a", "head": 3})
+assert last_call(read_text_file, path="/a", head=None, tail=0) == ("filesystem__read_text_file", {"path": "/a", "tail": 0})
+assert last_call(list_allowed_directories) == ("filesystem__list_allowed_directories", {})
+assert last_call(get_annotated_message, messageType="error") == ("everything__get_annotated_message", {"messageType": "error"})
+assert last_call(edge_case.weird_names, from_="f", max_results_2=5, max_results=6, class_=False, x_____="*/") == (
+    "edge_case__weird_names", {"from": "f", "max-results": 5, "max_results": 6, "class": False, 'x"""*/': "*/"})
+assert last_call(edge_case.class_) == ("edge_case__class", {})
+assert last_call(edge_case.index) == ("edge_case__index", {})
+assert last_call(edge_case.delete, anything=[1]) == ("edge_case__delete", {"anything": [1]})
+assert 'Ends */ here """ and \\ then' in edge_case.weird_names.__doc__, edge_case.weird_names.__doc__
+try:
+    read_text_file("/a")
+    raise AssertionError("positional arguments accepted")
+except TypeError:
+    pass
+print("python ok")
+"#;
+
+const FAKE_CODEBOX: &str = r#"
+calls = []
+
+def call_tool(name, args=None):
+    calls.append((name, args))
+    return "result"
+"#;
+
+#[test]
+fn generated_python_imports_and_calls() {
+    const TEST: &str = "generated_python_imports_and_calls";
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        return skip_or_panic(TEST, "no /usr/bin/python3");
+    }
+    let (tmp, out) = generated();
+    let path = tmp.path().join("pypath");
+    fs::create_dir(&path).unwrap();
+    fs::write(path.join("codebox.py"), FAKE_CODEBOX).unwrap();
+    std::os::unix::fs::symlink(&out, path.join("servers")).unwrap();
+    let result = Command::new(python)
+        .args(["-B", "-I", "-c"])
+        .arg(format!(
+            "import sys; sys.path.insert(0, {:?})\n{PYTHON_CHECK}",
+            path.display().to_string()
+        ))
+        .arg(catalog().tools.len().to_string())
+        .output()
+        .expect("python runs");
+    assert!(
+        result.status.success() && text(&result).contains("python ok"),
+        "{}",
+        text(&result)
+    );
+}

@@ -1,0 +1,354 @@
+"""Sandboxed code calling real upstream MCP servers through codebox, driven by the official
+Python MCP SDK as the model's client.
+
+Usage: upstream_client.py CODEBOX_BINARY UPSTREAMS_DIR
+UPSTREAMS_DIR holds node/node_modules/@modelcontextprotocol/server-{filesystem,memory,
+everything} and python/ (mcp-server-time), as `cargo xtask test` installs them. The test
+writes a .mcp.json in Claude Code's format with four stdio upstreams and one streamable
+HTTP upstream (server-everything on an ephemeral port), starts `codebox serve` with it,
+and checks what the issue asks. Prints one line per case and "N passed, M failed".
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from helpers import server_env
+
+CODEBOX = sys.argv[1]
+UPSTREAMS = os.path.abspath(sys.argv[2])
+NODE_MODULES = os.path.join(UPSTREAMS, "node/node_modules/@modelcontextprotocol")
+CASES = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class World:
+    """The data directory, the .mcp.json, and the HTTP upstream."""
+
+    def __init__(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="codebox-upstream-test-")
+        root = self.tmp.name
+        os.chmod(root, 0o755)
+        self.data = os.path.join(root, "data")
+        os.makedirs(os.path.join(self.data, "notes"))
+        for i in range(6):
+            kind = "todo" if i % 2 == 0 else "done"
+            with open(os.path.join(self.data, "notes", f"note{i}.txt"), "w") as f:
+                f.write(f"{kind}: item {i}\n")
+        with open(os.path.join(self.data, "big.txt"), "w") as f:
+            f.write(("x" * 99 + "\n") * 100_000)  # 10 MB, 100000 lines
+        self.memory_file = os.path.join(root, "memory.jsonl")
+        self.http_port = free_port()
+        self.http = subprocess.Popen(
+            ["node", os.path.join(NODE_MODULES, "server-everything/dist/index.js"), "streamableHttp"],
+            env={**os.environ, "PORT": str(self.http_port)},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.http_port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "server-everything (HTTP) did not start"
+                time.sleep(0.1)
+        node = lambda pkg: os.path.join(NODE_MODULES, pkg, "dist/index.js")  # noqa: E731
+        self.config = os.path.join(root, "mcp.json")
+        with open(self.config, "w") as f:
+            json.dump({"mcpServers": {
+                "filesystem": {"command": "node", "args": [node("server-filesystem"), "${DATA_DIR}"]},
+                "memory": {"command": "node", "args": [node("server-memory")],
+                           "env": {"MEMORY_FILE_PATH": self.memory_file}},
+                "everything": {"command": "node", "args": [node("server-everything"), "stdio"]},
+                "time": {"command": "/usr/bin/python3", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+                         "env": {"PYTHONPATH": os.path.join(UPSTREAMS, "python")}},
+                "web": {"type": "http", "url": "http://127.0.0.1:${EVERYTHING_PORT}/mcp"},
+            }}, f)
+
+    def server(self, *extra):
+        env = server_env()
+        env.update({"CODEBOX_MCP_CONFIG": self.config, "DATA_DIR": self.data,
+                    "EVERYTHING_PORT": str(self.http_port)})
+        return StdioServerParameters(command=CODEBOX, args=["serve", *extra], env=env)
+
+    def close(self):
+        try:
+            os.killpg(self.http.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        self.http.wait(timeout=10)
+        self.tmp.cleanup()
+
+
+async def run(s, language, code, **args):
+    r = await s.call_tool(f"execute_{language}", {"code": code, **args})
+    return r, r.structured_content or {}
+
+
+def ok(r, sc):
+    assert not r.is_error, sc.get("stderr") or r.content
+
+
+@case
+async def list_servers_shows_every_upstream_ready(s, w):
+    deadline = time.monotonic() + 60
+    while True:
+        r = await s.call_tool("list_servers", {})
+        servers = {x["name"]: x for x in r.structured_content["servers"]}
+        if all(x["status"] == "ready" for x in servers.values()) and len(servers) == 5:
+            break
+        assert time.monotonic() < deadline, servers
+        await anyio.sleep(0.5)
+    assert servers["filesystem"]["tool_count"] >= 10, servers
+    assert servers["web"]["tool_count"] == servers["everything"]["tool_count"], servers
+
+
+@case
+async def python_chains_filesystem_and_memory(s, w):
+    code = f"""
+import codebox
+from servers.filesystem import list_directory, read_text_file
+from servers.memory import create_entities, read_graph
+
+listing = list_directory(path={w.data + '/notes'!r})["content"]
+names = [l.split(' ', 1)[1] for l in listing.splitlines() if l.startswith('[FILE]')]
+todo = [n for n in names if read_text_file(path={w.data + '/notes/'!r} + n)["content"].startswith('todo')]
+create_entities(entities=[{{"name": "py-summary", "entityType": "summary",
+                            "observations": [f"{{len(todo)}} of {{len(names)}} notes are todo"]}}])
+graph = read_graph()
+print(sorted(todo))
+print([e["observations"] for e in graph["entities"] if e["name"] == "py-summary"])
+"""
+    r, sc = await run(s, "python", code)
+    ok(r, sc)
+    assert sc["stdout"] == "['note0.txt', 'note2.txt', 'note4.txt']\n[['3 of 6 notes are todo']]\n", sc
+    names = [c["name"] for c in sc["tool_calls"]]
+    assert names[0] == "filesystem__list_directory" and names[-1] == "memory__read_graph", names
+    assert all(c["ok"] for c in sc["tool_calls"]), sc["tool_calls"]
+    assert len(names) == 1 + 6 + 2, names
+
+
+@case
+async def typescript_chains_three_tools_from_two_servers(s, w):
+    code = f"""
+import {{ listDirectory, readTextFile }} from "/servers/filesystem/index.ts";
+import {{ createEntities }} from "/servers/memory/index.ts";
+
+const listing = await listDirectory({{ path: {json.dumps(w.data + '/notes')} }});
+const names = listing.content.split("\\n").filter((l) => l.startsWith("[FILE]")).map((l) => l.slice(7));
+const texts = await Promise.all(names.map((n) => readTextFile({{ path: {json.dumps(w.data + '/notes/')} + n }})));
+const done = names.filter((_, i) => texts[i].content.startsWith("done"));
+await createEntities({{ entities: [{{ name: "ts-summary", entityType: "summary", observations: done }}] }});
+console.log(done.join(","));
+"""
+    r, sc = await run(s, "typescript", code)
+    ok(r, sc)
+    assert sc["stdout"] == "note1.txt,note3.txt,note5.txt\n", sc
+    r, sc = await run(s, "python", "from servers.memory import open_nodes\n"
+                      "print(open_nodes(names=['ts-summary'])['entities'][0]['observations'])")
+    ok(r, sc)
+    assert sc["stdout"] == "['note1.txt', 'note3.txt', 'note5.txt']\n", sc
+
+
+@case
+async def ten_megabytes_stay_in_the_sandbox(s, w):
+    for language, code in [
+        ("python", f"import codebox\nt = codebox.call_tool('filesystem__read_text_file', {{'path': {w.data + '/big.txt'!r}}})['content']\nprint(len(t), t.count('\\n'))"),
+        ("typescript", f"import {{ callMCPTool }} from '/servers/client.ts';\nconst t = (await callMCPTool<{{ content: string }}>('filesystem__read_text_file', {{ path: {json.dumps(w.data + '/big.txt')} }})).content;\nconsole.log(t.length, t.split('\\n').length - 1);"),
+    ]:
+        r, sc = await run(s, language, code)
+        ok(r, sc)
+        assert sc["stdout"] == "10000000 100000\n", sc
+        call = sc["tool_calls"][0]
+        assert call["ok"] and call["bytes_out"] >= 10_000_000, call
+        whole = json.dumps(r.model_dump(mode="json"))
+        assert len(whole) < 10_000, f"the model's result is {len(whole)} bytes"
+
+
+@case
+async def nested_and_typed_arguments_from_the_schema(s, w):
+    code = """
+import inspect
+from servers.everything import get_structured_content, get_sum, trigger_long_running_operation
+from servers.memory import create_entities
+print(inspect.signature(get_sum))
+print(inspect.signature(create_entities))
+print(get_sum(a=2, b=40))
+print(get_structured_content(location="Chicago")["conditions"] != "")
+create_entities(entities=[{"name": "nested", "entityType": "t", "observations": ["a", "b"]}])
+"""
+    r, sc = await run(s, "python", code)
+    ok(r, sc)
+    lines = sc["stdout"].splitlines()
+    assert lines[0].startswith("(*, a: 'float', b: 'float')") or "a: float" in lines[0], lines
+    assert "entities: 'list[" in lines[1] or "entities: list[" in lines[1], lines
+    assert "42" in lines[2] and lines[3] == "True", lines
+
+
+@case
+async def generated_typescript_type_checks_in_the_sandbox(s, w):
+    code = """
+const files = [];
+for (const server of Deno.readDirSync("/servers")) {
+  if (server.isDirectory && server.name !== "__pycache__") files.push(`/servers/${server.name}/index.ts`);
+}
+const out = await new Deno.Command("deno", { args: ["check", "--quiet", ...files], stderr: "piped", stdout: "piped" }).output();
+console.log(files.length, out.code);
+console.error(new TextDecoder().decode(out.stderr));
+"""
+    r, sc = await run(s, "typescript", code, timeout_ms=120000)
+    ok(r, sc)
+    assert sc["stdout"] == "5 0\n", sc
+
+
+@case
+async def a_tool_outside_the_allowlist_is_denied_and_never_sent(s, w):
+    code = """
+import codebox
+try:
+    codebox.call_tool("memory__create_entities", {"entities": [{"name": "forbidden", "entityType": "t", "observations": []}]})
+except codebox.ToolError as e:
+    print("denied:", e.code, "allowed_tools" in str(e))
+print(codebox.call_tool("time__get_current_time", {"timezone": "UTC"})["timezone"])
+print([t["name"] for t in codebox.search_tools("entities")])
+"""
+    r, sc = await run(s, "python", code, allowed_tools=["time__*"])
+    ok(r, sc)
+    assert sc["stdout"] == "denied: -32001 True\nUTC\n[]\n", sc
+    denied = sc["tool_calls"][0]
+    assert not denied["ok"] and "allowed_tools" in denied["error"], denied
+    r, sc = await run(s, "python", "import codebox\nprint([e['name'] for e in codebox.call_tool('memory__read_graph', {})['entities']])")
+    ok(r, sc)
+    assert "forbidden" not in sc["stdout"], sc
+    r, sc = await run(s, "typescript", "import { callMCPTool } from '/servers/client.ts';\n"
+                      "try { await callMCPTool('time__get_current_time', { timezone: 'UTC' }); } catch (e) { console.log(e.name, e.code); }",
+                      allowed_tools=[])
+    ok(r, sc)
+    assert sc["stdout"] == "ToolError -32001\n", sc
+    bad = await s.call_tool("execute_python", {"code": "1", "allowed_tools": ["no spaces"]})
+    assert bad.is_error and "allowed_tools pattern" in bad.content[0].text, bad
+
+
+@case
+async def tool_errors_raise_with_the_upstream_message(s, w):
+    r, sc = await run(s, "python", "import codebox\ntry:\n    codebox.call_tool('filesystem__read_text_file', {'path': '/etc/shadow'})\n"
+                      "except codebox.ToolError as e:\n    print('ToolError', 'denied' in str(e).lower() or 'outside' in str(e).lower())")
+    ok(r, sc)
+    assert sc["stdout"] == "ToolError True\n", sc
+
+
+def upstream_pid(serve_pid, marker):
+    """The pid of the upstream whose command line has `marker`, below `serve_pid`."""
+    children = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").replace("\0", " ")
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append((int(pid), cmd))
+    todo = [serve_pid]
+    while todo:
+        for pid, cmd in children.get(todo.pop(), []):
+            if marker in cmd:
+                return pid
+            todo.append(pid)
+    return None
+
+
+@case
+async def a_call_in_flight_when_its_upstream_dies_fails_clearly_then_reconnects(s, w):
+    serve_pid = w.serve_pid
+    code = """
+import codebox, time
+try:
+    codebox.call_tool("everything__trigger_long_running_operation", {"duration": 20, "steps": 2})
+    print("returned")
+except codebox.ToolError as e:
+    print("ToolError:", e)
+"""
+    async def kill_soon():
+        await anyio.sleep(2)
+        pid = upstream_pid(serve_pid, "server-everything/dist/index.js stdio")
+        assert pid, "the everything upstream is not running"
+        os.kill(pid, signal.SIGKILL)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(kill_soon)
+        r, sc = await run(s, "python", code, timeout_ms=60000)
+    assert sc["stdout"].startswith("ToolError:"), sc
+    deadline = time.monotonic() + 60
+    while True:
+        r, sc = await run(s, "python", "import codebox\nprint(codebox.call_tool('everything__echo', {'message': 'back'}))")
+        if sc.get("stdout", "").strip().endswith("back"):
+            break
+        assert time.monotonic() < deadline, sc
+        await anyio.sleep(1)
+
+
+async def main():
+    passed = failed = 0
+    w = World()
+    try:
+        async with stdio_client(w.server()) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                w.serve_pid = find_serve_pid()
+                for fn in CASES:
+                    try:
+                        with anyio.fail_after(180):
+                            await fn(s, w)
+                        print(f"ok      {fn.__name__}", flush=True)
+                        passed += 1
+                    except Exception as e:  # noqa: BLE001 - report every failure
+                        print(f"FAILED  {fn.__name__}: {e!r}", flush=True)
+                        failed += 1
+    finally:
+        w.close()
+    print(f"{passed} passed, {failed} failed")
+    return failed
+
+
+def find_serve_pid():
+    """Our `codebox serve` child (the SDK does not expose the pid)."""
+    me = os.getpid()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == me and len(cmd) > 1 and cmd[1] == b"serve":
+            return int(pid)
+    raise AssertionError("codebox serve not found")
+
+
+if __name__ == "__main__":
+    sys.exit(1 if anyio.run(main) else 0)
