@@ -76,7 +76,12 @@ fn run_client_script(test: &str, script: &str) {
     run_client_script_with(test, script, &[]);
 }
 
+/// The scripts run one at a time: each ends by checking that no sandbox process is left
+/// on the host, which another script's running sandboxes would fail.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn run_client_script_with(test: &str, script: &str, extra: &[std::ffi::OsString]) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !sandbox_available(test) {
         return;
     }

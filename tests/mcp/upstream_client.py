@@ -122,6 +122,10 @@ async def list_servers_shows_every_upstream_ready(s, w):
         await anyio.sleep(0.5)
     assert servers["filesystem"]["tool_count"] >= 10, servers
     assert servers["web"]["tool_count"] == servers["everything"]["tool_count"], servers
+    # The streamable-HTTP upstream answers calls like the stdio ones.
+    r, sc = await run(s, "python", "from servers.web import echo, get_sum\nprint(echo(message='over http'), get_sum(a=1, b=2))")
+    ok(r, sc)
+    assert "over http" in sc["stdout"] and "3" in sc["stdout"], sc
 
 
 @case
