@@ -152,16 +152,24 @@ async def main():
                 async with ClientSession(read, write) as s:
                     await s.initialize()
                     results = []
+                    running = anyio.Event()
+
+                    async def on_progress(progress, total, message):
+                        running.set()
 
                     async def long_call():
                         results.append(await s.call_tool(
-                            "execute_python", {"code": "import time; time.sleep(1.2); print('finished')"}))
+                            "execute_python",
+                            {"code": "import time; print('started', flush=True); time.sleep(1.2); print('finished')"},
+                            progress_callback=on_progress))
 
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(long_call)
-                        await anyio.sleep(0.4)
+                        # SIGTERM once the program runs (its first output arrived).
+                        with anyio.fail_after(30):
+                            await running.wait()
                         drained_proc.send_signal(signal.SIGTERM)
-                    assert results[0].structured_content["stdout"] == "finished\n", results
+                    assert results[0].structured_content["stdout"] == "started\nfinished\n", results
             assert drained_proc.wait(timeout=15) == 0
             print("ok      sigterm_drains_running_executions", flush=True)
             passed += 1
