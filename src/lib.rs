@@ -18,6 +18,8 @@
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
 //! - [`proxy`]: the sandbox's tool channel (fd 3): JSON-RPC to upstream tools, checked
 //!   against the execution's allowlist and limits, every call recorded
+//! - [`catalog`]: tool search over the catalog (BM25), pages, and tools at three levels
+//!   of detail with their generated signatures
 //! - [`codegen`]: the `/servers` tree: typed TypeScript and Python wrappers of the
 //!   upstream tools, generated from the catalog
 //! - [`line_reader`]: newline-delimited messages with a size cap
@@ -25,9 +27,12 @@
 //!   connections, reconnects, the catalog of their tools, calls
 //!
 //! - [`workspace`]: listing what a program left in its workspace, never following symlinks
+//! - [`tokens`]: token counts (o200k_base) of `tools/list` payloads: upstream catalogs vs
+//!   codebox's own tools
 //!
 //! `docs/ARCHITECTURE.md` is the code map.
 
+pub mod catalog;
 pub mod codegen;
 pub mod config;
 pub mod doctor;
@@ -40,6 +45,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod server;
 pub mod spawner;
+pub mod tokens;
 pub mod units;
 pub mod upstream;
 pub mod workspace;

@@ -3,6 +3,8 @@
 mod doctor;
 mod run;
 mod serve;
+mod tools;
+mod upstreams;
 
 use std::process::ExitCode;
 
@@ -30,6 +32,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Check this host layer by layer: namespaces, cgroups, seccomp, landlock, rootfs, runtimes.
     Doctor(doctor::DoctorArgs),
+    /// Inspect the upstream tools: `tools tokens` measures what their definitions cost a
+    /// model's context against codebox's own.
+    Tools(tools::ToolsArgs),
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -37,6 +42,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Tools(args) => tools::run(args),
     }
 }
 

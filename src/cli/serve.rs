@@ -26,6 +26,8 @@ use codebox::spawner::{self, SpawnerClient};
 use codebox::units::parse_duration;
 use codebox::upstream::{self, UpstreamOptions, Upstreams};
 
+use super::upstreams::without_self;
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Config file [default: $CODEBOX_CONFIG, ./codebox.toml, ~/.config/codebox/config.toml].
@@ -302,38 +304,6 @@ async fn serve_until_done(
         _ = drained => cancel.cancel(),
     }
     Ok(())
-}
-
-/// The upstream servers, minus any entry that would start codebox itself (a `.mcp.json`
-/// shared with the client usually lists codebox): it would recurse.
-fn without_self(servers: Vec<upstream::ServerConfig>) -> Vec<upstream::ServerConfig> {
-    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
-    servers
-        .into_iter()
-        .filter(|s| {
-            let upstream::TransportConfig::Stdio { command, .. } = &s.transport else {
-                return true;
-            };
-            let resolved = which(command).and_then(|p| std::fs::canonicalize(p).ok());
-            let is_me = me.is_some() && resolved == me;
-            if is_me {
-                tracing::warn!(server = %s.name, "skipping an upstream that is codebox itself");
-            }
-            !is_me
-        })
-        .collect()
-}
-
-/// `command` as execvp would find it.
-fn which(command: &str) -> Option<PathBuf> {
-    if command.contains('/') {
-        return Some(PathBuf::from(command));
-    }
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| std::path::Path::new(d).join(command))
-        .find(|p| p.is_file())
 }
 
 async fn shutdown_signal() {

@@ -16,11 +16,16 @@
 //!
 //! A server whose identifier is a Python keyword (`class`) gets its Python package in a
 //! directory of its own (`class_/__init__.py`); the TypeScript files stay in `class/`.
+//!
+//! [`tool_names`] says where each tool lands and what it is called; [`describe`] renders
+//! one tool's signatures and example calls for tool search, with the same code.
 
+pub mod describe;
 mod escape;
 pub mod names;
 mod python;
 mod schema;
+mod tool_names;
 mod typescript;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 use crate::upstream::catalog::{Catalog, CatalogTool};
 
-use names::{allocate, camel_case, pascal_case, py_ident, ts_value_ident, Namer};
+pub use tool_names::{tool_names, ToolNames};
 
 /// The runtime client every tool module imports as `../client.ts`.
 const CLIENT_TS: &str = include_str!("../runtime/deno/client.ts");
@@ -92,7 +97,6 @@ fn is_ident(s: &str) -> bool {
 /// Checks the identifiers (they become file names) and groups the tools by server,
 /// sorted by identifiers.
 fn by_server(catalog: &Catalog) -> Result<BTreeMap<&str, Vec<&CatalogTool>>> {
-    let mut servers: BTreeMap<&str, Vec<&CatalogTool>> = BTreeMap::new();
     let mut seen = BTreeSet::new();
     for tool in &catalog.tools {
         for (what, ident) in [
@@ -108,31 +112,29 @@ fn by_server(catalog: &Catalog) -> Result<BTreeMap<&str, Vec<&CatalogTool>>> {
             let (server, tool) = (tool.server.clone(), tool.tool.clone());
             return Err(Error::Duplicate { server, tool });
         }
-        servers.entry(&tool.server_ident).or_default().push(tool);
     }
-    for tools in servers.values_mut() {
-        tools.sort_by(|a, b| a.tool_ident.cmp(&b.tool_ident));
-    }
-    Ok(servers)
+    Ok(tool_names::group(catalog))
 }
 
 /// The TypeScript files of one server, under `dir`.
-fn render_typescript(tree: &mut Tree, dir: &Path, server: &str, tools: &[&CatalogTool]) {
-    let idents: Vec<&str> = tools.iter().map(|t| t.tool_ident.as_str()).collect();
-    let stems = allocate(&mut Namer::new("_", &["index"]), &idents, str::to_string);
-    let names: Vec<&str> = tools.iter().map(|t| t.tool.as_str()).collect();
-    let mut namer = Namer::new("", &["callMCPTool"]);
-    let functions = allocate(&mut namer, &names, |t| ts_value_ident(&camel_case(t)));
-    let mut type_bases = Namer::new("", &[]);
+fn render_typescript(
+    tree: &mut Tree,
+    dir: &Path,
+    server: &str,
+    tools: &[&CatalogTool],
+    names: &[ToolNames],
+) {
     let mut modules = Vec::new();
-    for ((tool, stem), function) in tools.iter().zip(&stems).zip(functions) {
-        let base = type_bases.claim(&pascal_case(&function));
-        let module = typescript::tool_module(tool, &function, &base);
-        tree.insert(dir.join(format!("{stem}.ts")), module.text.clone());
+    for (tool, n) in tools.iter().zip(names) {
+        let module = typescript::tool_module(tool, &n.ts_function, &n.ts_type_base);
+        tree.insert(dir.join(format!("{}.ts", n.ts_stem)), module.text.clone());
         modules.push(module);
     }
-    let index: Vec<(&str, &typescript::ToolModule)> =
-        stems.iter().map(String::as_str).zip(&modules).collect();
+    let index: Vec<(&str, &typescript::ToolModule)> = names
+        .iter()
+        .map(|n| n.ts_stem.as_str())
+        .zip(&modules)
+        .collect();
     tree.insert(
         dir.join("index.ts"),
         typescript::index_module(server, &index),
@@ -145,14 +147,13 @@ fn render(catalog: &Catalog) -> Result<(Tree, usize)> {
     let mut tree = Tree::new();
     tree.insert(PathBuf::from("client.ts"), CLIENT_TS.to_string());
     let idents: Vec<&str> = servers.keys().copied().collect();
-    let modules = allocate(&mut Namer::new("_", &[]), &idents, |s| py_ident(s, false));
+    let modules = tool_names::module_names(&idents);
     let mut listing = Vec::new();
     for ((ident, tools), module) in servers.iter().zip(modules) {
         let server = tools[0].server.as_str();
-        render_typescript(&mut tree, Path::new(ident), server, tools);
-        let tool_idents: Vec<&str> = tools.iter().map(|t| t.tool_ident.as_str()).collect();
-        let mut namer = Namer::new("_", python::MODULE_RESERVED);
-        let functions = allocate(&mut namer, &tool_idents, |s| py_ident(s, false));
+        let names = tool_names::server_names(ident, &module, tools);
+        render_typescript(&mut tree, Path::new(ident), server, tools, &names);
+        let functions = names.iter().map(|n| n.py_function.clone());
         let pairs: Vec<(&CatalogTool, String)> = tools.iter().copied().zip(functions).collect();
         let path = PathBuf::from(&module).join("__init__.py");
         tree.insert(path, python::server_module(server, &pairs));

@@ -241,9 +241,9 @@ pub fn params(input_schema: &Value) -> Vec<Param> {
     params
 }
 
-/// The function's signature line(s), `def ...:` included.
-pub fn signature(function: &str, params: &[Param]) -> String {
-    let rendered: Vec<String> = params
+/// Each parameter as written in the signature: `path: str`, `head: float | None = None`.
+fn rendered_params(params: &[Param]) -> Vec<String> {
+    params
         .iter()
         .map(|p| {
             let h = p.hint.join(" | ");
@@ -255,7 +255,12 @@ pub fn signature(function: &str, params: &[Param]) -> String {
                 format!("{}: {h} | None = None", p.name)
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The function's signature line(s), `def ...:` included.
+pub fn signature(function: &str, params: &[Param]) -> String {
+    let rendered = rendered_params(params);
     if rendered.is_empty() {
         return format!("def {function}() -> Any:");
     }
@@ -269,6 +274,17 @@ pub fn signature(function: &str, params: &[Param]) -> String {
     }
     out.push_str(") -> Any:");
     out
+}
+
+/// The signature of `tool`'s function on one line, without the colon, for summaries:
+/// `def read_text_file(*, path: str, head: float | None = None) -> Any`.
+pub fn def_line(tool: &CatalogTool, function: &str) -> String {
+    let rendered = rendered_params(&params(&tool.input_schema));
+    if rendered.is_empty() {
+        format!("def {function}() -> Any")
+    } else {
+        format!("def {function}(*, {}) -> Any", rendered.join(", "))
+    }
 }
 
 fn docstring(tool: &CatalogTool, params: &[Param]) -> String {

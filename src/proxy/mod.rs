@@ -9,9 +9,10 @@
 //! Methods:
 //! - `tools/call {name, arguments?}` → the upstream's `CallToolResult` (content,
 //!   structuredContent, isError), unchanged;
-//! - `tools/search {query, detail?: "name"|"summary"|"full", limit?}` → `{tools: [...]}`,
-//!   over the tools this execution may call;
-//! - `tools/get {name}` → one tool's full definition.
+//! - `tools/search {query, detail?: "name"|"summary"|"full", server?, limit?, cursor?}` →
+//!   `{tools, next_cursor, total}` (BM25 over the catalog, `crate::catalog`), over the
+//!   tools this execution may call;
+//! - `tools/get {name}` → one tool's full definition with signatures and an example.
 //!
 //! Every `tools/call` is checked against the execution's [`AllowList`] (nothing is sent
 //! upstream for a denied call), counted and size-checked against [`ProxyLimits`], timed,
@@ -21,7 +22,6 @@
 //! run's result says why ([`ProxyReport::channel_error`]). The supervisor is unaffected.
 
 pub mod allowlist;
-pub mod search;
 mod session;
 mod upstream_backend;
 
@@ -37,6 +37,7 @@ use crate::upstream::catalog::Catalog;
 
 pub use allowlist::AllowList;
 pub use session::ProxySession;
+pub use upstream_backend::IndexedUpstreams;
 
 /// JSON-RPC error codes on the channel.
 pub mod code {
@@ -60,6 +61,8 @@ pub mod code {
 pub trait ToolBackend: Send + Sync + 'static {
     /// The current catalog.
     fn catalog(&self) -> Arc<Catalog>;
+    /// The search index of the current catalog.
+    fn index(&self) -> Arc<crate::catalog::SearchIndex>;
     /// Calls the tool `name` (a catalog name) within `timeout`.
     fn call(
         &self,

@@ -15,9 +15,8 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::{
-    code, search, AllowList, CallError, ProxyLimits, ProxyReport, ToolBackend, ToolCallRecord,
-};
+use super::{code, AllowList, CallError, ProxyLimits, ProxyReport, ToolBackend, ToolCallRecord};
+use crate::catalog::{Detail, SearchQuery, DEFAULT_LIMIT};
 use crate::line_reader::read_line_capped;
 
 /// The proxy of one execution.
@@ -312,11 +311,15 @@ impl ProxySession {
     }
 
     fn search(&self, params: Value) -> Result<Vec<u8>, RpcError> {
-        let query =
-            search::Query::from_params(&params).map_err(|m| err(code::INVALID_PARAMS, m))?;
-        let catalog = self.backend.catalog();
-        let tools = search::search(&catalog, &query, |name| self.allow.allows(name));
-        Ok(serde_json::to_vec(&json!({ "tools": tools })).expect("JSON values serialise"))
+        let query = search_query(&params).map_err(|m| err(code::INVALID_PARAMS, m))?;
+        let page = self
+            .backend
+            .index()
+            .search(&query, &|name| self.allow.allows(name))
+            .map_err(|e| err(code::INVALID_PARAMS, e.to_string()))?;
+        let value =
+            json!({"tools": page.tools, "next_cursor": page.next_cursor, "total": page.total});
+        Ok(serde_json::to_vec(&value).expect("JSON values serialise"))
     }
 
     fn get(&self, params: Value) -> Result<Vec<u8>, RpcError> {
@@ -330,18 +333,50 @@ impl ProxySession {
                 format!("tool {name:?} is not in this execution's allowed_tools"),
             ));
         }
-        let catalog = self.backend.catalog();
-        let tool = catalog.get(name).ok_or_else(|| {
+        let tool = self.backend.index().get(name).ok_or_else(|| {
             err(
                 code::UNKNOWN_TOOL,
                 format!("no tool named {name:?}; find tools with tools/search"),
             )
         })?;
-        Ok(
-            serde_json::to_vec(&search::describe(tool, search::Detail::Full))
-                .expect("JSON values serialise"),
-        )
+        Ok(serde_json::to_vec(&tool).expect("JSON values serialise"))
     }
+}
+
+/// `tools/search` params `{query, detail?, server?, limit?, cursor?}` as a query.
+pub fn search_query(params: &Value) -> Result<SearchQuery, String> {
+    let text = params
+        .get("query")
+        .and_then(Value::as_str)
+        .ok_or("tools/search needs a string \"query\"")?;
+    let detail = match params.get("detail") {
+        None | Some(Value::Null) => Detail::Summary,
+        Some(Value::String(d)) => d
+            .parse()
+            .map_err(|e: crate::catalog::SearchError| e.to_string())?,
+        Some(_) => return Err("detail must be \"name\", \"summary\" or \"full\"".into()),
+    };
+    let string = |key: &str| -> Result<Option<String>, String> {
+        match params.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!("{key} must be a string")),
+        }
+    };
+    let limit = match params.get("limit") {
+        None | Some(Value::Null) => DEFAULT_LIMIT,
+        Some(v) => v
+            .as_u64()
+            .map(|n| n as usize)
+            .ok_or("limit must be a positive integer")?,
+    };
+    Ok(SearchQuery {
+        text: text.to_string(),
+        server: string("server")?,
+        detail,
+        limit,
+        cursor: string("cursor")?,
+    })
 }
 
 fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {

@@ -44,6 +44,10 @@ impl ToolBackend for Echo {
         })
     }
 
+    fn index(&self) -> Arc<crate::catalog::SearchIndex> {
+        Arc::new(crate::catalog::SearchIndex::build(&self.catalog()))
+    }
+
     fn call(
         &self,
         name: String,

@@ -1,19 +1,60 @@
-//! The production backend: tool calls go to the upstream MCP servers.
+//! The production backend: tool calls go to the upstream MCP servers, searches to an
+//! index of their catalog rebuilt whenever the catalog version moves.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::CallToolResult;
 
 use super::{CallError, ToolBackend};
+use crate::catalog::SearchIndex;
 use crate::upstream::catalog::Catalog;
 use crate::upstream::{UpstreamError, Upstreams};
 
-impl ToolBackend for Upstreams {
+/// The upstreams with a search index of their current catalog.
+pub struct IndexedUpstreams {
+    upstreams: Upstreams,
+    index: Mutex<Option<Arc<SearchIndex>>>,
+}
+
+impl IndexedUpstreams {
+    pub fn new(upstreams: Upstreams) -> IndexedUpstreams {
+        IndexedUpstreams {
+            upstreams,
+            index: Mutex::new(None),
+        }
+    }
+
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.upstreams
+    }
+}
+
+impl ToolBackend for IndexedUpstreams {
     fn catalog(&self) -> Arc<Catalog> {
-        Upstreams::catalog(self)
+        self.upstreams.catalog()
+    }
+
+    fn index(&self) -> Arc<SearchIndex> {
+        let catalog = self.upstreams.catalog();
+        let mut cached = self.index.lock().expect("index lock");
+        match cached.as_ref() {
+            Some(index) if index.version() == catalog.version => index.clone(),
+            _ => {
+                let started = std::time::Instant::now();
+                let index = Arc::new(SearchIndex::build(&catalog));
+                tracing::debug!(
+                    version = catalog.version,
+                    tools = catalog.tools.len(),
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "rebuilt the tool search index"
+                );
+                *cached = Some(index.clone());
+                index
+            }
+        }
     }
 
     fn call(
@@ -22,7 +63,7 @@ impl ToolBackend for Upstreams {
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
         timeout: Duration,
     ) -> Pin<Box<dyn Future<Output = Result<CallToolResult, CallError>> + Send + 'static>> {
-        let upstreams = self.clone();
+        let upstreams = self.upstreams.clone();
         Box::pin(async move {
             upstreams
                 .call(&name, arguments, timeout)

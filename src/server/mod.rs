@@ -15,6 +15,8 @@
 pub mod admission;
 pub mod framing;
 pub mod http;
+pub mod resources;
+pub mod schema;
 pub mod stdio_guard;
 pub mod wrappers;
 
@@ -36,7 +38,7 @@ use serde::Deserialize;
 use crate::doctor;
 use crate::execution::{self, ExecutionResult};
 use crate::profile::Profile;
-use crate::proxy::{AllowList, ProxyLimits, ProxySession, ToolBackend};
+use crate::proxy::{AllowList, IndexedUpstreams, ProxyLimits, ProxySession, ToolBackend};
 use crate::runtime::{self, Language};
 use crate::spawner::{SpawnSpec, SpawnerClient, Stream};
 use crate::upstream::Upstreams;
@@ -76,7 +78,7 @@ struct State {
     /// The host's layers, checked at start-up (before any thread existed).
     layers: Vec<doctor::Check>,
     log_level: std::sync::Mutex<LoggingLevel>,
-    upstreams: Upstreams,
+    backend: Arc<IndexedUpstreams>,
     wrappers: wrappers::Wrappers,
 }
 
@@ -91,38 +93,55 @@ pub struct CodeboxServer {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecuteParams {
-    /// The complete program. Print what you want to see: only stdout and stderr come back.
+    /// The whole program. Only what it prints comes back.
     pub code: String,
-    /// Wall-clock limit in milliseconds (default: the server's profile, usually 30000).
+    /// Wall-clock limit in ms (default 30000).
     pub timeout_ms: Option<u64>,
-    /// Small text files to place in /workspace (the working directory) before the run:
-    /// relative path → content, e.g. {"data.csv": "a,b\n1,2\n"}. At most 100 files and
-    /// 1 MiB together.
+    /// Text files to create in /workspace first: {"path": "content"}; at most 100, 1 MiB.
     pub files: Option<BTreeMap<String, String>>,
-    /// Upstream tools the program may call, as `server__tool` names or globs such as
-    /// `filesystem__*` (default: every tool the server allows; [] allows none).
+    /// Upstream tools the code may call: names or globs like "filesystem__*" (default all; [] none).
     pub allowed_tools: Option<Vec<String>>,
 }
 
-const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program in a fresh, isolated Linux sandbox \
-and return its stdout, stderr and exit status. The standard library is available; there is no \
-network and no pip. Files: /tmp and /workspace (the working directory) are writable scratch \
-space, gone after the run; pass small input files with `files`. The tools of the upstream MCP \
-servers (see list_servers) are callable from the code: `from servers.<server> import <tool>` \
-(typed functions with keyword arguments), or `import codebox; codebox.call_tool(\"<server>__<tool>\", \
-{...})`; find tools with `codebox.search_tools(\"words\")`. Keep large tool results inside the \
-program and print only what you need to see. A program that raises or exits non-zero is \
-reported with isError and the traceback in stderr.";
+/// Arguments of `search_tools`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchParams {
+    /// What you need, in words, e.g. "read a file" ("" lists all).
+    pub query: String,
+    /// "name", "summary" (default: + description, TypeScript signature) or "full" (+ schemas, Python signature).
+    pub detail: Option<String>,
+    /// Only this server's tools.
+    pub server: Option<String>,
+    /// Page size, 1-100 (default 10).
+    pub limit: Option<usize>,
+    /// next_cursor of the previous page.
+    pub cursor: Option<String>,
+}
 
-const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2, ES modules, top-level \
-await) in a fresh, isolated Linux sandbox and return its stdout, stderr and exit status. No \
-network and no npm packages. /tmp and /workspace (the working directory) are writable \
-scratch space, gone after the run; pass small input files with `files`. The tools of the \
-upstream MCP servers (see list_servers) are callable: `import { readTextFile } from \
-\"/servers/filesystem/index.ts\"` (typed, camelCase per tool), or `import { callMCPTool, \
-searchTools } from \"/servers/client.ts\"` then `await callMCPTool(\"<server>__<tool>\", {...})`. \
-Keep large tool results inside the program and print only what you need to see. An uncaught \
-exception is reported with isError and the stack in stderr.";
+/// Arguments of `get_tool`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetToolParams {
+    /// The tool's name, "<server>__<tool>".
+    pub name: String,
+}
+
+const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program (standard library only, no \
+network) in a fresh isolated sandbox; returns stdout, stderr and the exit status. The working \
+directory /workspace and /tmp are scratch space. Call upstream MCP tools from the code: \
+`from servers.<server> import <tool>` (typed, keyword arguments) or \
+`codebox.call_tool(\"<server>__<tool>\", {...})`; find them with search_tools. Keep large \
+data in the program and print only what you need. Failures come back with isError and the \
+traceback.";
+
+const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2, top-level await, no \
+network, no npm) in a fresh isolated sandbox; returns stdout, stderr and the exit status. The \
+working directory /workspace and /tmp are scratch space. Call upstream MCP tools from the \
+code: `import { readTextFile } from \"/servers/<server>/index.ts\"` (typed, camelCase) or \
+`callMCPTool(\"<server>__<tool>\", {...})` from \"/servers/client.ts\"; find them with \
+search_tools. Keep large data in the program and print only what you need. Failures come back \
+with isError and the stack.";
 
 #[tool_router]
 impl CodeboxServer {
@@ -142,7 +161,7 @@ impl CodeboxServer {
                 counters: Counters::default(),
                 layers,
                 log_level: std::sync::Mutex::new(LoggingLevel::Info),
-                upstreams,
+                backend: Arc::new(IndexedUpstreams::new(upstreams)),
                 wrappers: wrappers::Wrappers::new(std::env::temp_dir()),
             }),
             tool_router: Self::tool_router(),
@@ -162,7 +181,7 @@ impl CodeboxServer {
     #[tool(
         name = "execute_python",
         description = PYTHON_DESCRIPTION,
-        output_schema = rmcp::handler::server::common::schema_for_output::<ExecutionResult>()
+        output_schema = schema::execution_output_schema()
     )]
     async fn execute_python(
         &self,
@@ -175,7 +194,7 @@ impl CodeboxServer {
     #[tool(
         name = "execute_typescript",
         description = TYPESCRIPT_DESCRIPTION,
-        output_schema = rmcp::handler::server::common::schema_for_output::<ExecutionResult>()
+        output_schema = schema::execution_output_schema()
     )]
     async fn execute_typescript(
         &self,
@@ -187,8 +206,8 @@ impl CodeboxServer {
 
     #[tool(
         name = "health",
-        description = "codebox's own state: version, uptime, the sandbox isolation layers in \
-                       force on this host, executions run/failed/running and the queue depth."
+        description = "codebox's state: version, uptime, isolation layers, executions, queue, \
+                       upstream servers."
     )]
     async fn health(&self) -> Result<CallToolResult, McpError> {
         let s = &self.state;
@@ -210,18 +229,101 @@ impl CodeboxServer {
             "queue_depth": s.admission.waiting(),
             "concurrency": s.settings.concurrency,
             "upstreams": self.server_list(),
+            "context_tokens": {
+                "upstream_tools_list": crate::tokens::catalog_tokens(&s.backend.catalog()),
+                "codebox_tools_list": crate::tokens::tools_list_tokens(
+                    &Self::tool_definitions()
+                        .iter()
+                        .filter_map(|t| serde_json::to_value(t).ok())
+                        .collect::<Vec<_>>(),
+                ),
+            },
         });
         Ok(CallToolResult::structured(value))
     }
 
     #[tool(
+        name = "search_tools",
+        description = "Search the upstream MCP tools callable from execute_python and \
+                       execute_typescript code, best match first. Start with detail \
+                       \"summary\", then get_tool or detail \"full\" for the ones you use."
+    )]
+    async fn search_tools(
+        &self,
+        Parameters(p): Parameters<SearchParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let detail = match p.detail.as_deref().map(str::parse).transpose() {
+            Ok(d) => d.unwrap_or(crate::catalog::Detail::Summary),
+            Err(e) => return Ok(tool_error(format!("invalid arguments: {e}"))),
+        };
+        let query = crate::catalog::SearchQuery {
+            text: p.query,
+            server: p.server,
+            detail,
+            limit: p.limit.unwrap_or(crate::catalog::DEFAULT_LIMIT),
+            cursor: p.cursor,
+        };
+        let allowed = &self.state.settings.allowed_tools;
+        let page = match self
+            .state
+            .backend
+            .index()
+            .search(&query, &|n| allowed.allows(n))
+        {
+            Ok(page) => page,
+            Err(e) => return Ok(tool_error(format!("invalid arguments: {e}"))),
+        };
+        let mut text = format!("{} of {} matching tools", page.tools.len(), page.total);
+        if let Some(c) = &page.next_cursor {
+            text.push_str(&format!(" (more with cursor {c:?})"));
+        }
+        text.push('\n');
+        for t in &page.tools {
+            text.push_str(t["name"].as_str().unwrap_or(""));
+            if let Some(d) = t.get("description").and_then(|d| d.as_str()) {
+                text.push_str(": ");
+                text.push_str(d);
+            }
+            text.push('\n');
+        }
+        let value = serde_json::json!({
+            "tools": page.tools,
+            "next_cursor": page.next_cursor,
+            "total": page.total,
+        });
+        let mut result = CallToolResult::structured(value);
+        result.content = vec![ContentBlock::text(text)];
+        Ok(result)
+    }
+
+    #[tool(
+        name = "get_tool",
+        description = "One upstream tool in full: description, input and output schema, its \
+                       TypeScript and Python signatures, and an example call."
+    )]
+    async fn get_tool(
+        &self,
+        Parameters(p): Parameters<GetToolParams>,
+    ) -> Result<CallToolResult, McpError> {
+        if !self.state.settings.allowed_tools.allows(&p.name) {
+            return Ok(tool_error(format!(
+                "tool {:?} is not allowed on this server",
+                p.name
+            )));
+        }
+        match self.state.backend.index().get(&p.name) {
+            Some(tool) => Ok(CallToolResult::structured(tool)),
+            None => Ok(tool_error(format!(
+                "no tool named {:?}; find tools with search_tools",
+                p.name
+            ))),
+        }
+    }
+
+    #[tool(
         name = "list_servers",
-        description = "The upstream MCP servers whose tools sandboxed code can call: name, \
-                       status (ready, connecting, reconnecting, failed) and tool count. In \
-                       execute_python use `from servers.<name> import <tool>` or \
-                       `codebox.call_tool(\"<server>__<tool>\", {...})`; in \
-                       execute_typescript `import { <toolInCamelCase> } from \
-                       \"/servers/<name>/index.ts\"`. Find tools with codebox.search_tools."
+        description = "The upstream MCP servers callable from sandboxed code: name, status \
+                       and tool count."
     )]
     async fn list_servers(&self) -> Result<CallToolResult, McpError> {
         let servers = self.server_list();
@@ -244,10 +346,26 @@ impl CodeboxServer {
 }
 
 impl CodeboxServer {
+    /// The wrapper tree of the current catalog (`None` without upstream tools).
+    fn wrapper_dir(&self) -> Option<Arc<wrappers::WrapperDir>> {
+        match self
+            .state
+            .wrappers
+            .for_catalog(&self.state.backend.catalog())
+        {
+            Ok(dir) => dir,
+            Err(e) => {
+                tracing::error!(error = ?e, "generating the tool wrappers failed");
+                None
+            }
+        }
+    }
+
     /// The upstream servers as `list_servers` and `health` report them.
     fn server_list(&self) -> Vec<serde_json::Value> {
         self.state
-            .upstreams
+            .backend
+            .upstreams()
             .servers()
             .into_iter()
             .map(|s| {
@@ -335,7 +453,7 @@ impl CodeboxServer {
             }
         };
         // The wrappers of the current catalog, held until the sandbox is gone.
-        let wrappers = match s.wrappers.for_catalog(&s.upstreams.catalog()) {
+        let wrappers = match s.wrappers.for_catalog(&s.backend.catalog()) {
             Ok(w) => w,
             Err(e) => {
                 tracing::error!(error = ?e, "generating the tool wrappers failed");
@@ -349,7 +467,7 @@ impl CodeboxServer {
             workspace: None,
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
         };
-        let backend: Arc<dyn ToolBackend> = Arc::new(s.upstreams.clone());
+        let backend: Arc<dyn ToolBackend> = s.backend.clone();
         let proxy = ProxySession::new(backend, allow, s.settings.proxy_limits.clone());
         let sandbox = match s.spawner.spawn(spec).await {
             Ok(sb) => sb,
@@ -470,6 +588,15 @@ impl CodeboxServer {
             let _ = peer.notify_logging_message(param).await;
         }
     }
+
+    /// codebox's own tool definitions, as its `tools/list` sends them (no server needed).
+    pub fn tool_definitions() -> Vec<rmcp::model::Tool> {
+        Self::tool_router().list_all()
+    }
+}
+
+fn tool_error(message: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
 }
 
 /// RFC 5424 order, least severe first.
@@ -534,6 +661,7 @@ impl ServerHandler for CodeboxServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_logging()
+                .enable_resources()
                 .build(),
         )
         .with_server_info(rmcp::model::Implementation::new(
@@ -545,6 +673,45 @@ impl ServerHandler for CodeboxServer {
              execute_typescript. Write one complete program per call and print only what \
              matters: the data stays in the sandbox, only stdout/stderr come back.",
         )
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        let items = match self.wrapper_dir() {
+            Some(dir) => resources::list(dir.path()),
+            None => Vec::new(),
+        };
+        Ok(rmcp::model::ListResourcesResult::with_all_items(items))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let dir = self.wrapper_dir();
+        let text = match &dir {
+            Some(dir) => resources::read(dir.path(), &request.uri),
+            None => Err(format!(
+                "unknown resource {:?}: no upstream tools",
+                request.uri
+            )),
+        };
+        match text {
+            Ok(text) => {
+                Ok(
+                    rmcp::model::ReadResourceResult::new(vec![
+                        rmcp::model::ResourceContents::text(text, request.uri.clone())
+                            .with_mime_type("text/x-typescript"),
+                    ])
+                    .into(),
+                )
+            }
+            Err(why) => Err(McpError::resource_not_found(why, None)),
+        }
     }
 
     async fn set_level(

@@ -22,6 +22,7 @@ import time
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError as McpError
 
 from helpers import server_env
 
@@ -260,6 +261,80 @@ async def tool_errors_raise_with_the_upstream_message(s, w):
                       "except codebox.ToolError as e:\n    print('ToolError', 'denied' in str(e).lower() or 'outside' in str(e).lower())")
     ok(r, sc)
     assert sc["stdout"] == "ToolError True\n", sc
+
+
+@case
+async def search_tools_ranks_filters_and_pages(s, w):
+    r = await s.call_tool("search_tools", {"query": "read a file"})
+    assert not r.is_error, r
+    tools = r.structured_content["tools"]
+    assert tools[0]["name"].startswith("filesystem__read"), [t["name"] for t in tools]
+    assert set(tools[0]) == {"name", "server", "description", "typescript"}, tools[0]
+    r = await s.call_tool("search_tools", {"query": "read", "server": "memory", "detail": "name"})
+    names = [t["name"] for t in r.structured_content["tools"]]
+    assert names and all(n.startswith("memory__") for n in names), names
+    assert all(set(t) == {"name"} for t in r.structured_content["tools"])
+    r = await s.call_tool("search_tools", {"query": "current time", "detail": "full", "limit": 1})
+    full = r.structured_content["tools"][0]
+    assert full["name"] == "time__get_current_time", full
+    assert {"input_schema", "typescript", "python"} <= set(full), set(full)
+    # Pagination walks every tool once.
+    seen, cursor = [], None
+    while True:
+        args = {"query": "", "detail": "name", "limit": 7}
+        if cursor:
+            args["cursor"] = cursor
+        page = (await s.call_tool("search_tools", args)).structured_content
+        seen += [t["name"] for t in page["tools"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert len(seen) == len(set(seen)) == page["total"] >= 38 + 13, (len(seen), page["total"])
+    for bad, why in [({"query": "x", "cursor": "garbage"}, "cursor"), ({"query": "x", "server": "nope"}, "unknown server"),
+                     ({"query": "x", "detail": "all"}, "detail"), ({"query": "x", "limit": 0}, "limit")]:
+        r = await s.call_tool("search_tools", bad)
+        assert r.is_error and why in r.content[0].text, (bad, r.content)
+
+
+@case
+async def get_tool_gives_signatures_and_an_example(s, w):
+    r = await s.call_tool("get_tool", {"name": "filesystem__read_text_file"})
+    assert not r.is_error, r
+    t = r.structured_content
+    assert "readTextFile" in t["typescript"] and "def read_text_file" in t["python"], t
+    assert "from servers.filesystem import read_text_file" in t["example"]["python"], t["example"]
+    r = await s.call_tool("get_tool", {"name": "filesystem__no_such_tool"})
+    assert r.is_error and "search_tools" in r.content[0].text, r
+
+
+@case
+async def search_from_inside_python_and_typescript(s, w):
+    r, sc = await run(s, "python", "import codebox\n"
+                      "print(codebox.search_tools('create entities in the knowledge graph', detail='name')[0]['name'])\n"
+                      "print(codebox.get_tool('time__convert_time')['name'])")
+    ok(r, sc)
+    assert sc["stdout"] == "memory__create_entities\ntime__convert_time\n", sc
+    r, sc = await run(s, "typescript", "import { searchTools, searchToolsPage } from '/servers/client.ts';\n"
+                      "const [first] = await searchTools('read a file', { detail: 'name' }) as { name: string }[];\n"
+                      "const page = await searchToolsPage('', { server: 'time', detail: 'name' });\n"
+                      "console.log(first.name.startsWith('filesystem__read'), page.total);")
+    ok(r, sc)
+    assert sc["stdout"] == "true 2\n", sc
+
+
+@case
+async def wrappers_are_browsable_as_resources(s, w):
+    resources = (await s.list_resources()).resources
+    uris = {str(r.uri) for r in resources}
+    assert "codebox://servers/filesystem/index.ts" in uris and "codebox://servers/client.ts" in uris, sorted(uris)[:5]
+    text = (await s.read_resource("codebox://servers/time/index.ts")).contents[0].text
+    assert "getCurrentTime" in text, text[:200]
+    try:
+        await s.read_resource("codebox://servers/../../etc/passwd")
+    except McpError as e:
+        assert "unknown resource" in str(e), e
+    else:
+        raise AssertionError("a path outside the wrappers was read")
 
 
 def upstream_pid(serve_pid, marker):

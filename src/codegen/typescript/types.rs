@@ -194,6 +194,8 @@ struct Graph<'a> {
     bare_edges: Vec<(usize, usize)>,
     /// The bare references that close a cycle: rendered as `unknown`.
     broken: HashSet<(usize, usize)>,
+    /// One line, no doc comments (see [`inline`]).
+    compact: bool,
 }
 
 struct Conv<'g, 'a> {
@@ -269,25 +271,36 @@ impl<'a> Conv<'_, 'a> {
             "null" => Ty::atom("null"),
             "object" => {
                 let (members, _) = self.members(schema, depth, indent + 1);
-                Ty::atom(format!("{{\n{}\n{}}}", members.join("\n"), pad(indent)))
+                if self.graph.compact {
+                    Ty::atom(format!("{{ {} }}", members.join("; ")))
+                } else {
+                    Ty::atom(format!("{{\n{}\n{}}}", members.join("\n"), pad(indent)))
+                }
             }
             "array" => self.array(schema, depth, indent),
             _ => Ty::unknown(),
         }
     }
 
-    /// The members of an object type at `indent`, and how many are required.
+    /// The members of an object type at `indent`, and how many are required. In compact
+    /// mode a member is just `key: type`, without doc, indentation or `;`.
     fn members(&mut self, schema: &'a Value, depth: usize, indent: usize) -> (Vec<String>, usize) {
         let props = properties(schema);
         let required = required(schema);
-        let p = pad(indent);
+        let compact = self.graph.compact;
+        let p = if compact { String::new() } else { pad(indent) };
+        let end = if compact { "" } else { ";" };
         let mut out = Vec::new();
         for (name, sub) in &props {
             let t = self.ty(sub, depth + 1, true, indent);
             let optional = if required.contains(name) { "" } else { "?" };
-            let doc = ts_doc(&member_doc(sub), &p);
+            let doc = if compact {
+                String::new()
+            } else {
+                ts_doc(&member_doc(sub), &p)
+            };
             out.push(format!(
-                "{doc}{p}{}{optional}: {};",
+                "{doc}{p}{}{optional}: {}{end}",
                 property_key(name),
                 t.text
             ));
@@ -296,7 +309,7 @@ impl<'a> Conv<'_, 'a> {
             .iter()
             .filter(|r| !props.iter().any(|(n, _)| n == *r))
         {
-            out.push(format!("{p}{}: unknown;", property_key(name)));
+            out.push(format!("{p}{}: unknown{end}", property_key(name)));
         }
         let count = required.len();
         let index = match schema.get("additionalProperties") {
@@ -311,7 +324,7 @@ impl<'a> Conv<'_, 'a> {
             None => None,
         };
         if let Some(index) = index {
-            out.push(format!("{p}[key: string]: {index};"));
+            out.push(format!("{p}[key: string]: {index}{end}"));
         }
         (out, count)
     }
@@ -478,6 +491,7 @@ pub fn declare(roots: &[Root<'_>], namer: &mut Namer) -> Vec<Decl> {
         discovering: true,
         bare_edges: Vec::new(),
         broken: HashSet::new(),
+        compact: false,
     };
     for (i, root) in roots.iter().enumerate() {
         let own = root
@@ -523,6 +537,50 @@ pub fn declare(roots: &[Root<'_>], namer: &mut Namer) -> Vec<Decl> {
         .collect();
     decls[roots.len()..].sort_by(|a, b| a.name.cmp(&b.name));
     decls
+}
+
+/// A schema's type as one line of TypeScript without doc comments, for summaries:
+/// `{ path: string; head?: number }`. `$ref` targets appear by name (undeclared); the
+/// document itself is `root_name`.
+pub struct Inline {
+    pub text: String,
+    /// `{}` is a value of it, as [`Decl::accepts_empty`].
+    pub accepts_empty: bool,
+}
+
+/// See [`Inline`].
+pub fn inline(schema: &Value, root_name: &str) -> Inline {
+    let mut namer = Namer::new("", &[]);
+    let name = namer.claim(root_name);
+    let mut graph = Graph {
+        documents: vec![schema],
+        targets: vec![Target {
+            document: 0,
+            schema,
+            name,
+            doc: String::new(),
+        }],
+        index: HashMap::from([((0, String::new()), 0)]),
+        discovering: true,
+        bare_edges: Vec::new(),
+        broken: HashSet::new(),
+        compact: true,
+    };
+    let mut conv = Conv {
+        graph: &mut graph,
+        namer: &mut namer,
+        from: 0,
+    };
+    let text = conv.ty(schema, 0, true, 0).text;
+    let accepts_empty = if is_interface(schema) {
+        required(schema).is_empty()
+    } else {
+        text == "unknown"
+    };
+    Inline {
+        text,
+        accepts_empty,
+    }
 }
 
 #[cfg(test)]

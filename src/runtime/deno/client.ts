@@ -168,16 +168,36 @@ export async function callMCPTool<T = unknown>(
   return unwrap(name, result as ToolResult) as T;
 }
 
-/** Finds tools by words of their name and description. */
-export async function searchTools(
+type SearchOptions = {
+  detail?: "name" | "summary" | "full";
+  server?: string;
+  limit?: number;
+  cursor?: string;
+};
+
+/** One page of search results; pass `nextCursor` back as `cursor` for the next. */
+export async function searchToolsPage(
   query: string,
-  options: { detail?: "name" | "summary" | "full"; limit?: number } = {},
-): Promise<unknown[]> {
-  const result = (await request("tools/search", { query, ...options })) as { tools: unknown[] };
-  return result.tools;
+  options: SearchOptions = {},
+): Promise<{ tools: unknown[]; nextCursor: string | null; total: number }> {
+  const page = (await request("tools/search", { query, ...options })) as {
+    tools: unknown[];
+    next_cursor: string | null;
+    total: number;
+  };
+  return { tools: page.tools, nextCursor: page.next_cursor, total: page.total };
 }
 
-/** One tool's full definition (description, input and output schema). */
+/**
+ * Finds upstream tools by what they do, best match first (BM25 over names, descriptions
+ * and parameters): the first page. detail "summary" (default) adds the description and
+ * TypeScript signature, "full" the schemas and Python signature.
+ */
+export async function searchTools(query: string, options: SearchOptions = {}): Promise<unknown[]> {
+  return (await searchToolsPage(query, options)).tools;
+}
+
+/** One tool's full definition: schemas, TypeScript and Python signatures, an example. */
 export async function getTool(name: string): Promise<unknown> {
   return await request("tools/get", { name });
 }

@@ -19,7 +19,7 @@ from posix import read, write
 
 CHANNEL_FD = 3
 
-__all__ = ["ToolError", "call_tool", "search_tools", "get_tool", "sandbox_info"]
+__all__ = ["ToolError", "call_tool", "search_tools", "search_tools_page", "get_tool", "sandbox_info"]
 
 
 class ToolError(Exception):
@@ -110,17 +110,27 @@ def call_tool(name, args=None):
     return _unwrap(name, result)
 
 
-def search_tools(query, detail="summary", limit=None):
-    """Find tools by words of their name and description. detail: "name", "summary"
-    (name and description) or "full" (with the input and output schemas)."""
+def search_tools(query, detail="summary", server=None, limit=None):
+    """Find upstream tools by what they do, best match first (BM25 over names,
+    descriptions and parameters). detail: "name", "summary" (description and TypeScript
+    signature) or "full" (schemas and Python signature). server: only that server's tools.
+    Returns the first page; see search_tools_page for more."""
+    return search_tools_page(query, detail=detail, server=server, limit=limit)["tools"]
+
+
+def search_tools_page(query, detail="summary", server=None, limit=None, cursor=None):
+    """One page of search results: {"tools": [...], "next_cursor": str | None, "total": int}.
+    Pass next_cursor back as cursor for the next page."""
     params = {"query": query, "detail": detail}
-    if limit is not None:
-        params["limit"] = limit
-    return _channel.request("tools/search", params)["tools"]
+    for key, value in (("server", server), ("limit", limit), ("cursor", cursor)):
+        if value is not None:
+            params[key] = value
+    return _channel.request("tools/search", params)
 
 
 def get_tool(name):
-    """One tool's full definition: name, description, input and output schema."""
+    """One tool's full definition: description, input and output schema, TypeScript and
+    Python signatures, and an example call."""
     return _channel.request("tools/get", {"name": name})
 
 
