@@ -17,38 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use codebox::codegen::generate;
-use codebox::upstream::catalog::{Catalog, CatalogTool};
+use codebox::upstream::catalog::Catalog;
+use common::fixtures::{catalog_tool, fixture_catalog};
 use serde_json::{json, Value};
-
-const SERVERS: &[&str] = &["filesystem", "memory", "everything", "time"];
-
-/// `[A-Za-z0-9_]`, other characters as `_`, not starting with a digit.
-fn ident(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, '_');
-    }
-    out
-}
-
-fn catalog_tool(server: &str, tool: &Value) -> CatalogTool {
-    let name = tool["name"].as_str().expect("tool name");
-    let text = |k: &str| tool.get(k).and_then(Value::as_str).map(String::from);
-    CatalogTool {
-        name: format!("{}__{}", ident(server), ident(name)),
-        server: server.into(),
-        tool: name.into(),
-        server_ident: ident(server),
-        tool_ident: ident(name),
-        title: text("title"),
-        description: text("description"),
-        input_schema: tool["inputSchema"].clone(),
-        output_schema: tool.get("outputSchema").cloned(),
-    }
-}
 
 /// Tools whose names, descriptions and schemas try to break the generated code.
 fn hostile_tools() -> Vec<Value> {
@@ -96,17 +67,11 @@ fn hostile_tools() -> Vec<Value> {
 }
 
 fn catalog() -> Catalog {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tools");
-    let mut tools = Vec::new();
-    for server in SERVERS {
-        let path = dir.join(format!("{server}.json"));
-        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let list: Vec<Value> = serde_json::from_str(&text).expect("fixture is a tools array");
-        assert!(!list.is_empty(), "{server}: no tools in the fixture");
-        tools.extend(list.iter().map(|t| catalog_tool(server, t)));
-    }
-    tools.extend(hostile_tools().iter().map(|t| catalog_tool("edge case", t)));
-    Catalog { version: 1, tools }
+    let mut catalog = fixture_catalog(1);
+    catalog
+        .tools
+        .extend(hostile_tools().iter().map(|t| catalog_tool("edge case", t)));
+    catalog
 }
 
 /// The generated tree in a fresh temporary directory.

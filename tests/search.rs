@@ -2,55 +2,17 @@
 //! (`tests/fixtures/tools/*.json`, 38 tools): ranking of everyday queries, filters, the
 //! fields of each detail level, pagination and errors.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::fs;
-use std::path::Path;
 
 use codebox::catalog::{Detail, SearchError, SearchIndex, SearchPage, SearchQuery};
-use codebox::upstream::catalog::{Catalog, CatalogTool};
+use codebox::upstream::catalog::Catalog;
+use common::fixtures::fixture_catalog;
 use serde_json::Value;
 
-const SERVERS: &[&str] = &["filesystem", "memory", "everything", "time"];
-
-/// `[A-Za-z0-9_]`, other characters as `_`, not starting with a digit (as in
-/// tests/codegen.rs).
-fn ident(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, '_');
-    }
-    out
-}
-
-fn catalog_tool(server: &str, tool: &Value) -> CatalogTool {
-    let name = tool["name"].as_str().expect("tool name");
-    let text = |k: &str| tool.get(k).and_then(Value::as_str).map(String::from);
-    CatalogTool {
-        name: format!("{}__{}", ident(server), ident(name)),
-        server: server.into(),
-        tool: name.into(),
-        server_ident: ident(server),
-        tool_ident: ident(name),
-        title: text("title"),
-        description: text("description"),
-        input_schema: tool["inputSchema"].clone(),
-        output_schema: tool.get("outputSchema").cloned(),
-    }
-}
-
 fn catalog(version: u64) -> Catalog {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tools");
-    let mut tools = Vec::new();
-    for server in SERVERS {
-        let path = dir.join(format!("{server}.json"));
-        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let list: Vec<Value> = serde_json::from_str(&text).expect("fixture is a tools array");
-        tools.extend(list.iter().map(|t| catalog_tool(server, t)));
-    }
-    Catalog { version, tools }
+    fixture_catalog(version)
 }
 
 fn index() -> SearchIndex {

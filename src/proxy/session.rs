@@ -218,10 +218,7 @@ impl ProxySession {
         bytes_in: u64,
     ) -> Result<(Vec<u8>, bool, Option<String>), RpcError> {
         if !self.allow.allows(name) {
-            return Err(err(
-                code::DENIED,
-                format!("tool {name:?} is not in this execution's allowed_tools"),
-            ));
+            return Err(denied(name));
         }
         if self.backend.catalog().get(name).is_none() {
             return Err(err(
@@ -328,10 +325,7 @@ impl ProxySession {
             .and_then(Value::as_str)
             .ok_or_else(|| err(code::INVALID_PARAMS, "tools/get needs a string \"name\""))?;
         if !self.allow.allows(name) {
-            return Err(err(
-                code::DENIED,
-                format!("tool {name:?} is not in this execution's allowed_tools"),
-            ));
+            return Err(denied(name));
         }
         let tool = self.backend.index().get(name).ok_or_else(|| {
             err(
@@ -377,6 +371,13 @@ pub fn search_query(params: &Value) -> Result<SearchQuery, String> {
         limit,
         cursor: string("cursor")?,
     })
+}
+
+fn denied(name: &str) -> RpcError {
+    err(
+        code::DENIED,
+        format!("tool {name:?} is not in this execution's allowed_tools"),
+    )
 }
 
 fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {

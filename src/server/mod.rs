@@ -520,7 +520,7 @@ impl CodeboxServer {
         let serve_proxy = proxy.clone();
         let outcome = sandbox
             .run_with_channel(
-                &runtime::boot_frame_with_files(&params.code, &files),
+                runtime::boot_frame_with_files(&params.code, &files),
                 Some(Box::new(move |stream| Box::pin(serve_proxy.serve(stream)))),
                 (limits.stdout_cap, limits.stderr_cap),
                 limits.timeout,

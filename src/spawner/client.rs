@@ -240,7 +240,7 @@ impl RemoteSandbox {
         on_output: impl FnMut(Stream, &[u8]),
     ) -> Result<Outcome> {
         self.run_with_channel(
-            input,
+            input.to_vec(),
             None,
             (stdout_cap, stderr_cap),
             timeout,
@@ -250,11 +250,11 @@ impl RemoteSandbox {
         .await
     }
 
-    /// As [`Self::run_to_completion`], and once `input` (the boot frame) is written, fd 3
-    /// is handed to `channel` (the tool proxy) until the sandbox ends.
+    /// As [`Self::run_to_completion`], and once `frame` (the boot frame) is written, fd 3
+    /// is handed to `service` (the tool proxy) until the sandbox ends.
     pub async fn run_with_channel(
         mut self,
-        input: &[u8],
+        frame: Vec<u8>,
         service: Option<ChannelService>,
         (stdout_cap, stderr_cap): (usize, usize),
         timeout: Duration,
@@ -274,7 +274,6 @@ impl RemoteSandbox {
             .map_err(io("setting up fd 3"))?;
         let mut stream =
             tokio::net::UnixStream::from_std(channel).map_err(io("setting up fd 3"))?;
-        let frame = input.to_vec();
         // The boot frame first; then the proxy, if any, owns the channel. When the
         // program closes fd 3 or is gone, nobody reads the rest of the frame.
         let channel_task = async move {

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod fixtures;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -337,8 +337,8 @@ async def wrappers_are_browsable_as_resources(s, w):
         raise AssertionError("a path outside the wrappers was read")
 
 
-def upstream_pid(serve_pid, marker):
-    """The pid of the upstream whose command line has `marker`, below `serve_pid`."""
+def process_tree():
+    """{parent pid: [(pid, command line with spaces)]} of every process on the host."""
     children = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -350,6 +350,12 @@ def upstream_pid(serve_pid, marker):
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append((int(pid), cmd))
+    return children
+
+
+def upstream_pid(serve_pid, marker):
+    """The pid of the upstream whose command line has `marker`, below `serve_pid`."""
+    children = process_tree()
     todo = [serve_pid]
     while todo:
         for pid, cmd in children.get(todo.pop(), []):
@@ -414,18 +420,9 @@ async def main():
 
 def find_serve_pid():
     """Our `codebox serve` child (the SDK does not expose the pid)."""
-    me = os.getpid()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{pid}/stat").read()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == me and len(cmd) > 1 and cmd[1] == b"serve":
-            return int(pid)
+    for pid, cmd in process_tree().get(os.getpid(), []):
+        if cmd.split()[1:2] == ["serve"]:
+            return pid
     raise AssertionError("codebox serve not found")
 
 

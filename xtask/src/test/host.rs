@@ -27,9 +27,15 @@ pub fn is_root() -> bool {
 /// user can read, unlike a venv whose interpreter may live under /root.
 pub fn ensure_mcp_sdk(root: &Path) -> Result<std::path::PathBuf> {
     let dir = root.join("target/mcp-pydeps");
-    if dir.join("mcp/__init__.py").exists() {
+    pip_install_into(&dir, "mcp", "mcp/__init__.py")?;
+    Ok(dir)
+}
+
+/// `pip install --target dir package`, unless `dir/marker` shows it is there already.
+fn pip_install_into(dir: &Path, package: &str, marker: &str) -> Result<()> {
+    if dir.join(marker).exists() {
         println!("present: {}", dir.display());
-        return Ok(dir);
+        return Ok(());
     }
     run_checked(
         Command::new("python3")
@@ -41,11 +47,10 @@ pub fn ensure_mcp_sdk(root: &Path) -> Result<std::path::PathBuf> {
                 "--disable-pip-version-check",
                 "--target",
             ])
-            .arg(&dir)
-            .arg("mcp"),
-        "pip install mcp",
-    )?;
-    Ok(dir)
+            .arg(dir)
+            .arg(package),
+        &format!("pip install {package}"),
+    )
 }
 
 /// Node packages of the upstream MCP servers the integration tests connect to.
@@ -91,25 +96,11 @@ pub fn ensure_upstream_servers(root: &Path) -> Result<std::path::PathBuf> {
             "npm install (upstream MCP servers)",
         )?;
     }
-    let python = dir.join("python");
-    if python.join("mcp_server_time/__init__.py").exists() {
-        println!("present: {}", python.display());
-    } else {
-        run_checked(
-            Command::new("python3")
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--target",
-                ])
-                .arg(&python)
-                .arg("mcp-server-time"),
-            "pip install mcp-server-time",
-        )?;
-    }
+    pip_install_into(
+        &dir.join("python"),
+        "mcp-server-time",
+        "mcp_server_time/__init__.py",
+    )?;
     Ok(dir)
 }
 
