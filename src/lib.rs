@@ -32,18 +32,22 @@
 //!
 //! `docs/ARCHITECTURE.md` is the code map.
 
+pub mod audit;
 pub mod catalog;
 pub mod codegen;
 pub mod config;
 pub mod doctor;
 pub mod execution;
 pub mod line_reader;
+pub mod pii;
 pub mod profile;
 pub mod proxy;
+pub mod ratelimit;
 pub mod rootfs;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
+pub mod skills;
 pub mod spawner;
 pub mod tokens;
 pub mod units;

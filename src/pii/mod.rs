@@ -1,0 +1,1 @@
+//! PII detection and tokenization (being written).

@@ -1,0 +1,1 @@
+//! Rate limits per client (being written).

@@ -1,0 +1,1 @@
+//! The skills store (being written).
