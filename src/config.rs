@@ -69,16 +69,49 @@ pub struct Config {
     pub max_tool_calls: Option<u32>,
     /// Wall-clock limit of one upstream tool call.
     pub tool_call_timeout: Option<String>,
+    /// Where saved skills live (default `$XDG_DATA_HOME/codebox/skills`).
+    pub skills_dir: Option<PathBuf>,
+    /// A session unused this long is removed (default 15m).
+    pub session_ttl: Option<String>,
+    /// Bytes a session's workspace may hold (default 256MiB).
+    pub session_quota: Option<String>,
+    /// Entries (files, directories, links) a session's workspace may hold (default 10000).
+    pub session_max_entries: Option<u64>,
+    /// Sessions open at once (default 64).
+    pub max_sessions: Option<usize>,
+    /// Executions one client may start per minute (default unlimited).
+    pub rate_per_minute: Option<u32>,
+    /// Executions one client may run at once (default unlimited).
+    pub rate_concurrent: Option<usize>,
+    #[serde(default)]
+    pub pii: PiiConfig,
+    /// The audit log (default: none).
+    pub audit: Option<crate::audit::AuditConfig>,
     #[serde(default)]
     pub http: HttpConfig,
+}
+
+/// `[pii]`: personal data in what goes back to the model.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PiiConfig {
+    /// off (default), output or strict.
+    pub mode: Option<crate::pii::PiiMode>,
+    /// Extra detectors: `{ label = "EMPLOYEE_ID", regex = "E-[0-9]{6}" }`.
+    #[serde(default)]
+    pub custom: Vec<crate::pii::CustomPattern>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
     pub addr: Option<String>,
-    /// The bearer token, or `env:VAR`.
+    /// The bearer token, or `env:VAR` (one client, named "default").
     pub token: Option<String>,
+    /// More clients, each with its own token (or `env:VAR`): `{ alice = "env:ALICE_TOKEN" }`.
+    /// Rate limits and sessions are per client.
+    #[serde(default)]
+    pub clients: std::collections::BTreeMap<String, String>,
     pub allowed_origins: Option<Vec<String>>,
     pub allowed_hosts: Option<Vec<String>>,
 }
@@ -171,6 +204,63 @@ impl Config {
         if let Some(v) = env("CODEBOX_TOOL_CALL_TIMEOUT") {
             self.tool_call_timeout = Some(v);
         }
+        if let Some(v) = env("CODEBOX_SKILLS_DIR") {
+            self.skills_dir = Some(v.into());
+        }
+        if let Some(v) = env("CODEBOX_SESSION_TTL") {
+            self.session_ttl = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_SESSION_QUOTA") {
+            self.session_quota = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_SESSION_MAX_ENTRIES") {
+            self.session_max_entries = Some(num("CODEBOX_SESSION_MAX_ENTRIES", v)?);
+        }
+        if let Some(v) = env("CODEBOX_MAX_SESSIONS") {
+            self.max_sessions = Some(num("CODEBOX_MAX_SESSIONS", v)?);
+        }
+        if let Some(v) = env("CODEBOX_RATE_PER_MINUTE") {
+            self.rate_per_minute = Some(num("CODEBOX_RATE_PER_MINUTE", v)?);
+        }
+        if let Some(v) = env("CODEBOX_RATE_CONCURRENT") {
+            self.rate_concurrent = Some(num("CODEBOX_RATE_CONCURRENT", v)?);
+        }
+        if let Some(v) = env("CODEBOX_PII") {
+            self.pii.mode = Some(v.parse().map_err(|e: crate::pii::Error| Error::BadEnv {
+                var: "CODEBOX_PII".into(),
+                value: v.clone(),
+                reason: e.to_string(),
+            })?);
+        }
+        if let Some(v) = env("CODEBOX_AUDIT_LOG") {
+            let mut audit: crate::audit::AuditConfig =
+                toml::from_str(&format!("path = {}", toml_string(&v))).map_err(|e| {
+                    Error::BadEnv {
+                        var: "CODEBOX_AUDIT_LOG".into(),
+                        value: v.clone(),
+                        reason: e.message().to_string(),
+                    }
+                })?;
+            if let Some(old) = &self.audit {
+                audit = crate::audit::AuditConfig {
+                    path: audit.path,
+                    ..old.clone()
+                };
+            }
+            self.audit = Some(audit);
+        }
+        if let Some(v) = env("CODEBOX_HTTP_CLIENTS") {
+            for pair in list(v.clone()) {
+                let (name, token) = pair.split_once('=').ok_or_else(|| Error::BadEnv {
+                    var: "CODEBOX_HTTP_CLIENTS".into(),
+                    value: "(hidden)".into(),
+                    reason: "expected name=token pairs separated by commas".into(),
+                })?;
+                self.http
+                    .clients
+                    .insert(name.trim().to_string(), token.trim().to_string());
+            }
+        }
         if let Some(v) = env("CODEBOX_HTTP_ADDR") {
             self.http.addr = Some(v);
         }
@@ -190,6 +280,35 @@ impl Config {
     pub fn http_token(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>> {
         resolve_secret("http.token", self.http.token.as_deref(), env)
     }
+
+    /// Every HTTP client and its token (`token` is the client "default").
+    pub fn http_clients(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        if let Some(t) = self.http_token(env)? {
+            out.push(("default".to_string(), t));
+        }
+        for (name, secret) in &self.http.clients {
+            let key = format!("http.clients.{name}");
+            if let Some(t) = resolve_secret(&key, Some(secret), env)? {
+                if t.is_empty() {
+                    return Err(Error::Invalid {
+                        path: PathBuf::from("(config)"),
+                        message: format!("{key}: the token is empty"),
+                    });
+                }
+                out.push((name.clone(), t));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A TOML basic string holding `s`.
+fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).expect("strings serialise")
 }
 
 /// `env:VAR` → the variable's value; anything else as written.

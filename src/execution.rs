@@ -78,12 +78,25 @@ pub struct ExecutionResult {
     /// Why the proxy closed the tool channel early (a malformed or oversized message).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_channel_error: Option<String>,
+    /// The session the run belonged to: id, keep_alive, interpreter (new, kept, ended).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<serde_json::Value>,
+    /// The session's workspace after the run: bytes, entries and their limits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace_usage: Option<serde_json::Value>,
+    /// The run grew the session's workspace past its quota; it was stopped and what it
+    /// created was removed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub workspace_quota_exceeded: bool,
 }
 
 impl ExecutionResult {
-    /// The program failed: non-zero exit, a signal, or a timeout.
+    /// The program failed: non-zero exit, a signal, a timeout, or the workspace quota.
     pub fn failed(&self) -> bool {
-        self.timed_out || self.signal.is_some() || self.exit_code != Some(0)
+        self.timed_out
+            || self.signal.is_some()
+            || self.exit_code != Some(0)
+            || self.workspace_quota_exceeded
     }
 }
 
@@ -147,6 +160,7 @@ pub fn execute(
         rootfs: rootfs.path.clone(),
         workspace: request.workspace.clone(),
         servers: None,
+        skills: None,
         program: request.language.program()?,
         limits: request.limits.clone(),
         id_mapping,
@@ -224,5 +238,8 @@ pub fn result_from(
         workspace_files_truncated,
         tool_calls: Vec::new(),
         tool_channel_error: None,
+        session: None,
+        workspace_usage: None,
+        workspace_quota_exceeded: false,
     }
 }

@@ -47,6 +47,7 @@ pub mod rootfs;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
+pub mod session;
 pub mod skills;
 pub mod spawner;
 pub mod tokens;

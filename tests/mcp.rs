@@ -72,6 +72,25 @@ fn sandboxed_code_calls_real_upstream_servers() {
     run_client_script_with(test, "upstream_client.py", &[upstreams().into_os_string()]);
 }
 
+#[test]
+fn pii_skills_sessions_audit_and_rate_limits_through_the_python_sdk() {
+    let test = "pii_skills_sessions_audit_and_rate_limits_through_the_python_sdk";
+    let marker =
+        upstreams().join("node/node_modules/@modelcontextprotocol/server-memory/package.json");
+    if !marker.exists() {
+        let reason = format!(
+            "the upstream test servers are not installed at {} (cargo xtask test installs them)",
+            upstreams().display()
+        );
+        if strict() {
+            panic!("{reason}");
+        }
+        eprintln!("SKIP {test}: {reason}");
+        return;
+    }
+    run_client_script_with(test, "features_client.py", &[upstreams().into_os_string()]);
+}
+
 fn run_client_script(test: &str, script: &str) {
     run_client_script_with(test, script, &[]);
 }

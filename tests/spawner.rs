@@ -81,6 +81,7 @@ fn spec(language: Language) -> SpawnSpec {
         limits: Profile::load("default").unwrap().limits,
         workspace: None,
         servers: None,
+        skills: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Command-line interface: argument parsing and dispatch.
 
+mod audit;
 mod doctor;
 mod run;
 mod serve;
@@ -35,6 +36,8 @@ enum Command {
     /// Inspect the upstream tools: `tools tokens` measures what their definitions cost a
     /// model's context against codebox's own.
     Tools(tools::ToolsArgs),
+    /// The audit log: `audit verify FILE` checks its hash chain.
+    Audit(audit::AuditArgs),
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -43,6 +46,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => doctor::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Tools(args) => tools::run(args),
+        Command::Audit(args) => audit::run(args),
     }
 }
 

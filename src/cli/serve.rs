@@ -15,15 +15,18 @@ use tokio_util::sync::CancellationToken;
 use codebox::config::{self, Config};
 use codebox::doctor;
 use codebox::execution::Host;
+use codebox::pii::PiiMode;
 use codebox::profile::Profile;
 use codebox::proxy::{AllowList, ProxyLimits};
+use codebox::ratelimit::RateLimits;
 use codebox::rootfs;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
 use codebox::sandbox::IdMapping;
 use codebox::server::http::{self, HttpOptions};
 use codebox::server::{CodeboxServer, Settings};
+use codebox::session::SessionLimits;
 use codebox::spawner::{self, SpawnerClient};
-use codebox::units::parse_duration;
+use codebox::units::{parse_duration, parse_size};
 use codebox::upstream::{self, UpstreamOptions, Upstreams};
 
 use super::upstreams::without_self;
@@ -75,7 +78,8 @@ struct Resolved {
     max_timeout: Duration,
     root_host_id: u32,
     http: Option<std::net::SocketAddr>,
-    http_token: Option<String>,
+    /// HTTP clients and their tokens.
+    http_clients: Vec<(String, String)>,
     allowed_origins: Vec<String>,
     allowed_hosts: Vec<String>,
     drain_timeout: Duration,
@@ -83,6 +87,21 @@ struct Resolved {
     mcp_config: (PathBuf, bool),
     allowed_tools: AllowList,
     proxy_limits: ProxyLimits,
+    pii_mode: PiiMode,
+    pii_custom: Vec<codebox::pii::CustomPattern>,
+    rate: RateLimits,
+    sessions: SessionLimits,
+    skills_dir: Option<PathBuf>,
+    audit: Option<codebox::audit::AuditConfig>,
+}
+
+/// `$XDG_DATA_HOME/codebox/skills`, else `~/.local/share/codebox/skills`.
+fn default_skills_dir() -> Option<PathBuf> {
+    let env = config::process_env;
+    match env("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        Some(d) => Some(PathBuf::from(d).join("codebox/skills")),
+        None => env("HOME").map(|h| PathBuf::from(h).join(".local/share/codebox/skills")),
+    }
 }
 
 fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
@@ -92,7 +111,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         tracing::info!(path = %path.display(), "config file");
     }
     file.apply_env(env)?;
-    let http_token = file.http_token(env)?;
+    let http_clients = file.http_clients(env)?;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let max_timeout = match (args.max_timeout, &file.max_timeout) {
         (Some(t), _) => t,
@@ -113,7 +132,33 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             file.unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect())
         }
     };
+    let sessions = {
+        let mut l = SessionLimits::default();
+        if let Some(t) = &file.session_ttl {
+            l.idle_ttl = parse_duration(t).map_err(|e| anyhow::anyhow!("session_ttl: {e}"))?;
+        }
+        if let Some(q) = &file.session_quota {
+            l.quota_bytes = parse_size(q).map_err(|e| anyhow::anyhow!("session_quota: {e}"))?;
+        }
+        if let Some(n) = file.session_max_entries {
+            l.max_entries = n;
+        }
+        if let Some(n) = file.max_sessions {
+            l.max_sessions = n;
+        }
+        l
+    };
+    let rate = RateLimits {
+        per_minute: file.rate_per_minute.and_then(std::num::NonZeroU32::new),
+        concurrent: file.rate_concurrent.filter(|n| *n > 0),
+    };
     Ok(Resolved {
+        pii_mode: file.pii.mode.unwrap_or(PiiMode::Off),
+        pii_custom: file.pii.custom.clone(),
+        rate,
+        sessions,
+        skills_dir: file.skills_dir.clone().or_else(default_skills_dir),
+        audit: file.audit.clone(),
         profile: args
             .profile
             .or(file.profile)
@@ -131,7 +176,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             .or(file.root_host_id)
             .unwrap_or(DEFAULT_ROOT_HOST_ID),
         http,
-        http_token,
+        http_clients,
         allowed_origins: or_list(
             args.allowed_origins,
             file.http.allowed_origins,
@@ -165,7 +210,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let args = resolve(args)?;
     // --- single-threaded: verify, check, fork the spawner ---
     if let Some(addr) = args.http {
-        if !addr.ip().is_loopback() && args.http_token.is_none() {
+        if !addr.ip().is_loopback() && args.http_clients.is_empty() {
             bail!("{addr} is not a loopback address: a bearer token is required (set CODEBOX_HTTP_TOKEN)");
         }
     }
@@ -197,13 +242,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         !mcp_named,
         &config::process_env,
     )?);
+    let pii_detector =
+        std::sync::Arc::new(codebox::pii::Detector::new(&args.pii_custom).context("pii.custom")?);
+    let audit = match &args.audit {
+        Some(config) => Some(std::sync::Arc::new(
+            codebox::audit::AuditLog::open(config.clone())
+                .with_context(|| format!("cannot open the audit log {}", config.path.display()))?,
+        )),
+        None => None,
+    };
+    let sandbox_ids = IdMapping::for_current_process(args.root_host_id);
     let settings = Settings {
         concurrency: args.concurrency,
         queue: args.queue,
         max_timeout: args.max_timeout,
-        profile,
         allowed_tools: args.allowed_tools.clone(),
         proxy_limits: args.proxy_limits.clone(),
+        pii_mode: args.pii_mode,
+        pii_detector,
+        rate: args.rate,
+        sessions: args.sessions.clone(),
+        sessions_base: std::env::temp_dir(),
+        sandbox_ids: (sandbox_ids.host_uid, sandbox_ids.host_gid),
+        skills_dir: args.skills_dir.clone(),
+        audit,
+        rootfs_manifest_sha256: Some(host.rootfs.manifest_sha256.clone()),
+        profile,
     };
 
     // --- multi-threaded from here on ---
@@ -215,8 +279,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let client = SpawnerClient::new(sock)?;
         let upstreams = Upstreams::start(upstream_servers, UpstreamOptions::default()).await;
-        let server = CodeboxServer::new(client, settings, report.checks, upstreams.clone());
-        let result = serve_until_done(server, args, drain).await;
+        let server = CodeboxServer::new(client, settings, report.checks, upstreams.clone())?;
+        let result = serve_until_done(server.clone(), args, drain).await;
+        server.shutdown().await;
         upstreams.shutdown().await;
         result
     })?;
@@ -265,7 +330,7 @@ async fn serve_until_done(
     if let Some(addr) = args.http {
         let options = HttpOptions {
             addr,
-            token: args.http_token,
+            clients: args.http_clients,
             allowed_origins: args.allowed_origins,
             allowed_hosts: args.allowed_hosts,
         };

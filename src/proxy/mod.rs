@@ -14,6 +14,10 @@
 //!   tools this execution may call;
 //! - `tools/get {name}` → one tool's full definition with signatures and an example.
 //!
+//! In a keep-alive session the sandbox also sends the notification `codebox/done` after
+//! each run, and the supervisor sends `codebox/run` (see `runtime::boot`); the proxy hands
+//! the former to its control channel and writes the latter with [`ProxySession::send_line`].
+//!
 //! Every `tools/call` is checked against the execution's [`AllowList`] (nothing is sent
 //! upstream for a denied call), counted and size-checked against [`ProxyLimits`], timed,
 //! and recorded as a [`ToolCallRecord`] in the run's result. Errors are JSON-RPC errors
@@ -124,7 +128,24 @@ pub struct ToolCallRecord {
     /// error text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The failure's category (`denied`, `unknown_tool`, `limit`, `timeout`, `upstream`,
+    /// `invalid`, `tool_error`): what the audit log keeps instead of the text.
+    #[serde(skip)]
+    pub error_kind: Option<&'static str>,
 }
+
+/// Personal data handling on the channel (`crate::pii` implements it): tokens in the
+/// arguments the sandbox sends are restored before the call goes upstream; with
+/// `strict`, results are tokenized before they enter the sandbox. Records of calls,
+/// which reach the model, are always tokenized.
+pub trait Redactor: Send + Sync + 'static {
+    fn tokenize(&self, text: &str) -> String;
+    fn tokenize_json(&self, value: &mut serde_json::Value);
+    fn restore_json(&self, value: &mut serde_json::Value);
+}
+
+/// Called once per finished `tools/call` (the audit log).
+pub type CallObserver = Arc<dyn Fn(&ToolCallRecord) + Send + Sync>;
 
 /// What the channel saw during one execution.
 #[derive(Debug, Clone, Default, PartialEq)]

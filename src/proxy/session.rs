@@ -15,16 +15,31 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::{code, AllowList, CallError, ProxyLimits, ProxyReport, ToolBackend, ToolCallRecord};
+use super::{
+    code, AllowList, CallError, CallObserver, ProxyLimits, ProxyReport, Redactor, ToolBackend,
+    ToolCallRecord,
+};
 use crate::catalog::{Detail, SearchQuery, DEFAULT_LIMIT};
 use crate::line_reader::read_line_capped;
 
 /// The proxy of one execution.
 pub struct ProxySession {
     backend: Arc<dyn ToolBackend>,
-    allow: AllowList,
+    allow: Mutex<AllowList>,
     limits: ProxyLimits,
     state: Mutex<State>,
+    hooks: Mutex<Hooks>,
+}
+
+/// What the server attaches to a session besides its backend and limits.
+#[derive(Default)]
+struct Hooks {
+    redactor: Option<(Arc<dyn Redactor>, bool)>,
+    observer: Option<CallObserver>,
+    /// Where `codebox/*` notifications from the sandbox go (keep-alive sessions).
+    control: Option<mpsc::UnboundedSender<Value>>,
+    /// The writer of the channel being served, for [`ProxySession::send_line`].
+    writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
 }
 
 #[derive(Default)]
@@ -51,10 +66,48 @@ impl ProxySession {
     pub fn new(backend: Arc<dyn ToolBackend>, allow: AllowList, limits: ProxyLimits) -> Arc<Self> {
         Arc::new(ProxySession {
             backend,
-            allow,
+            allow: Mutex::new(allow),
             limits,
             state: Mutex::new(State::default()),
+            hooks: Mutex::new(Hooks::default()),
         })
+    }
+
+    /// Replaces the allowlist (each run of a keep-alive session brings its own).
+    pub fn set_allow(&self, allow: AllowList) {
+        *self.allow.lock().expect("proxy allowlist") = allow;
+    }
+
+    fn allows(&self, name: &str) -> bool {
+        self.allow.lock().expect("proxy allowlist").allows(name)
+    }
+
+    /// Restores tokens in arguments and tokenizes records (and, `strict`, results).
+    pub fn set_redactor(&self, redactor: Arc<dyn Redactor>, strict: bool) {
+        self.hooks().redactor = Some((redactor, strict));
+    }
+
+    /// Calls `observer` with every finished `tools/call`.
+    pub fn set_observer(&self, observer: CallObserver) {
+        self.hooks().observer = Some(observer);
+    }
+
+    /// Sends the params of every `codebox/*` notification from the sandbox to `control`.
+    pub fn set_control(&self, control: mpsc::UnboundedSender<Value>) {
+        self.hooks().control = Some(control);
+    }
+
+    /// Writes one line (without its newline) to the sandbox, between the answers; false
+    /// when the channel is not being served.
+    pub fn send_line(&self, line: Vec<u8>) -> bool {
+        match &self.hooks().writer {
+            Some(tx) => tx.send(line).is_ok(),
+            None => false,
+        }
+    }
+
+    fn hooks(&self) -> std::sync::MutexGuard<'_, Hooks> {
+        self.hooks.lock().expect("proxy hooks")
     }
 
     /// What happened on the channel so far.
@@ -62,10 +115,20 @@ impl ProxySession {
         self.state.lock().expect("proxy state").report.clone()
     }
 
+    /// What happened since the last call, and the per-execution counters start again
+    /// (one run of a keep-alive session).
+    pub fn take_report(&self) -> ProxyReport {
+        let mut st = self.state.lock().expect("proxy state");
+        st.calls = 0;
+        st.bytes = 0;
+        std::mem::take(&mut st.report)
+    }
+
     /// Serves the channel until the sandbox closes it or sends a malformed frame.
     pub async fn serve(self: Arc<Self>, stream: UnixStream) {
         let (read, mut write) = stream.into_split();
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        self.hooks().writer = Some(tx.clone());
         let writer = tokio::spawn(async move {
             while let Some(mut line) = rx.recv().await {
                 line.push(b'\n');
@@ -118,6 +181,7 @@ impl ProxySession {
         }
         // The channel ended: nobody will read answers to calls still running.
         calls.abort_all();
+        self.hooks().writer = None;
         drop(tx);
         let _ = writer.await;
     }
@@ -127,8 +191,18 @@ impl ProxySession {
         let id = msg.get("id").cloned();
         let method = msg.get("method").and_then(Value::as_str);
         let (Some(id), Some(method)) = (id, method) else {
-            if msg.get("method").is_some() {
-                return None; // a notification: nothing to answer
+            if let Some(method) = method {
+                // A notification: nothing to answer. The session's own go to its control.
+                if method.starts_with("codebox/") {
+                    if let Some(control) = &self.hooks().control {
+                        let mut note = msg.get("params").cloned().unwrap_or(json!({}));
+                        if let Some(obj) = note.as_object_mut() {
+                            obj.insert("method".into(), json!(method));
+                        }
+                        let _ = control.send(note);
+                    }
+                }
+                return None;
             }
             return Some(error_line(
                 msg.get("id").unwrap_or(&Value::Null),
@@ -164,9 +238,19 @@ impl ProxySession {
             .and_then(Value::as_str)
             .ok_or_else(|| err(code::INVALID_PARAMS, "tools/call needs a string \"name\""))?
             .to_string();
+        let redactor = self.hooks().redactor.clone();
         let arguments = match params.get("arguments") {
             None | Some(Value::Null) => None,
-            Some(Value::Object(map)) => Some(map.clone()),
+            Some(Value::Object(map)) => {
+                let mut args = Value::Object(map.clone());
+                if let Some((r, _)) = &redactor {
+                    r.restore_json(&mut args);
+                }
+                match args {
+                    Value::Object(map) => Some(map),
+                    _ => unreachable!("restoring keeps an object an object"),
+                }
+            }
             Some(_) => {
                 return Err(err(
                     code::INVALID_PARAMS,
@@ -179,10 +263,27 @@ impl ProxySession {
             .map(|a| serde_json::to_vec(a).map(|v| v.len()).unwrap_or(0))
             .unwrap_or(2) as u64;
         let started = Instant::now();
-        let outcome = self.checked_call(&name, arguments, bytes_in).await;
-        let (ok, bytes_out, error) = match &outcome {
-            Ok((bytes, is_error, text)) => (!is_error, bytes.len() as u64, text.clone()),
-            Err(e) => (false, 0, Some(e.message.clone())),
+        let strict = redactor.as_ref().is_some_and(|(_, strict)| *strict);
+        let outcome = self
+            .checked_call(
+                &name,
+                arguments,
+                bytes_in,
+                strict.then(|| redactor.clone()).flatten(),
+            )
+            .await;
+        let (ok, bytes_out, error, error_kind) = match &outcome {
+            Ok((bytes, is_error, text)) => (
+                !is_error,
+                bytes.len() as u64,
+                text.clone(),
+                is_error.then_some("tool_error"),
+            ),
+            Err(e) => (false, 0, Some(e.message.clone()), Some(error_kind(e.code))),
+        };
+        let error = match (&redactor, error) {
+            (Some((r, _)), Some(text)) => Some(r.tokenize(&text)),
+            (_, error) => error,
         };
         let record = ToolCallRecord {
             name: name.clone(),
@@ -191,7 +292,12 @@ impl ProxySession {
             bytes_in,
             bytes_out,
             error,
+            error_kind,
         };
+        let observer = self.hooks().observer.clone();
+        if let Some(observe) = observer {
+            observe(&record);
+        }
         tracing::debug!(
             tool = %name,
             ok,
@@ -206,7 +312,14 @@ impl ProxySession {
             .report
             .tool_calls
             .push(record);
-        outcome.map(|(bytes, _, _)| bytes)
+        outcome.map(|(bytes, _, _)| bytes).map_err(|mut e| {
+            if strict {
+                if let Some((r, _)) = &redactor {
+                    e.message = r.tokenize(&e.message);
+                }
+            }
+            e
+        })
     }
 
     /// The call itself; returns the result JSON, whether it is an error, and its error
@@ -216,8 +329,9 @@ impl ProxySession {
         name: &str,
         arguments: Option<serde_json::Map<String, Value>>,
         bytes_in: u64,
+        strict: Option<(Arc<dyn Redactor>, bool)>,
     ) -> Result<(Vec<u8>, bool, Option<String>), RpcError> {
-        if !self.allow.allows(name) {
+        if !self.allows(name) {
             return Err(denied(name));
         }
         if self.backend.catalog().get(name).is_none() {
@@ -275,7 +389,16 @@ impl ProxySession {
                 .take(500)
                 .collect::<String>()
         });
-        let bytes = serde_json::to_vec(&result).map_err(|e| {
+        let bytes = match strict {
+            // Strict: the sandbox never sees raw values, so the result is tokenized as JSON.
+            Some((r, _)) => serde_json::to_value(&result).map(|mut v| {
+                r.tokenize_json(&mut v);
+                v
+            }),
+            None => serde_json::to_value(&result),
+        }
+        .and_then(|v| serde_json::to_vec(&v))
+        .map_err(|e| {
             err(
                 code::UPSTREAM,
                 format!("{name}: unserialisable result: {e}"),
@@ -312,7 +435,7 @@ impl ProxySession {
         let page = self
             .backend
             .index()
-            .search(&query, &|name| self.allow.allows(name))
+            .search(&query, &|name| self.allows(name))
             .map_err(|e| err(code::INVALID_PARAMS, e.to_string()))?;
         let value =
             json!({"tools": page.tools, "next_cursor": page.next_cursor, "total": page.total});
@@ -324,7 +447,7 @@ impl ProxySession {
             .get("name")
             .and_then(Value::as_str)
             .ok_or_else(|| err(code::INVALID_PARAMS, "tools/get needs a string \"name\""))?;
-        if !self.allow.allows(name) {
+        if !self.allows(name) {
             return Err(denied(name));
         }
         let tool = self.backend.index().get(name).ok_or_else(|| {
@@ -371,6 +494,18 @@ pub fn search_query(params: &Value) -> Result<SearchQuery, String> {
         limit,
         cursor: string("cursor")?,
     })
+}
+
+/// The audit category of a failed call.
+fn error_kind(code: i64) -> &'static str {
+    match code {
+        code::DENIED => "denied",
+        code::UNKNOWN_TOOL => "unknown_tool",
+        code::LIMIT => "limit",
+        code::TIMEOUT => "timeout",
+        code::UPSTREAM => "upstream",
+        _ => "invalid",
+    }
 }
 
 fn denied(name: &str) -> RpcError {

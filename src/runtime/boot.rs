@@ -7,6 +7,21 @@
 //!   `/workspace` (creating parent directories) before the program starts;
 //! - `CODE`, exactly once and last: the program's UTF-8 source.
 //!
+//! A keep-alive sandbox (a session: one interpreter, several runs, state kept between
+//! them) is announced by a first, empty record `SESSION 0\n` ([`session_boot_frame`]);
+//! the `FILE` and `CODE` records that follow are the first run. After each run the runtime
+//! flushes stdout and stderr, then writes on fd 3 the JSON-RPC notification
+//! `{"jsonrpc":"2.0","method":"codebox/done","params":{"status":"ok"|"error"}}` (one line;
+//! `error` when the run raised an uncaught exception, printed on stderr as the one-shot mode
+//! prints it). Then it reads fd 3 line by line, ignoring anything that is not a
+//! `codebox/run` notification (such as late responses to tool calls an earlier run
+//! abandoned), until the next run arrives ([`session_run_message`]:
+//! `{"jsonrpc":"2.0","method":"codebox/run","params":{"code":…,"files":{path: text}}}`).
+//! Its files are written as `FILE` records are, then its code runs in the same interpreter
+//! state. Tool calls during a run use fd 3 as in the one-shot mode. `sys.exit` /
+//! `Deno.exit` end the process, and so the session; EOF on fd 3 while waiting ends it
+//! with status 0.
+//!
 //! Files travel inside the frame rather than through a host directory, so the host never
 //! writes into a tree the sandbox can also write (no symlink races, no ownership to fix
 //! up), and a pre-started sandbox can receive them with its code. The paths are validated
@@ -117,6 +132,45 @@ pub fn boot_frame_with_files(code: &str, files: &BTreeMap<String, String>) -> Ve
     frame
 }
 
+/// The record that opens a session's boot frame.
+pub const SESSION_RECORD: &[u8] = b"SESSION 0\n";
+/// The notification the supervisor sends to start a session's next run.
+pub const RUN_METHOD: &str = "codebox/run";
+/// The notification the runtime sends when a session's run has finished.
+pub const DONE_METHOD: &str = "codebox/done";
+
+/// The boot frame of a keep-alive session: the `SESSION` record, then `files` and `code`
+/// (the first run) as in [`boot_frame_with_files`]. Validate the files first with
+/// [`validate_files`].
+pub fn session_boot_frame(code: &str, files: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut frame = SESSION_RECORD.to_vec();
+    frame.extend_from_slice(&boot_frame_with_files(code, files));
+    frame
+}
+
+/// A session's next run: the `codebox/run` notification as one JSON line, newline
+/// included. `files` (validated with [`validate_files`]) are written under `/workspace`
+/// before `code` runs; the key is left out when there are none.
+pub fn session_run_message(code: &str, files: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut params = serde_json::Map::new();
+    params.insert("code".into(), code.into());
+    if !files.is_empty() {
+        let files = files
+            .iter()
+            .map(|(path, content)| (path.clone(), content.as_str().into()))
+            .collect();
+        params.insert("files".into(), serde_json::Value::Object(files));
+    }
+    let message = serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": RUN_METHOD,
+        "params": params,
+    });
+    let mut line = message.to_string().into_bytes();
+    line.push(b'\n');
+    line
+}
+
 fn record(frame: &mut Vec<u8>, kind: &str, parts: &[&[u8]]) {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     frame.extend_from_slice(format!("{kind} {len}\n").as_bytes());
@@ -149,6 +203,49 @@ mod tests {
         assert_eq!(
             frame,
             b"FILE 10\na.csv\x001,2\nFILE 10\nb/c.txt\0xyCODE 4\npass".as_slice()
+        );
+    }
+
+    #[test]
+    fn session_frame_starts_with_the_session_record() {
+        assert_eq!(
+            session_boot_frame("x = 1", &BTreeMap::new()),
+            b"SESSION 0\nCODE 5\nx = 1".as_slice()
+        );
+        let f = files(&[("a.txt", "hi")]);
+        let mut expected = b"SESSION 0\n".to_vec();
+        expected.extend_from_slice(&boot_frame_with_files("pass", &f));
+        assert_eq!(session_boot_frame("pass", &f), expected);
+    }
+
+    #[test]
+    fn run_message_is_one_json_line() {
+        let line = session_run_message("print(\"a\\nb\")\n", &BTreeMap::new());
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+        let msg: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            msg,
+            serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "codebox/run",
+                "params": {"code": "print(\"a\\nb\")\n"},
+            })
+        );
+        assert!(msg.get("id").is_none(), "a notification has no id");
+    }
+
+    #[test]
+    fn run_message_carries_files() {
+        let f = files(&[("dir/b.txt", "line\n\u{e9}"), ("a.csv", "1,2")]);
+        let line = session_run_message("pass", &f);
+        assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+        let msg: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(msg["method"], RUN_METHOD);
+        assert_eq!(msg["params"]["code"], "pass");
+        assert_eq!(
+            msg["params"]["files"],
+            serde_json::json!({"a.csv": "1,2", "dir/b.txt": "line\n\u{e9}"})
         );
     }
 

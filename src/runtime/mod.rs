@@ -9,7 +9,10 @@
 
 pub mod boot;
 
-pub use boot::{boot_frame, boot_frame_with_files, validate_files, FileError};
+pub use boot::{
+    boot_frame, boot_frame_with_files, session_boot_frame, session_run_message, validate_files,
+    FileError,
+};
 
 use std::fmt;
 use std::str::FromStr;

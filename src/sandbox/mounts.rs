@@ -90,6 +90,7 @@ mod tests {
             rootfs: "/r".into(),
             workspace: Some("/w".into()),
             servers: None,
+            skills: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),

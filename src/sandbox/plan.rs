@@ -12,8 +12,8 @@
 //! - `/dev/shm`   a fresh size-limited tmpfs
 //! - `/tmp`       a fresh size-limited tmpfs
 //! - `/workspace` a host directory bound read-write, or a private tmpfs
-//! - `/servers`   the generated tool wrappers, when there are upstreams: a host directory
-//!   bound read-only, nosuid, nodev, noexec
+//! - `/servers`   the generated tool wrappers, when there are upstreams, and `/skills` the
+//!   saved skills: host directories bound read-only, nosuid, nodev, noexec
 //!
 //! Every writable mount is nosuid, nodev and noexec.
 
@@ -182,15 +182,18 @@ impl MountPlan {
                 flags: WRITABLE_FLAGS,
             }),
         }
-        if let Some(dir) = &spec.servers {
-            steps.push(MountStep::Bind {
-                source: dir.clone(),
-                target: at("servers"),
-            });
-            steps.push(MountStep::Remount {
-                target: at("servers"),
-                flags: MsFlags::MS_RDONLY | WRITABLE_FLAGS,
-            });
+        // Generated wrappers and saved skills: read by the sandbox, never written.
+        for (dir, target) in [(&spec.servers, "servers"), (&spec.skills, "skills")] {
+            if let Some(dir) = dir {
+                steps.push(MountStep::Bind {
+                    source: dir.clone(),
+                    target: at(target),
+                });
+                steps.push(MountStep::Remount {
+                    target: at(target),
+                    flags: MsFlags::MS_RDONLY | WRITABLE_FLAGS,
+                });
+            }
         }
         steps.push(MountStep::Remount {
             target: root.clone(),
@@ -219,6 +222,7 @@ mod tests {
             rootfs: "/r".into(),
             workspace: workspace.map(PathBuf::from),
             servers: None,
+            skills: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),

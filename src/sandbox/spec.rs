@@ -119,6 +119,8 @@ pub struct SandboxSpec {
     pub workspace: Option<PathBuf>,
     /// Host directory of generated tool wrappers, bound read-only at `/servers`.
     pub servers: Option<PathBuf>,
+    /// Host directory of saved skills, bound read-only at `/skills`.
+    pub skills: Option<PathBuf>,
     pub program: Program,
     pub limits: Limits,
     pub id_mapping: IdMapping,
@@ -135,7 +137,11 @@ impl SandboxSpec {
                 self.rootfs.display()
             )));
         }
-        for (what, dir) in [("workspace", &self.workspace), ("servers", &self.servers)] {
+        for (what, dir) in [
+            ("workspace", &self.workspace),
+            ("servers", &self.servers),
+            ("skills", &self.skills),
+        ] {
             if let Some(dir) = dir {
                 if !dir.is_absolute() {
                     return Err(Error::InvalidSpec(format!(
@@ -180,6 +186,7 @@ mod tests {
             rootfs: "/r".into(),
             workspace: None,
             servers: None,
+            skills: None,
             program: Program::new(
                 "/usr/bin/python3",
                 &["python3"],

@@ -5,7 +5,11 @@
 //!   origins: anything else gets 403.
 //! - A bearer token is required whenever the listener is not on loopback (and whenever
 //!   one is configured); it is compared in constant time, and a missing or wrong one
-//!   gets 401.
+//!   gets 401. Each token names a client (`http.token` is "default", `[http.clients]`
+//!   names more): the request carries that [`ClientName`] to the tools, which key rate
+//!   limits and sessions by it.
+//! - Every MCP session gets its own server value (`CodeboxServer::for_new_connection`):
+//!   shared state, its own PII token map.
 //! - `GET /healthz` answers without auth, for load balancers and service managers.
 //! - A POST body that is not UTF-8 JSON gets 400 with a JSON-RPC `-32700 Parse error`,
 //!   one over 16 MiB gets 413 with the same error, before rmcp sees either.
@@ -25,6 +29,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use super::client::ClientName;
 use super::CodeboxServer;
 
 #[derive(Debug, thiserror::Error)]
@@ -47,8 +52,9 @@ pub enum Error {
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     pub addr: SocketAddr,
-    /// Required from clients when set; mandatory off loopback.
-    pub token: Option<String>,
+    /// Clients and their bearer tokens; required when any is set, and mandatory off
+    /// loopback.
+    pub clients: Vec<(String, String)>,
     /// Browser origins allowed to call (e.g. `http://localhost:*`).
     pub allowed_origins: Vec<String>,
     /// Extra `Host` names accepted besides loopback (public deployments).
@@ -62,7 +68,7 @@ pub async fn serve(
     on_listening: impl FnOnce(SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    if !options.addr.ip().is_loopback() && options.token.is_none() {
+    if !options.addr.ip().is_loopback() && options.clients.is_empty() {
         return Err(Error::TokenRequired { addr: options.addr });
     }
     let listener = tokio::net::TcpListener::bind(options.addr)
@@ -85,16 +91,22 @@ pub async fn serve(
         .enforce_origin_validation()
         .with_max_request_body_bytes(super::framing::MAX_MESSAGE_BYTES);
     let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
+        move || Ok(server.for_new_connection()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let token = Arc::new(options.token.map(|t| Sha256::digest(t.as_bytes())));
+    let tokens: Tokens = Arc::new(
+        options
+            .clients
+            .iter()
+            .map(|(name, t)| (Sha256::digest(t.as_bytes()), ClientName(name.clone())))
+            .collect(),
+    );
     let mcp = Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn(require_json_body))
         // The last layer runs first: no body is read before the token is checked.
-        .layer(axum::middleware::from_fn_with_state(token, require_bearer));
+        .layer(axum::middleware::from_fn_with_state(tokens, require_bearer));
     let app = Router::new().route("/healthz", get(healthz)).merge(mcp);
     on_listening(bound);
     // On shutdown axum stops accepting connections; sessions (and the SSE streams of
@@ -111,22 +123,36 @@ async fn healthz() -> impl IntoResponse {
     (StatusCode::OK, "ok\n")
 }
 
-type TokenDigest = Arc<Option<sha2::digest::Output<Sha256>>>;
+/// The digest of every client's token, and the client it names.
+type Tokens = Arc<Vec<(sha2::digest::Output<Sha256>, ClientName)>>;
 
-/// 401 unless the request carries the configured bearer token.
-async fn require_bearer(State(token): State<TokenDigest>, req: Request, next: Next) -> Response {
-    let Some(expected) = token.as_ref() else {
+/// 401 unless the request carries a configured bearer token; the request then carries
+/// the client's name.
+async fn require_bearer(State(tokens): State<Tokens>, mut req: Request, next: Next) -> Response {
+    if tokens.is_empty() {
         return next.run(req).await;
-    };
+    }
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(|t| Sha256::digest(t.as_bytes()));
-    match given {
-        Some(g) if constant_time_eq(&g, expected) => next.run(req).await,
-        _ => (
+    // Every digest is compared, so the time taken does not say which client matched.
+    let client = given.and_then(|g| {
+        tokens
+            .iter()
+            .fold(None, |found, (d, name)| match constant_time_eq(&g, d) {
+                true => Some(name.clone()),
+                false => found,
+            })
+    });
+    match client {
+        Some(name) => {
+            req.extensions_mut().insert(name);
+            next.run(req).await
+        }
+        None => (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
             "a valid bearer token is required\n",

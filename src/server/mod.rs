@@ -1,22 +1,34 @@
-//! The MCP server codebox exposes (rmcp): `execute_python`, `execute_typescript` and
-//! `health`, over stdio.
+//! The MCP server codebox exposes (rmcp), over stdio and streamable HTTP.
 //!
-//! Each execution: admission (a slot or a queue place, else "busy, retry"), a sandbox
-//! from the spawner with the server's profile, the code over fd 3, output streamed as
-//! progress notifications when the request carries a progress token, cancellation
+//! Tools: `execute_python` and `execute_typescript` (one program per call, optionally in a
+//! session with a persistent workspace and a live interpreter), `search_tools`,
+//! `get_tool`, `list_servers`, the skills tools (`save_skill`, `list_skills`,
+//! `get_skill`, `delete_skill`), `close_session` and `health`.
+//!
+//! Each execution ([`execute`]): arguments checked, the client's rate limits, the
+//! session, admission (a slot or a queue place, else "busy, retry"), a sandbox from the
+//! spawner with the server's profile, the code over fd 3, output streamed as progress
+//! notifications when the request carries a progress token, cancellation
 //! (`notifications/cancelled`) killing the sandbox, and the result as structuredContent
-//! plus a short text. A program that fails is a tool result with `isError: true`, not a
-//! protocol error.
+//! plus a short text, with personal data tokenized when PII handling is on, and an audit
+//! record. A program that fails is a tool result with `isError: true`, not a protocol
+//! error.
 
 // MCP logging (notifications/message, logging/setLevel) is deprecated by SEP-2577 in the
 // newest protocol revision but still part of 2025-11-25, which codebox serves.
 #![allow(deprecated)]
 
 pub mod admission;
+mod audit_glue;
+pub mod client;
+mod execute;
+mod extra_resources;
 pub mod framing;
 pub mod http;
 pub mod resources;
 pub mod schema;
+mod session_tools;
+mod skill_tools;
 pub mod stdio_guard;
 pub mod wrappers;
 
@@ -29,24 +41,29 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolResult, ContentBlock, LoggingLevel, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, ErrorData as McpError, RoleServer, ServerHandler};
 use serde::Deserialize;
 
+use crate::audit::AuditLog;
 use crate::doctor;
-use crate::execution::{self, ExecutionResult};
+use crate::execution::ExecutionResult;
+use crate::pii::{Detector, PiiMode, Vault};
 use crate::profile::Profile;
-use crate::proxy::{AllowList, IndexedUpstreams, ProxyLimits, ProxySession, ToolBackend};
-use crate::runtime::{self, Language};
-use crate::spawner::{SpawnSpec, SpawnerClient, Stream};
+use crate::proxy::{AllowList, IndexedUpstreams, ProxyLimits, ToolBackend};
+use crate::ratelimit::{RateLimiter, RateLimits};
+use crate::runtime::Language;
+use crate::session::{SessionLimits, Sessions};
+use crate::skills::SkillStore;
+use crate::spawner::SpawnerClient;
 use crate::upstream::Upstreams;
 
 use admission::Admission;
 
 /// Server settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     /// The profile every execution runs with.
     pub profile: Profile,
@@ -61,6 +78,23 @@ pub struct Settings {
     pub allowed_tools: AllowList,
     /// Per-execution limits of the tool channel.
     pub proxy_limits: ProxyLimits,
+    /// PII handling when a call does not ask for stricter.
+    pub pii_mode: PiiMode,
+    /// The PII detectors (built-in and custom).
+    pub pii_detector: Arc<Detector>,
+    /// Per-client limits.
+    pub rate: RateLimits,
+    pub sessions: SessionLimits,
+    /// Where sessions' workspaces are created (the system temporary directory).
+    pub sessions_base: std::path::PathBuf,
+    /// Host uid and gid of the sandbox user (owner of session workspaces).
+    pub sandbox_ids: (u32, u32),
+    /// The skills store's directory (`None`: no skills).
+    pub skills_dir: Option<std::path::PathBuf>,
+    /// The audit log, opened by the caller (start-up fails clearly when it cannot be).
+    pub audit: Option<Arc<AuditLog>>,
+    /// SHA-256 of the rootfs manifest (audit records name the exact tree).
+    pub rootfs_manifest_sha256: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -80,12 +114,26 @@ struct State {
     log_level: std::sync::Mutex<LoggingLevel>,
     backend: Arc<IndexedUpstreams>,
     wrappers: wrappers::Wrappers,
+    rate: Arc<RateLimiter>,
+    sessions: Sessions,
+    skills: Option<SkillStore>,
+    /// Why the skills store could not be opened (reported by the skills tools).
+    skills_error: Option<String>,
 }
 
-/// The MCP server.
+/// One MCP connection's own state.
+struct Connection {
+    /// Names the connection (the client identity of unauthenticated HTTP).
+    id: String,
+    /// The PII token map of executions outside a session.
+    vault: Arc<Vault>,
+}
+
+/// The MCP server; one value per connection, sharing [`State`].
 #[derive(Clone)]
 pub struct CodeboxServer {
     state: Arc<State>,
+    conn: Arc<Connection>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -101,6 +149,12 @@ pub struct ExecuteParams {
     pub files: Option<BTreeMap<String, String>>,
     /// Upstream tools the code may call: names or globs like "filesystem__*" (default all; [] none).
     pub allowed_tools: Option<Vec<String>>,
+    /// "new" starts a session (its id comes back in the result); an id continues one: its /workspace persists.
+    pub session: Option<String>,
+    /// With a session: keep the interpreter alive so variables persist to the next call; false ends it.
+    pub keep_alive: Option<bool>,
+    /// Personal data in output: "output" tokenizes it ([EMAIL_1]...), "strict" also hides it from the code.
+    pub pii: Option<String>,
 }
 
 /// Arguments of `search_tools`.
@@ -131,41 +185,100 @@ const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program (standard library on
 network) in a fresh isolated sandbox; returns stdout, stderr and the exit status. The working \
 directory /workspace and /tmp are scratch space. Call upstream MCP tools from the code: \
 `from servers.<server> import <tool>` (typed, keyword arguments) or \
-`codebox.call_tool(\"<server>__<tool>\", {...})`; find them with search_tools. Keep large \
-data in the program and print only what you need. Failures come back with isError and the \
-traceback.";
+`codebox.call_tool(\"<server>__<tool>\", {...})`; find them with search_tools. Saved skills: \
+`from skills import <name>`. Keep large data in the program and print only what you need. \
+Failures come back with isError and the traceback.";
 
 const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2, top-level await, no \
 network, no npm) in a fresh isolated sandbox; returns stdout, stderr and the exit status. The \
 working directory /workspace and /tmp are scratch space. Call upstream MCP tools from the \
 code: `import { readTextFile } from \"/servers/<server>/index.ts\"` (typed, camelCase) or \
 `callMCPTool(\"<server>__<tool>\", {...})` from \"/servers/client.ts\"; find them with \
-search_tools. Keep large data in the program and print only what you need. Failures come back \
-with isError and the stack.";
+search_tools. Saved skills: `import * as s from \"/skills/<name>/skill.ts\"`. Keep large data \
+in the program and print only what you need. Failures come back with isError and the stack.";
 
-#[tool_router]
 impl CodeboxServer {
     pub fn new(
         spawner: SpawnerClient,
         settings: Settings,
         layers: Vec<doctor::Check>,
         upstreams: Upstreams,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
         let admission = Admission::new(settings.concurrency, settings.queue);
+        let sessions = Sessions::new(
+            &settings.sessions_base,
+            settings.sessions.clone(),
+            settings.sandbox_ids,
+        )?;
+        let (skills, skills_error) = match &settings.skills_dir {
+            None => (
+                None,
+                Some("no skills directory is configured (skills_dir)".to_string()),
+            ),
+            Some(dir) => match SkillStore::open(dir) {
+                Ok(store) => (Some(store), None),
+                Err(e) => {
+                    tracing::error!(dir = %dir.display(), error = %e, "cannot open the skills store");
+                    (None, Some(format!("the skills store is unavailable: {e}")))
+                }
+            },
+        };
+        let state = Arc::new(State {
+            spawner,
+            rate: RateLimiter::new(settings.rate),
+            settings,
+            admission,
+            started: Instant::now(),
+            counters: Counters::default(),
+            layers,
+            log_level: std::sync::Mutex::new(LoggingLevel::Info),
+            backend: Arc::new(IndexedUpstreams::new(upstreams)),
+            wrappers: wrappers::Wrappers::new(std::env::temp_dir()),
+            sessions,
+            skills,
+            skills_error,
+        });
+        // Idle sessions expire in the background.
+        let weak = Arc::downgrade(&state);
+        tokio::spawn(async move {
+            loop {
+                let period = match weak.upgrade() {
+                    Some(s) => (s.settings.sessions.idle_ttl / 4)
+                        .clamp(Duration::from_millis(200), Duration::from_secs(30)),
+                    None => return,
+                };
+                tokio::time::sleep(period).await;
+                let Some(s) = weak.upgrade() else { return };
+                s.sessions.sweep().await;
+            }
+        });
+        Ok(Self::with_state(state))
+    }
+
+    fn with_state(state: Arc<State>) -> Self {
+        let vault = Arc::new(Vault::new(state.settings.pii_detector.clone()));
         CodeboxServer {
-            state: Arc::new(State {
-                spawner,
-                settings,
-                admission,
-                started: Instant::now(),
-                counters: Counters::default(),
-                layers,
-                log_level: std::sync::Mutex::new(LoggingLevel::Info),
-                backend: Arc::new(IndexedUpstreams::new(upstreams)),
-                wrappers: wrappers::Wrappers::new(std::env::temp_dir()),
+            state,
+            conn: Arc::new(Connection {
+                id: client::new_connection_id(),
+                vault,
             }),
-            tool_router: Self::tool_router(),
+            tool_router: Self::tool_router() + Self::skills_router() + Self::sessions_router(),
         }
+    }
+
+    /// The server for a new connection: shared state, its own identity and token map.
+    pub fn for_new_connection(&self) -> Self {
+        Self::with_state(self.state.clone())
+    }
+
+    /// A fresh PII token map (for a new session).
+    fn new_vault(&self) -> Arc<Vault> {
+        Arc::new(Vault::new(self.state.settings.pii_detector.clone()))
+    }
+
+    fn client_of(&self, ctx: &RequestContext<RoleServer>) -> String {
+        client::client_of(ctx, &self.conn.id)
     }
 
     /// Refuses new executions from now on; running ones finish (graceful shutdown).
@@ -178,6 +291,14 @@ impl CodeboxServer {
         self.state.admission.running()
     }
 
+    /// Ends every session (killing live interpreters, removing workspaces).
+    pub async fn shutdown(&self) {
+        self.state.sessions.shutdown().await;
+    }
+}
+
+#[tool_router]
+impl CodeboxServer {
     #[tool(
         name = "execute_python",
         description = PYTHON_DESCRIPTION,
@@ -228,6 +349,23 @@ impl CodeboxServer {
             },
             "queue_depth": s.admission.waiting(),
             "concurrency": s.settings.concurrency,
+            "sessions": {
+                "open": s.sessions.counts().0,
+                "live_interpreters": s.sessions.counts().1,
+                "idle_ttl_s": s.settings.sessions.idle_ttl.as_secs(),
+                "quota_bytes": s.settings.sessions.quota_bytes,
+                "max_entries": s.settings.sessions.max_entries,
+            },
+            "rate_limits": {
+                "per_minute": s.settings.rate.per_minute.map(|n| n.get()),
+                "concurrent": s.settings.rate.concurrent,
+            },
+            "pii": s.settings.pii_mode,
+            "audit": s.settings.audit.as_ref().map(|a| serde_json::to_value(a.status()).unwrap_or_default()),
+            "skills": match &s.skills {
+                Some(store) => serde_json::json!({"dir": store.root(), "count": store.list(None).map(|l| l.len()).ok()}),
+                None => serde_json::json!({"error": s.skills_error}),
+            },
             "upstreams": self.server_list(),
             "context_tokens": {
                 "upstream_tools_list": crate::tokens::catalog_tokens(&s.backend.catalog()),
@@ -379,202 +517,6 @@ impl CodeboxServer {
             .collect()
     }
 
-    /// The files and limits of a call, or why they are refused.
-    fn checked_arguments(
-        &self,
-        files: Option<BTreeMap<String, String>>,
-        timeout_ms: Option<u64>,
-        allowed_tools: Option<&[String]>,
-        code: &str,
-    ) -> Result<(BTreeMap<String, String>, crate::sandbox::Limits, AllowList), String> {
-        if code.len() > runtime::MAX_CODE_BYTES {
-            return Err(format!(
-                "code is {} bytes; the limit is {} bytes",
-                code.len(),
-                runtime::MAX_CODE_BYTES
-            ));
-        }
-        let files = files.unwrap_or_default();
-        runtime::validate_files(&files).map_err(|e| e.to_string())?;
-        let mut limits = self.state.settings.profile.limits.clone();
-        if let Some(ms) = timeout_ms {
-            let max = self.state.settings.max_timeout;
-            if ms == 0 || Duration::from_millis(ms) > max {
-                return Err(format!(
-                    "timeout_ms must be between 1 and {}",
-                    max.as_millis()
-                ));
-            }
-            limits.timeout = Duration::from_millis(ms);
-        }
-        let allow = match allowed_tools {
-            None => self.state.settings.allowed_tools.clone(),
-            Some(asked) => self
-                .state
-                .settings
-                .allowed_tools
-                .clone()
-                .narrowed_by(&AllowList::new(asked).map_err(|e| e.to_string())?),
-        };
-        Ok((files, limits, allow))
-    }
-
-    async fn execute(
-        &self,
-        language: Language,
-        params: ExecuteParams,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
-        let s = &self.state;
-        // Arguments that parse but are out of range are tool execution errors, not
-        // protocol errors (MCP 2025-11-25, "Error Handling"): the model reads them and
-        // can correct the call.
-        let checked = self.checked_arguments(
-            params.files,
-            params.timeout_ms,
-            params.allowed_tools.as_deref(),
-            &params.code,
-        );
-        let (files, limits, allow) = match checked {
-            Ok(checked) => checked,
-            Err(why) => {
-                tracing::info!(%why, "tool call refused: invalid arguments");
-                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                    "invalid arguments: {why}"
-                ))]));
-            }
-        };
-        let _slot = match s.admission.enter().await {
-            Ok(slot) => slot,
-            Err(busy) => {
-                return Ok(CallToolResult::error(vec![ContentBlock::text(
-                    busy.to_string(),
-                )]))
-            }
-        };
-        // The wrappers of the current catalog, held until the sandbox is gone.
-        let wrappers = match s.wrappers.for_catalog(&s.backend.catalog()) {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::error!(error = ?e, "generating the tool wrappers failed");
-                None
-            }
-        };
-        let spec = SpawnSpec {
-            language,
-            profile: s.settings.profile.name.clone(),
-            limits: limits.clone(),
-            workspace: None,
-            servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
-        };
-        let backend: Arc<dyn ToolBackend> = s.backend.clone();
-        let proxy = ProxySession::new(backend, allow, s.settings.proxy_limits.clone());
-        let sandbox = match s.spawner.spawn(spec).await {
-            Ok(sb) => sb,
-            Err(e) => {
-                tracing::error!(?e, "spawning a sandbox failed");
-                s.counters.failed.fetch_add(1, Ordering::Relaxed);
-                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                    "the sandbox could not be created: {e}"
-                ))]));
-            }
-        };
-
-        // Stream output as progress notifications, at most every 100 ms per stream.
-        let progress = ctx.meta.get_progress_token();
-        let peer = ctx.peer.clone();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Stream, Vec<u8>)>();
-        let forwarder = progress.map(|token| {
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                let mut pending = String::new();
-                let mut last = Instant::now() - Duration::from_secs(1);
-                loop {
-                    let item = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await;
-                    let done = matches!(item, Ok(None));
-                    if let Ok(Some((stream, chunk))) = item {
-                        let prefix = if stream == Stream::Stderr {
-                            "[stderr] "
-                        } else {
-                            ""
-                        };
-                        pending.push_str(prefix);
-                        pending.push_str(&String::from_utf8_lossy(&chunk));
-                    }
-                    if !pending.is_empty() && (done || last.elapsed() >= Duration::from_millis(100))
-                    {
-                        n += 1;
-                        let param = ProgressNotificationParam::new(token.clone(), n as f64)
-                            .with_message(std::mem::take(&mut pending));
-                        let _ = peer.notify_progress(param).await;
-                        last = Instant::now();
-                    }
-                    if done {
-                        break;
-                    }
-                }
-            })
-        });
-        let stream_output = forwarder.is_some();
-        let cancel = ctx.ct.clone();
-        let serve_proxy = proxy.clone();
-        let outcome = sandbox
-            .run_with_channel(
-                runtime::boot_frame_with_files(&params.code, &files),
-                Some(Box::new(move |stream| Box::pin(serve_proxy.serve(stream)))),
-                (limits.stdout_cap, limits.stderr_cap),
-                limits.timeout,
-                async move { cancel.cancelled().await },
-                |stream, chunk| {
-                    if stream_output {
-                        let _ = tx.send((stream, chunk.to_vec()));
-                    }
-                },
-            )
-            .await;
-        drop(tx);
-        if let Some(f) = forwarder {
-            let _ = f.await;
-        }
-        let outcome = match outcome {
-            Ok(o) => o,
-            Err(e) => {
-                s.counters.failed.fetch_add(1, Ordering::Relaxed);
-                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                    "the sandbox failed: {e}"
-                ))]));
-            }
-        };
-        drop(wrappers);
-        let mut result = execution::result_from(language, None, true, outcome);
-        let report = proxy.report();
-        result.tool_calls = report.tool_calls;
-        result.tool_channel_error = report.channel_error;
-        s.counters.run.fetch_add(1, Ordering::Relaxed);
-        if result.failed() {
-            s.counters.failed.fetch_add(1, Ordering::Relaxed);
-        }
-        let level = if result.failed() {
-            LoggingLevel::Notice
-        } else {
-            LoggingLevel::Info
-        };
-        self.log(
-            &ctx.peer,
-            level,
-            serde_json::json!({
-                "event": "execution",
-                "language": language,
-                "exit_code": result.exit_code,
-                "signal": result.signal,
-                "timed_out": result.timed_out,
-                "duration_ms": result.duration_ms,
-            }),
-        )
-        .await;
-        Ok(render(&result))
-    }
-
     /// Sends a log message to the client if its `logging/setLevel` lets it through.
     async fn log(
         &self,
@@ -614,7 +556,7 @@ fn severity(level: LoggingLevel) -> u8 {
 }
 
 /// structuredContent plus a short text a model reads first.
-fn render(r: &ExecutionResult) -> CallToolResult {
+pub(super) fn render(r: &ExecutionResult) -> CallToolResult {
     let mut text = String::new();
     let how = if r.timed_out {
         "timed out (killed)".to_string()
@@ -678,20 +620,31 @@ impl ServerHandler for CodeboxServer {
     async fn list_resources(
         &self,
         _request: Option<rmcp::model::PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        let items = match self.wrapper_dir() {
+        let mut items = match self.wrapper_dir() {
             Some(dir) => resources::list(dir.path()),
             None => Vec::new(),
         };
+        items.extend(self.extra_resources(&self.client_of(&context)));
         Ok(rmcp::model::ListResourcesResult::with_all_items(items))
     }
 
     async fn read_resource(
         &self,
         request: rmcp::model::ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let client = self.client_of(&context);
+        if let Some(read) = self.read_extra_resource(&request.uri, &client) {
+            return match read {
+                Ok(text) => Ok(rmcp::model::ReadResourceResult::new(vec![
+                    rmcp::model::ResourceContents::text(text, request.uri.clone()),
+                ])
+                .into()),
+                Err(why) => Err(McpError::resource_not_found(why, None)),
+            };
+        }
         let dir = self.wrapper_dir();
         let text = match &dir {
             Some(dir) => resources::read(dir.path(), &request.uri),

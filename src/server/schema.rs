@@ -43,6 +43,11 @@ pub fn execution_output_schema() -> Arc<JsonObject> {
                 "items": {"type": "object"}
             },
             "tool_channel_error": {"type": "string"},
+            "session": {"type": "object", "description": "id (pass it as session), keep_alive, interpreter"},
+            "workspace_files": {"type": "array", "items": {"type": "object"}},
+            "workspace_files_truncated": flag,
+            "workspace_usage": {"type": "object"},
+            "workspace_quota_exceeded": flag,
         },
         "required": ["stdout", "stderr", "exit_code", "signal", "timed_out", "duration_ms"],
     });
@@ -107,11 +112,17 @@ mod tests {
                     bytes_in: 2,
                     bytes_out: 100,
                     error: None,
+                    error_kind: None,
                 }]
             } else {
                 Vec::new()
             },
             tool_channel_error: (!full).then(|| "garbage".into()),
+            session: full.then(
+                || serde_json::json!({"id": "cbx_1", "keep_alive": true, "interpreter": "kept"}),
+            ),
+            workspace_usage: full.then(|| serde_json::json!({"bytes": 1, "entries": 1})),
+            workspace_quota_exceeded: full,
         }
     }
 

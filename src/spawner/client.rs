@@ -72,7 +72,11 @@ impl SpawnerClient {
             w.spawned.insert(id, tx);
             w.exited.insert(id, exit_tx);
         }
-        self.send(&Request::Spawn { id, spec }).await?;
+        self.send(&Request::Spawn {
+            id,
+            spec: Box::new(spec),
+        })
+        .await?;
         let (landlock, mut fds) = match rx.await.map_err(|_| Error::Gone)? {
             Ok(v) => v,
             Err(message) => {
@@ -226,6 +230,30 @@ pub struct RemoteSandbox {
 impl RemoteSandbox {
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    pub fn landlock(&self) -> Option<LandlockStatus> {
+        self.landlock
+    }
+
+    /// Hands over stdout, stderr, fd 3 and the exit notice (for a keep-alive driver).
+    pub(super) fn take_io(&mut self) -> (OwnedFd, OwnedFd, OwnedFd, oneshot::Receiver<Ending>) {
+        (
+            self.stdout.take().expect("stdout"),
+            self.stderr.take().expect("stderr"),
+            self.channel.take().expect("channel"),
+            self.exited.take().expect("exit receiver"),
+        )
+    }
+
+    /// Kills the sandbox without waiting (best effort).
+    pub(super) fn kill_now(&self) {
+        self.client.kill_now(self.id);
+    }
+
+    /// The sandbox's end was seen; dropping it need not kill it.
+    pub(super) fn mark_ended(&mut self) {
+        self.ended = true;
     }
 
     /// Writes `input` to fd 3, streams output to `on_output` (within the caps), kills the

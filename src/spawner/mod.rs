@@ -10,8 +10,10 @@
 //! - [`wire`]: the protocol (JSON over `SOCK_SEQPACKET`, fds as `SCM_RIGHTS`)
 //! - [`server`]: the spawner's loop; it keeps each sandbox's `Watch` and reports exits
 //! - [`client`]: the supervisor's async side and [`RemoteSandbox`]
+//! - [`live`]: a keep-alive sandbox that runs one program after another ([`LiveSandbox`])
 
 pub mod client;
+pub mod live;
 pub mod server;
 pub mod wire;
 
@@ -21,6 +23,7 @@ use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::unistd::{ForkResult, Pid};
 
 pub use client::{RemoteSandbox, SpawnerClient, Stream};
+pub use live::{LiveRun, LiveSandbox, RunEnd};
 pub use wire::SpawnSpec;
 
 use crate::execution::Host;

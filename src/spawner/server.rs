@@ -141,6 +141,7 @@ fn build(
         rootfs: host.rootfs.path.clone(),
         workspace: spec.workspace.clone(),
         servers: spec.servers.clone(),
+        skills: spec.skills.clone(),
         program: spec.language.program().map_err(|e| e.to_string())?,
         limits: spec.limits.clone(),
         id_mapping: host.id_mapping,

@@ -33,12 +33,15 @@ pub struct SpawnSpec {
     /// Host directory of generated tool wrappers, bound read-only at `/servers`.
     #[serde(default)]
     pub servers: Option<PathBuf>,
+    /// Host directory of saved skills, bound read-only at `/skills`.
+    #[serde(default)]
+    pub skills: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    Spawn { id: u64, spec: SpawnSpec },
+    Spawn { id: u64, spec: Box<SpawnSpec> },
     Kill { id: u64 },
 }
 

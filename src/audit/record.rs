@@ -1,0 +1,100 @@
+//! What one audit record says: an execution or a proxied tool call.
+//!
+//! Only metadata: who asked (client, session), what ran (language, the code's digest and
+//! size), what it could and did call, how it ended and what it cost. The code text is
+//! logged only when the operator opts in (`include_code`); error texts are never logged,
+//! only a category ([`ToolCallRecord::error_kind`]), because they may carry PII.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::rootfs::manifest::hex;
+
+/// One logged event. On its line, the fields sit next to `seq`, `time` and `prev`, with
+/// `"event": "execution"` or `"event": "tool_call"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one event per execution, built once and moved into the log: boxing buys nothing"
+)]
+pub enum AuditEvent {
+    Execution(ExecutionRecord),
+    ToolCall(ToolCallRecord),
+}
+
+/// One execution, written when it ends (or is refused).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    /// The MCP client (its `clientInfo` name, or the HTTP principal).
+    pub client: String,
+    pub session: Option<String>,
+    /// `python` or `typescript`.
+    pub language: String,
+    /// [`code_digest`] of the code: identifies it without revealing it.
+    pub code_sha256: String,
+    pub code_bytes: u64,
+    /// The code itself, only with `include_code` (the log drops it otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The allowlist the execution ran with.
+    pub allowed_tools: Vec<String>,
+    pub tools_called: Vec<ToolCalled>,
+    pub exit_code: Option<i32>,
+    /// The signal that killed the program.
+    pub signal: Option<i32>,
+    /// Limits the execution ran into: `timeout`, `memory`, `pids`, `output`,
+    /// `workspace_quota`.
+    pub limits_hit: Vec<String>,
+    pub duration_ms: f64,
+    pub cpu_ms: Option<f64>,
+    pub peak_memory_bytes: Option<u64>,
+    pub output_bytes: u64,
+    /// The sandbox profile's name.
+    pub profile: String,
+    /// Identifies the exact rootfs the code ran on.
+    pub rootfs_manifest_sha256: Option<String>,
+    /// `ok`, `failed`, `refused` or `error`.
+    pub outcome: String,
+}
+
+/// One tool call as part of an [`ExecutionRecord`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCalled {
+    pub name: String,
+    pub ok: bool,
+    pub duration_ms: f64,
+}
+
+/// One proxied call from sandboxed code to an upstream tool, written when it returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    pub client: String,
+    pub session: Option<String>,
+    /// The upstream tool (`server__tool`).
+    pub name: String,
+    pub ok: bool,
+    pub duration_ms: f64,
+    /// Size of the arguments sent and of the result returned.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// A category such as `denied`, `upstream` or `timeout`; never the error text, which
+    /// may hold PII.
+    pub error_kind: Option<String>,
+}
+
+/// Lower-case hex SHA-256 of the code, as logged in [`ExecutionRecord::code_sha256`].
+pub fn code_digest(code: &str) -> String {
+    hex(&Sha256::digest(code.as_bytes()))
+}
+
+impl AuditEvent {
+    /// Drops what the log must not hold unless the operator opted in.
+    pub(super) fn redact(&mut self, include_code: bool) {
+        if let AuditEvent::Execution(e) = self {
+            if !include_code {
+                e.code = None;
+            }
+        }
+    }
+}

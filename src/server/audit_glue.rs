@@ -1,0 +1,183 @@
+//! What the server writes to the audit log: one record per execution (also refused ones)
+//! and one per proxied tool call. Appends run on the blocking pool (the log may fsync).
+//!
+//! Records hold no code text (unless the operator opted in), no output and no error
+//! texts, so no personal data; a session is named by the first characters of its id
+//! (the full id is a capability).
+
+use std::sync::Arc;
+
+use super::CodeboxServer;
+use crate::audit::{self, AuditEvent, AuditLog, OnFailure};
+use crate::execution::ExecutionResult;
+use crate::proxy::{AllowList, CallObserver};
+use crate::runtime::Language;
+
+fn append(log: &Arc<AuditLog>, event: AuditEvent) {
+    let log = log.clone();
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = log.append(event) {
+            tracing::error!(error = %e, "cannot append to the audit log");
+        }
+    });
+}
+
+fn session_name(session: Option<&str>) -> Option<String> {
+    session.map(|id| crate::session::short(id).to_string())
+}
+
+impl CodeboxServer {
+    /// Why no execution may run now: the audit log is failing and the operator chose to
+    /// refuse what cannot be recorded. A probe record is tried first, so the server
+    /// recovers as soon as the log is writable again.
+    pub(super) fn audit_refusal(&self) -> Option<String> {
+        let log = self.state.settings.audit.as_ref()?;
+        if log.on_failure() != OnFailure::Refuse || log.status().healthy {
+            return None;
+        }
+        match log.append(AuditEvent::Execution(self.execution_record(
+            "codebox",
+            None,
+            "none",
+            "",
+            &AllowList::none(),
+            None,
+            "probe",
+        ))) {
+            Ok(()) => None,
+            Err(e) => Some(format!(
+                "the audit log is unavailable ({e}) and this server refuses executions it cannot record; retry later"
+            )),
+        }
+    }
+
+    /// Records an execution that did not run (invalid, rate limited, failed to start).
+    pub(super) fn audit_refused(
+        &self,
+        client: &str,
+        session: Option<&str>,
+        language: Language,
+        code: &str,
+        outcome: &str,
+    ) {
+        if let Some(log) = &self.state.settings.audit {
+            let record = self.execution_record(
+                client,
+                session,
+                language.name(),
+                code,
+                &AllowList::none(),
+                None,
+                outcome,
+            );
+            append(log, AuditEvent::Execution(record));
+        }
+    }
+
+    pub(super) fn audit_execution(
+        &self,
+        client: &str,
+        session: Option<&str>,
+        code: &str,
+        allow: &AllowList,
+        result: &ExecutionResult,
+    ) {
+        if let Some(log) = &self.state.settings.audit {
+            let outcome = if result.failed() { "failed" } else { "ok" };
+            let record = self.execution_record(
+                client,
+                session,
+                result.language.name(),
+                code,
+                allow,
+                Some(result),
+                outcome,
+            );
+            append(log, AuditEvent::Execution(record));
+        }
+    }
+
+    /// Writes every proxied call of an execution as it returns.
+    pub(super) fn call_observer(
+        &self,
+        client: &str,
+        session: Option<&str>,
+    ) -> Option<CallObserver> {
+        let log = self.state.settings.audit.clone()?;
+        let client = client.to_string();
+        let session = session_name(session);
+        Some(Arc::new(move |call: &crate::proxy::ToolCallRecord| {
+            let record = audit::ToolCallRecord {
+                client: client.clone(),
+                session: session.clone(),
+                name: call.name.clone(),
+                ok: call.ok,
+                duration_ms: call.duration_ms,
+                bytes_in: call.bytes_in,
+                bytes_out: call.bytes_out,
+                error_kind: call.error_kind.map(str::to_string),
+            };
+            append(&log, AuditEvent::ToolCall(record));
+        }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn execution_record(
+        &self,
+        client: &str,
+        session: Option<&str>,
+        language: &str,
+        code: &str,
+        allow: &AllowList,
+        result: Option<&ExecutionResult>,
+        outcome: &str,
+    ) -> audit::ExecutionRecord {
+        let mut limits_hit = Vec::new();
+        if let Some(r) = result {
+            for (hit, name) in [
+                (r.timed_out, "timeout"),
+                (r.oom_killed, "memory"),
+                (r.pids_limited, "pids"),
+                (r.stdout_truncated || r.stderr_truncated, "output"),
+                (r.workspace_quota_exceeded, "workspace_quota"),
+                (r.seccomp_violation, "seccomp"),
+            ] {
+                if hit {
+                    limits_hit.push(name.to_string());
+                }
+            }
+        }
+        audit::ExecutionRecord {
+            client: client.to_string(),
+            session: session_name(session),
+            language: language.to_string(),
+            code_sha256: audit::code_digest(code),
+            code_bytes: code.len() as u64,
+            // The log drops it unless `include_code` is set.
+            code: Some(code.to_string()),
+            allowed_tools: allow.patterns().to_vec(),
+            tools_called: result
+                .map(|r| {
+                    r.tool_calls
+                        .iter()
+                        .map(|c| audit::ToolCalled {
+                            name: c.name.clone(),
+                            ok: c.ok,
+                            duration_ms: c.duration_ms,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            exit_code: result.and_then(|r| r.exit_code),
+            signal: result.and_then(|r| r.signal),
+            limits_hit,
+            duration_ms: result.map_or(0.0, |r| r.duration_ms),
+            cpu_ms: result.and_then(|r| r.cpu_ms),
+            peak_memory_bytes: result.and_then(|r| r.peak_memory_bytes),
+            output_bytes: result.map_or(0, |r| r.stdout_total_bytes + r.stderr_total_bytes),
+            profile: self.state.settings.profile.name.clone(),
+            rootfs_manifest_sha256: self.state.settings.rootfs_manifest_sha256.clone(),
+            outcome: outcome.to_string(),
+        }
+    }
+}

@@ -1,0 +1,629 @@
+//! One execution, from the tool call to its result.
+//!
+//! 1. Arguments: code size, files, timeout, allowed_tools, PII mode, session options;
+//!    anything out of range is a tool error the model can read.
+//! 2. The audit log, when it is down and configured to refuse, refuses.
+//! 3. The client's rate limits, then the session (new, or the client's own), whose runs
+//!    take turns, then a slot of the server-wide admission.
+//! 4. A sandbox: a fresh one, or the session's live interpreter (`keep_alive`).
+//! 5. While a session run goes on, its workspace is measured every 100 ms; a run that
+//!    grows it past the quota is stopped and the entries it created are removed.
+//! 6. The result, with personal data tokenized, and an audit record.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolResult, LoggingLevel, ProgressNotificationParam};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde_json::json;
+
+use super::{tool_error, CodeboxServer, ExecuteParams};
+use crate::execution::{self, ExecutionResult};
+use crate::pii::PiiMode;
+use crate::proxy::{AllowList, ProxySession, ToolBackend};
+use crate::runtime::{self, Language};
+use crate::sandbox::{Outcome, ProgramStatus};
+use crate::session::{disk, LiveEntry, Session};
+use crate::spawner::{LiveSandbox, RunEnd, SpawnSpec, Stream};
+
+/// How often a session's workspace is measured while a run goes on.
+const QUOTA_POLL: Duration = Duration::from_millis(100);
+
+/// What a call asked for, checked.
+struct Checked {
+    files: BTreeMap<String, String>,
+    limits: crate::sandbox::Limits,
+    allow: AllowList,
+    pii: PiiMode,
+}
+
+impl CodeboxServer {
+    /// The files, limits, allowlist and PII mode of a call, or why they are refused.
+    fn checked(&self, params: &ExecuteParams) -> Result<Checked, String> {
+        let s = &self.state;
+        if params.code.len() > runtime::MAX_CODE_BYTES {
+            return Err(format!(
+                "code is {} bytes; the limit is {} bytes",
+                params.code.len(),
+                runtime::MAX_CODE_BYTES
+            ));
+        }
+        let files = params.files.clone().unwrap_or_default();
+        runtime::validate_files(&files).map_err(|e| e.to_string())?;
+        let mut limits = s.settings.profile.limits.clone();
+        if let Some(ms) = params.timeout_ms {
+            let max = s.settings.max_timeout;
+            if ms == 0 || Duration::from_millis(ms) > max {
+                return Err(format!(
+                    "timeout_ms must be between 1 and {}",
+                    max.as_millis()
+                ));
+            }
+            limits.timeout = Duration::from_millis(ms);
+        }
+        let allow = match params.allowed_tools.as_deref() {
+            None => s.settings.allowed_tools.clone(),
+            Some(asked) => s
+                .settings
+                .allowed_tools
+                .clone()
+                .narrowed_by(&AllowList::new(asked).map_err(|e| e.to_string())?),
+        };
+        // A call may make PII handling stricter than the server's, never weaker.
+        let pii = match params.pii.as_deref() {
+            None => s.settings.pii_mode,
+            Some(asked) => {
+                let asked: PiiMode = asked
+                    .parse()
+                    .map_err(|e: crate::pii::Error| e.to_string())?;
+                if strength(asked) < strength(s.settings.pii_mode) {
+                    return Err(format!(
+                        "pii {asked:?} is weaker than this server's {:?}; a call may only ask for stricter handling",
+                        s.settings.pii_mode
+                    ));
+                }
+                asked
+            }
+        };
+        if params.keep_alive == Some(true) && params.session.is_none() {
+            return Err("keep_alive needs a session: pass session \"new\" to start one".into());
+        }
+        Ok(Checked {
+            files,
+            limits,
+            allow,
+            pii,
+        })
+    }
+
+    pub(super) async fn execute(
+        &self,
+        language: Language,
+        params: ExecuteParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let s = &self.state;
+        let client = self.client_of(&ctx);
+        // Arguments that parse but are out of range are tool execution errors, not
+        // protocol errors (MCP 2025-11-25, "Error Handling"): the model reads them and
+        // can correct the call.
+        let c = match self.checked(&params) {
+            Ok(c) => c,
+            Err(why) => {
+                tracing::info!(%why, "tool call refused: invalid arguments");
+                self.audit_refused(&client, None, language, &params.code, "invalid");
+                return Ok(tool_error(format!("invalid arguments: {why}")));
+            }
+        };
+        if let Some(why) = self.audit_refusal() {
+            return Ok(tool_error(why));
+        }
+        let _client_permit = match s.rate.admit(&client) {
+            Ok(p) => p,
+            Err(limited) => {
+                self.audit_refused(&client, None, language, &params.code, "rate_limited");
+                let mut r = tool_error(limited.to_string());
+                r.structured_content = Some(json!({
+                    "error": "rate_limited",
+                    "retry_after_ms": limited.retry_after().map(|d| d.as_millis() as u64),
+                }));
+                return Ok(r);
+            }
+        };
+        let session = match params.session.as_deref() {
+            None => None,
+            Some("new") => match s.sessions.create(&client, Some(self.new_vault())) {
+                Ok(session) => Some(session),
+                Err(e) => return Ok(tool_error(e.to_string())),
+            },
+            Some(id) => match s.sessions.get(id, &client) {
+                Ok(session) => Some(session),
+                Err(e) => return Ok(tool_error(e.to_string())),
+            },
+        };
+        // Runs of one session take turns; the lock also holds its live interpreters.
+        let mut slots = match &session {
+            Some(session) => Some(session.slots.lock().await),
+            None => None,
+        };
+        let _slot = match s.admission.enter().await {
+            Ok(slot) => slot,
+            Err(busy) => return Ok(tool_error(busy.to_string())),
+        };
+        let vault = match &session {
+            Some(session) => session.vault.clone(),
+            None => Some(self.conn.vault.clone()),
+        };
+        let redact = vault.filter(|_| c.pii != PiiMode::Off);
+
+        // Stream output as progress notifications when the request asks for them.
+        let (forwarder, tx) = progress_forwarder(&ctx, redact.clone());
+        let on_output = |stream: Stream, chunk: &[u8]| {
+            if let Some(tx) = &tx {
+                let _ = tx.send((stream, chunk.to_vec()));
+            }
+        };
+
+        // A session's workspace: what it held before, and the quota watch.
+        let workspace = session.as_ref().map(|s| s.workspace().to_path_buf());
+        let mut before = HashSet::new();
+        let start_usage = match &workspace {
+            Some(dir) => disk::scan(dir, Some(&mut before)).ok(),
+            None => None,
+        };
+        let quota_hit = Arc::new(tokio::sync::Notify::new());
+        let quota_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = match (&workspace, &start_usage) {
+            (Some(dir), Some(start)) => Some(tokio::spawn(watch_quota(
+                dir.clone(),
+                start.clone(),
+                s.sessions.limits().clone(),
+                quota_hit.clone(),
+                quota_flag.clone(),
+            ))),
+            _ => None,
+        };
+        let cancel = {
+            let ct = ctx.ct.clone();
+            let quota_hit = quota_hit.clone();
+            async move {
+                tokio::select! {
+                    _ = ct.cancelled() => {}
+                    _ = quota_hit.notified() => {}
+                }
+            }
+        };
+
+        let wrappers = match s.wrappers.for_catalog(&s.backend.catalog()) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(error = ?e, "generating the tool wrappers failed");
+                None
+            }
+        };
+        let spec = SpawnSpec {
+            language,
+            profile: s.settings.profile.name.clone(),
+            limits: c.limits.clone(),
+            workspace: workspace.clone(),
+            servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
+            skills: s.skills.as_ref().map(|k| k.root().to_path_buf()),
+        };
+        let keep_alive = match (&mut slots, params.keep_alive) {
+            (Some(slots), None) => slots.slot(language).is_some(),
+            (Some(slots), Some(false)) => {
+                // Asked to run fresh: the live interpreter, if any, ends.
+                *slots.slot(language) = None;
+                false
+            }
+            (_, Some(keep)) => keep,
+            (None, None) => false,
+        };
+        let session_id = session.as_ref().map(|s| s.id().to_string());
+        let hooks = |proxy: &ProxySession| {
+            if let Some(v) = &redact {
+                proxy.set_redactor(v.clone(), c.pii == PiiMode::Strict);
+            }
+            if let Some(observer) = self.call_observer(&client, session_id.as_deref()) {
+                proxy.set_observer(observer);
+            }
+        };
+        let ran = if keep_alive {
+            let slot = slots
+                .as_mut()
+                .expect("keep_alive has a session")
+                .slot(language);
+            self.run_live(
+                slot,
+                spec,
+                &params.code,
+                &c,
+                wrappers,
+                &hooks,
+                cancel,
+                on_output,
+            )
+            .await
+        } else {
+            self.run_once(spec, &params.code, &c, &hooks, cancel, on_output)
+                .await
+                .map(|(o, r)| (o, r, "none"))
+        };
+        drop(tx);
+        if let Some(f) = forwarder {
+            let _ = f.await;
+        }
+        if let Some(w) = watch {
+            w.abort();
+        }
+        let (outcome, report, interpreter) = match ran {
+            Ok(ran) => ran,
+            Err(why) => {
+                s.counters.failed.fetch_add(1, Ordering::Relaxed);
+                self.audit_refused(
+                    &client,
+                    session_id.as_deref(),
+                    language,
+                    &params.code,
+                    "error",
+                );
+                return Ok(tool_error(why));
+            }
+        };
+        let mut result = execution::result_from(language, workspace.as_deref(), true, outcome);
+        result.tool_calls = report.tool_calls;
+        result.tool_channel_error = report.channel_error;
+        if let (Some(session), Some(dir)) = (&session, &workspace) {
+            self.settle_workspace(session, dir, &before, &quota_flag, &mut result);
+            result.session = Some(json!({
+                "id": session.id(),
+                "keep_alive": keep_alive,
+                "interpreter": interpreter,
+                "idle_ttl_s": s.sessions.limits().idle_ttl.as_secs(),
+            }));
+            session.touch();
+        }
+        if let Some(v) = &redact {
+            tokenize_result(v, &mut result);
+        }
+        s.counters.run.fetch_add(1, Ordering::Relaxed);
+        if result.failed() {
+            s.counters.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.audit_execution(
+            &client,
+            session_id.as_deref(),
+            &params.code,
+            &c.allow,
+            &result,
+        );
+        let level = if result.failed() {
+            LoggingLevel::Notice
+        } else {
+            LoggingLevel::Info
+        };
+        self.log(
+            &ctx.peer,
+            level,
+            json!({
+                "event": "execution",
+                "language": language,
+                "exit_code": result.exit_code,
+                "signal": result.signal,
+                "timed_out": result.timed_out,
+                "duration_ms": result.duration_ms,
+            }),
+        )
+        .await;
+        Ok(super::render(&result))
+    }
+
+    /// A fresh sandbox for one program.
+    async fn run_once(
+        &self,
+        spec: SpawnSpec,
+        code: &str,
+        c: &Checked,
+        hooks: &(dyn Fn(&ProxySession) + Sync),
+        cancel: impl std::future::Future<Output = ()>,
+        on_output: impl FnMut(Stream, &[u8]),
+    ) -> Result<(Outcome, crate::proxy::ProxyReport), String> {
+        let s = &self.state;
+        let backend: Arc<dyn ToolBackend> = s.backend.clone();
+        let proxy = ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
+        hooks(&proxy);
+        let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
+            tracing::error!(?e, "spawning a sandbox failed");
+            format!("the sandbox could not be created: {e}")
+        })?;
+        let serve_proxy = proxy.clone();
+        let outcome = sandbox
+            .run_with_channel(
+                runtime::boot_frame_with_files(code, &c.files),
+                Some(Box::new(move |stream| Box::pin(serve_proxy.serve(stream)))),
+                (c.limits.stdout_cap, c.limits.stderr_cap),
+                c.limits.timeout,
+                cancel,
+                on_output,
+            )
+            .await
+            .map_err(|e| format!("the sandbox failed: {e}"))?;
+        Ok((outcome, proxy.report()))
+    }
+
+    /// One program in the session's live interpreter of its language (started first if
+    /// there is none). Returns what `interpreter` the result reports: `new`, `kept` or
+    /// `ended` (it is gone after this run).
+    #[allow(clippy::too_many_arguments)]
+    async fn run_live(
+        &self,
+        slot: &mut Option<LiveEntry>,
+        spec: SpawnSpec,
+        code: &str,
+        c: &Checked,
+        wrappers: Option<Arc<super::wrappers::WrapperDir>>,
+        hooks: &(dyn Fn(&ProxySession) + Sync),
+        cancel: impl std::future::Future<Output = ()>,
+        on_output: impl FnMut(Stream, &[u8]),
+    ) -> Result<(Outcome, crate::proxy::ProxyReport, &'static str), String> {
+        let s = &self.state;
+        if slot.as_ref().is_some_and(|l| l.sandbox.has_ended()) {
+            *slot = None;
+        }
+        let (message, mut interpreter) = match slot {
+            Some(_) => (Some(runtime::session_run_message(code, &c.files)), "kept"),
+            None => {
+                let backend: Arc<dyn ToolBackend> = s.backend.clone();
+                let proxy =
+                    ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
+                let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
+                    tracing::error!(?e, "spawning a keep-alive sandbox failed");
+                    format!("the sandbox could not be created: {e}")
+                })?;
+                let frame = runtime::session_boot_frame(code, &c.files);
+                let live = LiveSandbox::start(sandbox, frame, proxy)
+                    .map_err(|e| format!("the sandbox failed: {e}"))?;
+                *slot = Some(LiveEntry {
+                    sandbox: live,
+                    _servers: wrappers,
+                });
+                (None, "new")
+            }
+        };
+        let entry = slot.as_mut().expect("filled above");
+        let proxy = entry.sandbox.proxy().clone();
+        proxy.set_allow(c.allow.clone());
+        hooks(&proxy);
+        let _ = proxy.take_report();
+        let landlock = entry.sandbox.landlock();
+        let run = entry
+            .sandbox
+            .run(
+                message,
+                (c.limits.stdout_cap, c.limits.stderr_cap),
+                c.limits.timeout,
+                cancel,
+                on_output,
+            )
+            .await
+            .map_err(|e| format!("the session's interpreter failed: {e}"));
+        let report = proxy.take_report();
+        let run = match run {
+            Ok(run) => run,
+            Err(why) => {
+                *slot = None;
+                return Err(why);
+            }
+        };
+        let ended = !matches!(run.end, RunEnd::Done { .. });
+        let (status, timed_out, cgroup) = match run.end {
+            RunEnd::Done { ok } => (
+                Some(ProgramStatus::Exited(if ok { 0 } else { 1 })),
+                false,
+                None,
+            ),
+            RunEnd::Exited(e) | RunEnd::Cancelled(e) => (e.status, false, e.cgroup),
+            RunEnd::TimedOut(e) => (e.status, true, e.cgroup),
+        };
+        if ended {
+            // The interpreter is gone: the next keep-alive run starts a new one.
+            *slot = None;
+            interpreter = "ended";
+        }
+        let outcome = Outcome {
+            status,
+            timed_out,
+            stdout: run.stdout,
+            stderr: run.stderr,
+            duration: run.duration,
+            landlock,
+            cgroup,
+        };
+        Ok((outcome, report, interpreter))
+    }
+
+    /// After a session run: the quota verdict (removing what an offending run created)
+    /// and the workspace figures.
+    fn settle_workspace(
+        &self,
+        session: &Session,
+        dir: &std::path::Path,
+        before: &HashSet<String>,
+        quota_flag: &std::sync::atomic::AtomicBool,
+        result: &mut ExecutionResult,
+    ) {
+        let limits = self.state.sessions.limits();
+        let over = |u: &disk::Usage| u.bytes > limits.quota_bytes || u.entries > limits.max_entries;
+        let Ok(mut usage) = disk::scan(dir, None) else {
+            return;
+        };
+        if quota_flag.load(Ordering::Acquire) || over(&usage) {
+            let removed = disk::remove_new(dir, before).unwrap_or(0);
+            tracing::info!(
+                session = crate::session::short(session.id()),
+                bytes = usage.bytes,
+                entries = usage.entries,
+                removed,
+                "a run exceeded the session's workspace quota"
+            );
+            result.workspace_quota_exceeded = true;
+            result.stderr.push_str(&format!(
+                "\n[codebox: the workspace quota was exceeded ({} bytes in {} entries; the quota is {} bytes and {} entries): the run was stopped and the {removed} entries it created were removed]\n",
+                usage.bytes, usage.entries, limits.quota_bytes, limits.max_entries
+            ));
+            if result.exit_code == Some(0) {
+                result.exit_code = Some(1);
+            }
+            if let Ok(u) = disk::scan(dir, None) {
+                usage = u;
+            }
+            if let Ok((entries, cut)) = crate::workspace::list(dir) {
+                result.workspace_files = Some(entries);
+                result.workspace_files_truncated = cut;
+            }
+        }
+        result.workspace_usage = Some(json!({
+            "bytes": usage.bytes,
+            "entries": usage.entries,
+            "quota_bytes": limits.quota_bytes,
+            "max_entries": limits.max_entries,
+        }));
+    }
+}
+
+/// Measures the workspace until it grows past the quota, then says so once.
+async fn watch_quota(
+    dir: std::path::PathBuf,
+    start: disk::Usage,
+    limits: crate::session::SessionLimits,
+    hit: Arc<tokio::sync::Notify>,
+    flag: Arc<std::sync::atomic::AtomicBool>,
+) {
+    loop {
+        tokio::time::sleep(QUOTA_POLL).await;
+        let dir = dir.clone();
+        let Ok(Ok(u)) = tokio::task::spawn_blocking(move || disk::scan(&dir, None)).await else {
+            continue;
+        };
+        // Over the quota and grown by this run (a workspace already over it may shrink).
+        let bytes = u.bytes > limits.quota_bytes && u.bytes > start.bytes;
+        let entries = u.entries > limits.max_entries && u.entries > start.entries;
+        if bytes || entries {
+            flag.store(true, Ordering::Release);
+            hit.notify_one();
+            return;
+        }
+    }
+}
+
+fn strength(mode: PiiMode) -> u8 {
+    match mode {
+        PiiMode::Off => 0,
+        PiiMode::Output => 1,
+        PiiMode::Strict => 2,
+    }
+}
+
+/// Everything of a result that reaches the model, with personal data tokenized.
+fn tokenize_result(vault: &crate::pii::Vault, r: &mut ExecutionResult) {
+    r.stdout = vault.tokenize(&r.stdout);
+    r.stderr = vault.tokenize(&r.stderr);
+    for call in &mut r.tool_calls {
+        if let Some(e) = &call.error {
+            call.error = Some(vault.tokenize(e));
+        }
+    }
+    if let Some(entries) = &mut r.workspace_files {
+        for e in entries {
+            e.path = vault.tokenize(&e.path);
+            if let Some(l) = &e.link {
+                e.link = Some(vault.tokenize(l));
+            }
+        }
+    }
+    if let Some(e) = &r.tool_channel_error {
+        r.tool_channel_error = Some(vault.tokenize(e));
+    }
+}
+
+type Chunk = (Stream, Vec<u8>);
+
+/// Sends output as progress notifications, at most every 100 ms, when the request carries
+/// a progress token. With PII handling on, only whole lines go out, tokenized (a value
+/// cut in two by a chunk boundary must not slip through).
+fn progress_forwarder(
+    ctx: &RequestContext<RoleServer>,
+    redact: Option<Arc<crate::pii::Vault>>,
+) -> (
+    Option<tokio::task::JoinHandle<()>>,
+    Option<tokio::sync::mpsc::UnboundedSender<Chunk>>,
+) {
+    let Some(token) = ctx.meta.get_progress_token() else {
+        return (None, None);
+    };
+    let peer = ctx.peer.clone();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
+    let task = tokio::spawn(async move {
+        let mut n = 0u64;
+        let mut pending = String::new();
+        let mut last = Instant::now() - Duration::from_secs(1);
+        loop {
+            let item = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await;
+            let done = matches!(item, Ok(None));
+            if let Ok(Some((stream, chunk))) = item {
+                if stream == Stream::Stderr {
+                    pending.push_str("[stderr] ");
+                }
+                pending.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            if pending.is_empty() || !(done || last.elapsed() >= Duration::from_millis(100)) {
+                if done {
+                    break;
+                }
+                continue;
+            }
+            let text = match &redact {
+                None => std::mem::take(&mut pending),
+                Some(v) => {
+                    let cut = if done {
+                        pending.len()
+                    } else {
+                        pending.rfind('\n').map_or(0, |i| i + 1)
+                    };
+                    let rest = pending.split_off(cut);
+                    let text = v.tokenize(&pending);
+                    pending = rest;
+                    text
+                }
+            };
+            if !text.is_empty() {
+                n += 1;
+                let param =
+                    ProgressNotificationParam::new(token.clone(), n as f64).with_message(text);
+                let _ = peer.notify_progress(param).await;
+                last = Instant::now();
+            }
+            if done {
+                break;
+            }
+        }
+    });
+    (Some(task), Some(tx))
+}
+
+impl crate::proxy::Redactor for crate::pii::Vault {
+    fn tokenize(&self, text: &str) -> String {
+        crate::pii::Vault::tokenize(self, text)
+    }
+
+    fn tokenize_json(&self, value: &mut serde_json::Value) {
+        crate::pii::Vault::tokenize_json(self, value)
+    }
+
+    fn restore_json(&self, value: &mut serde_json::Value) {
+        crate::pii::Vault::restore_json(self, value)
+    }
+}

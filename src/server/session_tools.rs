@@ -1,0 +1,40 @@
+//! The session tools besides the execute tools' `session` argument: closing one at once
+//! (instead of waiting for its idle TTL) and listing the caller's own.
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, ErrorData as McpError, RoleServer};
+use serde::Deserialize;
+
+use super::{tool_error, CodeboxServer};
+
+/// Arguments of `close_session`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CloseSessionParams {
+    /// The session id from an execute result.
+    pub session: String,
+}
+
+#[tool_router(router = sessions_router, vis = "pub(super)")]
+impl CodeboxServer {
+    #[tool(
+        name = "close_session",
+        description = "End a session now: its live interpreters stop and its /workspace is \
+                       deleted (sessions also end after being idle for their TTL)."
+    )]
+    async fn close_session(
+        &self,
+        Parameters(p): Parameters<CloseSessionParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let client = self.client_of(&ctx);
+        match self.state.sessions.close(&p.session, &client).await {
+            Ok(()) => Ok(CallToolResult::success(vec![ContentBlock::text(
+                "session closed; its workspace is deleted",
+            )])),
+            Err(e) => Ok(tool_error(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The skills tools: reusable code the agent saves once and imports from later programs
+//! (`from skills import <name>`, `import * as s from "/skills/<name>/skill.ts"`). The
+//! store (`crate::skills`) validates names and sizes and writes atomically; these tools
+//! turn its answers into tool results.
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::{tool, tool_router, ErrorData as McpError};
+use serde::Deserialize;
+
+use super::{tool_error, CodeboxServer};
+use crate::skills::{NewSkill, SkillStore};
+
+/// Arguments of `save_skill`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SaveSkillParams {
+    /// 1-64 lowercase letters, digits and underscores, starting with a letter.
+    pub name: String,
+    /// One line: what it does and when to use it.
+    pub description: String,
+    /// "python" or "typescript".
+    pub language: String,
+    /// The module: functions (and constants) to import later.
+    pub code: String,
+    /// Markdown on how to use it (default: the import line and the description).
+    pub usage: Option<String>,
+}
+
+/// Arguments of `list_skills`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSkillsParams {
+    /// Words that must all appear in the name or description.
+    pub query: Option<String>,
+}
+
+/// Arguments of `get_skill` and `delete_skill`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SkillNameParams {
+    pub name: String,
+}
+
+impl CodeboxServer {
+    fn store(&self) -> Result<&SkillStore, CallToolResult> {
+        self.state.skills.as_ref().ok_or_else(|| {
+            tool_error(
+                self.state
+                    .skills_error
+                    .clone()
+                    .unwrap_or_else(|| "skills are unavailable".into()),
+            )
+        })
+    }
+}
+
+#[tool_router(router = skills_router, vis = "pub(super)")]
+impl CodeboxServer {
+    #[tool(
+        name = "save_skill",
+        description = "Save reusable code as a skill (replacing one of the same name). Every \
+                       later program can import it: Python `from skills import <name>`, \
+                       TypeScript `import * as s from \"/skills/<name>/skill.ts\"`."
+    )]
+    async fn save_skill(
+        &self,
+        Parameters(p): Parameters<SaveSkillParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let store = match self.store() {
+            Ok(s) => s,
+            Err(e) => return Ok(e),
+        };
+        let language = match p.language.parse() {
+            Ok(l) => l,
+            Err(e) => return Ok(tool_error(format!("invalid arguments: {e}"))),
+        };
+        let new = NewSkill {
+            name: p.name,
+            description: p.description,
+            language,
+            code: p.code,
+            usage: p.usage,
+        };
+        match store.save(new) {
+            Ok(skill) => {
+                let mut r = CallToolResult::structured(serde_json::json!({
+                    "name": skill.name,
+                    "language": skill.language,
+                    "import": skill.import,
+                }));
+                r.content = vec![ContentBlock::text(format!(
+                    "saved skill {}; import it with: {}",
+                    skill.name, skill.import
+                ))];
+                Ok(r)
+            }
+            Err(e) => Ok(tool_error(e.to_string())),
+        }
+    }
+
+    #[tool(
+        name = "list_skills",
+        description = "The saved skills: name, description and language (no code; use \
+                       get_skill for that)."
+    )]
+    async fn list_skills(
+        &self,
+        Parameters(p): Parameters<ListSkillsParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let store = match self.store() {
+            Ok(s) => s,
+            Err(e) => return Ok(e),
+        };
+        match store.list(p.query.as_deref()) {
+            Ok(list) => {
+                let mut text = String::new();
+                for s in &list {
+                    text.push_str(&format!(
+                        "{} ({}): {}\n",
+                        s.name,
+                        s.language.as_str(),
+                        s.description
+                    ));
+                }
+                if list.is_empty() {
+                    text.push_str("no skills match\n");
+                }
+                let mut r = CallToolResult::structured(serde_json::json!({ "skills": list }));
+                r.content = vec![ContentBlock::text(text)];
+                Ok(r)
+            }
+            Err(e) => Ok(tool_error(e.to_string())),
+        }
+    }
+
+    #[tool(
+        name = "get_skill",
+        description = "One saved skill: description, usage, code and how to import it."
+    )]
+    async fn get_skill(
+        &self,
+        Parameters(p): Parameters<SkillNameParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let store = match self.store() {
+            Ok(s) => s,
+            Err(e) => return Ok(e),
+        };
+        match store.get(&p.name) {
+            Ok(skill) => Ok(CallToolResult::structured(
+                serde_json::to_value(&skill).unwrap_or_default(),
+            )),
+            Err(e) => Ok(tool_error(e.to_string())),
+        }
+    }
+
+    #[tool(name = "delete_skill", description = "Delete a saved skill.")]
+    async fn delete_skill(
+        &self,
+        Parameters(p): Parameters<SkillNameParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let store = match self.store() {
+            Ok(s) => s,
+            Err(e) => return Ok(e),
+        };
+        match store.delete(&p.name) {
+            Ok(()) => Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "deleted skill {}",
+                p.name
+            ))])),
+            Err(e) => Ok(tool_error(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! Sessions: a persistent workspace (and, on request, live interpreters) that several
+//! executions of one client share.
+//!
+//! - A session is created by an execute call with `session: "new"`; its id is 128 bits
+//!   from the kernel's CSPRNG, so it cannot be guessed, and it belongs to the client
+//!   that created it: any other client asking for it is told it does not exist.
+//! - Its workspace is a host directory (owned by the sandbox user's host id, mode 0700,
+//!   named by a hash of the id) bound read-write at `/workspace` in each of its runs. Its
+//!   size and entry count are limited ([`SessionLimits`]); the server checks them while a
+//!   run goes on and after it ([`disk`]).
+//! - Runs of one session are serialised (one holds [`Session::slots`] at a time).
+//! - With `keep_alive`, a session keeps one live sandbox per language between runs
+//!   ([`LiveSlots`]), so interpreter state survives.
+//! - A session idle for longer than its TTL is removed by [`Sessions::sweep`]: its live
+//!   sandboxes are killed and its directory removed. `close_session` does the same at
+//!   once, and shutdown for all.
+
+pub mod disk;
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::runtime::Language;
+use crate::spawner::LiveSandbox;
+
+/// Name prefix of the per-process sessions directory: `codebox-sessions-<pid>-<random>`.
+const PREFIX: &str = "codebox-sessions-";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Also the answer for another client's session: its existence is not revealed.
+    #[error("no session {id:?} for this client (it may have expired or been closed); start one with session \"new\"")]
+    Unknown { id: String },
+    #[error("{open} sessions are open, the most this server keeps; close one with close_session")]
+    TooMany { open: usize },
+    #[error("cannot {doing} {path}")]
+    Io {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot draw a random session id")]
+    Random(#[source] getrandom::Error),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Limits of every session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionLimits {
+    /// A session unused for this long is removed.
+    pub idle_ttl: Duration,
+    /// Bytes of regular files in the workspace.
+    pub quota_bytes: u64,
+    /// Entries (files, directories, links) in the workspace.
+    pub max_entries: u64,
+    /// Sessions open at once, all clients together.
+    pub max_sessions: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            idle_ttl: Duration::from_secs(15 * 60),
+            quota_bytes: 256 * 1024 * 1024,
+            max_entries: 10_000,
+            max_sessions: 64,
+        }
+    }
+}
+
+/// A live sandbox and what must outlive it (the wrapper tree bound at its `/servers`).
+pub struct LiveEntry {
+    pub sandbox: LiveSandbox,
+    pub _servers: Option<Arc<crate::server::wrappers::WrapperDir>>,
+}
+
+/// A session's live sandboxes, at most one per language.
+#[derive(Default)]
+pub struct LiveSlots {
+    pub python: Option<LiveEntry>,
+    pub typescript: Option<LiveEntry>,
+}
+
+impl LiveSlots {
+    pub fn slot(&mut self, language: Language) -> &mut Option<LiveEntry> {
+        match language {
+            Language::Python => &mut self.python,
+            Language::TypeScript => &mut self.typescript,
+        }
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.python.is_some() as usize + self.typescript.is_some() as usize
+    }
+}
+
+/// One session.
+pub struct Session {
+    id: String,
+    owner: String,
+    dir: PathBuf,
+    last_used: Mutex<Instant>,
+    /// Held by the run in progress; holds the live sandboxes.
+    pub slots: tokio::sync::Mutex<LiveSlots>,
+    /// The session's PII token map (when PII handling is on).
+    pub vault: Option<Arc<crate::pii::Vault>>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The id is a capability: never printed in full.
+        f.debug_struct("Session")
+            .field("id", &short(&self.id))
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The first characters of an id, for logs.
+pub fn short(id: &str) -> &str {
+    &id[..id.len().min(10)]
+}
+
+impl Session {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The host directory bound at `/workspace`.
+    pub fn workspace(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Marks the session used now (its TTL starts again).
+    pub fn touch(&self) {
+        *self.last_used.lock().expect("session clock") = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_used.lock().expect("session clock").elapsed()
+    }
+}
+
+/// Every open session of this server.
+pub struct Sessions {
+    root: PathBuf,
+    limits: SessionLimits,
+    /// Host ids of the sandbox user (the workspace's owner).
+    owner_ids: (u32, u32),
+    open: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("root", &self.root)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    /// Creates this process's sessions directory under `base` (mode 0711: the sandbox
+    /// user may pass through to its own workspace but list nothing) and removes those of
+    /// dead processes.
+    pub fn new(base: &Path, limits: SessionLimits, owner_ids: (u32, u32)) -> Result<Sessions> {
+        remove_stale(base);
+        let root = tempfile::Builder::new()
+            .prefix(&format!("{PREFIX}{}-", std::process::id()))
+            .tempdir_in(base)
+            .map_err(|source| Error::Io {
+                doing: "create the sessions directory in",
+                path: base.to_path_buf(),
+                source,
+            })?
+            .keep();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711)).map_err(
+            |source| Error::Io {
+                doing: "set the mode of",
+                path: root.clone(),
+                source,
+            },
+        )?;
+        Ok(Sessions {
+            root,
+            limits,
+            owner_ids,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn limits(&self) -> &SessionLimits {
+        &self.limits
+    }
+
+    /// Opens a new session for `owner`.
+    pub fn create(
+        &self,
+        owner: &str,
+        vault: Option<Arc<crate::pii::Vault>>,
+    ) -> Result<Arc<Session>> {
+        let mut open = self.open.lock().expect("sessions lock");
+        if open.len() >= self.limits.max_sessions {
+            return Err(Error::TooMany { open: open.len() });
+        }
+        let mut raw = [0u8; 16];
+        getrandom::fill(&mut raw).map_err(Error::Random)?;
+        let id = format!("cbx_{}", hex(&raw));
+        // The directory is named by a hash of the id: the id itself appears nowhere on disk.
+        let dir = self.root.join(&hex(&Sha256::digest(id.as_bytes()))[..32]);
+        let io = |doing, source| Error::Io {
+            doing,
+            path: dir.clone(),
+            source,
+        };
+        std::fs::create_dir(&dir).map_err(|e| io("create", e))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io("set the mode of", e))?;
+        let (uid, gid) = self.owner_ids;
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(|e| io("chown", e))?;
+        }
+        let session = Arc::new(Session {
+            id: id.clone(),
+            owner: owner.to_string(),
+            dir,
+            last_used: Mutex::new(Instant::now()),
+            slots: tokio::sync::Mutex::new(LiveSlots::default()),
+            vault,
+        });
+        open.insert(id, session.clone());
+        tracing::info!(session = short(&session.id), owner, "session opened");
+        Ok(session)
+    }
+
+    /// The session `id` if `owner` owns it.
+    pub fn get(&self, id: &str, owner: &str) -> Result<Arc<Session>> {
+        let open = self.open.lock().expect("sessions lock");
+        match open.get(id) {
+            Some(s) if constant_time_eq(s.owner.as_bytes(), owner.as_bytes()) => {
+                s.touch();
+                Ok(s.clone())
+            }
+            Some(_) => {
+                tracing::warn!(
+                    session = short(id),
+                    owner,
+                    "a client asked for another client's session"
+                );
+                Err(Error::Unknown { id: id.to_string() })
+            }
+            None => Err(Error::Unknown { id: id.to_string() }),
+        }
+    }
+
+    /// The sessions of `owner`.
+    pub fn of_owner(&self, owner: &str) -> Vec<Arc<Session>> {
+        let open = self.open.lock().expect("sessions lock");
+        open.values()
+            .filter(|s| s.owner == owner)
+            .cloned()
+            .collect()
+    }
+
+    /// Closes `owner`'s session `id`: waits for its run in progress, kills its live
+    /// sandboxes, removes its workspace.
+    pub async fn close(&self, id: &str, owner: &str) -> Result<()> {
+        let session = self.get(id, owner)?;
+        self.open.lock().expect("sessions lock").remove(id);
+        self.end(session).await;
+        Ok(())
+    }
+
+    async fn end(&self, session: Arc<Session>) {
+        let mut slots = session.slots.lock().await;
+        // Dropping a live sandbox kills it.
+        *slots = LiveSlots::default();
+        if let Err(e) = disk::remove_tree(&session.dir) {
+            tracing::warn!(session = short(&session.id), dir = %session.dir.display(), %e, "cannot remove a session's workspace");
+        }
+        tracing::info!(session = short(&session.id), "session closed");
+    }
+
+    /// Removes the sessions idle longer than the TTL (never one that is running).
+    pub async fn sweep(&self) -> usize {
+        let expired: Vec<Arc<Session>> = {
+            let mut open = self.open.lock().expect("sessions lock");
+            let ids: Vec<String> = open
+                .iter()
+                .filter(|(_, s)| s.idle_for() >= self.limits.idle_ttl && s.slots.try_lock().is_ok())
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| open.remove(id)).collect()
+        };
+        let n = expired.len();
+        for s in expired {
+            tracing::info!(session = short(&s.id), "session expired");
+            self.end(s).await;
+        }
+        n
+    }
+
+    /// Open sessions, and live sandboxes among them (those not running now).
+    pub fn counts(&self) -> (usize, usize) {
+        let open = self.open.lock().expect("sessions lock");
+        let live = open
+            .values()
+            .filter_map(|s| s.slots.try_lock().ok().map(|l| l.live_count()))
+            .sum();
+        (open.len(), live)
+    }
+
+    /// Ends every session and removes the sessions directory.
+    pub async fn shutdown(&self) {
+        let all: Vec<Arc<Session>> = self
+            .open
+            .lock()
+            .expect("sessions lock")
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        for s in all {
+            self.end(s).await;
+        }
+        if let Err(e) = std::fs::remove_dir(&self.root) {
+            tracing::warn!(dir = %self.root.display(), %e, "cannot remove the sessions directory");
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Removes `codebox-sessions-<pid>-*` directories whose process is gone.
+fn remove_stale(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        match disk::remove_tree(&e.path()) {
+            Ok(()) => tracing::info!(dir = %e.path().display(), "removed stale sessions"),
+            Err(err) => {
+                tracing::warn!(dir = %e.path().display(), %err, "cannot remove stale sessions")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions(base: &Path, ttl: Duration) -> Sessions {
+        let limits = SessionLimits {
+            idle_ttl: ttl,
+            max_sessions: 3,
+            ..SessionLimits::default()
+        };
+        let ids = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        Sessions::new(base, limits, ids).unwrap()
+    }
+
+    #[tokio::test]
+    async fn ids_are_random_owned_and_limited() {
+        let base = tempfile::tempdir().unwrap();
+        let s = sessions(base.path(), Duration::from_secs(60));
+        let a = s.create("alice", None).unwrap();
+        let b = s.create("alice", None).unwrap();
+        assert_ne!(a.id(), b.id());
+        assert_eq!(a.id().len(), 4 + 32);
+        assert!(a.workspace().is_dir());
+        assert!(!a.workspace().to_string_lossy().contains(&a.id()[4..]));
+        s.get(a.id(), "alice").unwrap();
+        let refused = s.get(a.id(), "bob").unwrap_err().to_string();
+        let unknown = s.get("cbx_nope", "bob").unwrap_err().to_string();
+        assert_eq!(
+            refused.replace(a.id(), "X"),
+            unknown.replace("cbx_nope", "X"),
+            "another client's session looks like an unknown one"
+        );
+        s.create("bob", None).unwrap();
+        assert!(matches!(
+            s.create("bob", None),
+            Err(Error::TooMany { open: 3 })
+        ));
+        assert!(s.close(a.id(), "bob").await.is_err());
+        s.close(a.id(), "alice").await.unwrap();
+        assert!(!a.workspace().exists());
+        s.shutdown().await;
+        assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn idle_sessions_expire_and_their_workspace_goes() {
+        let base = tempfile::tempdir().unwrap();
+        let s = sessions(base.path(), Duration::from_millis(50));
+        let a = s.create("alice", None).unwrap();
+        std::fs::write(a.workspace().join("f"), "x").unwrap();
+        let busy = s.create("alice", None).unwrap();
+        let held = busy.slots.lock().await;
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert_eq!(s.sweep().await, 1, "the running session stays");
+        assert!(!a.workspace().exists());
+        assert!(s.get(a.id(), "alice").is_err());
+        drop(held);
+        s.shutdown().await;
+    }
+
+    #[test]
+    fn stale_directories_of_dead_processes_are_removed() {
+        let base = tempfile::tempdir().unwrap();
+        let stale = base.path().join(format!("{PREFIX}999999999-x"));
+        std::fs::create_dir_all(stale.join("abc")).unwrap();
+        let mine = base
+            .path()
+            .join(format!("{PREFIX}{}-y", std::process::id()));
+        std::fs::create_dir(&mine).unwrap();
+        remove_stale(base.path());
+        assert!(!stale.exists());
+        assert!(mine.exists());
+    }
+}

@@ -1,0 +1,476 @@
+"""PII tokenization, skills, sessions, the audit log and rate limits, end to end through
+`codebox serve`, driven by the official Python MCP SDK as the model's client.
+
+Usage: features_client.py CODEBOX_BINARY UPSTREAMS_DIR
+UPSTREAMS_DIR holds node/node_modules/@modelcontextprotocol/server-memory, as `cargo xtask
+test` installs it. Prints one line per case and "N passed, M failed".
+"""
+
+import glob
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+
+from helpers import processes_with, server_env
+
+CODEBOX = sys.argv[1]
+UPSTREAMS = os.path.abspath(sys.argv[2])
+MEMORY = os.path.join(UPSTREAMS, "node/node_modules/@modelcontextprotocol/server-memory/dist/index.js")
+EMAIL = "alice.liddell@example.com"
+CASES = []
+TTL_S = 4
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+class World:
+    def __init__(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="codebox-features-test-")
+        root = self.tmp.name
+        os.chmod(root, 0o755)
+        self.memory_file = os.path.join(root, "memory.jsonl")
+        self.skills = os.path.join(root, "skills")
+        self.audit = os.path.join(root, "audit", "audit.jsonl")
+        self.config = os.path.join(root, "mcp.json")
+        with open(self.config, "w") as f:
+            json.dump({"mcpServers": {
+                "memory": {"command": "node", "args": [MEMORY], "env": {"MEMORY_FILE_PATH": self.memory_file}},
+            }}, f)
+
+    def env(self, **extra):
+        env = server_env()
+        env.update({
+            "CODEBOX_MCP_CONFIG": self.config,
+            "CODEBOX_SKILLS_DIR": self.skills,
+            "CODEBOX_AUDIT_LOG": self.audit,
+            "CODEBOX_PII": "output",
+            "CODEBOX_SESSION_QUOTA": "1MiB",
+            "CODEBOX_SESSION_MAX_ENTRIES": "50",
+            "CODEBOX_SESSION_TTL": f"{TTL_S}s",
+        })
+        env.update(extra)
+        return env
+
+    def server(self, **extra):
+        return StdioServerParameters(command=CODEBOX, args=["serve"], env=self.env(**extra))
+
+
+async def run(s, language, code, **args):
+    r = await s.call_tool(f"execute_{language}", {"code": code, **args})
+    return r, r.structured_content or {}
+
+
+def ok(r, sc):
+    assert not r.is_error, sc.get("stderr") or r.content
+
+
+def text_of(r):
+    return "\n".join(c.text for c in r.content if getattr(c, "text", None))
+
+
+async def wait_for_memory(s):
+    deadline = time.monotonic() + 60
+    while True:
+        r = await s.call_tool("list_servers", {})
+        if all(x["status"] == "ready" for x in r.structured_content["servers"]):
+            return
+        assert time.monotonic() < deadline, r.structured_content
+        await anyio.sleep(0.3)
+
+
+# --- PII ---------------------------------------------------------------------------
+
+@case
+async def pii_output_mode_tokenizes_output_and_restores_arguments(s, w):
+    await wait_for_memory(s)
+    create = f"""
+import codebox
+codebox.call_tool("memory__create_entities", {{"entities": [
+    {{"name": "alice", "entityType": "person", "observations": ["email {EMAIL}", "phone +1 415 555 0123"]}}]}})
+obs = codebox.call_tool("memory__open_nodes", {{"names": ["alice"]}})["entities"][0]["observations"]
+print(obs)
+print("code sees the real value:", {EMAIL!r} in obs[0])
+"""
+    r, sc = await run(s, "python", create)
+    ok(r, sc)
+    out = sc["stdout"]
+    assert EMAIL not in out and "[EMAIL_1]" in out and "[PHONE_1]" in out, out
+    assert "code sees the real value: True" in out, out
+    assert EMAIL not in json.dumps(r.model_dump(mode="json")), "raw PII in the MCP result"
+    # The model only knows the token; the code passes it to another tool, and the
+    # upstream receives the real value.
+    forward = """
+import codebox
+codebox.call_tool("memory__create_entities", {"entities": [
+    {"name": "bob", "entityType": "person", "observations": ["friend of [EMAIL_1]"]}]})
+print(codebox.call_tool("memory__open_nodes", {"names": ["bob"]})["entities"][0]["observations"])
+"""
+    r, sc = await run(s, "python", forward)
+    ok(r, sc)
+    assert sc["stdout"] == "['friend of [EMAIL_1]']\n", sc["stdout"]
+    with open(w.memory_file) as f:
+        stored = f.read()
+    assert f"friend of {EMAIL}" in stored, stored
+
+
+@case
+async def pii_strict_mode_keeps_raw_values_out_of_the_sandbox(s, w):
+    code = f"""
+import codebox
+obs = codebox.call_tool("memory__open_nodes", {{"names": ["alice"]}})["entities"][0]["observations"]
+print(obs[0])
+print("raw value visible:", "example.com" in " ".join(obs))
+codebox.call_tool("memory__add_observations", {{"observations": [
+    {{"entityName": "alice", "contents": ["strict copy: " + obs[0]]}}]}})
+"""
+    r, sc = await run(s, "python", code, pii="strict")
+    ok(r, sc)
+    assert "raw value visible: False" in sc["stdout"], sc["stdout"]
+    assert "[EMAIL_1]" in sc["stdout"], sc["stdout"]
+    with open(w.memory_file) as f:
+        stored = f.read()
+    assert f"strict copy: email {EMAIL}" in stored, "the token went upstream unrestored"
+    # A call may not weaken the server's mode.
+    r, _ = await run(s, "python", "print(1)", pii="off")
+    assert r.is_error and "weaker" in text_of(r), text_of(r)
+
+
+# --- skills -------------------------------------------------------------------------
+
+@case
+async def skills_save_list_import_and_delete(s, w):
+    r = await s.call_tool("save_skill", {
+        "name": "double", "description": "Doubles a number", "language": "python",
+        "code": "def double(x):\n    return 2 * x\n"})
+    assert not r.is_error, text_of(r)
+    r = await s.call_tool("save_skill", {
+        "name": "shout", "description": "Upper-cases text with a bang", "language": "typescript",
+        "code": "export function shout(s: string): string { return s.toUpperCase() + '!'; }\n"})
+    assert not r.is_error, text_of(r)
+    r = await s.call_tool("list_skills", {})
+    names = [x["name"] for x in r.structured_content["skills"]]
+    assert names == ["double", "shout"], names
+    assert "code" not in json.dumps(r.structured_content), "list_skills carries no code"
+    r = await s.call_tool("list_skills", {"query": "bang"})
+    assert [x["name"] for x in r.structured_content["skills"]] == ["shout"], r.structured_content
+    r, sc = await run(s, "python", "from skills import double\nfrom skills.double import double as d2\nprint(double.double(21), d2(4))")
+    ok(r, sc)
+    assert sc["stdout"] == "42 8\n", sc
+    r, sc = await run(s, "typescript", 'import { shout } from "/skills/shout/skill.ts";\nconsole.log(shout("hi"));')
+    ok(r, sc)
+    assert sc["stdout"] == "HI!\n", sc
+    # Read-only in the sandbox.
+    r, sc = await run(s, "python", "open('/skills/double/skill.py', 'w').write('x')")
+    assert r.is_error and ("Read-only" in sc["stderr"] or "Permission" in sc["stderr"]), sc["stderr"]
+    r = await s.call_tool("get_skill", {"name": "double"})
+    assert r.structured_content["code"].startswith("def double"), r.structured_content
+    res = await s.read_resource("codebox://skills/double/SKILL.md")
+    assert "name: double" in res.contents[0].text, res
+    r = await s.call_tool("delete_skill", {"name": "shout"})
+    assert not r.is_error
+    r = await s.call_tool("get_skill", {"name": "shout"})
+    assert r.is_error
+
+
+@case
+async def bad_skill_names_are_refused_and_concurrent_saves_are_safe(s, w):
+    for bad in ["../evil", "a/b", "Upper", "1x", "class", "", "x" * 65]:
+        r = await s.call_tool("save_skill", {"name": bad, "description": "d", "language": "python", "code": "x = 1\n"})
+        assert r.is_error and "name" in text_of(r), (bad, text_of(r))
+    assert not os.path.exists(os.path.join(w.tmp.name, "evil"))
+
+    async def save(i):
+        r = await s.call_tool("save_skill", {
+            "name": f"s{i % 4}", "description": f"version {i}", "language": "python",
+            "code": f"VALUE = {i}\n"})
+        assert not r.is_error, text_of(r)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(16):
+            tg.start_soon(save, i)
+    r = await s.call_tool("list_skills", {"query": "version"})
+    assert sorted(x["name"] for x in r.structured_content["skills"]) == ["s0", "s1", "s2", "s3"]
+    r, sc = await run(s, "python", "from skills import s0, s1, s2, s3\nprint(sorted(m.VALUE % 4 for m in (s0, s1, s2, s3)))")
+    ok(r, sc)
+    assert sc["stdout"] == "[0, 1, 2, 3]\n", sc
+    assert not glob.glob(os.path.join(w.skills, ".tmp-*")), "temp dirs left"
+
+
+# --- sessions -----------------------------------------------------------------------
+
+@case
+async def keep_alive_sessions_keep_interpreter_state(s, w):
+    r, sc = await run(s, "python", "x = 41\nimport math\ndef f(v):\n    return v * 2\n", session="new", keep_alive=True)
+    ok(r, sc)
+    sid = sc["session"]["id"]
+    assert sc["session"]["interpreter"] == "new", sc["session"]
+    r, sc = await run(s, "python", "print(x + 1, math.pi > 3, f(5))", session=sid)
+    ok(r, sc)
+    assert sc["stdout"] == "42 True 10\n" and sc["session"]["interpreter"] == "kept", sc
+    # An uncaught error fails the run, not the session.
+    r, sc = await run(s, "python", "raise ValueError('boom')", session=sid)
+    assert r.is_error and "ValueError: boom" in sc["stderr"], sc
+    r, sc = await run(s, "python", "x += 1\nprint(x)", session=sid)
+    ok(r, sc)
+    assert sc["stdout"] == "42\n", sc
+    # TypeScript in the same session has its own interpreter.
+    r, sc = await run(s, "typescript", "let y = 41;\nconst { a, b } = { a: 1, b: 2 };\nfunction g(v: number) { return v + a + b; }", session=sid, keep_alive=True)
+    ok(r, sc)
+    r, sc = await run(s, "typescript", "console.log(y + 1, g(10));", session=sid)
+    ok(r, sc)
+    assert sc["stdout"] == "42 13\n", sc
+    # Files written in one run are in the workspace of the next, listed and readable.
+    r, sc = await run(s, "python", "open('notes.txt', 'w').write('kept ' + str(x))", session=sid)
+    ok(r, sc)
+    assert any(e["path"] == "notes.txt" for e in sc["workspace_files"]), sc
+    res = await s.read_resource(f"codebox://sessions/{sid}/workspace/notes.txt")
+    assert res.contents[0].text == "kept 42", res
+    r = await s.call_tool("close_session", {"session": sid})
+    assert not r.is_error, text_of(r)
+    r, sc = await run(s, "python", "print(x)", session=sid)
+    assert r.is_error and "no session" in text_of(r), text_of(r)
+
+
+@case
+async def sessions_without_keep_alive_share_only_the_workspace(s, w):
+    r, sc = await run(s, "python", "x = 1\nopen('a.txt', 'w').write('one')", session="new",
+                      files={"in/data.txt": "given"})
+    ok(r, sc)
+    sid = sc["session"]["id"]
+    r, sc = await run(s, "typescript", "console.log(Deno.readTextFileSync('a.txt'), Deno.readTextFileSync('in/data.txt'));", session=sid)
+    ok(r, sc)
+    assert sc["stdout"] == "one given\n", sc
+    r, sc = await run(s, "python", "print('x' in globals())", session=sid)
+    ok(r, sc)
+    assert sc["stdout"] == "False\n", "a fresh interpreter per run without keep_alive"
+    await s.call_tool("close_session", {"session": sid})
+
+
+@case
+async def workspace_quota_exceeded_fails_cleanly(s, w):
+    r, sc = await run(s, "python", "open('keep.txt', 'w').write('small')", session="new")
+    ok(r, sc)
+    sid = sc["session"]["id"]
+    # All at once: caught after the run.
+    r, sc = await run(s, "python", "open('big.bin', 'wb').write(b'x' * 2_000_000)\nprint('wrote')", session=sid)
+    assert r.is_error and sc["workspace_quota_exceeded"], sc
+    assert "quota" in sc["stderr"], sc["stderr"]
+    paths = [e["path"] for e in sc["workspace_files"]]
+    assert paths == ["keep.txt"], paths
+    # Little by little: stopped while it runs.
+    slow = "import time\nf = open('grow.bin', 'wb')\nfor i in range(100):\n    f.write(b'x' * 100_000); f.flush(); time.sleep(0.05)\nprint('finished')"
+    started = time.monotonic()
+    r, sc = await run(s, "python", slow, session=sid, timeout_ms=20000)
+    assert r.is_error and sc["workspace_quota_exceeded"] and "finished" not in sc["stdout"], sc
+    assert time.monotonic() - started < 4, "the watcher stopped it early"
+    # Too many entries.
+    r, sc = await run(s, "python", "import os\nfor i in range(80):\n    open(f'f{i}', 'w').close()", session=sid)
+    assert r.is_error and sc["workspace_quota_exceeded"], sc
+    # The session still works, with what it had.
+    r, sc = await run(s, "python", "import os\nprint(sorted(os.listdir('.')))", session=sid)
+    ok(r, sc)
+    assert sc["stdout"] == "['keep.txt']\n", sc
+    await s.call_tool("close_session", {"session": sid})
+
+
+@case
+async def idle_sessions_expire_with_their_interpreter_and_directory(s, w):
+    r, sc = await run(s, "python", "x = 1", session="new", keep_alive=True)
+    ok(r, sc)
+    sid = sc["session"]["id"]
+    digest = hashlib.sha256(sid.encode()).hexdigest()[:32]
+    dirs = glob.glob(f"{tempfile.gettempdir()}/codebox-sessions-*/{digest}")
+    assert len(dirs) == 1, dirs
+    h = await s.call_tool("health", {})
+    assert h.structured_content["sessions"]["live_interpreters"] >= 1, h.structured_content
+    await anyio.sleep(TTL_S + 2.5)
+    assert not os.path.exists(dirs[0]), "the workspace outlived the session"
+    r, sc = await run(s, "python", "print(x)", session=sid)
+    assert r.is_error and "no session" in text_of(r), text_of(r)
+    h = await s.call_tool("health", {})
+    assert h.structured_content["sessions"]["live_interpreters"] == 0, h.structured_content
+
+
+@case
+async def keep_alive_timeout_ends_the_interpreter_clearly(s, w):
+    r, sc = await run(s, "python", "x = 5", session="new", keep_alive=True)
+    ok(r, sc)
+    sid = sc["session"]["id"]
+    r, sc = await run(s, "python", "while True: pass", session=sid, timeout_ms=500)
+    assert r.is_error and sc["timed_out"] and sc["session"]["interpreter"] == "ended", sc
+    r, sc = await run(s, "python", "print('x' in globals())", session=sid)
+    ok(r, sc)
+    assert sc["stdout"] == "False\n" and sc["session"]["interpreter"] == "new", sc
+    await s.call_tool("close_session", {"session": sid})
+
+
+# --- audit --------------------------------------------------------------------------
+
+@case
+async def audit_log_chains_records_without_pii_or_code(s, w):
+    secret_code = "print('audit-canary-7731')"
+    r, sc = await run(s, "python", secret_code)
+    ok(r, sc)
+    await anyio.sleep(0.5)  # appends run on the blocking pool
+    with open(w.audit) as f:
+        lines = f.read().splitlines()
+    records = [json.loads(l) for l in lines]
+    execs = [x for x in records if x["event"] == "execution"]
+    calls = [x for x in records if x["event"] == "tool_call"]
+    assert len(execs) >= 10 and len(calls) >= 5, (len(execs), len(calls))
+    last = execs[-1]
+    assert last["code_sha256"] == hashlib.sha256(secret_code.encode()).hexdigest(), last
+    assert last["language"] == "python" and last["exit_code"] == 0 and last["rootfs_manifest_sha256"], last
+    whole = "\n".join(lines)
+    assert "audit-canary-7731" not in whole, "code text in the audit log"
+    assert EMAIL not in whole and "example.com" not in whole, "PII in the audit log"
+    assert any("workspace_quota" in x["limits_hit"] for x in execs), "limits are recorded"
+    check = subprocess.run([CODEBOX, "audit", "verify", w.audit], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr + check.stdout
+    # Tampering is found.
+    tampered = w.audit + ".tampered"
+    lines[3] = lines[3].replace('"exit_code":0', '"exit_code":1') if '"exit_code":0' in lines[3] else lines[3].replace('"ok":true', '"ok":false')
+    with open(tampered, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    check = subprocess.run([CODEBOX, "audit", "verify", tampered], capture_output=True, text=True)
+    assert check.returncode == 1 and "line 5" in check.stderr, (check.returncode, check.stderr)
+
+
+async def main():
+    passed = failed = 0
+    w = World()
+
+    async def report(fn, *args):
+        nonlocal passed, failed
+        try:
+            with anyio.fail_after(120):
+                await fn(*args)
+            print(f"ok      {fn.__name__}", flush=True)
+            passed += 1
+        except Exception as e:  # noqa: BLE001 - report every failure
+            print(f"FAILED  {fn.__name__}: {e!r}", flush=True)
+            failed += 1
+
+    try:
+        async with stdio_client(w.server()) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                for fn in CASES:
+                    await report(fn, s, w)
+        await report(rate_limit_refuses_with_retry_after, w)
+        await report(another_clients_session_is_refused_over_http, w)
+        await report(an_unwritable_audit_log_is_reported_and_can_refuse, w)
+    finally:
+        w.tmp.cleanup()
+    print(f"{passed} passed, {failed} failed")
+    return failed
+
+
+# --- rate limits, HTTP clients, audit failure (servers of their own) ----------------------
+
+async def rate_limit_refuses_with_retry_after(w):
+    params = w.server(CODEBOX_RATE_PER_MINUTE="2", CODEBOX_AUDIT_LOG=w.audit + ".rate")
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            for _ in range(2):
+                r, sc = await run(s, "python", "print(1)")
+                ok(r, sc)
+            r, sc = await run(s, "python", "print(1)")
+            assert r.is_error and "rate limit" in text_of(r), text_of(r)
+            assert sc["error"] == "rate_limited" and 0 < sc["retry_after_ms"] <= 30_000, sc
+            # Other tools are not executions and still answer.
+            h = await s.call_tool("health", {})
+            assert h.structured_content["rate_limits"]["per_minute"] == 2
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def another_clients_session_is_refused_over_http(w):
+    port = free_port()
+    env = w.env(CODEBOX_HTTP_CLIENTS="alice=token-alice-1,bob=token-bob-2", CODEBOX_AUDIT_LOG=w.audit + ".http")
+    proc = subprocess.Popen([CODEBOX, "serve", "--http", f"127.0.0.1:{port}"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "serve --http did not start"
+                await anyio.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+
+        async def session_of(token):
+            return streamablehttp_client(url, headers={"Authorization": f"Bearer {token}"})
+
+        async with await session_of("token-alice-1") as (ra, wa, _):
+            async with ClientSession(ra, wa) as alice:
+                await alice.initialize()
+                r, sc = await run(alice, "python", "secret = 7", session="new", keep_alive=True)
+                ok(r, sc)
+                sid = sc["session"]["id"]
+                async with await session_of("token-bob-2") as (rb, wb, _):
+                    async with ClientSession(rb, wb) as bob:
+                        await bob.initialize()
+                        r, sc = await run(bob, "python", "print(secret)", session=sid)
+                        assert r.is_error and "no session" in text_of(r), text_of(r)
+                        r = await bob.call_tool("close_session", {"session": sid})
+                        assert r.is_error, "bob closed alice's session"
+                        try:
+                            await bob.read_resource(f"codebox://sessions/{sid}/workspace/x")
+                            raise AssertionError("bob read alice's workspace")
+                        except Exception as e:  # noqa: BLE001 - the SDK raises McpError
+                            assert "no session" in str(e), e
+                r, sc = await run(alice, "python", "print(secret)", session=sid)
+                ok(r, sc)
+                assert sc["stdout"] == "7\n", sc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+async def an_unwritable_audit_log_is_reported_and_can_refuse(w):
+    for policy, refused in [("continue", False), ("refuse", True)]:
+        config = os.path.join(w.tmp.name, f"audit-{policy}.toml")
+        with open(config, "w") as f:
+            f.write(f'[audit]\npath = "/dev/full"\non_failure = "{policy}"\n')
+        env = w.env(CODEBOX_CONFIG=config)
+        del env["CODEBOX_AUDIT_LOG"]
+        params = StdioServerParameters(command=CODEBOX, args=["serve"], env=env)
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                r, sc = await run(s, "python", "print(1)")
+                await anyio.sleep(0.5)
+                h = (await s.call_tool("health", {})).structured_content
+                assert h["audit"]["healthy"] is False and h["audit"]["last_error"], h["audit"]
+                r, sc = await run(s, "python", "print(2)")
+                if refused:
+                    assert r.is_error and "audit log is unavailable" in text_of(r), text_of(r)
+                else:
+                    ok(r, sc)
+
+
+if __name__ == "__main__":
+    code = anyio.run(main)
+    left = processes_with("codebox-features-test")
+    sys.exit(1 if code or left else 0)
