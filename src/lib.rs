@@ -26,6 +26,12 @@
 //! - [`upstream`]: the upstream MCP servers of `.mcp.json` (stdio or streamable HTTP):
 //!   connections, reconnects, the catalog of their tools, calls
 //!
+//! - [`pii`]: PII detectors and the per-session token vault
+//! - [`skills`]: the skills store (`/skills`)
+//! - [`session`]: sessions: workspaces with quotas, idle TTL, live interpreters
+//! - [`audit`]: the hash-chained audit log
+//! - [`ratelimit`]: per-client rate limits
+//! - [`tempdirs`]: per-process temporary directories, and removing those of dead processes
 //! - [`workspace`]: listing what a program left in its workspace, never following symlinks
 //! - [`tokens`]: token counts (o200k_base) of `tools/list` payloads: upstream catalogs vs
 //!   codebox's own tools
@@ -50,6 +56,7 @@ pub mod server;
 pub mod session;
 pub mod skills;
 pub mod spawner;
+pub mod tempdirs;
 pub mod tokens;
 pub mod units;
 pub mod upstream;

@@ -56,17 +56,7 @@ fn upstreams() -> PathBuf {
 #[test]
 fn sandboxed_code_calls_real_upstream_servers() {
     let test = "sandboxed_code_calls_real_upstream_servers";
-    let marker =
-        upstreams().join("node/node_modules/@modelcontextprotocol/server-memory/package.json");
-    if !marker.exists() {
-        let reason = format!(
-            "the upstream test servers are not installed at {} (cargo xtask test installs them)",
-            upstreams().display()
-        );
-        if strict() {
-            panic!("{reason}");
-        }
-        eprintln!("SKIP {test}: {reason}");
+    if !upstreams_installed(test) {
         return;
     }
     run_client_script_with(test, "upstream_client.py", &[upstreams().into_os_string()]);
@@ -75,20 +65,28 @@ fn sandboxed_code_calls_real_upstream_servers() {
 #[test]
 fn pii_skills_sessions_audit_and_rate_limits_through_the_python_sdk() {
     let test = "pii_skills_sessions_audit_and_rate_limits_through_the_python_sdk";
-    let marker =
-        upstreams().join("node/node_modules/@modelcontextprotocol/server-memory/package.json");
-    if !marker.exists() {
-        let reason = format!(
-            "the upstream test servers are not installed at {} (cargo xtask test installs them)",
-            upstreams().display()
-        );
-        if strict() {
-            panic!("{reason}");
-        }
-        eprintln!("SKIP {test}: {reason}");
+    if !upstreams_installed(test) {
         return;
     }
     run_client_script_with(test, "features_client.py", &[upstreams().into_os_string()]);
+}
+
+/// Whether `cargo xtask test` installed the upstream servers (else skip, or fail when strict).
+fn upstreams_installed(test: &str) -> bool {
+    let marker =
+        upstreams().join("node/node_modules/@modelcontextprotocol/server-memory/package.json");
+    if marker.exists() {
+        return true;
+    }
+    let reason = format!(
+        "the upstream test servers are not installed at {} (cargo xtask test installs them)",
+        upstreams().display()
+    );
+    if strict() {
+        panic!("{reason}");
+    }
+    eprintln!("SKIP {test}: {reason}");
+    false
 }
 
 fn run_client_script(test: &str, script: &str) {

@@ -54,7 +54,7 @@ impl Wrappers {
     /// Wrappers under `base` (the system temporary directory in production); removes
     /// what dead supervisors left there.
     pub fn new(base: PathBuf) -> Wrappers {
-        remove_stale(&base);
+        crate::tempdirs::remove_of_dead_processes(&base, PREFIX);
         Wrappers {
             base,
             current: Mutex::new(None),
@@ -99,31 +99,6 @@ impl Wrappers {
         });
         *current = Some(w.clone());
         Ok(Some(w))
-    }
-}
-
-/// Removes `codebox-servers-<pid>-*` directories whose supervisor is gone.
-fn remove_stale(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        match std::fs::remove_dir_all(e.path()) {
-            Ok(()) => tracing::info!(dir = %e.path().display(), "removed stale tool wrappers"),
-            Err(err) => {
-                tracing::warn!(dir = %e.path().display(), %err, "cannot remove stale tool wrappers")
-            }
-        }
     }
 }
 

@@ -171,7 +171,7 @@ impl Sessions {
     /// user may pass through to its own workspace but list nothing) and removes those of
     /// dead processes.
     pub fn new(base: &Path, limits: SessionLimits, owner_ids: (u32, u32)) -> Result<Sessions> {
-        remove_stale(base);
+        crate::tempdirs::remove_of_dead_processes(base, PREFIX);
         let root = tempfile::Builder::new()
             .prefix(&format!("{PREFIX}{}-", std::process::id()))
             .tempdir_in(base)
@@ -343,31 +343,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Removes `codebox-sessions-<pid>-*` directories whose process is gone.
-fn remove_stale(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        match disk::remove_tree(&e.path()) {
-            Ok(()) => tracing::info!(dir = %e.path().display(), "removed stale sessions"),
-            Err(err) => {
-                tracing::warn!(dir = %e.path().display(), %err, "cannot remove stale sessions")
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,19 +404,5 @@ mod tests {
         assert!(s.get(a.id(), "alice").is_err());
         drop(held);
         s.shutdown().await;
-    }
-
-    #[test]
-    fn stale_directories_of_dead_processes_are_removed() {
-        let base = tempfile::tempdir().unwrap();
-        let stale = base.path().join(format!("{PREFIX}999999999-x"));
-        std::fs::create_dir_all(stale.join("abc")).unwrap();
-        let mine = base
-            .path()
-            .join(format!("{PREFIX}{}-y", std::process::id()));
-        std::fs::create_dir(&mine).unwrap();
-        remove_stale(base.path());
-        assert!(!stale.exists());
-        assert!(mine.exists());
     }
 }

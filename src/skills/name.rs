@@ -1,4 +1,4 @@
-//! Skill names: `^[a-z][a-z0-9_]{0,63}$`, not a keyword, not `skills`.
+//! Skill names: `^[a-z][a-z0-9_]{0,63}$`, not reserved in Python or TypeScript, not `skills`.
 //!
 //! A name is a directory below the store root and an identifier in an import
 //! (`from skills import foo`, `import * as foo from "/skills/foo/skill.ts"`), so the rules
@@ -11,67 +11,6 @@ use super::{Error, Result};
 pub const MAX_NAME_LEN: usize = 64;
 
 const RULE: &str = "use 1-64 lowercase letters, digits and underscores, starting with a letter";
-
-/// Python keywords and soft keywords that a lower-case name could spell.
-const PYTHON_KEYWORDS: &[&str] = &[
-    "and", "as", "assert", "async", "await", "break", "case", "class", "continue", "def", "del",
-    "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is",
-    "lambda", "match", "nonlocal", "not", "or", "pass", "raise", "return", "try", "type", "while",
-    "with", "yield",
-];
-
-/// Words that cannot name a binding in a JavaScript module (`import * as <name>`):
-/// reserved words, strict-mode reserved words, `await`, and `eval`/`arguments`.
-const JS_RESERVED: &[&str] = &[
-    "arguments",
-    "await",
-    "break",
-    "case",
-    "catch",
-    "class",
-    "const",
-    "continue",
-    "debugger",
-    "default",
-    "delete",
-    "do",
-    "else",
-    "enum",
-    "eval",
-    "export",
-    "extends",
-    "false",
-    "finally",
-    "for",
-    "function",
-    "if",
-    "implements",
-    "import",
-    "in",
-    "instanceof",
-    "interface",
-    "let",
-    "new",
-    "null",
-    "package",
-    "private",
-    "protected",
-    "public",
-    "return",
-    "static",
-    "super",
-    "switch",
-    "this",
-    "throw",
-    "true",
-    "try",
-    "typeof",
-    "var",
-    "void",
-    "while",
-    "with",
-    "yield",
-];
 
 /// Checks that `name` can name a skill; the error says why not and what to use instead.
 pub fn validate(name: &str) -> Result<()> {
@@ -94,16 +33,12 @@ pub fn validate(name: &str) -> Result<()> {
     if name == "skills" {
         return bad("\"skills\" is the package that holds all skills; choose another name".into());
     }
-    if PYTHON_KEYWORDS.contains(&name) {
+    // The same lists the generated wrappers avoid: Python keywords, and words
+    // reserved in TypeScript modules (where `import * as <name>` would not parse).
+    if crate::codegen::names::is_reserved(name) {
         return bad(format!(
-            "it is a Python keyword, so `from skills import {name}` would not parse; choose \
-             another name such as \"{name}_skill\""
-        ));
-    }
-    if JS_RESERVED.contains(&name) {
-        return bad(format!(
-            "it is reserved in JavaScript, so `import * as {name} from ...` would not parse; \
-             choose another name such as \"{name}_skill\""
+            "it is reserved in Python or TypeScript, so importing it as `{name}` would not \
+             parse; choose another name such as \"{name}_skill\""
         ));
     }
     Ok(())
@@ -144,8 +79,8 @@ mod tests {
     fn bad_names_are_refused_with_a_reason() {
         for n in [
             "", "..", ".", ".hidden", "a/b", "/etc", "A", "Foo", "1x", "_x", "__x", "__init__",
-            "x\0", "x y", "é", "a-b", "class", "import", "match", "case", "type", "skills",
-            "function", "new", "delete",
+            "x\0", "x y", "é", "a-b", "class", "import", "type", "skills", "function", "new",
+            "delete",
         ] {
             let err = validate(n).expect_err(n).to_string();
             assert!(
@@ -175,7 +110,7 @@ mod tests {
         assert!(validate("class")
             .unwrap_err()
             .to_string()
-            .contains("Python keyword"));
+            .contains("reserved in Python"));
         assert!(validate("x\0")
             .unwrap_err()
             .to_string()
