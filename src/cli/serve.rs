@@ -95,8 +95,13 @@ struct Resolved {
     audit: Option<codebox::audit::AuditConfig>,
 }
 
-/// `$XDG_DATA_HOME/codebox/skills`, else `~/.local/share/codebox/skills`.
+/// `$XDG_DATA_HOME/codebox/skills`, else `~/.local/share/codebox/skills`; as root
+/// `/var/lib/codebox/skills` (the sandbox user is then an unprivileged host id, which
+/// cannot pass through root's home).
 fn default_skills_dir() -> Option<PathBuf> {
+    if nix::unistd::geteuid().is_root() {
+        return Some(PathBuf::from("/var/lib/codebox/skills"));
+    }
     let env = config::process_env;
     match env("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         Some(d) => Some(PathBuf::from(d).join("codebox/skills")),

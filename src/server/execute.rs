@@ -212,15 +212,14 @@ impl CodeboxServer {
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills: s.skills.as_ref().map(|k| k.root().to_path_buf()),
         };
-        let keep_alive = match (&mut slots, params.keep_alive) {
-            (Some(slots), None) => slots.slot(language).is_some(),
-            (Some(slots), Some(false)) => {
-                // Asked to run fresh: the live interpreter, if any, ends.
-                *slots.slot(language) = None;
-                false
+        let keep_alive = match &mut slots {
+            Some(slots) => {
+                if let Some(on) = params.keep_alive {
+                    slots.set_keep_alive(language, on);
+                }
+                slots.keep_alive(language)
             }
-            (_, Some(keep)) => keep,
-            (None, None) => false,
+            None => false,
         };
         let session_id = session.as_ref().map(|s| s.id().to_string());
         let hooks = |proxy: &ProxySession| {

@@ -149,11 +149,11 @@ pub struct ExecuteParams {
     pub files: Option<BTreeMap<String, String>>,
     /// Upstream tools the code may call: names or globs like "filesystem__*" (default all; [] none).
     pub allowed_tools: Option<Vec<String>>,
-    /// "new" starts a session (its id comes back in the result); an id continues one: its /workspace persists.
+    /// "new" starts a session (id in the result); an id continues it: /workspace persists.
     pub session: Option<String>,
-    /// With a session: keep the interpreter alive so variables persist to the next call; false ends it.
+    /// With session: keep the interpreter (variables persist); false ends it.
     pub keep_alive: Option<bool>,
-    /// Personal data in output: "output" tokenizes it ([EMAIL_1]...), "strict" also hides it from the code.
+    /// "output": personal data in output becomes tokens; "strict": hidden from the code too.
     pub pii: Option<String>,
 }
 
@@ -161,13 +161,13 @@ pub struct ExecuteParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchParams {
-    /// What you need, in words, e.g. "read a file" ("" lists all).
+    /// What you need, e.g. "read a file" ("" lists all).
     pub query: String,
-    /// "name", "summary" (default: + description, TypeScript signature) or "full" (+ schemas, Python signature).
+    /// "name", "summary" (default) or "full".
     pub detail: Option<String>,
     /// Only this server's tools.
     pub server: Option<String>,
-    /// Page size, 1-100 (default 10).
+    /// 1-100 (default 10).
     pub limit: Option<usize>,
     /// next_cursor of the previous page.
     pub cursor: Option<String>,
@@ -181,21 +181,15 @@ pub struct GetToolParams {
     pub name: String,
 }
 
-const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program (standard library only, no \
-network) in a fresh isolated sandbox; returns stdout, stderr and the exit status. The working \
-directory /workspace and /tmp are scratch space. Call upstream MCP tools from the code: \
-`from servers.<server> import <tool>` (typed, keyword arguments) or \
-`codebox.call_tool(\"<server>__<tool>\", {...})`; find them with search_tools. Saved skills: \
-`from skills import <name>`. Keep large data in the program and print only what you need. \
-Failures come back with isError and the traceback.";
+const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program (stdlib, no network) in an \
+isolated sandbox; returns stdout, stderr, exit status. Upstream tools: `from servers.<server> \
+import <tool>` (find them with search_tools); skills: `from skills import <name>`. Print only \
+what you need.";
 
-const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2, top-level await, no \
-network, no npm) in a fresh isolated sandbox; returns stdout, stderr and the exit status. The \
-working directory /workspace and /tmp are scratch space. Call upstream MCP tools from the \
-code: `import { readTextFile } from \"/servers/<server>/index.ts\"` (typed, camelCase) or \
-`callMCPTool(\"<server>__<tool>\", {...})` from \"/servers/client.ts\"; find them with \
-search_tools. Saved skills: `import * as s from \"/skills/<name>/skill.ts\"`. Keep large data \
-in the program and print only what you need. Failures come back with isError and the stack.";
+const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2, no network, no npm) in \
+an isolated sandbox; returns stdout, stderr, exit status. Upstream tools: `import { tool } from \
+\"/servers/<server>/index.ts\"` (find them with search_tools); skills: \
+\"/skills/<name>/skill.ts\". Print only what you need.";
 
 impl CodeboxServer {
     pub fn new(
@@ -216,7 +210,13 @@ impl CodeboxServer {
                 Some("no skills directory is configured (skills_dir)".to_string()),
             ),
             Some(dir) => match SkillStore::open(dir) {
-                Ok(store) => (Some(store), None),
+                Ok(store) => match reachable_by(dir, settings.sandbox_ids) {
+                    Ok(()) => (Some(store), None),
+                    Err(why) => {
+                        tracing::error!(dir = %dir.display(), %why, "skills are off");
+                        (None, Some(format!("skills are unavailable: {why}")))
+                    }
+                },
                 Err(e) => {
                     tracing::error!(dir = %dir.display(), error = %e, "cannot open the skills store");
                     (None, Some(format!("the skills store is unavailable: {e}")))
@@ -263,7 +263,7 @@ impl CodeboxServer {
                 id: client::new_connection_id(),
                 vault,
             }),
-            tool_router: Self::tool_router() + Self::skills_router() + Self::sessions_router(),
+            tool_router: Self::all_tools(),
         }
     }
 
@@ -302,6 +302,7 @@ impl CodeboxServer {
     #[tool(
         name = "execute_python",
         description = PYTHON_DESCRIPTION,
+        input_schema = schema::execution_input_schema(),
         output_schema = schema::execution_output_schema()
     )]
     async fn execute_python(
@@ -315,6 +316,7 @@ impl CodeboxServer {
     #[tool(
         name = "execute_typescript",
         description = TYPESCRIPT_DESCRIPTION,
+        input_schema = schema::execution_input_schema(),
         output_schema = schema::execution_output_schema()
     )]
     async fn execute_typescript(
@@ -533,8 +535,45 @@ impl CodeboxServer {
 
     /// codebox's own tool definitions, as its `tools/list` sends them (no server needed).
     pub fn tool_definitions() -> Vec<rmcp::model::Tool> {
-        Self::tool_router().list_all()
+        Self::all_tools().list_all()
     }
+
+    /// Every tool: execution and discovery, skills, sessions.
+    fn all_tools() -> ToolRouter<Self> {
+        Self::tool_router() + Self::skills_router() + Self::sessions_router()
+    }
+}
+
+/// Whether the sandbox user (host ids `ids`) can pass through every directory above
+/// `dir` and read `dir` itself: the sandbox's init binds it, with the sandbox user's
+/// rights. A directory it cannot reach would make every sandbox fail to start.
+fn reachable_by(dir: &std::path::Path, (uid, gid): (u32, u32)) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    for (i, d) in dir.ancestors().enumerate() {
+        let m = std::fs::metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        let mode = m.mode();
+        let bits = if m.uid() == uid {
+            mode >> 6
+        } else if m.gid() == gid {
+            mode >> 3
+        } else {
+            mode
+        };
+        let needed = if i == 0 { 0o5 } else { 0o1 };
+        if bits & needed != needed {
+            return Err(format!(
+                "the sandbox user (host uid {uid}) cannot reach {}: {} has mode {:o}; set \
+                 skills_dir (CODEBOX_SKILLS_DIR) to a directory it can read",
+                dir.display(),
+                d.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn tool_error(message: String) -> CallToolResult {
@@ -674,5 +713,36 @@ impl ServerHandler for CodeboxServer {
     ) -> Result<(), McpError> {
         *self.state.log_level.lock().expect("log level lock") = request.level;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reachable_by;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn a_directory_behind_a_private_parent_is_unreachable() {
+        let base = tempfile::tempdir().unwrap();
+        let open = base.path().join("open");
+        std::fs::create_dir_all(open.join("skills")).unwrap();
+        let closed = base.path().join("closed");
+        std::fs::create_dir_all(closed.join("skills")).unwrap();
+        for d in [
+            base.path(),
+            &open,
+            &open.join("skills"),
+            &closed.join("skills"),
+        ] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // Someone who owns nothing here.
+        let owner = std::fs::metadata(base.path()).unwrap().uid();
+        let stranger = (owner + 12345, owner + 12345);
+        reachable_by(&open.join("skills"), stranger).unwrap();
+        let why = reachable_by(&closed.join("skills"), stranger).unwrap_err();
+        assert!(why.contains("mode 700"), "{why}");
+        reachable_by(&closed.join("skills"), (owner, owner)).unwrap();
     }
 }

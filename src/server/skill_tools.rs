@@ -15,15 +15,15 @@ use crate::skills::{NewSkill, SkillStore};
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SaveSkillParams {
-    /// 1-64 lowercase letters, digits and underscores, starting with a letter.
+    /// Lowercase identifier.
     pub name: String,
-    /// One line: what it does and when to use it.
+    /// One line.
     pub description: String,
     /// "python" or "typescript".
     pub language: String,
-    /// The module: functions (and constants) to import later.
+    /// The module to import later.
     pub code: String,
-    /// Markdown on how to use it (default: the import line and the description).
+    /// Markdown usage notes.
     pub usage: Option<String>,
 }
 
@@ -59,9 +59,8 @@ impl CodeboxServer {
 impl CodeboxServer {
     #[tool(
         name = "save_skill",
-        description = "Save reusable code as a skill (replacing one of the same name). Every \
-                       later program can import it: Python `from skills import <name>`, \
-                       TypeScript `import * as s from \"/skills/<name>/skill.ts\"`."
+        description = "Save reusable code as a skill (replacing one of the same name) that \
+                       later programs import from /skills."
     )]
     async fn save_skill(
         &self,

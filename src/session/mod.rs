@@ -81,14 +81,30 @@ pub struct LiveEntry {
     pub _servers: Option<Arc<crate::server::wrappers::WrapperDir>>,
 }
 
-/// A session's live sandboxes, at most one per language.
+/// A session's live sandboxes, at most one per language, and whether the session asked
+/// for them: keep-alive sticks until a call says `keep_alive: false`, so an interpreter
+/// that died (timeout, exit) is replaced by the next run.
 #[derive(Default)]
 pub struct LiveSlots {
     pub python: Option<LiveEntry>,
     pub typescript: Option<LiveEntry>,
+    keep_alive: [bool; 2],
 }
 
 impl LiveSlots {
+    /// Whether runs of `language` in this session use a live interpreter.
+    pub fn keep_alive(&self, language: Language) -> bool {
+        self.keep_alive[language as usize]
+    }
+
+    /// Sets keep-alive for `language`; turning it off ends the live interpreter.
+    pub fn set_keep_alive(&mut self, language: Language, on: bool) {
+        self.keep_alive[language as usize] = on;
+        if !on {
+            *self.slot(language) = None;
+        }
+    }
+
     pub fn slot(&mut self, language: Language) -> &mut Option<LiveEntry> {
         match language {
             Language::Python => &mut self.python,
@@ -150,7 +166,10 @@ impl Session {
 
 /// Every open session of this server.
 pub struct Sessions {
-    root: PathBuf,
+    base: PathBuf,
+    /// This process's sessions directory, created with the first session (so a server
+    /// that never opens one leaves nothing behind, even when it is killed).
+    root: std::sync::OnceLock<PathBuf>,
     limits: SessionLimits,
     /// Host ids of the sandbox user (the workspace's owner).
     owner_ids: (u32, u32),
@@ -160,24 +179,37 @@ pub struct Sessions {
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
-            .field("root", &self.root)
+            .field("root", &self.root.get())
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
 
 impl Sessions {
-    /// Creates this process's sessions directory under `base` (mode 0711: the sandbox
-    /// user may pass through to its own workspace but list nothing) and removes those of
-    /// dead processes.
+    /// Sessions under `base`; removes the sessions directories of dead processes.
     pub fn new(base: &Path, limits: SessionLimits, owner_ids: (u32, u32)) -> Result<Sessions> {
         crate::tempdirs::remove_of_dead_processes(base, PREFIX);
+        Ok(Sessions {
+            base: base.to_path_buf(),
+            root: std::sync::OnceLock::new(),
+            limits,
+            owner_ids,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// This process's sessions directory (mode 0711: the sandbox user may pass through to
+    /// its own workspace but list nothing), created on first use.
+    fn root(&self) -> Result<&Path> {
+        if let Some(root) = self.root.get() {
+            return Ok(root);
+        }
         let root = tempfile::Builder::new()
             .prefix(&format!("{PREFIX}{}-", std::process::id()))
-            .tempdir_in(base)
+            .tempdir_in(&self.base)
             .map_err(|source| Error::Io {
                 doing: "create the sessions directory in",
-                path: base.to_path_buf(),
+                path: self.base.clone(),
                 source,
             })?
             .keep();
@@ -188,12 +220,8 @@ impl Sessions {
                 source,
             },
         )?;
-        Ok(Sessions {
-            root,
-            limits,
-            owner_ids,
-            open: Mutex::new(HashMap::new()),
-        })
+        // Callers hold the sessions lock, so no other directory was created meanwhile.
+        Ok(self.root.get_or_init(|| root))
     }
 
     pub fn limits(&self) -> &SessionLimits {
@@ -214,7 +242,9 @@ impl Sessions {
         getrandom::fill(&mut raw).map_err(Error::Random)?;
         let id = format!("cbx_{}", hex(&raw));
         // The directory is named by a hash of the id: the id itself appears nowhere on disk.
-        let dir = self.root.join(&hex(&Sha256::digest(id.as_bytes()))[..32]);
+        let dir = self
+            .root()?
+            .join(&hex(&Sha256::digest(id.as_bytes()))[..32]);
         let io = |doing, source| Error::Io {
             doing,
             path: dir.clone(),
@@ -281,7 +311,8 @@ impl Sessions {
     async fn end(&self, session: Arc<Session>) {
         let mut slots = session.slots.lock().await;
         // Dropping a live sandbox kills it.
-        *slots = LiveSlots::default();
+        slots.python = None;
+        slots.typescript = None;
         if let Err(e) = disk::remove_tree(&session.dir) {
             tracing::warn!(session = short(&session.id), dir = %session.dir.display(), %e, "cannot remove a session's workspace");
         }
@@ -329,8 +360,10 @@ impl Sessions {
         for s in all {
             self.end(s).await;
         }
-        if let Err(e) = std::fs::remove_dir(&self.root) {
-            tracing::warn!(dir = %self.root.display(), %e, "cannot remove the sessions directory");
+        if let Some(root) = self.root.get() {
+            if let Err(e) = std::fs::remove_dir(root) {
+                tracing::warn!(dir = %root.display(), %e, "cannot remove the sessions directory");
+            }
         }
     }
 }

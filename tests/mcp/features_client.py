@@ -19,7 +19,8 @@ import time
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
+import httpx2
 
 from helpers import processes_with, server_env
 
@@ -419,16 +420,17 @@ async def another_clients_session_is_refused_over_http(w):
                 await anyio.sleep(0.1)
         url = f"http://127.0.0.1:{port}/mcp"
 
-        async def session_of(token):
-            return streamablehttp_client(url, headers={"Authorization": f"Bearer {token}"})
+        def session_of(token):
+            client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+            return streamable_http_client(url, http_client=client)
 
-        async with await session_of("token-alice-1") as (ra, wa, _):
+        async with session_of("token-alice-1") as (ra, wa):
             async with ClientSession(ra, wa) as alice:
                 await alice.initialize()
                 r, sc = await run(alice, "python", "secret = 7", session="new", keep_alive=True)
                 ok(r, sc)
                 sid = sc["session"]["id"]
-                async with await session_of("token-bob-2") as (rb, wb, _):
+                async with session_of("token-bob-2") as (rb, wb):
                     async with ClientSession(rb, wb) as bob:
                         await bob.initialize()
                         r, sc = await run(bob, "python", "print(secret)", session=sid)

@@ -69,7 +69,7 @@ async def sdk_session_runs_code(base):
         async with ClientSession(read, write) as s:
             await s.initialize()
             names = sorted(t.name for t in (await s.list_tools()).tools)
-            assert names == ["execute_python", "execute_typescript", "get_tool", "health", "list_servers", "search_tools"], names
+            assert names == ["close_session", "delete_skill", "execute_python", "execute_typescript", "get_skill", "get_tool", "health", "list_servers", "list_skills", "save_skill", "search_tools"], names
             r = await s.call_tool("execute_python", {"code": "print('over http', 6 * 7)"})
             assert r.structured_content["stdout"] == "over http 42\n", r
             r = await s.call_tool("execute_typescript", {"code": "console.log([1,2].length)"})

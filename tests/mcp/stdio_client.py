@@ -39,7 +39,7 @@ async def session_for(*extra):
 async def initialize_and_list_tools(s):
     tools = (await s.list_tools()).tools
     names = sorted(t.name for t in tools)
-    assert names == ["execute_python", "execute_typescript", "get_tool", "health", "list_servers", "search_tools"], names
+    assert names == ["close_session", "delete_skill", "execute_python", "execute_typescript", "get_skill", "get_tool", "health", "list_servers", "list_skills", "save_skill", "search_tools"], names
     py = next(t for t in tools if t.name == "execute_python")
     assert py.input_schema["required"] == ["code"], py.input_schema
     assert py.output_schema and "stdout" in py.output_schema["properties"], py.output_schema

@@ -6,6 +6,10 @@
 // program is written into the working directory and imported from there, as `deno eval`
 // does with its virtual `$deno$eval` module, so its relative imports ("./lib.ts") resolve
 // against /workspace. The file is removed when the program ends.
+//
+// A first record "SESSION 0\n" makes it a keep-alive session, run by session.js (loaded
+// only then): the CODE record is the first run, later runs come as `codebox/run`
+// notifications on fd 3.
 
 const CHANNEL_FD = 3;
 const MAIN_PATH = "/workspace/.codebox-main.ts";
@@ -45,7 +49,7 @@ class Channel {
       this.fill();
     }
     const header = new TextDecoder().decode(this.buf.subarray(0, headerEnd));
-    const match = /^(CODE|FILE) (\d+)$/.exec(header);
+    const match = /^(CODE|FILE|SESSION) (\d+)$/.exec(header);
     if (!match) throw new Error(`codebox: bad boot header ${JSON.stringify(header.slice(0, 64))}`);
     const size = Number(match[2]);
     const payload = new Uint8Array(size);
@@ -66,7 +70,13 @@ class Channel {
 // the supervisor; nothing else runs yet, so refusing existing symlinks is enough.
 function writeFile(payload) {
   const nul = payload.indexOf(0);
-  const parts = new TextDecoder().decode(payload.subarray(0, nul)).split("/");
+  writeWorkspaceFile(new TextDecoder().decode(payload.subarray(0, nul)), payload.subarray(nul + 1));
+}
+
+// Writes `content` (bytes) at `relPath` under /workspace, creating parent directories and
+// refusing to go through a symlink.
+function writeWorkspaceFile(relPath, content) {
+  const parts = relPath.split("/");
   let dir = "/workspace";
   for (const [i, part] of parts.entries()) {
     const path = `${dir}/${part}`;
@@ -80,15 +90,23 @@ function writeFile(payload) {
     if (i < parts.length - 1 && !info) Deno.mkdirSync(path);
     dir = path;
   }
-  Deno.writeFileSync(dir, payload.subarray(nul + 1), { mode: 0o644 });
+  Deno.writeFileSync(dir, content, { mode: 0o644 });
 }
 
+// The program's source (bytes), whether this is a session, and the bytes read past the
+// frame.
 function receive() {
   const channel = new Channel();
-  for (;;) {
+  let session = false;
+  for (let first = true; ; first = false) {
     const [kind, payload] = channel.record();
-    if (kind === "CODE") return payload;
-    writeFile(payload);
+    if (kind === "CODE") return { code: payload, session, rest: channel.buf };
+    if (kind === "SESSION") {
+      if (!first) throw new Error("codebox: bad boot header \"SESSION\"");
+      session = true;
+    } else {
+      writeFile(payload);
+    }
   }
 }
 
@@ -100,7 +118,13 @@ function forgetMain() {
   }
 }
 
-const code = receive();
+const { code, session, rest } = receive();
+if (session) {
+  // A computed specifier: the module graph of a one-shot run does not include it.
+  const { runSession } = await import(new URL("./session.js", import.meta.url).href);
+  await runSession({ code, rest, writeFile: writeWorkspaceFile });
+  Deno.exit(0); // not reached: a session ends with the process
+}
 Deno.writeFileSync(MAIN_PATH, code, { mode: 0o600 });
 globalThis.addEventListener("unload", forgetMain);
 try {

@@ -12,10 +12,21 @@
 //
 // The same file is also /opt/codebox/deno/client.ts; the channel's state lives on
 // globalThis, so however many copies are imported there is one reader and one id space.
+//
+// In a keep-alive session (src/runtime/boot.rs) the boot file waits for the next run's
+// `codebox/run` notification through the same reader (`nextControl`) and reports the end
+// of each run with `notify`: one read buffer for the tool calls and the session.
 
 const CHANNEL_FD = 3;
 
 type Pending = { resolve: (v: unknown) => void; reject: (e: Error) => void };
+type Message = {
+  id?: number;
+  method?: string;
+  params?: unknown;
+  result?: unknown;
+  error?: { code: number; message: string };
+};
 
 type Channel = {
   libc: Deno.DynamicLibrary<{
@@ -26,7 +37,17 @@ type Channel = {
   nextId: number;
   reading: boolean;
   closed: string | null;
+  /** Bytes read from fd 3 and not dispatched yet (an incomplete line). */
+  buf: Uint8Array;
+  /** `codebox/run` notifications read before anyone waited for them. */
+  controls: Message[];
+  /** The session waiting in nextControl, if any. */
+  waiter: ((message: Message | null) => void) | null;
+  /** fd 3 reached EOF. */
+  eof: boolean;
 };
+
+const RUN_METHOD = "codebox/run";
 
 const KEY = Symbol.for("codebox.channel");
 const g = globalThis as unknown as { [KEY]?: Channel };
@@ -39,6 +60,10 @@ const channel: Channel = g[KEY] ??= {
   nextId: 1,
   reading: false,
   closed: null,
+  buf: new Uint8Array(0),
+  controls: [],
+  waiter: null,
+  eof: false,
 };
 const { libc, pending } = channel;
 
@@ -78,47 +103,100 @@ function failAll(why: string) {
 }
 
 function dispatch(line: Uint8Array) {
-  let msg: { id?: number; result?: unknown; error?: { code: number; message: string } };
+  let msg: Message | null = null;
   try {
     msg = JSON.parse(new TextDecoder().decode(line));
   } catch {
-    failAll("codebox: malformed message on the tool channel");
+    // reported below
+  }
+  if (msg === null || typeof msg !== "object") {
+    // While a call waits this breaks the channel; a session waiting for its next run
+    // skips the line.
+    if (pending.size > 0) failAll("codebox: malformed message on the tool channel");
     return;
   }
-  const p = msg.id === undefined ? undefined : pending.get(msg.id);
-  if (!p) return;
+  if (msg.id === undefined) {
+    if (msg.method === RUN_METHOD) {
+      const waiter = channel.waiter;
+      channel.waiter = null;
+      if (waiter) waiter(msg);
+      else channel.controls.push(msg);
+    }
+    return;
+  }
+  const p = pending.get(msg.id);
+  if (!p) return; // a response nobody waits for any more
   pending.delete(msg.id!);
   if (msg.error) p.reject(new ToolError(msg.error.message, msg.error.code));
   else p.resolve(msg.result);
 }
 
-// Reads responses while calls wait; stops when none does.
+function append(bytes: Uint8Array, before = false) {
+  const buf = channel.buf;
+  const next = new Uint8Array(buf.length + bytes.length);
+  next.set(before ? bytes : buf);
+  next.set(before ? buf : bytes, before ? bytes.length : buf.length);
+  channel.buf = next;
+}
+
+// Dispatches every complete line in the buffer.
+function drain() {
+  const buf = channel.buf;
+  let nl;
+  let start = 0;
+  while ((nl = buf.indexOf(10, start)) >= 0) {
+    dispatch(buf.subarray(start, nl));
+    start = nl + 1;
+  }
+  if (start > 0) channel.buf = buf.slice(start);
+}
+
+// Reads while calls or a session wait; stops when none does.
 async function readLoop() {
   channel.reading = true;
-  let buf = new Uint8Array(0);
   const chunk = new Uint8Array(1 << 16);
   try {
-    while (pending.size > 0) {
+    drain();
+    while (pending.size > 0 || channel.waiter) {
       const n = Number(await libc.symbols.read(CHANNEL_FD, chunk, BigInt(chunk.length)));
       if (n <= 0) {
+        channel.eof = true;
         failAll("codebox: the tool channel (fd 3) closed");
+        const waiter = channel.waiter;
+        channel.waiter = null;
+        waiter?.(null);
         return;
       }
-      const next = new Uint8Array(buf.length + n);
-      next.set(buf);
-      next.set(chunk.subarray(0, n), buf.length);
-      buf = next;
-      let nl;
-      let start = 0;
-      while ((nl = buf.indexOf(10, start)) >= 0) {
-        dispatch(buf.subarray(start, nl));
-        start = nl + 1;
-      }
-      buf = buf.slice(start);
+      append(chunk.subarray(0, n));
+      drain();
     }
   } finally {
     channel.reading = false;
   }
+}
+
+/** Session mode: takes bytes the boot file read past its boot frame (they come first). */
+export function adopt(bytes: Uint8Array) {
+  append(bytes, true);
+}
+
+/**
+ * Session mode: the next `codebox/run` notification, or null at EOF on fd 3. Other lines
+ * (late responses to abandoned calls, other notifications) are skipped.
+ */
+export function nextControl(): Promise<Message | null> {
+  const queued = channel.controls.shift();
+  if (queued) return Promise.resolve(queued);
+  if (channel.eof) return Promise.resolve(null);
+  return new Promise((resolve) => {
+    channel.waiter = resolve;
+    if (!channel.reading) readLoop();
+  });
+}
+
+/** Sends a JSON-RPC notification (no id, no response) over fd 3. */
+export function notify(method: string, params: Record<string, unknown>) {
+  writeAll(encoder.encode(JSON.stringify({ jsonrpc: "2.0", method, params }) + "\n"));
 }
 
 /** Sends one JSON-RPC request over fd 3 and waits for its response. */

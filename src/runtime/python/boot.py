@@ -4,6 +4,7 @@ Protocol (src/runtime/boot.rs): records b"<KIND> <n>\\n" + n bytes; zero or more
 records (b"<path>\\0<content>", written under /workspace), then one CODE record (UTF-8).
 Runs with -I -S -B, so this file sets up what `python -c` would have: sys.path with the
 working directory first, exit()/quit(), and a clean __main__ module.
+A first record b"SESSION 0\\n" starts a keep-alive session (_codebox_session.py).
 """
 
 import builtins
@@ -34,7 +35,7 @@ class _Channel:
             self._fill(0)
         header, _, self._buf = self._buf.partition(b"\n")
         kind, _, size = header.partition(b" ")
-        if kind not in (b"CODE", b"FILE") or not size.isdigit():
+        if kind not in (b"CODE", b"FILE", b"SESSION") or not size.isdigit():
             raise SystemExit("codebox: bad boot header %r" % header[:64])
         size = int(size)
         parts, got = [self._buf[:size]], min(len(self._buf), size)
@@ -77,11 +78,15 @@ def _write_file(record):
 
 def _receive():
     channel = _Channel()
+    session = False
     while True:
         kind, payload = channel.record()
         if kind == b"CODE":
-            return payload.decode("utf-8")
-        _write_file(payload)
+            return payload.decode("utf-8"), session, channel._buf
+        if kind == b"SESSION":
+            session = True
+        else:
+            _write_file(payload)
 
 
 class _SourceLoader:
@@ -102,7 +107,7 @@ def _install_site_builtins():
 
 
 def main():
-    source = _receive()
+    source, session, rest = _receive()
     sys.path[:0] = ["/workspace"]
     sys.path.append("/opt/codebox/python")
     sys.argv = [MAIN_FILENAME]
@@ -113,6 +118,14 @@ def main():
     module.__loader__ = _SourceLoader(source)
     module.__builtins__ = builtins
     sys.modules["__main__"] = module
+    if session:
+        # Byte-compiled (this file is compiled at every start); both come from
+        # /opt/codebox/python even if the workspace has modules of those names.
+        sys.path.insert(0, sys.path.pop())
+        import codebox, _codebox_session
+
+        sys.path.append(sys.path.pop(0))
+        _codebox_session.run(codebox._channel, module, source, rest, _write_file, MAIN_FILENAME)
     code = compile(source, MAIN_FILENAME, "exec")
     try:
         exec(code, module.__dict__)

@@ -11,6 +11,10 @@ The generated package `servers` wraps every tool in a typed function
 Protocol (src/proxy/mod.rs): after the boot frame, fd 3 carries newline-delimited
 JSON-RPC 2.0; this module sends a request and reads its response. Calls from several
 threads are serialised.
+
+In a keep-alive session (src/runtime/boot.rs) boot.py also reads the next run's
+`codebox/run` notification through this channel and sends `codebox/done`, so the tool
+calls and the session share one read buffer.
 """
 
 import json
@@ -31,12 +35,46 @@ class ToolError(Exception):
         self.result = result
 
 
+RUN_METHOD = "codebox/run"
+
+
 class _Channel:
     def __init__(self):
         self._lock = threading.Lock()
         self._buf = b""
         self._next_id = 1
         self._closed = None
+        # codebox/run notifications read while a tool call waited (session mode).
+        self._controls = []
+
+    def adopt(self, data):
+        """Takes bytes boot.py read past the boot frame: they come before anything unread."""
+        with self._lock:
+            self._buf = data + self._buf
+
+    def notify(self, method, params):
+        """Sends a JSON-RPC notification (no id, no response)."""
+        line = json.dumps({"jsonrpc": "2.0", "method": method, "params": params})
+        with self._lock:
+            self._write(line.encode() + b"\n")
+
+    def next_control(self):
+        """Waits for the next `codebox/run` notification and returns it (a dict); None at
+        EOF on fd 3. Every other line is skipped: responses to calls nobody waits for any
+        more, other notifications, lines that are not JSON."""
+        with self._lock:
+            while True:
+                if self._controls:
+                    return self._controls.pop(0)
+                line = self._read_line()
+                if line is None:
+                    return None
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if _is_run(msg):
+                    return msg
 
     def request(self, method, params):
         with self._lock:
@@ -50,6 +88,8 @@ class _Channel:
                 msg = self._read_message()
                 if msg.get("id") == id_:
                     break
+                if _is_run(msg):
+                    self._controls.append(msg)
         error = msg.get("error")
         if error:
             raise ToolError(error.get("message", "tool call failed"), code=error.get("code"))
@@ -64,19 +104,33 @@ class _Channel:
                 self._closed = "codebox: the tool channel (fd 3) is closed (%s)" % e.strerror
                 raise ToolError(self._closed) from None
 
-    def _read_message(self):
+    def _read_line(self):
+        """The next line without its newline; None at EOF (the channel is then closed)."""
         while b"\n" not in self._buf:
             chunk = read(CHANNEL_FD, 1 << 20)
             if not chunk:
                 self._closed = "codebox: the tool channel (fd 3) closed"
-                raise ToolError(self._closed)
+                return None
             self._buf += chunk
         line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def _read_message(self):
+        line = self._read_line()
+        if line is None:
+            raise ToolError(self._closed)
         try:
-            return json.loads(line)
+            msg = json.loads(line)
         except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
             self._closed = "codebox: malformed message on the tool channel"
-            raise ToolError(self._closed) from None
+            raise ToolError(self._closed)
+        return msg
+
+
+def _is_run(msg):
+    return isinstance(msg, dict) and msg.get("method") == RUN_METHOD and "id" not in msg
 
 
 _channel = _Channel()
