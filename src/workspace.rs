@@ -67,17 +67,21 @@ pub fn list(root: &Path) -> Result<(Vec<Entry>, bool), Error> {
     Ok((out, cut))
 }
 
+/// The names in `d` (UTF-8 ones; `.` and `..` left out), unsorted.
+pub(crate) fn entry_names(d: &mut Dir) -> Vec<String> {
+    d.iter()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
+        .filter(|n| n != "." && n != "..")
+        .collect()
+}
+
 /// Returns true when the listing was cut at MAX_ENTRIES.
 fn walk(dir: OwnedFd, prefix: &str, depth: usize, out: &mut Vec<Entry>) -> bool {
     let Ok(mut d) = Dir::from_fd(dir) else {
         return false;
     };
-    let mut names: Vec<String> = d
-        .iter()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
-        .filter(|n| n != "." && n != "..")
-        .collect();
+    let mut names = entry_names(&mut d);
     names.sort();
     for name in names {
         if out.len() >= MAX_ENTRIES {

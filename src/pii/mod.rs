@@ -72,7 +72,19 @@ pub const MAX_ENTRIES: usize = 100_000;
 pub const BUILTIN_LABELS: [&str; 7] = ["EMAIL", "PHONE", "SSN", "CARD", "IPV4", "IPV6", "IBAN"];
 
 /// Whether and where PII is replaced by tokens (see the module documentation).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+/// Ordered from weakest to strictest.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Deserialize,
+    serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PiiMode {
     /// Nothing is detected or replaced.

@@ -79,7 +79,7 @@ impl CodeboxServer {
                 let asked: PiiMode = asked
                     .parse()
                     .map_err(|e: crate::pii::Error| e.to_string())?;
-                if strength(asked) < strength(s.settings.pii_mode) {
+                if asked < s.settings.pii_mode {
                     return Err(format!(
                         "pii {asked:?} is weaker than this server's {:?}; a call may only ask for stricter handling",
                         s.settings.pii_mode
@@ -135,7 +135,7 @@ impl CodeboxServer {
         };
         let session = match params.session.as_deref() {
             None => None,
-            Some("new") => match s.sessions.create(&client, Some(self.new_vault())) {
+            Some("new") => match s.sessions.create(&client, self.new_vault()) {
                 Ok(session) => Some(session),
                 Err(e) => return Ok(tool_error(e.to_string())),
             },
@@ -155,9 +155,9 @@ impl CodeboxServer {
         };
         let vault = match &session {
             Some(session) => session.vault.clone(),
-            None => Some(self.conn.vault.clone()),
+            None => self.conn.vault.clone(),
         };
-        let redact = vault.filter(|_| c.pii != PiiMode::Off);
+        let redact = (c.pii != PiiMode::Off).then_some(vault);
 
         // Stream output as progress notifications when the request asks for them.
         let (forwarder, tx) = progress_forwarder(&ctx, redact.clone());
@@ -515,14 +515,6 @@ async fn watch_quota(
             hit.notify_one();
             return;
         }
-    }
-}
-
-fn strength(mode: PiiMode) -> u8 {
-    match mode {
-        PiiMode::Off => 0,
-        PiiMode::Output => 1,
-        PiiMode::Strict => 2,
     }
 }
 

@@ -99,9 +99,9 @@ impl CodeboxServer {
                 )))
             }
         };
-        Some(Ok(match (&session.vault, self.state.settings.pii_mode) {
-            (Some(v), mode) if mode != PiiMode::Off => v.tokenize(&text),
-            _ => text,
+        Some(Ok(match self.state.settings.pii_mode {
+            PiiMode::Off => text,
+            _ => session.vault.tokenize(&text),
         }))
     }
 }

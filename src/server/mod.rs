@@ -339,6 +339,7 @@ impl CodeboxServer {
             .iter()
             .map(|c| serde_json::json!({"layer": c.layer, "status": c.status, "detail": c.detail}))
             .collect();
+        let (open_sessions, live_interpreters) = s.sessions.counts();
         let value = serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_s": s.started.elapsed().as_secs(),
@@ -352,8 +353,8 @@ impl CodeboxServer {
             "queue_depth": s.admission.waiting(),
             "concurrency": s.settings.concurrency,
             "sessions": {
-                "open": s.sessions.counts().0,
-                "live_interpreters": s.sessions.counts().1,
+                "open": open_sessions,
+                "live_interpreters": live_interpreters,
                 "idle_ttl_s": s.settings.sessions.idle_ttl.as_secs(),
                 "quota_bytes": s.settings.sessions.quota_bytes,
                 "max_entries": s.settings.sessions.max_entries,

@@ -43,15 +43,19 @@ pub struct SkillNameParams {
 }
 
 impl CodeboxServer {
-    fn store(&self) -> Result<&SkillStore, CallToolResult> {
-        self.state.skills.as_ref().ok_or_else(|| {
-            tool_error(
-                self.state
-                    .skills_error
-                    .clone()
-                    .unwrap_or_else(|| "skills are unavailable".into()),
-            )
-        })
+    /// Runs `f` on the store; a missing store or a store error is a tool error the model
+    /// can read.
+    fn with_store(
+        &self,
+        f: impl FnOnce(&SkillStore) -> Result<CallToolResult, crate::skills::Error>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(store) = &self.state.skills else {
+            let why = self.state.skills_error.clone();
+            return Ok(tool_error(
+                why.unwrap_or_else(|| "skills are unavailable".into()),
+            ));
+        };
+        Ok(f(store).unwrap_or_else(|e| tool_error(e.to_string())))
     }
 }
 
@@ -66,36 +70,25 @@ impl CodeboxServer {
         &self,
         Parameters(p): Parameters<SaveSkillParams>,
     ) -> Result<CallToolResult, McpError> {
-        let store = match self.store() {
-            Ok(s) => s,
-            Err(e) => return Ok(e),
-        };
-        let language = match p.language.parse() {
-            Ok(l) => l,
-            Err(e) => return Ok(tool_error(format!("invalid arguments: {e}"))),
-        };
-        let new = NewSkill {
-            name: p.name,
-            description: p.description,
-            language,
-            code: p.code,
-            usage: p.usage,
-        };
-        match store.save(new) {
-            Ok(skill) => {
-                let mut r = CallToolResult::structured(serde_json::json!({
-                    "name": skill.name,
-                    "language": skill.language,
-                    "import": skill.import,
-                }));
-                r.content = vec![ContentBlock::text(format!(
-                    "saved skill {}; import it with: {}",
-                    skill.name, skill.import
-                ))];
-                Ok(r)
-            }
-            Err(e) => Ok(tool_error(e.to_string())),
-        }
+        self.with_store(|store| {
+            let skill = store.save(NewSkill {
+                name: p.name,
+                description: p.description,
+                language: p.language.parse()?,
+                code: p.code,
+                usage: p.usage,
+            })?;
+            let mut r = CallToolResult::structured(serde_json::json!({
+                "name": skill.name,
+                "language": skill.language,
+                "import": skill.import,
+            }));
+            r.content = vec![ContentBlock::text(format!(
+                "saved skill {}; import it with: {}",
+                skill.name, skill.import
+            ))];
+            Ok(r)
+        })
     }
 
     #[tool(
@@ -107,30 +100,24 @@ impl CodeboxServer {
         &self,
         Parameters(p): Parameters<ListSkillsParams>,
     ) -> Result<CallToolResult, McpError> {
-        let store = match self.store() {
-            Ok(s) => s,
-            Err(e) => return Ok(e),
-        };
-        match store.list(p.query.as_deref()) {
-            Ok(list) => {
-                let mut text = String::new();
-                for s in &list {
-                    text.push_str(&format!(
-                        "{} ({}): {}\n",
-                        s.name,
-                        s.language.as_str(),
-                        s.description
-                    ));
-                }
-                if list.is_empty() {
-                    text.push_str("no skills match\n");
-                }
-                let mut r = CallToolResult::structured(serde_json::json!({ "skills": list }));
-                r.content = vec![ContentBlock::text(text)];
-                Ok(r)
+        self.with_store(|store| {
+            let list = store.list(p.query.as_deref())?;
+            let mut text = String::new();
+            for s in &list {
+                text.push_str(&format!(
+                    "{} ({}): {}\n",
+                    s.name,
+                    s.language.as_str(),
+                    s.description
+                ));
             }
-            Err(e) => Ok(tool_error(e.to_string())),
-        }
+            if list.is_empty() {
+                text.push_str("no skills match\n");
+            }
+            let mut r = CallToolResult::structured(serde_json::json!({ "skills": list }));
+            r.content = vec![ContentBlock::text(text)];
+            Ok(r)
+        })
     }
 
     #[tool(
@@ -141,16 +128,12 @@ impl CodeboxServer {
         &self,
         Parameters(p): Parameters<SkillNameParams>,
     ) -> Result<CallToolResult, McpError> {
-        let store = match self.store() {
-            Ok(s) => s,
-            Err(e) => return Ok(e),
-        };
-        match store.get(&p.name) {
-            Ok(skill) => Ok(CallToolResult::structured(
+        self.with_store(|store| {
+            let skill = store.get(&p.name)?;
+            Ok(CallToolResult::structured(
                 serde_json::to_value(&skill).unwrap_or_default(),
-            )),
-            Err(e) => Ok(tool_error(e.to_string())),
-        }
+            ))
+        })
     }
 
     #[tool(name = "delete_skill", description = "Delete a saved skill.")]
@@ -158,16 +141,12 @@ impl CodeboxServer {
         &self,
         Parameters(p): Parameters<SkillNameParams>,
     ) -> Result<CallToolResult, McpError> {
-        let store = match self.store() {
-            Ok(s) => s,
-            Err(e) => return Ok(e),
-        };
-        match store.delete(&p.name) {
-            Ok(()) => Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+        self.with_store(|store| {
+            store.delete(&p.name)?;
+            Ok(CallToolResult::success(vec![ContentBlock::text(format!(
                 "deleted skill {}",
                 p.name
-            ))])),
-            Err(e) => Ok(tool_error(e.to_string())),
-        }
+            ))]))
+        })
     }
 }

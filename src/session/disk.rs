@@ -55,12 +55,7 @@ fn walk(
     let Ok(mut d) = Dir::from_fd(dir) else {
         return;
     };
-    let names: Vec<String> = d
-        .iter()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
-        .filter(|n| n != "." && n != "..")
-        .collect();
+    let names = crate::workspace::entry_names(&mut d);
     for name in names {
         if usage.entries >= SCAN_CEILING {
             return;
@@ -147,12 +142,7 @@ fn remove_at(parent: &OwnedFd, name: &str) -> std::io::Result<()> {
     let dir = openat(parent.as_fd(), name, dir_flags(), Mode::empty())?;
     let _ = fchmod(dir.as_fd(), Mode::from_bits_truncate(0o700));
     let mut d = Dir::from_fd(dir.try_clone()?)?;
-    let names: Vec<String> = d
-        .iter()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
-        .filter(|n| n != "." && n != "..")
-        .collect();
+    let names = crate::workspace::entry_names(&mut d);
     for child in names {
         remove_at(&dir, &child)?;
     }

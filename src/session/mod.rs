@@ -125,8 +125,8 @@ pub struct Session {
     last_used: Mutex<Instant>,
     /// Held by the run in progress; holds the live sandboxes.
     pub slots: tokio::sync::Mutex<LiveSlots>,
-    /// The session's PII token map (when PII handling is on).
-    pub vault: Option<Arc<crate::pii::Vault>>,
+    /// The session's PII token map (used when PII handling is on).
+    pub vault: Arc<crate::pii::Vault>,
 }
 
 impl std::fmt::Debug for Session {
@@ -229,11 +229,7 @@ impl Sessions {
     }
 
     /// Opens a new session for `owner`.
-    pub fn create(
-        &self,
-        owner: &str,
-        vault: Option<Arc<crate::pii::Vault>>,
-    ) -> Result<Arc<Session>> {
+    pub fn create(&self, owner: &str, vault: Arc<crate::pii::Vault>) -> Result<Arc<Session>> {
         let mut open = self.open.lock().expect("sessions lock");
         if open.len() >= self.limits.max_sessions {
             return Err(Error::TooMany { open: open.len() });
@@ -380,6 +376,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    fn vault() -> Arc<crate::pii::Vault> {
+        Arc::new(crate::pii::Vault::new(Arc::new(
+            crate::pii::Detector::builtin(),
+        )))
+    }
+
     fn sessions(base: &Path, ttl: Duration) -> Sessions {
         let limits = SessionLimits {
             idle_ttl: ttl,
@@ -397,8 +399,8 @@ mod tests {
     async fn ids_are_random_owned_and_limited() {
         let base = tempfile::tempdir().unwrap();
         let s = sessions(base.path(), Duration::from_secs(60));
-        let a = s.create("alice", None).unwrap();
-        let b = s.create("alice", None).unwrap();
+        let a = s.create("alice", vault()).unwrap();
+        let b = s.create("alice", vault()).unwrap();
         assert_ne!(a.id(), b.id());
         assert_eq!(a.id().len(), 4 + 32);
         assert!(a.workspace().is_dir());
@@ -411,9 +413,9 @@ mod tests {
             unknown.replace("cbx_nope", "X"),
             "another client's session looks like an unknown one"
         );
-        s.create("bob", None).unwrap();
+        s.create("bob", vault()).unwrap();
         assert!(matches!(
-            s.create("bob", None),
+            s.create("bob", vault()),
             Err(Error::TooMany { open: 3 })
         ));
         assert!(s.close(a.id(), "bob").await.is_err());
@@ -427,9 +429,9 @@ mod tests {
     async fn idle_sessions_expire_and_their_workspace_goes() {
         let base = tempfile::tempdir().unwrap();
         let s = sessions(base.path(), Duration::from_millis(50));
-        let a = s.create("alice", None).unwrap();
+        let a = s.create("alice", vault()).unwrap();
         std::fs::write(a.workspace().join("f"), "x").unwrap();
-        let busy = s.create("alice", None).unwrap();
+        let busy = s.create("alice", vault()).unwrap();
         let held = busy.slots.lock().await;
         tokio::time::sleep(Duration::from_millis(80)).await;
         assert_eq!(s.sweep().await, 1, "the running session stays");
