@@ -58,6 +58,8 @@ pub struct Config {
     pub profile: Option<String>,
     pub rootfs: Option<PathBuf>,
     pub concurrency: Option<usize>,
+    /// Sandboxes kept started and waiting, per language (0: no warm pool).
+    pub pool_size: Option<usize>,
     pub queue: Option<usize>,
     pub max_timeout: Option<String>,
     pub root_host_id: Option<u32>,
@@ -182,6 +184,9 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_CONCURRENCY") {
             self.concurrency = Some(num("CODEBOX_CONCURRENCY", v)?);
+        }
+        if let Some(v) = env("CODEBOX_POOL_SIZE") {
+            self.pool_size = Some(num("CODEBOX_POOL_SIZE", v)?);
         }
         if let Some(v) = env("CODEBOX_QUEUE") {
             self.queue = Some(num("CODEBOX_QUEUE", v)?);

@@ -78,6 +78,10 @@ pub struct ExecutionResult {
     /// Why the proxy closed the tool channel early (a malformed or oversized message).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_channel_error: Option<String>,
+    /// How the sandbox started: `warm` (from the pool, already waiting for the code) or
+    /// `cold` (created for this call); absent for a session's kept interpreter and the CLI.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<SandboxStart>,
     /// The session the run belonged to: id, keep_alive, interpreter (new, kept, ended).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<serde_json::Value>,
@@ -98,6 +102,16 @@ impl ExecutionResult {
             || self.exit_code != Some(0)
             || self.workspace_quota_exceeded
     }
+}
+
+/// Where an execution's sandbox came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxStart {
+    /// Taken from the warm pool: started before the call, waiting for its code.
+    Warm,
+    /// Created for this call.
+    Cold,
 }
 
 /// What this process needs to create sandboxes: the verified rootfs, the id mapping and
@@ -213,6 +227,7 @@ pub fn result_from(
         None => (None, false),
     };
     ExecutionResult {
+        start: None,
         language,
         stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
         stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),

@@ -46,6 +46,7 @@ pub mod doctor;
 pub mod execution;
 pub mod line_reader;
 pub mod pii;
+pub mod pool;
 pub mod profile;
 pub mod proxy;
 pub mod ratelimit;

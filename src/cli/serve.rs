@@ -31,6 +31,10 @@ use codebox::upstream::{self, UpstreamOptions, Upstreams};
 
 use super::upstreams::without_self;
 
+/// Warm sandboxes per language when nothing says otherwise: enough for a client that
+/// runs one program after another, at the memory cost `health` reports per sandbox.
+const DEFAULT_POOL_SIZE: usize = 2;
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Config file [default: $CODEBOX_CONFIG, ./codebox.toml, ~/.config/codebox/config.toml].
@@ -42,6 +46,10 @@ pub struct ServeArgs {
     /// Executions running at once [default: 2 × cores].
     #[arg(long)]
     concurrency: Option<usize>,
+    /// Sandboxes kept started and waiting for code, per language; 0 disables the warm
+    /// pool [default: 2].
+    #[arg(long)]
+    pool_size: Option<usize>,
     /// Executions allowed to wait for a slot before requests get "busy, retry" [default: 32].
     #[arg(long)]
     queue: Option<usize>,
@@ -74,6 +82,7 @@ struct Resolved {
     profile: String,
     rootfs: Option<PathBuf>,
     concurrency: usize,
+    pool_size: usize,
     queue: usize,
     max_timeout: Duration,
     root_host_id: u32,
@@ -174,6 +183,10 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             .or(file.concurrency)
             .unwrap_or(cores * 2)
             .max(1),
+        pool_size: args
+            .pool_size
+            .or(file.pool_size)
+            .unwrap_or(DEFAULT_POOL_SIZE),
         queue: args.queue.or(file.queue).unwrap_or(32),
         max_timeout,
         root_host_id: args
@@ -259,6 +272,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let sandbox_ids = IdMapping::for_current_process(args.root_host_id);
     let settings = Settings {
         concurrency: args.concurrency,
+        pool_size: args.pool_size,
         queue: args.queue,
         max_timeout: args.max_timeout,
         allowed_tools: args.allowed_tools.clone(),

@@ -103,6 +103,14 @@ impl Watch {
         self.pid
     }
 
+    /// The host directories of the sandbox's cgroup (one per hierarchy).
+    pub fn cgroup_paths(&self) -> Vec<std::path::PathBuf> {
+        self.cgroup
+            .as_ref()
+            .map(|cg| cg.paths().into_iter().map(|p| p.to_path_buf()).collect())
+            .unwrap_or_default()
+    }
+
     /// The init's pidfd: readable once the sandbox has ended.
     pub fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self.pidfd)

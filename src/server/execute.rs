@@ -21,7 +21,7 @@ use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::json;
 
 use super::{tool_error, CodeboxServer, ExecuteParams};
-use crate::execution::{self, ExecutionResult};
+use crate::execution::{self, ExecutionResult, SandboxStart};
 use crate::pii::PiiMode;
 use crate::proxy::{AllowList, ProxySession, ToolBackend};
 use crate::runtime::{self, Language};
@@ -197,13 +197,7 @@ impl CodeboxServer {
             }
         };
 
-        let wrappers = match s.wrappers.for_catalog(&s.backend.catalog()) {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::error!(error = ?e, "generating the tool wrappers failed");
-                None
-            }
-        };
+        let wrappers = self.wrapper_dir();
         let spec = SpawnSpec {
             language,
             profile: s.settings.profile.name.clone(),
@@ -230,6 +224,7 @@ impl CodeboxServer {
                 proxy.set_observer(observer);
             }
         };
+        let mut sandbox_start = None;
         let ran = if keep_alive {
             let slot = slots
                 .as_mut()
@@ -249,7 +244,10 @@ impl CodeboxServer {
         } else {
             self.run_once(spec, &params.code, &c, &hooks, cancel, on_output)
                 .await
-                .map(|(o, r)| (o, r, "none"))
+                .map(|(o, r, start)| {
+                    sandbox_start = Some(start);
+                    (o, r, "none")
+                })
         };
         drop(tx);
         if let Some(f) = forwarder {
@@ -274,6 +272,7 @@ impl CodeboxServer {
         };
         let mut result = execution::result_from(language, workspace.as_deref(), true, outcome);
         result.tool_calls = report.tool_calls;
+        result.start = sandbox_start;
         result.tool_channel_error = report.channel_error;
         if let (Some(session), Some(dir)) = (&session, &workspace) {
             self.settle_workspace(session, dir, &before, &quota_flag, &mut result);
@@ -320,7 +319,8 @@ impl CodeboxServer {
         Ok(super::render(&result))
     }
 
-    /// A fresh sandbox for one program.
+    /// A sandbox for one program: a warm one from the pool when the pool has one for this
+    /// call, else one started now.
     async fn run_once(
         &self,
         spec: SpawnSpec,
@@ -329,15 +329,29 @@ impl CodeboxServer {
         hooks: &(dyn Fn(&ProxySession) + Sync),
         cancel: impl std::future::Future<Output = ()>,
         on_output: impl FnMut(Stream, &[u8]),
-    ) -> Result<(Outcome, crate::proxy::ProxyReport), String> {
+    ) -> Result<(Outcome, crate::proxy::ProxyReport, SandboxStart), String> {
         let s = &self.state;
         let backend: Arc<dyn ToolBackend> = s.backend.clone();
         let proxy = ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
         hooks(&proxy);
-        let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
-            tracing::error!(?e, "spawning a sandbox failed");
-            format!("the sandbox could not be created: {e}")
-        })?;
+        let warm = match &s.pool {
+            Some(pool) => pool.take(&spec).await,
+            None => None,
+        };
+        // The pooled sandbox's template holds what it binds until the run is over.
+        let (sandbox, _binds, start) = match warm {
+            Some(warm) => {
+                let (sandbox, guard) = warm.into_parts();
+                (sandbox, Some(guard), SandboxStart::Warm)
+            }
+            None => {
+                let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
+                    tracing::error!(?e, "spawning a sandbox failed");
+                    format!("the sandbox could not be created: {e}")
+                })?;
+                (sandbox, None, SandboxStart::Cold)
+            }
+        };
         let serve_proxy = proxy.clone();
         let outcome = sandbox
             .run_with_channel(
@@ -350,7 +364,7 @@ impl CodeboxServer {
             )
             .await
             .map_err(|e| format!("the sandbox failed: {e}"))?;
-        Ok((outcome, proxy.report()))
+        Ok((outcome, proxy.report(), start))
     }
 
     /// One program in the session's live interpreter of its language (started first if

@@ -25,6 +25,7 @@ mod execute;
 mod extra_resources;
 pub mod framing;
 pub mod http;
+mod pool_glue;
 pub mod resources;
 pub mod schema;
 mod session_tools;
@@ -51,6 +52,7 @@ use crate::audit::AuditLog;
 use crate::doctor;
 use crate::execution::ExecutionResult;
 use crate::pii::{Detector, PiiMode, Vault};
+use crate::pool::WarmPool;
 use crate::profile::Profile;
 use crate::proxy::{AllowList, IndexedUpstreams, ProxyLimits, ToolBackend};
 use crate::ratelimit::{RateLimiter, RateLimits};
@@ -69,6 +71,8 @@ pub struct Settings {
     pub profile: Profile,
     /// Executions running at once.
     pub concurrency: usize,
+    /// Sandboxes started ahead of demand per language (0: no warm pool).
+    pub pool_size: usize,
     /// Executions waiting for a slot before "busy" is answered.
     pub queue: usize,
     /// No request may ask for more.
@@ -119,6 +123,8 @@ struct State {
     skills: Option<SkillStore>,
     /// Why the skills store could not be opened (reported by the skills tools).
     skills_error: Option<String>,
+    /// Sandboxes started ahead of demand (`None` when `pool_size` is 0).
+    pool: Option<WarmPool>,
 }
 
 /// One MCP connection's own state.
@@ -223,6 +229,13 @@ impl CodeboxServer {
                 }
             },
         };
+        let backend = Arc::new(IndexedUpstreams::new(upstreams));
+        let wrappers = wrappers::Wrappers::new(std::env::temp_dir());
+        let pool = (settings.pool_size > 0).then(|| {
+            let skills = skills.as_ref().map(|k: &SkillStore| k.root());
+            let templates = pool_glue::templates(&settings, skills, &wrappers, &backend);
+            WarmPool::new(spawner.clone(), settings.pool_size, templates)
+        });
         let state = Arc::new(State {
             spawner,
             rate: RateLimiter::new(settings.rate),
@@ -232,12 +245,14 @@ impl CodeboxServer {
             counters: Counters::default(),
             layers,
             log_level: std::sync::Mutex::new(LoggingLevel::Info),
-            backend: Arc::new(IndexedUpstreams::new(upstreams)),
-            wrappers: wrappers::Wrappers::new(std::env::temp_dir()),
+            backend,
+            wrappers,
             sessions,
             skills,
             skills_error,
+            pool,
         });
+        pool_glue::follow_catalog(Arc::downgrade(&state));
         // Idle sessions expire in the background.
         let weak = Arc::downgrade(&state);
         tokio::spawn(async move {
@@ -291,8 +306,12 @@ impl CodeboxServer {
         self.state.admission.running()
     }
 
-    /// Ends every session (killing live interpreters, removing workspaces).
+    /// Ends every session (killing live interpreters, removing workspaces) and empties
+    /// the warm pool (its sandboxes reaped, their cgroups removed).
     pub async fn shutdown(&self) {
+        if let Some(pool) = &self.state.pool {
+            pool.shutdown().await;
+        }
         self.state.sessions.shutdown().await;
     }
 }
@@ -352,6 +371,7 @@ impl CodeboxServer {
             },
             "queue_depth": s.admission.waiting(),
             "concurrency": s.settings.concurrency,
+            "pool": pool_glue::health(s.pool.as_ref()),
             "sessions": {
                 "open": open_sessions,
                 "live_interpreters": live_interpreters,
@@ -489,17 +509,7 @@ impl CodeboxServer {
 impl CodeboxServer {
     /// The wrapper tree of the current catalog (`None` without upstream tools).
     fn wrapper_dir(&self) -> Option<Arc<wrappers::WrapperDir>> {
-        match self
-            .state
-            .wrappers
-            .for_catalog(&self.state.backend.catalog())
-        {
-            Ok(dir) => dir,
-            Err(e) => {
-                tracing::error!(error = ?e, "generating the tool wrappers failed");
-                None
-            }
-        }
+        pool_glue::current_wrappers(&self.state.wrappers, &self.state.backend)
     }
 
     /// The upstream servers as `list_servers` and `health` report them.

@@ -88,6 +88,7 @@ mod tests {
 
     fn result(full: bool) -> ExecutionResult {
         ExecutionResult {
+            start: full.then_some(crate::execution::SandboxStart::Warm),
             language: Language::Python,
             stdout: "1\n".into(),
             stderr: String::new(),

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,7 +16,9 @@ use super::wire::{self, Request, Response, SpawnSpec};
 use super::{Error, Result};
 use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
 
-type SpawnReply = std::result::Result<(Option<LandlockStatus>, Vec<OwnedFd>), String>;
+/// What the spawner answered: the landlock status, the cgroup's directories and the
+/// program's descriptors, or why the spawn failed.
+type SpawnReply = std::result::Result<(Option<LandlockStatus>, Vec<PathBuf>, Vec<OwnedFd>), String>;
 
 #[derive(Default)]
 struct Waiters {
@@ -77,7 +80,7 @@ impl SpawnerClient {
             spec: Box::new(spec),
         })
         .await?;
-        let (landlock, mut fds) = match rx.await.map_err(|_| Error::Gone)? {
+        let (landlock, cgroups, mut fds) = match rx.await.map_err(|_| Error::Gone)? {
             Ok(v) => v,
             Err(message) => {
                 self.inner
@@ -102,6 +105,7 @@ impl SpawnerClient {
             stderr: Some(stderr),
             channel: Some(channel),
             landlock,
+            cgroups,
             exited: Some(exit_rx),
             started: Instant::now(),
             ended: false,
@@ -170,9 +174,16 @@ async fn read_responses(inner: Arc<Inner>) {
         };
         let mut w = inner.waiters.lock().expect("waiters lock");
         match msg {
-            Some((Response::Spawned { id, landlock }, fds)) => {
+            Some((
+                Response::Spawned {
+                    id,
+                    landlock,
+                    cgroups,
+                },
+                fds,
+            )) => {
                 if let Some(tx) = w.spawned.remove(&id) {
-                    let _ = tx.send(Ok((landlock, fds)));
+                    let _ = tx.send(Ok((landlock, cgroups, fds)));
                 }
             }
             Some((Response::Failed { id, error }, _)) => {
@@ -222,6 +233,7 @@ pub struct RemoteSandbox {
     stderr: Option<OwnedFd>,
     channel: Option<OwnedFd>,
     landlock: Option<LandlockStatus>,
+    cgroups: Vec<PathBuf>,
     exited: Option<oneshot::Receiver<Ending>>,
     started: Instant,
     ended: bool,
@@ -234,6 +246,73 @@ impl RemoteSandbox {
 
     pub fn landlock(&self) -> Option<LandlockStatus> {
         self.landlock
+    }
+
+    /// The memory the sandbox's cgroup holds now, in bytes (`memory.current` on v2,
+    /// `memory.usage_in_bytes` on v1); `None` without a memory controller.
+    pub fn memory_bytes(&self) -> Option<u64> {
+        cgroup_memory_bytes(&self.cgroups)
+    }
+
+    /// The host directories of the sandbox's cgroup.
+    pub fn cgroup_paths(&self) -> &[PathBuf] {
+        &self.cgroups
+    }
+
+    /// Waits for the runtime's `codebox/ready` line on fd 3: the interpreter has started,
+    /// loaded the codebox runtime and now blocks reading its code. Reads exactly that
+    /// line (the runtime writes nothing else before its code arrives).
+    pub async fn wait_ready(&mut self) -> Result<()> {
+        const READY: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"codebox/ready\"}\n";
+        let io = |doing| move |source| Error::Io { doing, source };
+        let channel = std::os::unix::net::UnixStream::from(self.channel.take().expect("channel"));
+        channel
+            .set_nonblocking(true)
+            .map_err(io("setting up fd 3"))?;
+        let stream = tokio::net::UnixStream::from_std(channel).map_err(io("setting up fd 3"))?;
+        let mut got = Vec::with_capacity(READY.len());
+        let read = async {
+            let mut byte = [0u8; 1];
+            while got.len() < READY.len() {
+                stream.readable().await?;
+                match stream.try_read(&mut byte) {
+                    Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                    Ok(_) => got.push(byte[0]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        };
+        let outcome = read.await;
+        let std_stream = stream.into_std().map_err(io("taking back fd 3"))?;
+        self.channel = Some(OwnedFd::from(std_stream));
+        outcome.map_err(io("waiting for the runtime to be ready"))?;
+        if got != READY {
+            return Err(Error::Protocol(
+                "the runtime announced something other than ready",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Resolves when the sandbox has ended (cancel-safe: awaiting it again after a
+    /// cancelled wait still sees the end). `None` when the spawner is gone.
+    pub async fn ended(&mut self) -> Option<Ending> {
+        let rx = self.exited.as_mut()?;
+        let ending = rx.await.ok();
+        self.exited = None;
+        self.ended = true;
+        ending
+    }
+
+    /// Kills the sandbox and waits until the spawner has reaped it and removed its cgroup.
+    pub async fn kill_and_wait(mut self) -> Option<Ending> {
+        if self.ended {
+            return None;
+        }
+        let _ = self.client.kill(self.id).await;
+        self.ended().await
     }
 
     /// Hands over stdout, stderr, fd 3 and the exit notice (for a keep-alive driver).
@@ -289,6 +368,9 @@ impl RemoteSandbox {
         cancel: impl std::future::Future<Output = ()>,
         mut on_output: impl FnMut(Stream, &[u8]),
     ) -> Result<Outcome> {
+        // The timeout and the duration count from the code's delivery, which for a pooled
+        // sandbox is long after its spawn.
+        self.started = Instant::now();
         let io = |doing| move |source| Error::Io { doing, source };
         let mut stdout =
             tokio::net::unix::pipe::Receiver::from_owned_fd(self.stdout.take().expect("stdout"))
@@ -327,12 +409,18 @@ impl RemoteSandbox {
         let mut cancelled = false;
         let mut obuf = vec![0u8; 64 * 1024];
         let mut ebuf = vec![0u8; 64 * 1024];
+        // When each step of the run was seen (debug figures: where the time goes).
+        let (mut first_output, mut output_closed, mut exited_at) = (None, None, None);
         tokio::pin!(cancel);
         while out_open || err_open || ending.is_none() {
             tokio::select! {
                 r = stdout.read(&mut obuf), if out_open => match r {
-                    Ok(0) | Err(_) => out_open = false,
+                    Ok(0) | Err(_) => {
+                        out_open = false;
+                        output_closed = Some(self.started.elapsed());
+                    }
                     Ok(n) => {
+                        first_output.get_or_insert_with(|| self.started.elapsed());
                         let kept = out.push(&obuf[..n], stdout_cap);
                         if !kept.is_empty() { on_output(Stream::Stdout, kept) }
                     }
@@ -340,12 +428,14 @@ impl RemoteSandbox {
                 r = stderr.read(&mut ebuf), if err_open => match r {
                     Ok(0) | Err(_) => err_open = false,
                     Ok(n) => {
+                        first_output.get_or_insert_with(|| self.started.elapsed());
                         let kept = err.push(&ebuf[..n], stderr_cap);
                         if !kept.is_empty() { on_output(Stream::Stderr, kept) }
                     }
                 },
                 _ = &mut channel_task, if !channel_done => channel_done = true,
                 e = &mut exited, if ending.is_none() => {
+                    exited_at = Some(self.started.elapsed());
                     ending = Some(e.map_err(|_| Error::Gone)?);
                 }
                 _ = tokio::time::sleep_until(deadline), if !timed_out && !cancelled && ending.is_none() => {
@@ -360,6 +450,15 @@ impl RemoteSandbox {
         }
         self.ended = true;
         let duration = self.started.elapsed();
+        let us = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
+        tracing::debug!(
+            sandbox = self.id,
+            first_output_us = us(first_output),
+            stdout_closed_us = us(output_closed),
+            exited_us = us(exited_at),
+            total_us = duration.as_micros() as u64,
+            "run steps (from the code's delivery)"
+        );
         let ending = ending.expect("loop ends with an ending");
         Ok(Outcome {
             status: ending.status,
@@ -381,4 +480,15 @@ impl Drop for RemoteSandbox {
             w.exited.remove(&self.id);
         }
     }
+}
+
+/// The memory a cgroup holds now, in bytes, from whichever of its directories has the
+/// memory controller (`memory.current` on v2, `memory.usage_in_bytes` on v1).
+pub fn cgroup_memory_bytes(dirs: &[PathBuf]) -> Option<u64> {
+    dirs.iter().find_map(|dir| {
+        ["memory.current", "memory.usage_in_bytes"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+            .and_then(|v| v.trim().parse().ok())
+    })
 }

@@ -108,6 +108,7 @@ fn spawn_one(
         &Response::Spawned {
             id,
             landlock: io.landlock,
+            cgroups: watch.cgroup_paths(),
         },
         &fds,
     );

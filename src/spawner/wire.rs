@@ -21,7 +21,7 @@ pub const MAX_MESSAGE: usize = 64 * 1024;
 pub const SPAWNED_FDS: usize = 3;
 
 /// What to run; the spawner resolves the profile and the program itself.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpawnSpec {
     pub language: Language,
     /// A profile name or path, as `Profile::load` takes it.
@@ -51,6 +51,9 @@ pub enum Response {
     Spawned {
         id: u64,
         landlock: Option<LandlockStatus>,
+        /// The host directories of the sandbox's cgroup, for reading its memory use.
+        #[serde(default)]
+        cgroups: Vec<PathBuf>,
     },
     Failed {
         id: u64,
@@ -146,6 +149,7 @@ mod tests {
             &Response::Spawned {
                 id: 7,
                 landlock: Some(LandlockStatus::FullyEnforced),
+                cgroups: vec![],
             },
             &[r.as_raw_fd(), w.as_raw_fd()],
         )

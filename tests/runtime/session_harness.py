@@ -183,6 +183,8 @@ class Session:
         while b"\n" in self.buf:
             line, _, self.buf = self.buf.partition(b"\n")
             msg = json.loads(line)
+            if msg.get("method") == "codebox/ready":
+                continue  # the runtime started; it says so once, before its code
             if msg.get("method") == "codebox/done":
                 assert "id" not in msg, msg
                 # everything the run wrote is in the pipes already

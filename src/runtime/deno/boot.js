@@ -16,6 +16,7 @@ const MAIN_PATH = "/workspace/.codebox-main.ts";
 
 const libc = Deno.dlopen("libc.so.6", {
   read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
+  write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
 });
 
 function readInto(buf) {
@@ -118,6 +119,18 @@ function forgetMain() {
   }
 }
 
+// Tells the supervisor that everything before the code is done: a pooled sandbox is
+// handed out only after this line.
+function announceReady() {
+  let line = new TextEncoder().encode('{"jsonrpc":"2.0","method":"codebox/ready"}\n');
+  while (line.length > 0) {
+    const n = Number(libc.symbols.write(CHANNEL_FD, line, BigInt(line.length)));
+    if (n < 0) throw new Error("codebox: writing fd 3 failed");
+    line = line.subarray(n);
+  }
+}
+
+announceReady();
 const { code, session, rest } = receive();
 if (session) {
   // A computed specifier: the module graph of a one-shot run does not include it.

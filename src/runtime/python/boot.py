@@ -106,8 +106,16 @@ def _install_site_builtins():
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
 
 
+def _announce_ready():
+    """Tells the supervisor that everything before the code is done: a pooled sandbox is
+    handed out only after this line."""
+    line = b'{"jsonrpc":"2.0","method":"codebox/ready"}\n'
+    while line:
+        line = line[posix.write(CHANNEL_FD, line):]
+
+
 def main():
-    source, session, rest = _receive()
+    # Everything that does not depend on the code happens before it is asked for.
     sys.path[:0] = ["/workspace"]
     sys.path.append("/opt/codebox/python")
     sys.argv = [MAIN_FILENAME]
@@ -115,6 +123,8 @@ def main():
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
     module = type(sys)("__main__")
+    _announce_ready()
+    source, session, rest = _receive()
     module.__loader__ = _SourceLoader(source)
     module.__builtins__ = builtins
     sys.modules["__main__"] = module

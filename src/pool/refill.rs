@@ -1,0 +1,136 @@
+//! The refill task: keeps each language's shelf at its size, off the request path.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use super::{holder, Inner, Slot, Template, Warm, READY_TIMEOUT};
+use crate::runtime::Language;
+use crate::spawner::RemoteSandbox;
+
+/// The longest pause after failed spawns before the refill tries again.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Starts sandboxes while a shelf holds fewer than `size` (ready + starting); several at
+/// once when several are missing. Returns at shutdown, after killing what it was still
+/// starting.
+pub(super) async fn run(pool: Arc<Inner>) {
+    let mut starting: JoinSet<()> = JoinSet::new();
+    let mut backoff = Duration::ZERO;
+    loop {
+        // Registered before the state is read, so a wake-up in between is not lost.
+        let woken = pool.wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let jobs = {
+            let mut st = pool.lock();
+            if st.closed {
+                break;
+            }
+            let mut jobs = Vec::new();
+            let languages: Vec<Language> = st.templates.keys().copied().collect();
+            for language in languages {
+                let template = st.templates[&language].clone();
+                let shelf = st.shelves.entry(language).or_default();
+                let generation = shelf.generation;
+                while shelf.idle.len() + shelf.starting < pool.size {
+                    shelf.starting += 1;
+                    jobs.push((language, template.clone(), generation));
+                }
+            }
+            jobs
+        };
+        for (language, template, generation) in jobs {
+            starting.spawn(start_one(pool.clone(), language, template, generation));
+        }
+        tokio::select! {
+            _ = &mut woken => {}
+            Some(_) = starting.join_next(), if !starting.is_empty() => {}
+        }
+        // After failures, pause before trying again (a broken host must not spin).
+        let failures = failures(&pool);
+        if failures > 0 {
+            backoff = (backoff * 2).clamp(Duration::from_millis(100), MAX_BACKOFF);
+            tokio::time::sleep(backoff).await;
+        } else {
+            backoff = Duration::ZERO;
+        }
+    }
+    // Shutdown: what is still starting is killed and reaped by its own task.
+    while starting.join_next().await.is_some() {}
+}
+
+/// Spawn failures since the last call (reset on read).
+fn failures(pool: &Inner) -> u64 {
+    pool.failed_since_wake.swap(0, Ordering::Relaxed)
+}
+
+/// Starts one sandbox from `template`, waits for its runtime to be ready, and shelves it
+/// if the pool still wants it (open, same template); otherwise kills it.
+async fn start_one(pool: Arc<Inner>, language: Language, template: Template, generation: u64) {
+    let started = std::time::Instant::now();
+    let made = async {
+        let mut sandbox = pool.spawner.spawn(template.spec.clone()).await?;
+        match tokio::time::timeout(READY_TIMEOUT, sandbox.wait_ready()).await {
+            Ok(Ok(())) => Ok(sandbox),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(crate::spawner::Error::Protocol(
+                "the runtime did not announce it was ready in time",
+            )),
+        }
+    }
+    .await;
+    // Decided under the lock, acted on after it (a kill waits).
+    let unwanted = {
+        let mut st = pool.lock();
+        let closed = st.closed;
+        let shelf = st.shelves.entry(language).or_default();
+        shelf.starting -= 1;
+        let sandbox: RemoteSandbox = match made {
+            Ok(sandbox) => sandbox,
+            Err(e) => {
+                shelf
+                    .counters
+                    .spawn_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                pool.failed_since_wake.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(%language, error = %e, "starting a pooled sandbox failed");
+                return;
+            }
+        };
+        if closed || shelf.generation != generation {
+            Some(sandbox)
+        } else {
+            let id = sandbox.id();
+            let cgroups = sandbox.cgroup_paths().to_vec();
+            let (take, asked) = oneshot::channel();
+            let warm = Warm {
+                sandbox,
+                hold: template.hold,
+                refill: None,
+            };
+            let holder = tokio::spawn(holder::hold(
+                Arc::downgrade(&pool),
+                language,
+                id,
+                warm,
+                asked,
+            ));
+            shelf.idle.push_back(Slot {
+                id,
+                generation,
+                take,
+                cgroups,
+                holder,
+            });
+            tracing::debug!(%language, sandbox = id, ready_us = started.elapsed().as_micros() as u64, "pooled sandbox ready");
+            None
+        }
+    };
+    if let Some(sandbox) = unwanted {
+        sandbox.kill_and_wait().await;
+    }
+}

@@ -1,0 +1,560 @@
+//! The warm pool against the real spawner and kernel: correctness, not speed.
+//!
+//! `harness = false`: the spawner must be forked while the process is single-threaded,
+//! before the tokio runtime exists. Cases run one at a time through libtest-mimic.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use codebox::execution::Host;
+use codebox::pool::{Template, WarmPool};
+use codebox::profile::Profile;
+use codebox::rootfs;
+use codebox::runtime::{self, Language};
+use codebox::sandbox::{IdMapping, ProgramStatus};
+use codebox::spawner::{self, SpawnSpec, SpawnerClient};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+static CLIENT: OnceLock<SpawnerClient> = OnceLock::new();
+/// Where sandbox cgroups are created, and the pid that names them.
+static CGROUPS: OnceLock<(Option<PathBuf>, i32)> = OnceLock::new();
+
+fn main() {
+    let mut args = Arguments::from_args();
+    args.test_threads = Some(1);
+    let strict = std::env::var_os("CODEBOX_TEST_STRICT").is_some_and(|v| v == "1");
+    let setup = (|| -> Result<Host, String> {
+        let dir = rootfs::locate(None).map_err(|e| e.to_string())?;
+        let rootfs = rootfs::verify(&dir, rootfs::default_stamp_dir().as_deref())
+            .map_err(|e| e.to_string())?;
+        Ok(Host::new(rootfs, IdMapping::for_current_process(65534)))
+    })();
+    let host = match setup {
+        Ok(h) => h,
+        Err(e) if strict => panic!("pool tests need the rootfs: {e}"),
+        Err(e) => {
+            eprintln!("SKIP pool tests: {e}");
+            libtest_mimic::run(&args, vec![]).exit();
+        }
+    };
+    let base = host
+        .cgroups
+        .as_ref()
+        .and_then(|m| m.hierarchies().first().map(|h| h.base.clone()));
+    // SAFETY: no thread exists yet: libtest-mimic has not started and tokio is not built.
+    let (pid, sock) = unsafe { spawner::start(&host) }.expect("spawner starts");
+    let _ = pid;
+    // Sandbox cgroups are named after the process that discovered the hierarchies (this
+    // one), whose copy the spawner is.
+    let _ = CGROUPS.set((base, std::process::id() as i32));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = rt
+        .block_on(async { SpawnerClient::new(sock) })
+        .expect("client");
+    let _ = RUNTIME.set(rt);
+    let _ = CLIENT.set(client);
+    let trials = vec![
+        Trial::test(
+            "pooled_runs_give_the_same_results_as_cold_ones",
+            same_results_as_cold,
+        ),
+        Trial::test(
+            "a_pooled_sandbox_is_never_handed_out_twice",
+            never_handed_out_twice,
+        ),
+        Trial::test(
+            "a_sandbox_killed_while_idle_is_replaced_not_handed_out",
+            killed_idle_sandbox_is_replaced,
+        ),
+        Trial::test(
+            "refill_under_load_stays_within_the_limit",
+            refill_stays_within_the_limit,
+        ),
+        Trial::test(
+            "the_timeout_counts_from_the_code_s_delivery",
+            timeout_counts_from_delivery,
+        ),
+        Trial::test(
+            "a_new_template_retires_the_old_sandboxes",
+            new_template_retires_old_sandboxes,
+        ),
+        Trial::test(
+            "a_request_that_does_not_fit_is_not_served",
+            misfit_request_is_not_served,
+        ),
+        Trial::test(
+            "shutdown_removes_every_pooled_sandbox_and_cgroup",
+            shutdown_removes_everything,
+        ),
+    ];
+    libtest_mimic::run(&args, trials).exit();
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    RUNTIME.get().expect("runtime").block_on(f)
+}
+
+fn client() -> &'static SpawnerClient {
+    CLIENT.get().expect("client")
+}
+
+fn spec(language: Language) -> SpawnSpec {
+    SpawnSpec {
+        language,
+        profile: "default".into(),
+        limits: Profile::load("default").unwrap().limits,
+        workspace: None,
+        servers: None,
+        skills: None,
+    }
+}
+
+fn pool(size: usize, languages: &[Language]) -> WarmPool {
+    let templates = languages
+        .iter()
+        .map(|l| {
+            (
+                *l,
+                Template {
+                    spec: spec(*l),
+                    hold: None,
+                },
+            )
+        })
+        .collect();
+    WarmPool::new(client().clone(), size, templates)
+}
+
+fn check(cond: bool, msg: impl Into<String>) -> Result<(), Failed> {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg.into().into())
+    }
+}
+
+/// Waits until `language` has `n` idle sandboxes.
+async fn until_idle(pool: &WarmPool, language: Language, n: usize) -> Result<(), Failed> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pool.stats()[&language].idle < n {
+        if Instant::now() > deadline {
+            return Err(format!("the pool never had {n} idle: {:?}", pool.stats()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+struct Ran {
+    stdout: String,
+    stderr: String,
+    status: Option<ProgramStatus>,
+    timed_out: bool,
+    warm: bool,
+}
+
+/// Runs `code` in a pooled sandbox (`warm`) or a fresh one.
+async fn run(
+    pool: Option<&WarmPool>,
+    language: Language,
+    code: &str,
+    timeout: Duration,
+) -> Result<Ran, Failed> {
+    let s = spec(language);
+    let warm = match pool {
+        Some(p) => p.take(&s).await,
+        None => None,
+    };
+    let is_warm = warm.is_some();
+    let (sandbox, _guard) = match warm {
+        Some(w) => {
+            let (sandbox, guard) = w.into_parts();
+            (sandbox, Some(guard))
+        }
+        None => (client().spawn(s).await.map_err(|e| e.to_string())?, None),
+    };
+    let o = sandbox
+        .run_with_channel(
+            runtime::boot_frame(code),
+            None,
+            (1 << 20, 1 << 20),
+            timeout,
+            std::future::pending(),
+            |_, _| {},
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Ran {
+        stdout: String::from_utf8_lossy(&o.stdout.bytes).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr.bytes).into_owned(),
+        status: o.status,
+        timed_out: o.timed_out,
+        warm: is_warm,
+    })
+}
+
+/// Sandbox cgroups of this test's spawner that exist now (in the first hierarchy).
+fn live_cgroups() -> usize {
+    let (Some(base), pid) = CGROUPS.get().expect("cgroups").clone() else {
+        return 0;
+    };
+    let prefix = format!("codebox-{pid}-");
+    std::fs::read_dir(base)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Programs whose output shows the sandbox's isolation and state.
+const PROBES: [(Language, &str); 3] = [
+    (
+        Language::Python,
+        r#"
+import os, socket, sys
+print("uid", os.getuid(), "pid", os.getpid(), "host", socket.gethostname())
+print("fds", sorted(int(f) for f in os.listdir("/proc/self/fd")))
+print("ifaces", sorted(n for _, n in socket.if_nameindex()))
+print("caps", [l.split()[1] for l in open("/proc/self/status") if l.startswith("Cap")])
+print("nnp", [l.split()[1] for l in open("/proc/self/status") if l.startswith("NoNewPrivs")])
+print("seccomp", [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")])
+print("tmp", os.listdir("/tmp"), "workspace", os.listdir("/workspace"))
+try:
+    open("/usr/x", "w")
+except OSError as e:
+    print("rootfs", e.errno)
+print("argv", sys.argv, "env", sorted(os.environ))
+"#,
+    ),
+    (
+        Language::Python,
+        "import sys\nprint('err', file=sys.stderr)\nraise SystemExit(3)",
+    ),
+    (
+        Language::TypeScript,
+        r#"
+console.log("uid", Deno.uid(), "pid", Deno.pid, "host", Deno.hostname());
+console.log("env", Object.keys(Deno.env.toObject()).sort().join(","));
+console.log("tmp", [...Deno.readDirSync("/tmp")].map((e) => e.name).filter((n) => n !== ".deno").join(","));
+try { Deno.writeTextFileSync("/usr/x", "x"); } catch (e) { console.log("rootfs", e.name); }
+"#,
+    ),
+];
+
+fn same_results_as_cold() -> Result<(), Failed> {
+    block_on(async {
+        let pool = pool(2, &[Language::Python, Language::TypeScript]);
+        for (language, code) in PROBES {
+            until_idle(&pool, language, 1).await?;
+            let warm = run(Some(&pool), language, code, Duration::from_secs(20)).await?;
+            let cold = run(None, language, code, Duration::from_secs(20)).await?;
+            check(warm.warm && !cold.warm, "one warm, one cold")?;
+            check(
+                warm.stdout == cold.stdout && warm.stderr == cold.stderr,
+                format!(
+                    "warm and cold differ:\n--- warm\n{}{}\n--- cold\n{}{}",
+                    warm.stdout, warm.stderr, cold.stdout, cold.stderr
+                ),
+            )?;
+            check(
+                warm.status == cold.status,
+                format!("{:?} vs {:?}", warm.status, cold.status),
+            )?;
+        }
+        pool.shutdown().await;
+        Ok(())
+    })
+}
+
+fn never_handed_out_twice() -> Result<(), Failed> {
+    block_on(async {
+        let pool = Arc::new(pool(3, &[Language::Python]));
+        until_idle(&pool, Language::Python, 3).await?;
+        // Each program claims its sandbox with a file that must not exist yet: a sandbox
+        // handed out twice would find the first claim.
+        let code = r#"
+import os, sys
+fd = os.open("/tmp/claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+print("fresh")
+"#;
+        let mut tasks = Vec::new();
+        for _ in 0..24 {
+            let pool = pool.clone();
+            tasks.push(tokio::spawn(async move {
+                run(Some(&pool), Language::Python, code, Duration::from_secs(30)).await
+            }));
+        }
+        let mut warm = 0;
+        for t in tasks {
+            let r = t.await.map_err(|e| e.to_string())??;
+            check(
+                r.stdout == "fresh\n" && r.status == Some(ProgramStatus::Exited(0)),
+                format!("a sandbox was not fresh: {:?} {:?}", r.stdout, r.stderr),
+            )?;
+            warm += r.warm as usize;
+        }
+        check(warm >= 3, format!("only {warm} of 24 runs were warm"))?;
+        let stats = pool.stats()[&Language::Python].clone();
+        check(
+            stats.handed_out as usize == warm,
+            format!("{stats:?} vs {warm} warm"),
+        )?;
+        pool.shutdown().await;
+        Ok(())
+    })
+}
+
+fn killed_idle_sandbox_is_replaced() -> Result<(), Failed> {
+    block_on(async {
+        let pool = pool(1, &[Language::Python]);
+        until_idle(&pool, Language::Python, 1).await?;
+        let idle = pool.idle_sandboxes(Language::Python);
+        let (victim, dirs) = idle.first().cloned().ok_or("no idle sandbox")?;
+        // Kill every process of the idle sandbox, as the OOM killer or a crash would.
+        let procs = dirs
+            .iter()
+            .find_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+            .ok_or("no cgroup.procs")?;
+        let pids: Vec<i32> = procs.lines().filter_map(|l| l.parse().ok()).collect();
+        check(!pids.is_empty(), "the idle sandbox has processes")?;
+        for pid in pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        // It is noticed, dropped and replaced by another.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let stats = pool.stats()[&Language::Python].clone();
+            let ids: Vec<u64> = pool
+                .idle_sandboxes(Language::Python)
+                .iter()
+                .map(|(id, _)| *id)
+                .collect();
+            if stats.died_idle == 1 && stats.idle == 1 && !ids.contains(&victim) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("not replaced: {stats:?} {ids:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let r = run(
+            Some(&pool),
+            Language::Python,
+            "print(7)",
+            Duration::from_secs(10),
+        )
+        .await?;
+        check(
+            r.warm && r.stdout == "7\n",
+            format!("{:?} {:?}", r.stdout, r.stderr),
+        )?;
+        pool.shutdown().await;
+        Ok(())
+    })
+}
+
+fn refill_stays_within_the_limit() -> Result<(), Failed> {
+    block_on(async {
+        const SIZE: usize = 2;
+        const CONCURRENCY: usize = 3;
+        let before = live_cgroups();
+        let pool = Arc::new(pool(SIZE, &[Language::Python]));
+        until_idle(&pool, Language::Python, SIZE).await?;
+        // The server's admission: at most CONCURRENCY executions at once.
+        let admission = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(tokio::sync::Notify::new());
+        let sampler = {
+            let (peak, done) = (peak.clone(), done.clone());
+            tokio::spawn(async move {
+                loop {
+                    peak.fetch_max(live_cgroups() - before, Ordering::Relaxed);
+                    tokio::select! {
+                        _ = done.notified() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(2)) => {}
+                    }
+                }
+            })
+        };
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let (pool, admission) = (pool.clone(), admission.clone());
+            tasks.push(tokio::spawn(async move {
+                let _slot = admission.acquire().await.expect("admission");
+                let code = format!("import time\ntime.sleep(0.15)\nprint({i})");
+                run(
+                    Some(&pool),
+                    Language::Python,
+                    &code,
+                    Duration::from_secs(30),
+                )
+                .await
+            }));
+        }
+        for (i, t) in tasks.into_iter().enumerate() {
+            let r = t.await.map_err(|e| e.to_string())??;
+            check(r.stdout == format!("{i}\n"), format!("{:?}", r.stdout))?;
+        }
+        done.notify_one();
+        sampler.await.map_err(|e| e.to_string())?;
+        let peak = peak.load(Ordering::Relaxed);
+        // Running executions, plus the pool's own (ready and starting).
+        check(
+            peak <= CONCURRENCY + SIZE,
+            format!(
+                "{peak} sandboxes alive at once; the limit is {} running + {SIZE} pooled",
+                CONCURRENCY
+            ),
+        )?;
+        check(peak > SIZE, format!("the load never ran: peak {peak}"))?;
+        pool.shutdown().await;
+        Ok(())
+    })
+}
+
+fn timeout_counts_from_delivery() -> Result<(), Failed> {
+    block_on(async {
+        let pool = pool(1, &[Language::Python]);
+        until_idle(&pool, Language::Python, 1).await?;
+        // Idle for longer than the run's timeout: the run still gets all of it.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let r = run(
+            Some(&pool),
+            Language::Python,
+            "import time\ntime.sleep(0.5)\nprint('in time')",
+            Duration::from_secs(1),
+        )
+        .await?;
+        check(
+            r.warm && !r.timed_out && r.stdout == "in time\n",
+            format!("{:?} {:?} timed_out={}", r.stdout, r.stderr, r.timed_out),
+        )?;
+        // And a run that overstays its timeout is killed.
+        until_idle(&pool, Language::Python, 1).await?;
+        let r = run(
+            Some(&pool),
+            Language::Python,
+            "while True: pass",
+            Duration::from_millis(300),
+        )
+        .await?;
+        check(r.warm && r.timed_out, format!("timed_out={}", r.timed_out))?;
+        pool.shutdown().await;
+        Ok(())
+    })
+}
+
+fn new_template_retires_old_sandboxes() -> Result<(), Failed> {
+    block_on(async {
+        let pool = pool(2, &[Language::Python]);
+        until_idle(&pool, Language::Python, 2).await?;
+        let old: HashSet<u64> = pool
+            .idle_sandboxes(Language::Python)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let mut limits = spec(Language::Python).limits;
+        limits.stdout_cap = 4096;
+        let new_spec = SpawnSpec {
+            limits,
+            ..spec(Language::Python)
+        };
+        pool.set_template(
+            Language::Python,
+            Template {
+                spec: new_spec.clone(),
+                hold: None,
+            },
+        );
+        // The old spec no longer fits; the new one is served by new sandboxes.
+        check(
+            pool.take(&spec(Language::Python)).await.is_none(),
+            "the old template was served",
+        )?;
+        until_idle(&pool, Language::Python, 2).await?;
+        let stats = pool.stats()[&Language::Python].clone();
+        check(stats.retired == 2, format!("{stats:?}"))?;
+        let warm = pool
+            .take(&new_spec)
+            .await
+            .ok_or("no sandbox for the new template")?;
+        check(
+            !old.contains(&warm.sandbox.id()),
+            "an old sandbox was served",
+        )?;
+        drop(warm);
+        pool.shutdown().await;
+        Ok(())
+    })
+}
+
+fn misfit_request_is_not_served() -> Result<(), Failed> {
+    block_on(async {
+        let pool = pool(1, &[Language::Python]);
+        until_idle(&pool, Language::Python, 1).await?;
+        let with_workspace = SpawnSpec {
+            workspace: Some(std::env::temp_dir()),
+            ..spec(Language::Python)
+        };
+        check(
+            pool.take(&with_workspace).await.is_none(),
+            "a pooled sandbox without the workspace was handed out",
+        )?;
+        check(
+            pool.take(&spec(Language::TypeScript)).await.is_none(),
+            "no TypeScript pool exists",
+        )?;
+        check(
+            pool.stats()[&Language::Python].idle == 1,
+            "the idle sandbox stays",
+        )?;
+        pool.shutdown().await;
+        Ok(())
+    })
+}
+
+fn shutdown_removes_everything() -> Result<(), Failed> {
+    block_on(async {
+        let before = live_cgroups();
+        let pool = pool(2, &[Language::Python, Language::TypeScript]);
+        until_idle(&pool, Language::Python, 2).await?;
+        until_idle(&pool, Language::TypeScript, 2).await?;
+        let dirs: Vec<PathBuf> = Language::ALL
+            .iter()
+            .flat_map(|l| pool.idle_sandboxes(*l))
+            .flat_map(|(_, d)| d)
+            .collect();
+        check(!dirs.is_empty(), "idle sandboxes have cgroups")?;
+        check(live_cgroups() >= before + 4, "four pooled sandboxes")?;
+        pool.shutdown().await;
+        let left: Vec<&PathBuf> = dirs.iter().filter(|d| d.exists()).collect();
+        check(
+            left.is_empty(),
+            format!("cgroups left after shutdown: {left:?}"),
+        )?;
+        check(live_cgroups() == before, "no sandbox cgroup is left")?;
+        let stats: HashMap<_, _> = pool.stats();
+        check(
+            stats.values().all(|s| s.idle == 0 && s.starting == 0),
+            format!("{stats:?}"),
+        )?;
+        check(
+            pool.take(&spec(Language::Python)).await.is_none(),
+            "a closed pool hands nothing out",
+        )?;
+        Ok(())
+    })
+}
