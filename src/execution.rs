@@ -187,7 +187,11 @@ pub fn execute(
         elapsed_us = spawn_started.elapsed().as_micros() as u64,
         "sandbox spawned: program exec'd"
     );
-    let frame = runtime::boot_frame_with_files(&request.code, &request.files);
+    let mut frame = runtime::boot_frame_with_files(&request.code, &request.files);
+    if request.workspace.is_none() {
+        // No host directory is bound: nothing of the sandbox outlives it.
+        frame = runtime::ephemeral(frame);
+    }
     let outcome = sandbox.run_to_completion(&frame, &request.limits, sink)?;
     Ok(result_from(
         request.language,

@@ -81,6 +81,9 @@ struct NetworkSection {
 #[derive(Debug, Clone)]
 pub struct Profile {
     pub name: String,
+    /// What [`Profile::load`] takes to load this profile again (in the spawner): the
+    /// shipped name, or the file's absolute path.
+    pub source: String,
     pub description: String,
     pub limits: Limits,
     /// The seccomp policy (`policies/seccomp/<name>.json`).
@@ -101,7 +104,11 @@ impl Profile {
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| name_or_path.to_string());
-            return Profile::parse(&name, &text);
+            let mut profile = Profile::parse(&name, &text)?;
+            profile.source = std::path::absolute(name_or_path)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| name_or_path.to_string());
+            return Ok(profile);
         }
         match BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
             Some((name, text)) => Profile::parse(name, text),
@@ -164,6 +171,7 @@ impl Profile {
             .map_err(|e| invalid(format!("seccomp.policy {seccomp}: {e}")))?;
         Ok(Profile {
             name: name.to_string(),
+            source: name.to_string(),
             description: file.description,
             limits,
             seccomp,
@@ -243,6 +251,10 @@ mod tests {
         let p = Profile::load(path.to_str().unwrap()).unwrap();
         assert_eq!(p.name, "tight");
         assert_eq!(p.limits.timeout, Duration::from_secs(2));
+        // The spawner loads it again from its source: the path, not the name.
+        assert_eq!(p.source, path.to_str().unwrap());
+        assert_eq!(Profile::load(&p.source).unwrap().limits, p.limits);
+        assert_eq!(Profile::load("default").unwrap().source, "default");
         assert!(Profile::load("/nonexistent/p.toml").is_err());
     }
 }

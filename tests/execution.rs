@@ -52,6 +52,46 @@ fn exit_codes_and_signals_are_reported() {
     assert_eq!(out.status.code(), Some(128 + 15));
 }
 
+/// A one-shot run skips the interpreter's teardown (the `EPHEMERAL` boot record), but
+/// everything a caller can see of a normal exit still happens.
+#[test]
+fn the_quick_exit_keeps_what_a_normal_exit_shows() {
+    if !sandbox_available("the_quick_exit_keeps_what_a_normal_exit_shows") {
+        return;
+    }
+    let code = r#"
+import atexit, sys, threading, time
+atexit.register(lambda: print("atexit ran"))
+def late():
+    time.sleep(0.2)
+    print("thread done")
+threading.Thread(target=late).start()
+sys.stdout.write("no newline;")
+sys.stderr.write("err no newline")
+sys.exit(3)
+"#;
+    let v = run_json("python", code, &[]);
+    assert_eq!(v["exit_code"], 3, "{v:#}");
+    assert_eq!(v["stdout"], "no newline;thread done\natexit ran\n", "{v:#}");
+    assert_eq!(v["stderr"], "err no newline", "{v:#}");
+    // SystemExit with a message: printed on stderr, status 1; negative codes wrap.
+    let v = run_json("python", "raise SystemExit('bye')", &[]);
+    assert_eq!(
+        (v["exit_code"].clone(), v["stderr"].clone()),
+        (1.into(), "bye\n".into())
+    );
+    let v = run_json("python", "import sys; sys.exit(-1)", &[]);
+    assert_eq!(v["exit_code"], 255, "{v:#}");
+    // An uncaught exception after output: traceback, status 1, output kept.
+    let v = run_json("python", "print('before')\n1/0", &[]);
+    assert_eq!(v["exit_code"], 1, "{v:#}");
+    assert_eq!(v["stdout"], "before\n");
+    assert!(
+        v["stderr"].as_str().unwrap().contains("ZeroDivisionError"),
+        "{v:#}"
+    );
+}
+
 #[test]
 fn exceptions_show_a_traceback_with_source() {
     if !sandbox_available("exceptions_show_a_traceback_with_source") {

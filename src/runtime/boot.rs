@@ -22,6 +22,14 @@
 //! `Deno.exit` end the process, and so the session; EOF on fd 3 while waiting ends it
 //! with status 0.
 //!
+//! A one-shot run whose sandbox binds no host directory (nothing it leaves behind can be
+//! seen afterwards) may start with an empty record `EPHEMERAL 0\n` ([`ephemeral`]): the
+//! runtime then skips the interpreter's teardown once the program is over. It still does
+//! what a caller can see of a normal exit — non-daemon threads are joined, exit handlers
+//! run, stdout and stderr are flushed, the exit status is the same — and drops the rest
+//! (freeing every object, closing files no one can read any more), which for Python is
+//! several milliseconds of a `print(1)`.
+//!
 //! Files travel inside the frame rather than through a host directory, so the host never
 //! writes into a tree the sandbox can also write (no symlink races, no ownership to fix
 //! up), and a pre-started sandbox can receive them with its code. The paths are validated
@@ -132,6 +140,18 @@ pub fn boot_frame_with_files(code: &str, files: &BTreeMap<String, String>) -> Ve
     frame
 }
 
+/// The record that marks a one-shot run whose sandbox is discarded with everything in it.
+pub const EPHEMERAL_RECORD: &[u8] = b"EPHEMERAL 0\n";
+
+/// `frame` (a one-shot boot frame) for a sandbox that binds no host directory: the
+/// runtime may skip its teardown after the program.
+pub fn ephemeral(frame: Vec<u8>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(EPHEMERAL_RECORD.len() + frame.len());
+    out.extend_from_slice(EPHEMERAL_RECORD);
+    out.extend_from_slice(&frame);
+    out
+}
+
 /// The record that opens a session's boot frame.
 pub const SESSION_RECORD: &[u8] = b"SESSION 0\n";
 /// The notification the supervisor sends to start a session's next run.
@@ -188,6 +208,12 @@ mod tests {
             .iter()
             .map(|(p, c)| (p.to_string(), c.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn an_ephemeral_frame_starts_with_its_record() {
+        let frame = ephemeral(boot_frame("print(1)"));
+        assert_eq!(frame, b"EPHEMERAL 0\nCODE 8\nprint(1)".to_vec());
     }
 
     #[test]

@@ -10,7 +10,7 @@
 pub mod boot;
 
 pub use boot::{
-    boot_frame, boot_frame_with_files, session_boot_frame, session_run_message, validate_files,
+    boot_frame, boot_frame_with_files, ephemeral, session_boot_frame, session_run_message, validate_files,
     FileError,
 };
 

@@ -106,6 +106,7 @@ impl CodeboxServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let s = &self.state;
+        let entered = Instant::now();
         let client = self.client_of(&ctx);
         // Arguments that parse but are out of range are tool execution errors, not
         // protocol errors (MCP 2025-11-25, "Error Handling"): the model reads them and
@@ -200,7 +201,7 @@ impl CodeboxServer {
         let wrappers = self.wrapper_dir();
         let spec = SpawnSpec {
             language,
-            profile: s.settings.profile.name.clone(),
+            profile: s.settings.profile.source.clone(),
             limits: c.limits.clone(),
             workspace: workspace.clone(),
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
@@ -225,6 +226,7 @@ impl CodeboxServer {
             }
         };
         let mut sandbox_start = None;
+        let prepared = entered.elapsed();
         let ran = if keep_alive {
             let slot = slots
                 .as_mut()
@@ -256,6 +258,7 @@ impl CodeboxServer {
         if let Some(w) = watch {
             w.abort();
         }
+        let ran_at = entered.elapsed();
         let (outcome, report, interpreter) = match ran {
             Ok(ran) => ran,
             Err(why) => {
@@ -316,7 +319,15 @@ impl CodeboxServer {
             }),
         )
         .await;
-        Ok(super::render(&result))
+        let rendered = super::render(&result);
+        tracing::debug!(
+            %language,
+            prepared_us = prepared.as_micros() as u64,
+            ran_us = ran_at.as_micros() as u64,
+            done_us = entered.elapsed().as_micros() as u64,
+            "execution steps (from the call's arrival)"
+        );
+        Ok(rendered)
     }
 
     /// A sandbox for one program: a warm one from the pool when the pool has one for this
@@ -334,10 +345,21 @@ impl CodeboxServer {
         let backend: Arc<dyn ToolBackend> = s.backend.clone();
         let proxy = ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
         hooks(&proxy);
+        let mut frame = runtime::boot_frame_with_files(code, &c.files);
+        if spec.workspace.is_none() {
+            // No host directory is bound: nothing of the sandbox outlives it.
+            frame = runtime::ephemeral(frame);
+        }
+        let asked = Instant::now();
         let warm = match &s.pool {
             Some(pool) => pool.take(&spec).await,
             None => None,
         };
+        tracing::debug!(
+            take_us = asked.elapsed().as_micros() as u64,
+            warm = warm.is_some(),
+            "warm pool asked"
+        );
         // The pooled sandbox's template holds what it binds until the run is over.
         let (sandbox, _binds, start) = match warm {
             Some(warm) => {
@@ -355,7 +377,7 @@ impl CodeboxServer {
         let serve_proxy = proxy.clone();
         let outcome = sandbox
             .run_with_channel(
-                runtime::boot_frame_with_files(code, &c.files),
+                frame,
                 Some(Box::new(move |stream| Box::pin(serve_proxy.serve(stream)))),
                 (c.limits.stdout_cap, c.limits.stderr_cap),
                 c.limits.timeout,

@@ -25,7 +25,7 @@ pub(super) fn template(
 ) -> Template {
     let spec = SpawnSpec {
         language,
-        profile: state_settings.profile.name.clone(),
+        profile: state_settings.profile.source.clone(),
         limits: state_settings.profile.limits.clone(),
         workspace: None,
         servers: servers.as_ref().map(|w| w.path().to_path_buf()),

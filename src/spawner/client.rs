@@ -386,10 +386,13 @@ impl RemoteSandbox {
             tokio::net::UnixStream::from_std(channel).map_err(io("setting up fd 3"))?;
         // The boot frame first; then the proxy, if any, owns the channel. When the
         // program closes fd 3 or is gone, nobody reads the rest of the frame.
-        let channel_task = async move {
+        let delivered = std::sync::OnceLock::new();
+        let started = self.started;
+        let channel_task = async {
             if stream.write_all(&frame).await.is_err() {
                 return;
             }
+            let _ = delivered.set(started.elapsed());
             if let Some(serve) = service {
                 serve(stream).await;
             } else {
@@ -453,6 +456,7 @@ impl RemoteSandbox {
         let us = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
         tracing::debug!(
             sandbox = self.id,
+            delivered_us = us(delivered.get().copied()),
             first_output_us = us(first_output),
             stdout_closed_us = us(output_closed),
             exited_us = us(exited_at),

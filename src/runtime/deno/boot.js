@@ -50,7 +50,7 @@ class Channel {
       this.fill();
     }
     const header = new TextDecoder().decode(this.buf.subarray(0, headerEnd));
-    const match = /^(CODE|FILE|SESSION) (\d+)$/.exec(header);
+    const match = /^(CODE|FILE|SESSION|EPHEMERAL) (\d+)$/.exec(header);
     if (!match) throw new Error(`codebox: bad boot header ${JSON.stringify(header.slice(0, 64))}`);
     const size = Number(match[2]);
     const payload = new Uint8Array(size);
@@ -102,7 +102,9 @@ function receive() {
   for (let first = true; ; first = false) {
     const [kind, payload] = channel.record();
     if (kind === "CODE") return { code: payload, session, rest: channel.buf };
-    if (kind === "SESSION") {
+    if (kind === "EPHEMERAL") {
+      // Deno's own exit is quick already; nothing to skip.
+    } else if (kind === "SESSION") {
       if (!first) throw new Error("codebox: bad boot header \"SESSION\"");
       session = true;
     } else {

@@ -35,7 +35,7 @@ class _Channel:
             self._fill(0)
         header, _, self._buf = self._buf.partition(b"\n")
         kind, _, size = header.partition(b" ")
-        if kind not in (b"CODE", b"FILE", b"SESSION") or not size.isdigit():
+        if kind not in (b"CODE", b"FILE", b"SESSION", b"EPHEMERAL") or not size.isdigit():
             raise SystemExit("codebox: bad boot header %r" % header[:64])
         size = int(size)
         parts, got = [self._buf[:size]], min(len(self._buf), size)
@@ -78,13 +78,13 @@ def _write_file(record):
 
 def _receive():
     channel = _Channel()
-    session = False
+    mode = None
     while True:
         kind, payload = channel.record()
         if kind == b"CODE":
-            return payload.decode("utf-8"), session, channel._buf
-        if kind == b"SESSION":
-            session = True
+            return payload.decode("utf-8"), mode, channel._buf
+        if kind in (b"SESSION", b"EPHEMERAL"):
+            mode = kind
         else:
             _write_file(payload)
 
@@ -124,11 +124,11 @@ def main():
         sys.stdout.reconfigure(line_buffering=True)
     module = type(sys)("__main__")
     _announce_ready()
-    source, session, rest = _receive()
+    source, mode, rest = _receive()
     module.__loader__ = _SourceLoader(source)
     module.__builtins__ = builtins
     sys.modules["__main__"] = module
-    if session:
+    if mode == b"SESSION":
         # Byte-compiled (this file is compiled at every start); both come from
         # /opt/codebox/python even if the workspace has modules of those names.
         sys.path.insert(0, sys.path.pop())
@@ -136,11 +136,13 @@ def main():
 
         sys.path.append(sys.path.pop(0))
         _codebox_session.run(codebox._channel, module, source, rest, _write_file, MAIN_FILENAME)
-    code = compile(source, MAIN_FILENAME, "exec")
+    status = 0
     try:
-        exec(code, module.__dict__)
-    except SystemExit:
-        raise
+        exec(compile(source, MAIN_FILENAME, "exec"), module.__dict__)
+    except SystemExit as exc:
+        if mode != b"EPHEMERAL":
+            raise
+        status = _exit_status(exc)
     except BaseException as exc:
         # Report as `python -c` would, without this file's frame. The pure-Python printer
         # reads source lines through linecache, which asks the module's __loader__.
@@ -148,7 +150,44 @@ def main():
 
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None
         traceback.print_exception(type(exc), exc.with_traceback(tb), tb)
-        sys.exit(1)
+        status = 1
+    if mode == b"EPHEMERAL":
+        _quick_exit(status)
+    sys.exit(status)
+
+
+def _exit_status(exc):
+    """The status Python gives a SystemExit (printing a non-integer code, as it does)."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except Exception:
+        pass
+    return 1
+
+
+def _quick_exit(status):
+    """Ends an ephemeral run without the interpreter's teardown. First what a caller can
+    see of a normal exit: non-daemon threads are joined and exit handlers run (as
+    Py_Finalize does), stdout and stderr flushed (status 120 if that fails, as Python
+    reports it). Freeing every object and closing files in a tmpfs that is about to be
+    discarded is skipped."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            status = status or 120
+    posix._exit(status)
 
 
 main()
