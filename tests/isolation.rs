@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::pooled::python_ok_cold_and_warm;
 use common::*;
 
 #[test]
@@ -20,7 +21,7 @@ print("passwd-has-sandbox", "sandbox:x:1000" in open("/etc/passwd").read())
 print("root-entries", sorted(os.listdir("/")))
 "#
     );
-    let out = python_ok(&code);
+    let out = python_ok_cold_and_warm(&code);
     for line in out.lines().filter(|l| l.starts_with('/')) {
         assert!(
             line.ends_with("False"),
@@ -35,7 +36,7 @@ fn rootfs_is_read_only() {
     if !sandbox_available("rootfs_is_read_only") {
         return;
     }
-    let out = python_ok(
+    let out = python_ok_cold_and_warm(
         r#"
 import errno
 for p in ["/usr/bin/python3", "/etc/passwd", "/new-file", "/usr/lib/x"]:
@@ -58,7 +59,7 @@ fn root_mount_is_nosuid_nodev_and_tmp_is_noexec() {
     if !sandbox_available("root_mount_is_nosuid_nodev_and_tmp_is_noexec") {
         return;
     }
-    let out = python_ok(
+    let out = python_ok_cold_and_warm(
         r#"
 for l in open("/proc/self/mountinfo"):
     f = l.split()
@@ -106,7 +107,7 @@ for host in ["127.0.0.1", "10.0.2.2"]:
 "#
     );
     // Default profile: no AF_INET socket at all (seccomp: EPERM).
-    let out = python_ok(&probe);
+    let out = python_ok_cold_and_warm(&probe);
     assert!(out.contains("interfaces ['lo']"), "{out}");
     assert!(out.contains("127.0.0.1 refused 1"), "{out}");
     // Network profile: sockets exist, but the namespace has only a loopback that is down.
@@ -126,7 +127,7 @@ fn own_pid_namespace_and_hostname() {
     if !sandbox_available("own_pid_namespace_and_hostname") {
         return;
     }
-    let out = python_ok(
+    let out = python_ok_cold_and_warm(
         r#"
 import os, socket
 print("pid", os.getpid())
@@ -146,7 +147,7 @@ fn uid_maps_to_an_unprivileged_host_id() {
     if !sandbox_available("uid_maps_to_an_unprivileged_host_id") {
         return;
     }
-    let out = python_ok(
+    let out = python_ok_cold_and_warm(
         r#"
 import os
 print("ids", os.getuid(), os.geteuid(), os.getgid(), os.getgroups())
@@ -201,7 +202,7 @@ fn only_fds_0_to_3_are_open() {
     if !sandbox_available("only_fds_0_to_3_are_open") {
         return;
     }
-    let out = python_ok(
+    let out = python_ok_cold_and_warm(
         r#"
 import os, stat
 open_fds = []
@@ -226,7 +227,7 @@ fn environment_is_small_and_fixed() {
     if !sandbox_available("environment_is_small_and_fixed") {
         return;
     }
-    let out = python_ok("import os; print(sorted(os.environ))");
+    let out = python_ok_cold_and_warm("import os; print(sorted(os.environ))");
     assert_eq!(
         out.trim(),
         "['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'TMPDIR']"
@@ -238,7 +239,7 @@ fn no_controlling_terminal_and_own_session() {
     if !sandbox_available("no_controlling_terminal_and_own_session") {
         return;
     }
-    let out = python_ok(
+    let out = python_ok_cold_and_warm(
         r#"
 import os
 print("sid", os.getsid(0) == os.getpid())

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod fixtures;
+pub mod pooled;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
