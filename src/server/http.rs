@@ -111,6 +111,14 @@ pub async fn serve(
     on_listening(bound);
     // On shutdown axum stops accepting connections; sessions (and the SSE streams of
     // calls still running) stay until the caller stops waiting for this future.
+    // TCP_NODELAY: a response is written in small pieces (headers, SSE events); with
+    // Nagle's algorithm the second one waits for the client's delayed ACK, which cost
+    // every call on a kept-alive connection ~40 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -1,35 +1,47 @@
 //! `cargo xtask bench-compare`: start-up latency, side by side, in one run.
 //!
-//! Alternates, round-robin on the same machine, the bare interpreters, the same under
-//! `bwrap --unshare-all` (a peer sandbox), and `codebox run` (a cold sandbox with every
-//! layer), so slow phases of the machine hit all of them alike. Prints median, p90 and p99
-//! and each one's ratio to the bare interpreter. Installs bubblewrap if missing (as root).
+//! Alternates, round-robin on the same machine, per language:
+//! - the bare interpreter (`python3 -S -c pass`, `deno eval ''`);
+//! - the same under `bwrap --unshare-all` (a peer sandbox);
+//! - the same under `codebox exec` (every codebox layer, the same program: the
+//!   apples-to-apples cold sandbox), when this build has `exec`;
+//! - `codebox run` (a cold sandbox with every layer and codebox's runtime);
+//! - an MCP `tools/call` `print(1)` round trip on stdio against a long-running
+//!   `codebox serve --pool-size 0` ("serve cold") and `--pool-size 2` ("pooled"), timed
+//!   from writing the request to reading the response, each result checked.
+//!
+//! All in one run, so slow phases of the machine hit all of them alike. Prints median, p90
+//! and p99, each row's ratio to and distance from its bare interpreter, and how many
+//! pooled calls got a warm sandbox. Installs bubblewrap if missing (as root).
+
+mod report;
+mod rows;
 
 use std::ffi::OsString;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+use crate::bench::mcp::{self, Outcome};
+use crate::bench::server::Server;
+use rows::{Probe, Row};
+
 const HELP: &str = "\
-cargo xtask bench-compare [--runs N]
+cargo xtask bench-compare [--runs N] [--no-build]
 
-Times, alternating in one run: bare `python3 -S -c pass`, the same under
-`bwrap --unshare-all`, `codebox run python -c pass`, and the Deno equivalents.
-Builds codebox in release mode and the rootfs first. Default: 100 runs each.
+Times, alternating in one run, per language: the bare interpreter, the same under
+`bwrap --unshare-all`, under `codebox exec`, `codebox run`, and an MCP tools/call
+print(1) round trip against `codebox serve` with the warm pool off (serve cold) and on
+(pooled, --pool-size 2). Builds codebox in release mode and the rootfs first.
+
+  --runs N     measured rounds (default 100), after one warm-up round
+  --no-build   use the existing target/release/codebox and target/rootfs
 ";
-
-struct Case {
-    name: &'static str,
-    /// The bare case this one is compared with.
-    baseline: &'static str,
-    argv: Vec<OsString>,
-    samples: Vec<f64>,
-}
 
 pub fn run(args: &[OsString]) -> Result<()> {
     let mut runs = 100usize;
+    let mut build = true;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.to_str() {
@@ -37,8 +49,10 @@ pub fn run(args: &[OsString]) -> Result<()> {
                 runs = it
                     .next()
                     .and_then(|v| v.to_str()?.parse().ok())
-                    .context("--runs needs a number")?
+                    .filter(|n| *n > 0)
+                    .context("--runs needs a positive number")?
             }
+            Some("--no-build") => build = false,
             Some("-h" | "--help") => {
                 print!("{HELP}");
                 return Ok(());
@@ -46,152 +60,76 @@ pub fn run(args: &[OsString]) -> Result<()> {
             _ => bail!("unknown option {a:?}; see `cargo xtask bench-compare --help`"),
         }
     }
-    let root = crate::test::workspace_root();
-    crate::rootfs::run(&[])?;
-    crate::test::run_checked(
-        &mut crate::test::cargo_command(&root, &["build", "--release", "--package", "codebox"]),
-        "cargo build --release",
-    )?;
+    let (codebox, rootfs) = crate::bench::prepare(build)?;
     ensure_bwrap()?;
-    let rootfs = root.join("target/rootfs");
-    let codebox = root.join("target/release/codebox");
-    let deno = rootfs.join("usr/bin/deno");
-    let os = |s: &str| OsString::from(s);
-    let path = |p: &Path| p.as_os_str().to_owned();
-    let bwrap = |argv: Vec<OsString>| -> Vec<OsString> {
-        let mut v: Vec<OsString> = [
-            "bwrap",
-            "--unshare-all",
-            "--die-with-parent",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--",
-        ]
-        .iter()
-        .map(|s| os(s))
-        .collect();
-        v.extend(argv);
-        v
-    };
-    let py = vec![os("/usr/bin/python3"), os("-S"), os("-c"), os("pass")];
-    let de = vec![path(&deno), os("eval"), os("")];
-    let mut cases = vec![
-        Case {
-            name: "python3 -S -c pass (bare)",
-            baseline: "",
-            argv: py.clone(),
-            samples: vec![],
-        },
-        Case {
-            name: "bwrap --unshare-all python3",
-            baseline: "python3 -S -c pass (bare)",
-            argv: bwrap(py),
-            samples: vec![],
-        },
-        Case {
-            name: "codebox run python -c pass",
-            baseline: "python3 -S -c pass (bare)",
-            argv: vec![
-                path(&codebox),
-                os("run"),
-                os("python"),
-                os("-c"),
-                os("pass"),
-            ],
-            samples: vec![],
-        },
-        Case {
-            name: "deno eval '' (bare)",
-            baseline: "",
-            argv: de.clone(),
-            samples: vec![],
-        },
-        Case {
-            name: "bwrap --unshare-all deno",
-            baseline: "deno eval '' (bare)",
-            argv: bwrap(de),
-            samples: vec![],
-        },
-        Case {
-            name: "codebox run typescript -c ''",
-            baseline: "deno eval '' (bare)",
-            argv: vec![
-                path(&codebox),
-                os("run"),
-                os("typescript"),
-                os("-c"),
-                os(""),
-            ],
-            samples: vec![],
-        },
-    ];
     let denodir = std::env::temp_dir().join(format!("codebox-bench-deno-{}", std::process::id()));
-    // One warm-up round, then the measured rounds.
+    let env = [
+        ("DENO_DIR", denodir.as_os_str()),
+        ("CODEBOX_ROOTFS", rootfs.as_os_str()),
+    ];
+    let mut servers: Vec<Server> = Vec::new();
+    let result = (|| {
+        let (mut rows, notes) = rows::build(&codebox, &rootfs, &env, &mut servers)?;
+        measure(&mut rows, &mut servers, &env, runs)?;
+        report::print(&rows, &notes, runs);
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&denodir);
+    let mut stopped = Ok(());
+    for s in servers {
+        let pid = s.pid();
+        stopped = stopped.and(s.stop().with_context(|| format!("stopping server {pid}")));
+    }
+    result.and(stopped)
+}
+
+/// One warm-up round, then `runs` measured rounds, every row once per round.
+fn measure(
+    rows: &mut [Row],
+    servers: &mut [Server],
+    env: &[(&str, &std::ffi::OsStr)],
+    runs: usize,
+) -> Result<()> {
     for round in 0..=runs {
-        for case in &mut cases {
-            let started = Instant::now();
-            let status = Command::new(&case.argv[0])
-                .args(&case.argv[1..])
-                .env("DENO_DIR", &denodir)
-                .env("CODEBOX_ROOTFS", &rootfs)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .status()
-                .with_context(|| format!("cannot start {}", case.name))?;
-            let ms = started.elapsed().as_secs_f64() * 1000.0;
-            if !status.success() {
-                bail!("{} failed: {status}", case.name);
-            }
+        for row in rows.iter_mut() {
+            let (ms, start) = match &row.probe {
+                Probe::Process(argv) => (time_process(argv, env, &row.name)?, None),
+                Probe::Mcp { server, lang } => {
+                    let session = servers[*server]
+                        .stdio()
+                        .context("an MCP row needs a stdio server")?;
+                    match mcp::execute_print_one(session, *lang)
+                        .with_context(|| row.name.clone())?
+                    {
+                        (Outcome::Ok { start }, ms) => (ms, start),
+                        (Outcome::Busy(m), _) => bail!("{}: refused: {m}", row.name),
+                    }
+                }
+            };
             if round > 0 {
-                case.samples.push(ms);
+                row.samples.push(ms);
+                *row.starts.entry(start.unwrap_or_default()).or_default() += 1;
             }
         }
-    }
-    let _ = std::fs::remove_dir_all(&denodir);
-    println!("\n{runs} runs each, alternating; wall time per start in ms\n");
-    println!(
-        "{:34} {:>8} {:>8} {:>8} {:>10}",
-        "", "median", "p90", "p99", "vs bare"
-    );
-    let medians: Vec<(&str, f64)> = cases
-        .iter_mut()
-        .map(|c| {
-            c.samples.sort_by(f64::total_cmp);
-            (c.name, percentile(&c.samples, 0.5))
-        })
-        .collect();
-    for c in &cases {
-        let median = percentile(&c.samples, 0.5);
-        let ratio = medians
-            .iter()
-            .find(|(n, _)| *n == c.baseline)
-            .map(|(_, b)| format!("{:.2}x", median / b))
-            .unwrap_or_else(|| "1.00x".into());
-        println!(
-            "{:34} {:8.2} {:8.2} {:8.2} {:>10}",
-            c.name,
-            median,
-            percentile(&c.samples, 0.9),
-            percentile(&c.samples, 0.99),
-            ratio
-        );
     }
     Ok(())
 }
 
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
+/// Wall time of one run of `argv` in ms; a failure fails the benchmark.
+fn time_process(argv: &[OsString], env: &[(&str, &std::ffi::OsStr)], name: &str) -> Result<f64> {
+    let started = Instant::now();
+    let status = Command::new(&argv[0])
+        .args(&argv[1..])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| format!("cannot start {name}"))?;
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    if !status.success() {
+        bail!("{name} failed: {status}");
     }
-    let idx = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[idx]
+    Ok(ms)
 }
 
 fn ensure_bwrap() -> Result<()> {

@@ -7,7 +7,9 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+mod bench;
 mod bench_compare;
+mod bench_throughput;
 mod rootfs;
 mod test;
 
@@ -15,9 +17,12 @@ const HELP: &str = "\
 cargo xtask <command> [options]
 
 Commands:
-  rootfs   build the sandbox's root filesystem (target/rootfs)
-  test     everything CI runs: rootfs, lints, all tests as root and rootless
-  bench-compare  start-up latency: bare interpreters vs bwrap vs codebox, side by side
+  rootfs            build the sandbox's root filesystem (target/rootfs)
+  test              everything CI runs: rootfs, lints, all tests as root and rootless
+  bench-compare     start-up latency: bare interpreters vs bwrap vs codebox (exec, run,
+                    MCP with and without the warm pool), side by side
+  bench-throughput  executions per second of one `codebox serve --http` under K clients,
+                    latency, warm starts, and a leak check
 
 Run `cargo xtask <command> --help` for a command's options.
 ";
@@ -33,6 +38,7 @@ fn main() -> ExitCode {
         Some("rootfs") => rootfs::run(&rest),
         Some("test") => test::run(&rest),
         Some("bench-compare") => bench_compare::run(&rest),
+        Some("bench-throughput") => bench_throughput::run(&rest),
         // `test`, `ci` and `bench` are dispatched here, each to its own module.
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");
