@@ -111,6 +111,13 @@ impl Watch {
             .unwrap_or_default()
     }
 
+    /// A second reader of the init's status pipe, for the process that drives the
+    /// program's I/O: it learns the program's status the moment the init reports it.
+    /// Whichever reader takes the record first has it; the other sees end of file.
+    pub fn status_reader(&self) -> std::io::Result<OwnedFd> {
+        self.status.try_clone()
+    }
+
     /// The init's pidfd: readable once the sandbox has ended.
     pub fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self.pidfd)

@@ -93,8 +93,9 @@ impl SpawnerClient {
             }
         };
         if fds.len() != wire::SPAWNED_FDS {
-            return Err(Error::Protocol("spawned without its three descriptors"));
+            return Err(Error::Protocol("spawned without its four descriptors"));
         }
+        let status = fds.pop().expect("status");
         let channel = fds.pop().expect("channel");
         let stderr = fds.pop().expect("stderr");
         let stdout = fds.pop().expect("stdout");
@@ -104,6 +105,7 @@ impl SpawnerClient {
             stdout: Some(stdout),
             stderr: Some(stderr),
             channel: Some(channel),
+            status: Some(status),
             landlock,
             cgroups,
             exited: Some(exit_rx),
@@ -232,6 +234,10 @@ pub struct RemoteSandbox {
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
     channel: Option<OwnedFd>,
+    /// A reader of the init's status pipe: the program's status as soon as the init
+    /// reports it, without waiting for the spawner to reap the sandbox and remove its
+    /// cgroup (about a millisecond, more while the spawner is busy starting another).
+    status: Option<OwnedFd>,
     landlock: Option<LandlockStatus>,
     cgroups: Vec<PathBuf>,
     exited: Option<oneshot::Receiver<Ending>>,
@@ -403,6 +409,15 @@ impl RemoteSandbox {
         tokio::pin!(channel_task);
         let mut channel_done = false;
         let mut exited = self.exited.take().expect("exit receiver");
+        let mut status_pipe = match self.status.take() {
+            Some(fd) => Some(
+                tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+                    .map_err(io("reading the status pipe"))?,
+            ),
+            None => None,
+        };
+        let mut status_record = [0u8; crate::sandbox::report::STATUS_LEN];
+        let mut status_got = 0usize;
 
         let deadline = tokio::time::Instant::from_std(self.started + timeout);
         let (mut out, mut err) = (Captured::default(), Captured::default());
@@ -437,6 +452,25 @@ impl RemoteSandbox {
                     }
                 },
                 _ = &mut channel_task, if !channel_done => channel_done = true,
+                r = read_status(&mut status_pipe, &mut status_record[status_got..]), if status_pipe.is_some() && ending.is_none() => match r {
+                    Ok(n) if n > 0 => {
+                        status_got += n;
+                        if status_got == status_record.len() {
+                            // The init reported the program's end: the result is known
+                            // now; the spawner reaps and cleans up in its own time.
+                            status_pipe = None;
+                            exited_at = Some(self.started.elapsed());
+                            let status = crate::sandbox::report::decode_status(&status_record);
+                            let cgroup = crate::sandbox::CgroupStats::read_dirs(&self.cgroups)
+                                .inspect_err(|e| tracing::warn!(error = %e, sandbox = self.id, "reading the cgroup's figures failed"))
+                                .ok();
+                            ending = Some(Ending { status, cgroup });
+                        }
+                    }
+                    // End of file or an error: the spawner took the record (or the
+                    // sandbox was killed); its exit report has it.
+                    _ => status_pipe = None,
+                },
                 e = &mut exited, if ending.is_none() => {
                     exited_at = Some(self.started.elapsed());
                     ending = Some(e.map_err(|_| Error::Gone)?);
@@ -495,4 +529,16 @@ pub fn cgroup_memory_bytes(dirs: &[PathBuf]) -> Option<u64> {
             .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
             .and_then(|v| v.trim().parse().ok())
     })
+}
+
+/// Reads from the status pipe, if there still is one (a disabled `select!` branch still
+/// builds its future).
+async fn read_status(
+    pipe: &mut Option<tokio::net::unix::pipe::Receiver>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    match pipe {
+        Some(p) => p.read(buf).await,
+        None => std::future::pending().await,
+    }
 }

@@ -98,10 +98,20 @@ fn spawn_one(
         }
     };
     let (io, watch) = sandbox.into_parts();
+    let status = match watch.status_reader() {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::error!(?e, id, "cannot share the status pipe; killing the sandbox");
+            let error = format!("cannot share the status pipe: {e}");
+            let _ = wire::send(sock.as_fd(), &Response::Failed { id, error }, &[]);
+            return None;
+        }
+    };
     let fds = [
         io.stdout.as_raw_fd(),
         io.stderr.as_raw_fd(),
         io.channel.as_raw_fd(),
+        status.as_raw_fd(),
     ];
     let sent = wire::send(
         sock.as_fd(),
@@ -112,8 +122,9 @@ fn spawn_one(
         },
         &fds,
     );
-    // Our copies close here: the supervisor holds the only ones now.
-    drop(io);
+    // Our copies close here: the supervisor holds the only ones now (of the status
+    // pipe, the watch keeps its own).
+    drop((io, status));
     match sent {
         Ok(()) => Some(watch),
         Err(e) => {

@@ -17,8 +17,9 @@ use crate::sandbox::{Ending, LandlockStatus, Limits};
 
 /// Largest message either side sends.
 pub const MAX_MESSAGE: usize = 64 * 1024;
-/// Descriptors passed with [`Response::Spawned`]: stdout, stderr, channel.
-pub const SPAWNED_FDS: usize = 3;
+/// Descriptors passed with [`Response::Spawned`]: stdout, stderr, channel, and a reader of
+/// the init's status pipe.
+pub const SPAWNED_FDS: usize = 4;
 
 /// What to run; the spawner resolves the profile and the program itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -29,6 +29,31 @@ pub struct CgroupStats {
     pub pids_limited: bool,
 }
 
+impl CgroupStats {
+    /// The figures of a sandbox cgroup from its directories alone (one per hierarchy, as
+    /// the spawner reports them), for a process that does not hold its handle: each
+    /// figure from the directory that has its file.
+    pub fn read_dirs(dirs: &[std::path::PathBuf]) -> Result<CgroupStats> {
+        let mut out = CgroupStats::default();
+        for dir in dirs {
+            if dir.join("memory.peak").exists() || dir.join("memory.events").exists() {
+                (out.peak_memory_bytes, out.oom_killed) = memory_v2(dir)?;
+            } else if dir.join("memory.max_usage_in_bytes").exists() {
+                (out.peak_memory_bytes, out.oom_killed) = memory_v1(dir)?;
+            }
+            // v2's cpu.stat has usage_usec; v1's cpu.stat does not (cpuacct.usage has it).
+            if out.cpu_usec.is_none() {
+                out.cpu_usec = match cpu_v2(dir)? {
+                    Some(usec) => Some(usec),
+                    None => cpu_v1(dir)?,
+                };
+            }
+            out.pids_limited |= pids_limited(dir)?;
+        }
+        Ok(out)
+    }
+}
+
 /// Peak memory and OOM kills on a v2 cgroup.
 pub(super) fn memory_v2(dir: &Path) -> Result<(Option<u64>, bool)> {
     let peak = optional_single(&dir.join("memory.peak"))?;
@@ -113,6 +138,40 @@ mod tests {
         assert_eq!(memory_v2(d.path()).unwrap(), (Some(67_108_864), true));
         assert_eq!(cpu_v2(d.path()).unwrap(), Some(123_456));
         assert!(pids_limited(d.path()).unwrap());
+    }
+
+    #[test]
+    fn figures_from_the_directories_alone() {
+        // Hybrid: a controller-less v2 directory, then v1 memory, cpu, cpuacct, pids.
+        let v2 = dir_with(&[
+            ("cpu.stat", "usage_usec 900\n"),
+            ("cgroup.events", "populated 0\n"),
+        ]);
+        let memory = dir_with(&[
+            ("memory.max_usage_in_bytes", "4096\n"),
+            (
+                "memory.oom_control",
+                "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+            ),
+        ]);
+        let cpu = dir_with(&[("cpu.stat", "nr_periods 1\nnr_throttled 0\n")]);
+        let pids = dir_with(&[("pids.events", "max 2\n")]);
+        let dirs: Vec<_> = [&v2, &memory, &cpu, &pids]
+            .iter()
+            .map(|d| d.path().to_path_buf())
+            .collect();
+        let stats = CgroupStats::read_dirs(&dirs).unwrap();
+        assert_eq!(stats.peak_memory_bytes, Some(4096));
+        assert_eq!(stats.cpu_usec, Some(900));
+        assert!(!stats.oom_killed && stats.pids_limited);
+        // v1 only: CPU from cpuacct.usage (ns).
+        let cpuacct = dir_with(&[("cpuacct.usage", "5000000\n")]);
+        let dirs = [
+            memory.path().to_path_buf(),
+            cpu.path().to_path_buf(),
+            cpuacct.path().to_path_buf(),
+        ];
+        assert_eq!(CgroupStats::read_dirs(&dirs).unwrap().cpu_usec, Some(5000));
     }
 
     #[test]
