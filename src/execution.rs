@@ -10,8 +10,10 @@ use serde::Serialize;
 use crate::rootfs::Rootfs;
 use crate::runtime::{self, Language};
 use crate::sandbox::{
-    self, CgroupManager, IdMapping, LandlockStatus, Limits, OutputSink, SandboxSpec, SecurityPolicy,
+    self, CgroupManager, IdMapping, LandlockStatus, Limits, OutputSink, Program, SandboxSpec,
+    SecurityPolicy,
 };
+use crate::stopwatch::Stopwatch;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -128,16 +130,21 @@ impl Host {
     /// Finds the cgroup hierarchies (enabling delegated v2 controllers, removing stale
     /// cgroups of crashed supervisors). Call before any thread or sandbox exists.
     pub fn new(rootfs: Rootfs, id_mapping: IdMapping) -> Host {
+        let mut sw = Stopwatch::start();
+        let (mut discover_us, mut enable_v2_us, mut stale_us) = (0, 0, 0);
         let cgroups = match CgroupManager::discover_host() {
             Ok(mut m) => {
+                discover_us = sw.lap_us();
                 if let Err(e) = m.enable_v2_controllers() {
                     tracing::debug!(?e, "v2 controllers stay disabled");
                 }
+                enable_v2_us = sw.lap_us();
                 match m.cleanup_stale() {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(removed = n, "removed stale sandbox cgroups"),
                     Err(e) => tracing::warn!(?e, "cannot clean up stale cgroups"),
                 }
+                stale_us = sw.lap_us();
                 Some(m)
             }
             Err(e) => {
@@ -145,10 +152,39 @@ impl Host {
                 None
             }
         };
+        tracing::debug!(
+            discover_us,
+            enable_v2_us,
+            stale_us,
+            total_us = sw.total_us(),
+            "host cgroup steps"
+        );
         Host {
             rootfs,
             id_mapping,
             cgroups,
+        }
+    }
+
+    /// The sandbox spec of one run on this host: the verified rootfs, this host's id
+    /// mapping, hostname `codebox`, no `/servers` or `/skills`.
+    pub fn spec(
+        &self,
+        program: Program,
+        workspace: Option<PathBuf>,
+        limits: &Limits,
+        policy: &SecurityPolicy,
+    ) -> SandboxSpec {
+        SandboxSpec {
+            rootfs: self.rootfs.path.clone(),
+            workspace,
+            servers: None,
+            skills: None,
+            program,
+            limits: limits.clone(),
+            id_mapping: self.id_mapping,
+            hostname: "codebox".into(),
+            policy: policy.clone(),
         }
     }
 }
@@ -161,8 +197,6 @@ pub fn execute(
     request: &ExecutionRequest,
     sink: &mut dyn OutputSink,
 ) -> Result<ExecutionResult> {
-    let rootfs = &host.rootfs;
-    let id_mapping = host.id_mapping;
     if request.code.len() > runtime::MAX_CODE_BYTES {
         return Err(Error::CodeTooLarge {
             size: request.code.len(),
@@ -170,35 +204,71 @@ pub fn execute(
         });
     }
     runtime::validate_files(&request.files)?;
-    let spec = SandboxSpec {
-        rootfs: rootfs.path.clone(),
-        workspace: request.workspace.clone(),
-        servers: None,
-        skills: None,
-        program: request.language.program()?,
-        limits: request.limits.clone(),
-        id_mapping,
-        hostname: "codebox".into(),
-        policy: request.policy.clone(),
-    };
-    let spawn_started = std::time::Instant::now();
-    let sandbox = sandbox::spawn(&spec, host.cgroups.as_ref())?;
-    tracing::debug!(
-        elapsed_us = spawn_started.elapsed().as_micros() as u64,
-        "sandbox spawned: program exec'd"
+    let spec = host.spec(
+        request.language.program()?,
+        request.workspace.clone(),
+        &request.limits,
+        &request.policy,
     );
     let mut frame = runtime::boot_frame_with_files(&request.code, &request.files);
     if request.workspace.is_none() {
         // No host directory is bound: nothing of the sandbox outlives it.
         frame = runtime::ephemeral(frame);
     }
-    let outcome = sandbox.run_to_completion(&frame, &request.limits, sink)?;
+    let outcome = run_spec(&spec, host, &frame, sink)?;
     Ok(result_from(
         request.language,
         request.workspace.as_deref(),
         request.policy.landlock.is_some(),
         outcome,
     ))
+}
+
+/// Runs `program` (a path inside the rootfs, with its argv, environment and working
+/// directory) in a fresh sandbox on `host` with exactly the layers and limits of `run`:
+/// namespaces, cgroup limits, mounts (a private tmpfs at `/workspace`), capabilities
+/// dropped, `no_new_privs`, landlock, seccomp. Nothing is written to its fd 3 and its
+/// stdin is `/dev/null`. Single-threaded callers only, like [`execute`].
+pub fn execute_program(
+    host: &Host,
+    program: Program,
+    limits: &Limits,
+    policy: &SecurityPolicy,
+    sink: &mut dyn OutputSink,
+) -> Result<sandbox::Outcome> {
+    let spec = host.spec(program, None, limits, policy);
+    run_spec(&spec, host, &[], sink)
+}
+
+/// Spawn, feed `input` to fd 3, supervise, finish; timed as one "execute steps" event.
+fn run_spec(
+    spec: &SandboxSpec,
+    host: &Host,
+    input: &[u8],
+    sink: &mut dyn OutputSink,
+) -> Result<sandbox::Outcome> {
+    let mut sw = Stopwatch::start();
+    let sandbox = sandbox::spawn(spec, host.cgroups.as_ref())?;
+    let spawn_us = sw.lap_us();
+    let outcome = sandbox.run_to_completion(input, &spec.limits, sink)?;
+    tracing::debug!(spawn_us, run_and_finish_us = sw.lap_us(), "execute steps");
+    Ok(outcome)
+}
+
+/// Logs what landlock enforced: a warning unless fully enforced (or not asked for).
+pub fn log_landlock(status: Option<LandlockStatus>, requested: bool) {
+    match status {
+        Some(LandlockStatus::FullyEnforced) => {
+            tracing::debug!(landlock = "fully_enforced", "landlock status")
+        }
+        Some(status) => {
+            tracing::warn!(landlock = ?status, "landlock is not fully enforced on this kernel")
+        }
+        None if requested => {
+            tracing::warn!("landlock status was not reported")
+        }
+        None => {}
+    }
 }
 
 /// Turns a sandbox outcome into the result callers see.
@@ -208,18 +278,7 @@ pub fn result_from(
     request_landlock: bool,
     outcome: sandbox::Outcome,
 ) -> ExecutionResult {
-    match outcome.landlock {
-        Some(LandlockStatus::FullyEnforced) => {
-            tracing::debug!(landlock = "fully_enforced", "landlock status")
-        }
-        Some(status) => {
-            tracing::warn!(landlock = ?status, "landlock is not fully enforced on this kernel")
-        }
-        None if request_landlock => {
-            tracing::warn!("landlock status was not reported")
-        }
-        None => {}
-    }
+    log_landlock(outcome.landlock, request_landlock);
     let (workspace_files, workspace_files_truncated) = match request_workspace {
         Some(dir) => match crate::workspace::list(dir) {
             Ok((entries, cut)) => (Some(entries), cut),

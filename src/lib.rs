@@ -31,6 +31,7 @@
 //! - [`session`]: sessions: workspaces with quotas, idle TTL, live interpreters
 //! - [`audit`]: the hash-chained audit log
 //! - [`ratelimit`]: per-client rate limits
+//! - [`stopwatch`]: per-step timings for the debug events of the cold path
 //! - [`tempdirs`]: per-process temporary directories, and removing those of dead processes
 //! - [`workspace`]: listing what a program left in its workspace, never following symlinks
 //! - [`tokens`]: token counts (o200k_base) of `tools/list` payloads: upstream catalogs vs
@@ -57,6 +58,7 @@ pub mod server;
 pub mod session;
 pub mod skills;
 pub mod spawner;
+pub mod stopwatch;
 pub mod tempdirs;
 pub mod tokens;
 pub mod units;

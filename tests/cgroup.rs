@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use codebox::sandbox::cgroup::{Backend, CgroupLimits, CgroupManager, Controller, SandboxCgroup};
+use codebox::sandbox::cgroup::{
+    Backend, CgroupLimits, CgroupManager, Controller, SandboxCgroup, TasksFds,
+};
 use codebox::sandbox::clone;
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
@@ -53,6 +55,10 @@ fn main() {
         Trial::ignorable_test(
             "clone_into_cgroup_places_the_child",
             clone_into_cgroup_places_the_child,
+        ),
+        Trial::ignorable_test(
+            "child_joins_v1_itself_through_tasks",
+            child_joins_v1_itself_through_tasks,
         ),
     ];
     libtest_mimic::run(&args, tests).exit();
@@ -651,6 +657,100 @@ fn clone_into_cgroup_places_the_child() -> Outcome {
         }
         Err(e) => eprintln!("  (CLONE_NEWCGROUP variant not possible here: {e:?})"),
     }
+    remove_and_check(cg)?;
+    Ok(Completion::Completed)
+}
+
+/// Monotonic time in nanoseconds; `clock_gettime` is async-signal-safe.
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// What the sandbox init does first (see `cgroup/join.rs`): the parent opens the v1
+/// `tasks` files, the cloned child writes "0" to each (moving itself, no global lock) —
+/// with the opener's credentials, so this also works rootless on a delegated cgroup.
+fn child_joins_v1_itself_through_tasks() -> Outcome {
+    let m = CgroupManager::discover_host().map_err(fail("discover_host"))?;
+    let v1_hierarchies = m.hierarchies().iter().filter(|h| h.version == 1).count();
+    if v1_hierarchies == 0 {
+        return missing(format!("no writable v1 hierarchy ({:?})", m.notes()));
+    }
+    let cg = m
+        .create("selfjoin", &CgroupLimits::default())
+        .map_err(fail("create"))?;
+    let name = cg.name().to_string();
+    let tasks = cg.open_v1_tasks().map_err(fail("open_v1_tasks"))?;
+    check(
+        tasks.len() == v1_hierarchies,
+        "one tasks fd per v1 hierarchy",
+    )?;
+    let raw = TasksFds::of(&tasks);
+    let (report_r, report_w) = pipe()?;
+    let (hold_r, hold_w) = pipe()?;
+    let (report, hold, hold_w_raw) = (report_w.as_raw_fd(), hold_r.as_raw_fd(), hold_w.as_raw_fd());
+    // SAFETY: this test binary runs its tests on the main thread with no other thread
+    // (harness = false, test_threads = 1); the child only makes raw syscalls (write,
+    // close, read, clock_gettime) and ends in _exit.
+    let pid = match unsafe { clone::clone_into_namespaces(0, cg.clone_into_fd()) }
+        .map_err(fail("clone3"))?
+    {
+        clone::Forked::Child => {
+            let t0 = now_ns();
+            let joined = raw.join_self();
+            let took = now_ns() - t0;
+            let mut record = [0u8; 12];
+            record[..4].copy_from_slice(
+                &match joined {
+                    Ok(()) => 0u32,
+                    Err((i, _)) => i + 1,
+                }
+                .to_le_bytes(),
+            );
+            record[4..].copy_from_slice(&took.to_le_bytes());
+            // SAFETY: raw syscalls on descriptors this child inherited and a stack buffer.
+            unsafe {
+                libc::write(report, record.as_ptr().cast(), record.len());
+                libc::close(report);
+                libc::close(hold_w_raw);
+                let mut b = 0u8;
+                libc::read(hold, (&mut b as *mut u8).cast(), 1);
+                libc::_exit(0)
+            }
+        }
+        clone::Forked::Parent { pid, .. } => pid.as_raw(),
+    };
+    drop((tasks, report_w, hold_r));
+    let mut record = Vec::new();
+    std::io::Read::read_to_end(&mut std::fs::File::from(report_r), &mut record)
+        .map_err(fail("report"))?;
+    let outside = read(Path::new(&format!("/proc/{pid}/cgroup")));
+    drop(hold_w);
+    nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).map_err(fail("waitpid"))?;
+    check(record.len() == 12, format!("short report {record:?}"))?;
+    let failed = u32::from_le_bytes(record[..4].try_into().unwrap());
+    let took_ns = u64::from_le_bytes(record[4..].try_into().unwrap());
+    eprintln!(
+        "  joined {v1_hierarchies} v1 hierarchies in {} µs",
+        took_ns / 1000
+    );
+    check(
+        failed == 0,
+        format!("writing 0 to tasks #{} failed", failed.wrapping_sub(1)),
+    )?;
+    let v1_lines = outside
+        .lines()
+        .filter(|l| !l.starts_with("0::") && l.ends_with(&format!("/{name}")))
+        .count();
+    check(
+        v1_lines == v1_hierarchies,
+        format!("child in {v1_lines} of {v1_hierarchies} v1 hierarchies: {outside}"),
+    )?;
     remove_and_check(cg)?;
     Ok(Completion::Completed)
 }

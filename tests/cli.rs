@@ -236,3 +236,97 @@ fn config_file_secrets_and_env_overrides() {
         stderr_of(&out)
     );
 }
+
+// `codebox exec`: a rootfs program under every layer `run` uses.
+
+fn exec(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(codebox_bin())
+        .arg("exec")
+        .args(args)
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn exec_passes_exit_status_and_output_through() {
+    if !sandbox_available("exec_passes_exit_status_and_output_through") {
+        return;
+    }
+    let out = exec(&[
+        "--",
+        "/usr/bin/python3",
+        "-c",
+        "import sys; print('out', sys.argv[1:]); print('err', file=sys.stderr); sys.exit(7)",
+        "-x",
+        "y z",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr_of(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out ['-x', 'y z']\n");
+    assert_eq!(stderr_of(&out), "err\n");
+    let out = exec(&["/usr/bin/python3", "-S", "-c", "pass"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+}
+
+#[test]
+fn exec_reports_a_signal_as_128_plus_its_number() {
+    if !sandbox_available("exec_reports_a_signal_as_128_plus_its_number") {
+        return;
+    }
+    let out = exec(&[
+        "--",
+        "/usr/bin/python3",
+        "-c",
+        "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+    ]);
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", stderr_of(&out));
+}
+
+#[test]
+fn exec_refuses_a_relative_or_missing_program() {
+    let out = exec(&["--", "python3", "-c", "pass"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr_of(&out);
+    assert!(err.contains("absolute path"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    if !sandbox_available("exec_refuses_a_relative_or_missing_program") {
+        return;
+    }
+    let out = exec(&["--", "/usr/bin/no-such-program"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("/usr/bin/no-such-program") && err.contains("No such file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn exec_runs_under_every_layer() {
+    if !sandbox_available("exec_runs_under_every_layer") {
+        return;
+    }
+    let code = "import os, socket, sys\n\
+        status = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n\
+        print(socket.gethostname(), os.getuid(), os.getgid(), repr(sys.stdin.read()))\n\
+        print(status['CapEff'].strip(), status['NoNewPrivs'].strip(), status['Seccomp'].strip())\n\
+        print(sorted(os.environ))\n\
+        print(os.path.exists('/home'), os.getcwd())";
+    let out = exec(&["--", "/usr/bin/python3", "-c", code]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    // Own hostname, the unprivileged sandbox user, empty stdin.
+    assert_eq!(lines[0], "codebox 1000 1000 ''", "{stdout}");
+    // No capabilities, no_new_privs, a seccomp filter (mode 2).
+    assert_eq!(lines[1], "0000000000000000 1 2", "{stdout}");
+    // The fixed environment of `run`'s Python, nothing of ours.
+    assert_eq!(
+        lines[2], "['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'TMPDIR']",
+        "{stdout}"
+    );
+    // The rootfs, not the host's: no /home; the working directory of `run`.
+    assert_eq!(lines[3], "False /workspace", "{stdout}");
+}

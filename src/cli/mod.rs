@@ -2,6 +2,9 @@
 
 mod audit;
 mod doctor;
+mod exec;
+mod passthrough;
+mod prepare;
 mod run;
 mod serve;
 mod tools;
@@ -29,6 +32,10 @@ pub struct Cli {
 enum Command {
     /// Run a program in a fresh sandbox.
     Run(run::RunArgs),
+    /// Run any program of the rootfs (an absolute path) in a fresh sandbox with the layers
+    /// and limits of `run`: `codebox exec -- /usr/bin/python3 -S -c pass`.
+    #[command(override_usage = "codebox exec [OPTIONS] -- PROGRAM [ARGS]...")]
+    Exec(exec::ExecArgs),
     /// Serve MCP on stdio: execute_python, execute_typescript, health.
     Serve(serve::ServeArgs),
     /// Check this host layer by layer: namespaces, cgroups, seccomp, landlock, rootfs, runtimes.
@@ -43,6 +50,7 @@ enum Command {
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Exec(args) => exec::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Tools(args) => tools::run(args),

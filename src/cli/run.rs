@@ -9,16 +9,13 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use codebox::execution::{self, ExecutionRequest, ExecutionResult, Host};
-use codebox::profile::Profile;
-use codebox::rootfs;
+use codebox::execution::{self, ExecutionRequest, ExecutionResult};
 use codebox::runtime::Language;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
-use codebox::sandbox::{IdMapping, OutputSink};
 use codebox::units::{parse_duration, parse_size};
 
-/// Exit status after a timeout, as timeout(1) uses.
-const EXIT_TIMED_OUT: u8 = 124;
+use super::passthrough::{exit_status, Passthrough};
+use super::prepare::{prepare, Prepared};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -83,19 +80,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let profile = Profile::load(&args.profile)?;
-    let verify_started = std::time::Instant::now();
-    let rootfs_dir = rootfs::locate(args.rootfs.as_deref())?;
-    let rootfs = rootfs::verify(&rootfs_dir, rootfs::default_stamp_dir().as_deref())?;
-    tracing::debug!(
-        path = %rootfs.path.display(),
-        verification = ?rootfs.verification,
-        elapsed_us = verify_started.elapsed().as_micros() as u64,
-        "rootfs verified"
-    );
-    if args.root_host_id == 0 {
-        bail!("--root-host-id 0 would make the sandbox user host root; pick an unprivileged id");
-    }
+    let files = read_files(&args.files)?;
+    let Prepared { profile, host } =
+        prepare(&args.profile, args.rootfs.as_deref(), args.root_host_id)?;
     let mut limits = profile.limits.clone();
     if let Some(t) = args.timeout {
         limits.timeout = t;
@@ -115,12 +102,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let request = ExecutionRequest {
         language: args.language,
         code,
-        files: read_files(&args.files)?,
+        files,
         workspace,
         limits,
         policy: profile.policy.clone(),
     };
-    let host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     let result = if args.json {
         execution::execute(&host, &request, &mut codebox::sandbox::Discard)?
     } else {
@@ -181,19 +167,6 @@ fn read_program(args: &RunArgs) -> anyhow::Result<String> {
     })
 }
 
-/// Streams the program's output to ours as it arrives.
-struct Passthrough;
-
-impl OutputSink for Passthrough {
-    fn stdout(&mut self, chunk: &[u8]) {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(chunk).and_then(|_| out.flush());
-    }
-    fn stderr(&mut self, chunk: &[u8]) {
-        let _ = std::io::stderr().lock().write_all(chunk);
-    }
-}
-
 fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Result<ExitCode> {
     if json {
         let mut out = std::io::stdout().lock();
@@ -231,17 +204,9 @@ fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Re
             eprintln!("codebox: killed by the seccomp policy (a system call from a foreign ABI)");
         }
     }
-    Ok(ExitCode::from(exit_status(result)))
-}
-
-/// The shell convention: the program's exit code, 128 + signal, 124 on timeout.
-fn exit_status(result: &ExecutionResult) -> u8 {
-    if result.timed_out {
-        return EXIT_TIMED_OUT;
-    }
-    match (result.exit_code, result.signal) {
-        (Some(code), _) => (code & 0xff) as u8,
-        (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
-        (None, None) => super::EXIT_CODEBOX_FAILED,
-    }
+    Ok(ExitCode::from(exit_status(
+        result.timed_out,
+        result.exit_code,
+        result.signal,
+    )))
 }

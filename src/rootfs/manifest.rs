@@ -65,17 +65,18 @@ impl Manifest {
             Some((_, HEADER)) => {}
             _ => return Err(bad(1, format!("first line is not {HEADER:?}"))),
         }
-        let mut entries = Vec::new();
-        let mut previous: Option<String> = None;
+        // One entry per line after the header (the count is only a capacity hint).
+        let mut entries: Vec<Entry> = Vec::with_capacity(text.len() / 64);
         for (i, line) in lines {
             let n = i + 1;
-            let fields: Vec<&str> = line.split('\t').collect();
-            let entry = match fields.as_slice() {
-                ["d", mode, path] => Entry::Dir {
+            let mut f = line.split('\t');
+            let fields = [f.next(), f.next(), f.next(), f.next(), f.next(), f.next()];
+            let entry = match fields {
+                [Some("d"), Some(mode), Some(path), None, None, None] => Entry::Dir {
                     path: check_path(path).map_err(|r| bad(n, r))?,
                     mode: parse_mode(mode).map_err(|r| bad(n, r))?,
                 },
-                ["f", mode, size, sha, path] => Entry::File {
+                [Some("f"), Some(mode), Some(size), Some(sha), Some(path), None] => Entry::File {
                     path: check_path(path).map_err(|r| bad(n, r))?,
                     mode: parse_mode(mode).map_err(|r| bad(n, r))?,
                     size: size
@@ -83,18 +84,19 @@ impl Manifest {
                         .map_err(|_| bad(n, format!("bad size {size:?}")))?,
                     sha256: parse_sha(sha).ok_or_else(|| bad(n, format!("bad sha256 {sha:?}")))?,
                 },
-                ["l", target, path] if !target.is_empty() => Entry::Symlink {
-                    path: check_path(path).map_err(|r| bad(n, r))?,
-                    target: PathBuf::from(target),
-                },
+                [Some("l"), Some(target), Some(path), None, None, None] if !target.is_empty() => {
+                    Entry::Symlink {
+                        path: check_path(path).map_err(|r| bad(n, r))?,
+                        target: PathBuf::from(target),
+                    }
+                }
                 _ => return Err(bad(n, "expected a d, f or l entry".into())),
             };
-            if let Some(prev) = &previous {
-                if prev.as_str() >= entry.path() {
+            if let Some(prev) = entries.last() {
+                if prev.path() >= entry.path() {
                     return Err(bad(n, "entries are not sorted or repeat a path".into()));
                 }
             }
-            previous = Some(entry.path().to_string());
             entries.push(entry);
         }
         Ok(Manifest { entries })

@@ -3,16 +3,18 @@
 //! Two levels of verification:
 //! - full: every entry's kind, mode and size, every file's SHA-256, and no entry that the
 //!   manifest does not list;
-//! - quick: every entry's kind, mode and size from `lstat`, plus a fingerprint of all
-//!   inode numbers and change times compared with a stamp written by the last full
-//!   verification. Any write, chmod, rename or added entry changes some ctime (the kernel
-//!   sets it; users cannot), so a changed fingerprint triggers a full verification.
+//! - quick (`quick.rs`): every entry's kind, mode and size from `fstatat`, plus a
+//!   fingerprint of all inode numbers and change times compared with a stamp written by
+//!   the last full verification. Any write, chmod, rename or added entry changes some
+//!   ctime (the kernel sets it; users cannot), so a changed fingerprint triggers a full
+//!   verification.
 //!
 //! The stamp lives in the caller's private cache directory (`~/.cache/codebox`, mode
 //! 0700); without one, every verification is full.
 
 mod error;
 pub mod manifest;
+mod quick;
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -23,6 +25,9 @@ use sha2::{Digest, Sha256};
 
 pub use error::{Error, Result};
 pub use manifest::{Entry, Manifest};
+
+use crate::stopwatch::Stopwatch;
+use quick::{check_metadata, host_path};
 
 /// How a rootfs was found to be intact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +86,7 @@ pub fn verify(root: &Path, stamp_dir: Option<&Path>) -> Result<Rootfs> {
             path: manifest_path.clone(),
             source,
         })?;
-    let t0 = std::time::Instant::now();
+    let mut sw = Stopwatch::start();
     let stamp = stamp_dir.map(|d| stamp_path(d, root));
     let previous = stamp.as_ref().and_then(|p| Stamp::read(p));
     // The manifest's digest is reused while the manifest file itself is unchanged (same
@@ -102,14 +107,15 @@ pub fn verify(root: &Path, stamp_dir: Option<&Path>) -> Result<Rootfs> {
         Some(s) if s.manifest_id == manifest_id => s.manifest_sha256.clone(),
         _ => manifest::hex(&Sha256::digest(text.as_bytes())),
     };
-    let hashed = t0.elapsed();
+    let hash_us = sw.lap_us();
     let manifest = Manifest::parse(&text, &manifest_path)?;
-    let parsed = t0.elapsed();
+    let parse_us = sw.lap_us();
     let fingerprint = check_metadata(root, &manifest, &manifest_sha256)?;
     tracing::debug!(
-        hash_us = hashed.as_micros() as u64,
-        parse_us = parsed.as_micros() as u64,
-        metadata_us = t0.elapsed().as_micros() as u64,
+        hash_us,
+        parse_us,
+        metadata_us = sw.lap_us(),
+        entries = manifest.entries.len(),
         "rootfs verification steps"
     );
     let verification = match &previous {
@@ -202,91 +208,6 @@ fn write_stamp(dir: &Path, path: &Path, fingerprint: &str) {
     }
 }
 
-/// Checks kind, mode and size of every entry; returns the metadata fingerprint.
-fn check_metadata(root: &Path, manifest: &Manifest, manifest_sha256: &str) -> Result<String> {
-    let mut fp = Sha256::new();
-    fp.update(manifest_sha256.as_bytes());
-    for entry in &manifest.entries {
-        let path = host_path(root, entry.path());
-        let meta = match std::fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::Missing {
-                    root: root.to_path_buf(),
-                    entry: entry.path().to_string(),
-                })
-            }
-            Err(source) => return Err(Error::Io { path, source }),
-        };
-        let tampered = |what: String| Error::Tampered {
-            root: root.to_path_buf(),
-            entry: entry.path().to_string(),
-            what,
-        };
-        let ft = meta.file_type();
-        let mode = meta.mode() & 0o7777;
-        match entry {
-            Entry::Dir { mode: want, .. } => {
-                if !ft.is_dir() {
-                    return Err(tampered("is no longer a directory".into()));
-                }
-                if mode != *want {
-                    return Err(tampered(format!(
-                        "has mode {mode:04o}, expected {want:04o}"
-                    )));
-                }
-            }
-            Entry::File {
-                mode: want, size, ..
-            } => {
-                if !ft.is_file() {
-                    return Err(tampered("is no longer a regular file".into()));
-                }
-                if mode != *want {
-                    return Err(tampered(format!(
-                        "has mode {mode:04o}, expected {want:04o}"
-                    )));
-                }
-                if meta.len() != *size {
-                    return Err(tampered(format!(
-                        "has {} bytes, expected {size}",
-                        meta.len()
-                    )));
-                }
-            }
-            Entry::Symlink { target, .. } => {
-                if !ft.is_symlink() {
-                    return Err(tampered("is no longer a symlink".into()));
-                }
-                let actual = std::fs::read_link(&path).map_err(|source| Error::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                if &actual != target {
-                    return Err(tampered(format!(
-                        "points to {}, expected {}",
-                        actual.display(),
-                        target.display()
-                    )));
-                }
-            }
-        }
-        fp.update(entry.path().as_bytes());
-        for v in [
-            meta.dev(),
-            meta.ino(),
-            meta.size(),
-            meta.ctime() as u64,
-            meta.ctime_nsec() as u64,
-            meta.mtime() as u64,
-            meta.mtime_nsec() as u64,
-        ] {
-            fp.update(v.to_le_bytes());
-        }
-    }
-    Ok(manifest::hex(&fp.finalize()))
-}
-
 /// Hashes every file and looks for entries the manifest does not list.
 fn check_contents(root: &Path, manifest: &Manifest) -> Result<()> {
     let mut buf = vec![0u8; 1 << 20];
@@ -349,10 +270,6 @@ fn check_contents(root: &Path, manifest: &Manifest) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn host_path(root: &Path, rel: &str) -> PathBuf {
-    root.join(rel.trim_start_matches('/'))
 }
 
 #[cfg(test)]
@@ -427,6 +344,24 @@ mod tests {
         .unwrap();
         let err = verify(t.path(), None).unwrap_err();
         assert!(err.to_string().contains("mode"), "{err}");
+    }
+
+    #[test]
+    fn retargeted_symlink_and_changed_kind_are_caught() {
+        let t = tree();
+        fs::remove_file(t.path().join("bin")).unwrap();
+        std::os::unix::fs::symlink("/usr/bin", t.path().join("bin")).unwrap();
+        let err = verify(t.path(), None).unwrap_err();
+        assert!(err.to_string().contains("points to /usr/bin"), "{err}");
+
+        let t = tree();
+        fs::remove_file(t.path().join("usr/bin/tool")).unwrap();
+        fs::create_dir(t.path().join("usr/bin/tool")).unwrap();
+        let err = verify(t.path(), None).unwrap_err();
+        assert!(
+            err.to_string().contains("no longer a regular file"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -53,20 +53,32 @@ impl Language {
         }
     }
 
-    /// The interpreter command line and environment inside the sandbox.
-    pub fn program(self) -> Result<Program> {
+    /// The fixed environment of the language's interpreter inside the sandbox (nothing
+    /// of the caller's environment is inherited). `codebox exec` uses Python's.
+    pub fn env(self) -> Vec<(&'static str, &'static str)> {
         let common = [
             ("PATH", "/usr/bin"),
             ("HOME", "/workspace"),
             ("LANG", "C.UTF-8"),
             ("TMPDIR", "/tmp"),
         ];
+        let extra: &[(&str, &str)] = match self {
+            Language::Python => &[("PYTHONDONTWRITEBYTECODE", "1")],
+            Language::TypeScript => &[
+                ("DENO_DIR", "/tmp/.deno"),
+                ("DENO_NO_UPDATE_CHECK", "1"),
+                ("DENO_NO_PROMPT", "1"),
+                ("NO_COLOR", "1"),
+            ],
+        };
+        common.into_iter().chain(extra.iter().copied()).collect()
+    }
+
+    /// The interpreter command line and environment inside the sandbox.
+    pub fn program(self) -> Result<Program> {
+        let env = self.env();
         match self {
             Language::Python => {
-                let env: Vec<_> = common
-                    .into_iter()
-                    .chain([("PYTHONDONTWRITEBYTECODE", "1")])
-                    .collect();
                 // -I: ignore PYTHON* variables and user site; -S: no site module (the
                 // rootfs has no site-packages; boot.py installs exit/quit); -B: no .pyc
                 // writes on the read-only rootfs.
@@ -78,15 +90,6 @@ impl Language {
                 )
             }
             Language::TypeScript => {
-                let env: Vec<_> = common
-                    .into_iter()
-                    .chain([
-                        ("DENO_DIR", "/tmp/.deno"),
-                        ("DENO_NO_UPDATE_CHECK", "1"),
-                        ("DENO_NO_PROMPT", "1"),
-                        ("NO_COLOR", "1"),
-                    ])
-                    .collect();
                 // Deno's own permission system is not the boundary here (the kernel is),
                 // and the boot file needs FFI to read fd 3, so everything is allowed.
                 Program::new(

@@ -14,6 +14,7 @@ use std::os::fd::{BorrowedFd, RawFd};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{ForkResult, Gid, Uid};
 
+use super::cgroup::TasksFds;
 use super::fds::{self, slot};
 use super::idmap::SANDBOX_ID;
 use super::mounts;
@@ -32,10 +33,24 @@ pub struct ChildFds {
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub channel: RawFd,
+    /// The `tasks` files of the sandbox's v1 cgroups, opened by the parent (see
+    /// `cgroup/join.rs`); closed in step 0.
+    pub cgroup_tasks: TasksFds,
 }
 
 /// The init procedure. Called in the child of `clone3`; never returns.
 pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
+    // 0. Into the v1 cgroups before anything else, so all the sandbox does is counted and
+    //    limited (v2 placed us at clone time). This thread moves itself (`0` to `tasks`),
+    //    which spares the kernel's global threadgroup lock. The errors pipe is not in its
+    //    slot yet, so a failure is reported on the inherited descriptor.
+    if let Err((index, e)) = fds.cgroup_tasks.join_self() {
+        // SAFETY: `fds.errors` is the inherited write end of the errors pipe, open here.
+        let errors = unsafe { BorrowedFd::borrow_raw(fds.errors) };
+        let errno = e.raw_os_error().unwrap_or(libc::EIO);
+        report::fail(errors, Stage::JoinCgroup, index, errno)
+    }
+
     // 1. Put the inherited descriptors into fixed slots and close everything else the
     //    spawning process had open, so no host descriptor reaches the sandbox. Until the
     //    errors pipe is in its slot, failures can only be signalled by the exit status.
@@ -75,8 +90,8 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
     // SAFETY: closing a descriptor this process owns and no longer needs.
     unsafe { libc::close(slot::SYNC) };
 
-    // 3b. The supervisor has put us in our own cgroup by now (v1 hierarchies are joined
-    //     after the clone): a fresh cgroup namespace makes that cgroup the root we see.
+    // 3b. We are in our own cgroup in every hierarchy by now (v2 at clone time, v1 in
+    //     step 0): a fresh cgroup namespace makes that cgroup the root we see.
     check(
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP),
         Stage::CgroupNamespace,

@@ -154,16 +154,26 @@ impl Watch {
     /// Waits for the init to end and reaps it, reads the program status it reported,
     /// collects the cgroup's figures and removes the cgroup.
     pub fn finish(mut self) -> Result<Ending> {
+        let mut sw = crate::stopwatch::Stopwatch::start();
         let status = self.reap()?;
-        let cgroup = match self.cgroup.take() {
+        let reap_us = sw.lap_us();
+        let (cgroup, stats_us) = match self.cgroup.take() {
             Some(cg) => {
                 let stats = cg.stats();
+                let stats_us = sw.lap_us();
                 // Nothing of the sandbox may outlive the run: kill stragglers, rmdir.
                 cg.remove()?;
-                Some(stats?)
+                (Some(stats?), stats_us)
             }
-            None => None,
+            None => (None, 0),
         };
+        tracing::debug!(
+            reap_us,
+            cgroup_stats_us = stats_us,
+            cgroup_remove_us = sw.lap_us(),
+            total_us = sw.total_us(),
+            "finish steps"
+        );
         Ok(Ending { status, cgroup })
     }
 

@@ -38,10 +38,11 @@ pub enum Stage {
     Landlock,
     Seccomp,
     CgroupNamespace,
+    JoinCgroup,
 }
 
 impl Stage {
-    const ALL: [Stage; 23] = [
+    const ALL: [Stage; 24] = [
         Stage::ArrangeFds,
         Stage::ParentDeathSignal,
         Stage::WaitForParent,
@@ -65,6 +66,7 @@ impl Stage {
         Stage::Landlock,
         Stage::Seccomp,
         Stage::CgroupNamespace,
+        Stage::JoinCgroup,
     ];
 
     fn from_u32(v: u32) -> Option<Stage> {
@@ -96,6 +98,7 @@ impl Stage {
             Stage::Landlock => "enforcing the landlock ruleset the profile requires",
             Stage::Seccomp => "installing the seccomp filter",
             Stage::CgroupNamespace => "entering a cgroup namespace rooted at the sandbox cgroup",
+            Stage::JoinCgroup => "moving the sandbox init into its v1 cgroup (writing 0 to tasks)",
         }
     }
 }
@@ -106,6 +109,9 @@ pub struct SetupFailure {
     pub stage: Stage,
     /// For [`Stage::Mount`], the plan step that failed.
     pub mount_step: Option<MountStep>,
+    /// The stage's detail word: the mount step's index, the v1 hierarchy's index for
+    /// [`Stage::JoinCgroup`], or which of several calls of a stage failed.
+    pub detail: u32,
     pub errno: i32,
 }
 
@@ -114,6 +120,9 @@ impl fmt::Display for SetupFailure {
         f.write_str(self.stage.describe())?;
         if let Some(step) = &self.mount_step {
             write!(f, " ({step:?})")?;
+        }
+        if self.stage == Stage::JoinCgroup {
+            write!(f, " (v1 hierarchy #{})", self.detail)?;
         }
         Ok(())
     }
@@ -135,12 +144,13 @@ pub fn encode_failure(stage: Stage, detail: u32, errno: i32) -> [u8; FAILURE_LEN
 pub fn decode_failure(b: &[u8; FAILURE_LEN], plan: &[MountStep]) -> Option<SetupFailure> {
     let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
     let stage = Stage::from_u32(word(0))?;
-    let detail = word(4) as usize;
+    let detail = word(4);
     Some(SetupFailure {
         stage,
         mount_step: (stage == Stage::Mount)
-            .then(|| plan.get(detail).cloned())
+            .then(|| plan.get(detail as usize).cloned())
             .flatten(),
+        detail,
         errno: word(8) as i32,
     })
 }

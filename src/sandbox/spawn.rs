@@ -1,47 +1,60 @@
 //! Creating a sandbox: the supervisor's side of `clone3`.
 //!
-//! 1. Plan everything (mount plan, program image) while still single-threaded parent code.
+//! 1. Create the cgroup with its limits and open its v1 `tasks` files; plan everything
+//!    (mount plan, program image) while still single-threaded parent code.
 //! 2. Create the pipes: sync (parent → init), errors (init/program → parent), status
 //!    (init → parent), stdout, stderr, and the fd-3 socketpair.
-//! 3. `clone3` into new user, mount, pid, net, ipc, uts and cgroup namespaces.
+//! 3. `clone3` into new user, mount, pid, net, ipc, uts and cgroup namespaces (on v2
+//!    straight into the cgroup); the init's first act is to join its v1 hierarchies.
 //! 4. Write the child's `setgroups`, `uid_map` and `gid_map`, then release it.
 //! 5. Wait for end of file on the errors pipe: the program has exec'd (close-on-exec) —
 //!    or a failure record arrives and the sandbox is killed and reaped.
+//!
+//! Every step is timed; `RUST_LOG=codebox=debug` shows them in one "spawn steps" event.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use nix::unistd::Pid;
 
-use super::cgroup::{CgroupLimits, CgroupManager};
+use super::cgroup::{CgroupLimits, CgroupManager, SandboxCgroup, TasksFds};
 use super::clone::{clone_into_namespaces, Forked, NAMESPACES};
 use super::error::{Error, Result};
 use super::fds;
 use super::init::{self, ChildFds};
 use super::plan::{LockedFlags, MountPlan};
-use super::report::{self, FAILURE_LEN};
+use super::report::{self, SetupFailure, Stage, FAILURE_LEN};
 use super::spec::{Limits, SandboxSpec};
 use super::{Sandbox, SandboxIo, Watch};
+use crate::stopwatch::Stopwatch;
 
 /// Creates a sandbox running `spec.program`; returns once the program has been exec'd.
 ///
 /// Must be called from a single-threaded process (see `clone.rs`).
 pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sandbox> {
     spec.validate()?;
-    let t0 = Instant::now();
+    let mut sw = Stopwatch::start();
     // The cgroup exists, with its limits, before the process does.
     let cgroup = match (cgroups, cgroup_limits(&spec.limits)) {
         (Some(manager), limits) => Some(manager.create("sandbox", &limits)?),
         (None, limits) if limits.controllers().is_empty() => None,
         (None, _) => return Err(Error::NoCgroups),
     };
-    let cgroup_created = t0.elapsed();
+    let cgroup_us = sw.lap_us();
+    // Opened here, written by the child (see cgroup/join.rs); closed in the parent
+    // right after the clone.
+    let tasks: Vec<OwnedFd> = match &cgroup {
+        Some(cg) => cg.open_v1_tasks()?,
+        None => Vec::new(),
+    };
+    let tasks_us = sw.lap_us();
     let locked = LockedFlags::of(&spec.rootfs).map_err(|source| Error::Io {
         doing: "reading the rootfs mount flags",
         source,
     })?;
     let plan = MountPlan::for_spec(spec, locked);
+    let plan_us = sw.lap_us();
 
     let fd_err = |what| move |source| Error::CreateFd { what, source };
     let (sync_r, sync_w) = fds::pipe().map_err(fd_err("sync pipe"))?;
@@ -57,7 +70,9 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         stdout: stdout_w.as_raw_fd(),
         stderr: stderr_w.as_raw_fd(),
         channel: channel_child.as_raw_fd(),
+        cgroup_tasks: TasksFds::of(&tasks),
     };
+    let pipes_us = sw.lap_us();
 
     // SAFETY: the caller guarantees a single-threaded process; the child branch below
     // never returns (init::run ends in _exit or execve, and a panic ends in _exit).
@@ -82,9 +97,9 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         stdout_w,
         stderr_w,
         channel_child,
+        tasks,
     ));
-    let cloned = t0.elapsed();
-    let started = Instant::now();
+    let clone_us = sw.lap_us();
     let mut sandbox = Sandbox {
         io: SandboxIo {
             stdout: stdout_r,
@@ -99,23 +114,35 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
             cgroup,
             reaped: false,
         },
-        started,
+        started: Instant::now(),
     };
 
-    // v1 hierarchies (and v2 without CLONE_INTO_CGROUP): move the init in while it still
-    // waits for the release, so nothing of the sandbox ever runs outside its limits.
+    // v2 without CLONE_INTO_CGROUP (a handle without a directory fd): move the init in
+    // while it still waits for the release. v1 hierarchies: the init joins them itself.
     if let Some(cg) = &sandbox.watch.cgroup {
-        cg.add_process(pid.as_raw())?;
+        if cg.clone_into_fd().is_none() {
+            cg.add_process_v2(pid.as_raw())?;
+        }
     }
+    let join_us = sw.lap_us();
 
-    let joined = t0.elapsed();
-    if let Err(e) = write_id_maps(pid, spec) {
-        tracing::error!(?e, pid = pid.as_raw(), "writing id maps failed");
-        return Err(e);
-    }
-    fds::write_all_raw(sync_w.as_raw_fd(), b"1").map_err(|source| Error::Release { source })?;
+    let maps = write_id_maps(pid, spec);
+    let idmap_us = sw.lap_us();
+    let released = maps.and_then(|()| {
+        fds::write_all_raw(sync_w.as_raw_fd(), b"1").map_err(|source| Error::Release { source })
+    });
     drop(sync_w);
-    let released = t0.elapsed();
+    let release_us = sw.lap_us();
+    if let Err(e) = released {
+        // The init may have failed before it could read the release (joining its cgroup,
+        // say): its own record says why better than our failed write does.
+        tracing::error!(
+            ?e,
+            pid = pid.as_raw(),
+            "handing over to the sandbox init failed"
+        );
+        return Err(early_failure(sandbox, &errors_r, &plan).unwrap_or(e));
+    }
 
     // Info records may come first; end of file means the program was exec'd.
     let mut record = [0u8; FAILURE_LEN];
@@ -131,30 +158,68 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
             _ => break got,
         }
     };
+    // From the release to the exec: the init's and the program's setup (mounts, pivot,
+    // fork, rlimits, caps, landlock, seccomp) and the exec itself.
+    let child_setup_us = sw.lap_us();
     tracing::debug!(
-        cgroup_us = cgroup_created.as_micros() as u64,
-        cloned_us = cloned.as_micros() as u64,
-        joined_us = joined.as_micros() as u64,
-        released_us = released.as_micros() as u64,
-        exec_us = t0.elapsed().as_micros() as u64,
+        cgroup_us,
+        tasks_us,
+        plan_us,
+        pipes_us,
+        clone_us,
+        join_us,
+        idmap_us,
+        release_us,
+        child_setup_us,
+        total_us = sw.total_us(),
+        landlock = ?sandbox.io.landlock,
         "spawn steps"
     );
     match got {
         0 => Ok(sandbox.started_now()),
         FAILURE_LEN => {
             let failure = report::decode_failure(&record, &plan.steps);
-            drop(sandbox);
-            match failure {
-                Some(failure) => {
-                    let source = std::io::Error::from_raw_os_error(failure.errno);
-                    tracing::error!(%failure, ?source, "sandbox setup failed");
-                    Err(Error::Setup { failure, source })
-                }
-                None => Err(Error::SetupCutOff),
-            }
+            Err(setup_error(sandbox, failure))
         }
         _ => Err(Error::SetupCutOff),
     }
+}
+
+/// After a failed hand-over: kills the sandbox and returns the failure the init
+/// reported before it died, if it reported one.
+fn early_failure(sandbox: Sandbox, errors: &OwnedFd, plan: &MountPlan) -> Option<Error> {
+    if let Err(e) = sandbox.watch.kill() {
+        tracing::warn!(?e, "killing the sandbox init failed");
+    }
+    // Once the init is dead no write end is left: this read ends.
+    let mut record = [0u8; FAILURE_LEN];
+    let got = fds::read_full(errors.as_fd(), &mut record).ok()?;
+    let failure = (got == FAILURE_LEN)
+        .then(|| report::decode_failure(&record, &plan.steps))
+        .flatten()?;
+    Some(setup_error(sandbox, Some(failure)))
+}
+
+/// A setup failure the sandbox reported, logged (with the cgroup directory when joining
+/// it failed); the sandbox is killed and reaped.
+fn setup_error(sandbox: Sandbox, failure: Option<SetupFailure>) -> Error {
+    let cgroup = failure
+        .as_ref()
+        .filter(|f| f.stage == Stage::JoinCgroup)
+        .and_then(|f| v1_dir(sandbox.watch.cgroup.as_ref()?, f.detail));
+    drop(sandbox);
+    match failure {
+        Some(failure) => {
+            let source = std::io::Error::from_raw_os_error(failure.errno);
+            tracing::error!(%failure, ?source, ?cgroup, "sandbox setup failed");
+            Error::Setup { failure, source }
+        }
+        None => Error::SetupCutOff,
+    }
+}
+
+fn v1_dir(cg: &SandboxCgroup, index: u32) -> Option<PathBuf> {
+    cg.v1_path(index as usize).map(|p| p.to_path_buf())
 }
 
 /// The cgroup limits of a sandbox's limits.

@@ -42,6 +42,14 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    #[error("cannot open {path} for the sandbox init to join its cgroup")]
+    OpenTasks {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the cgroup spans {count} v1 hierarchies; at most {max} can be joined")]
+    TooManyHierarchies { count: usize, max: usize },
     #[error("cannot remove cgroup {path}")]
     Remove {
         path: PathBuf,

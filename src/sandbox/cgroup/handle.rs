@@ -68,24 +68,19 @@ impl SandboxCgroup {
     /// The caller puts it in `clone_args.cgroup` and adds the flag; the child then starts
     /// life in the cgroup, so there is no `cgroup.procs` write for v2 on the hot path.
     /// `None` when the sandbox has no v2 directory. On a hybrid host the child must still
-    /// be added to the v1 hierarchies with [`SandboxCgroup::add_process`].
+    /// join the v1 hierarchies: see [`SandboxCgroup::open_v1_tasks`].
     pub fn clone_into_fd(&self) -> Option<BorrowedFd<'_>> {
         self.v2.as_ref()?.fd.as_ref().map(|fd| fd.as_fd())
     }
 
-    /// Moves `pid` (the whole thread group) into every hierarchy of the cgroup. For v2 the
-    /// write is skipped when `/proc/<pid>/cgroup` shows the process already there (placed
-    /// by `CLONE_INTO_CGROUP`). The spawner calls this for the sandbox init before
-    /// releasing it, so everything the sandbox forks is counted and limited.
+    /// Moves `pid` (the whole thread group) into every hierarchy of the cgroup by writing
+    /// it to `cgroup.procs`. For v2 the write is skipped when `/proc/<pid>/cgroup` shows
+    /// the process already there (placed by `CLONE_INTO_CGROUP`). For processes other
+    /// than the sandbox init (which joins its v1 hierarchies itself, see `join.rs`): each
+    /// v1 write takes the kernel's global threadgroup lock (milliseconds).
     pub fn add_process(&self, pid: i32) -> Result<()> {
+        self.add_process_v2(pid)?;
         let value = pid.to_string();
-        if let Some(d) = &self.v2 {
-            if !self.in_v2_already(pid, &d.cgroup_path) {
-                files::write(&d.path.join("cgroup.procs"), &value).inspect_err(|e| {
-                    tracing::error!(?e, pid, cgroup = %d.path.display(), "moving into the v2 cgroup failed");
-                })?;
-            }
-        }
         for d in &self.v1 {
             files::write(&d.path.join("cgroup.procs"), &value).inspect_err(|e| {
                 tracing::error!(?e, pid, cgroup = %d.path.display(), "moving into a v1 cgroup failed");
@@ -94,7 +89,7 @@ impl SandboxCgroup {
         Ok(())
     }
 
-    fn in_v2_already(&self, pid: i32, cgroup_path: &str) -> bool {
+    pub(super) fn in_v2_already(&self, pid: i32, cgroup_path: &str) -> bool {
         let path = self.proc_root.join(pid.to_string()).join("cgroup");
         std::fs::read_to_string(path).is_ok_and(|text| {
             text.lines()

@@ -14,8 +14,10 @@
 //!   the same name per hierarchy (memory, pids, cpu, cpuacct, freezer; each below the
 //!   supervisor's own cgroup *in that hierarchy*, which may differ per hierarchy), the
 //!   same limits through `memory.limit_in_bytes` + `memory.memsw.limit_in_bytes`,
-//!   `pids.max`, `cpu.cfs_quota_us`/`cpu.cfs_period_us`; the init is moved in with
-//!   [`SandboxCgroup::add_process`]; kill is freeze, SIGKILL every pid, thaw.
+//!   `pids.max`, `cpu.cfs_quota_us`/`cpu.cfs_period_us`; the init moves itself in by
+//!   writing `0` to each hierarchy's `tasks` through a descriptor the parent opened
+//!   ([`SandboxCgroup::open_v1_tasks`], [`TasksFds::join_self`]: no global lock, see
+//!   `join.rs`); kill is freeze, SIGKILL every pid, thaw.
 //! - **hybrid**: both. When the supervisor may write its own v2 cgroup, every sandbox
 //!   also gets a v2 directory even if v2 carries none of the controllers, because
 //!   `cgroup.kill`, `CLONE_INTO_CGROUP`, `cgroup.events` and `cpu.stat` are core v2
@@ -44,8 +46,10 @@
 //! // Per sandbox:
 //! let limits = CgroupLimits { memory_bytes: Some(256 << 20), pids: Some(64), cpu_quota: None };
 //! let cg = cgroups.create("python", &limits)?;
-//! // clone3 with `cg.clone_into_fd()` (when Some) in clone_args.cgroup | CLONE_INTO_CGROUP,
-//! // then, before releasing the child: cg.add_process(child_pid)?  (v1 hierarchies)
+//! // Before clone3: the v1 `tasks` descriptors the child will write "0" to.
+//! let tasks = cg.open_v1_tasks()?;
+//! // clone3 with `cg.clone_into_fd()` (when Some) in clone_args.cgroup | CLONE_INTO_CGROUP;
+//! // the child calls TasksFds::of(&tasks).join_self() first thing; the parent drops `tasks`.
 //! // ... run; on timeout: cg.kill_all()?
 //! let figures = cg.stats()?; // peak memory, CPU time, oom_killed, pids_limited
 //! cg.remove()?; // blocks while the processes exit: spawn_blocking under tokio
@@ -93,9 +97,9 @@
 //! With `CLONE_NEWCGROUP | CLONE_INTO_CGROUP` the kernel roots the new cgroup namespace
 //! at the target cgroup, so in v2 the sandbox sees itself as `0::/` (checked by
 //! `tests/cgroup.rs`). v1 hierarchies cannot be entered at clone time: the namespace's v1
-//! roots are the supervisor's v1 cgroups, so after [`SandboxCgroup::add_process`] the
-//! sandbox sees `/codebox-…` in its v1 lines. An init that wants those hidden can
-//! `unshare(CLONE_NEWCGROUP)` once more after it has been released.
+//! roots are the supervisor's v1 cgroups, so after joining them the sandbox sees
+//! `/codebox-…` in its v1 lines. The sandbox init hides them by
+//! `unshare(CLONE_NEWCGROUP)` once more after joining.
 //!
 //! # v2 delegation (rootless on a v2 host)
 //!
@@ -124,6 +128,7 @@ mod discover;
 mod error;
 mod files;
 mod handle;
+mod join;
 mod naming;
 mod stats;
 mod v1;
@@ -139,6 +144,7 @@ use serde::Serialize;
 
 pub use error::{Error, Result};
 pub use handle::SandboxCgroup;
+pub use join::{TasksFds, MAX_V1_HIERARCHIES};
 pub use stats::CgroupStats;
 
 use discover::{Layout, V1Base, V2Base};
