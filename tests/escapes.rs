@@ -412,11 +412,42 @@ fn no_cgroup_outlives_its_run() {
     assert_eq!(codebox_cgroups(), Vec::<String>::new());
 }
 
-/// `codebox-*` cgroups of this process's supervisors anywhere below /sys/fs/cgroup
-/// (a `codebox` process that exited must have removed all of its own).
+#[test]
+fn a_killed_server_leaves_no_sandbox_behind() {
+    if !sandbox_available("a_killed_server_leaves_no_sandbox_behind") {
+        return;
+    }
+    let mut server = common::pooled::Server::start();
+    server.until_pool_ready(2);
+    let pid = server.pid() as i32;
+    let pooled = sandbox_cgroups(|p| p == pid);
+    assert!(!pooled.is_empty(), "the pool's sandboxes have no cgroup");
+    // SIGKILL: no shutdown code of the server runs. Its spawner sees the socket close
+    // and must kill, reap and remove every sandbox itself.
+    server.kill();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !sandbox_cgroups(|p| p == pid).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(sandbox_cgroups(|p| p == pid), Vec::<String>::new());
+}
+
+/// `codebox-*` cgroups of dead supervisors below this process's own cgroups (a `codebox`
+/// process that exited must have removed all of its own).
 fn codebox_cgroups() -> Vec<String> {
+    sandbox_cgroups(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Sandbox cgroups (`codebox-<supervisor pid>-…`) whose supervisor pid passes `which`,
+/// below this process's own cgroups: the `codebox` processes this test starts create
+/// theirs there. Other processes' cgroups are none of its business.
+fn sandbox_cgroups(which: impl Fn(i32) -> bool) -> Vec<String> {
     let mut found = Vec::new();
-    let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+    let mut stack: Vec<std::path::PathBuf> =
+        match codebox::sandbox::cgroup::CgroupManager::discover_host() {
+            Ok(m) => m.hierarchies().into_iter().map(|h| h.base).collect(),
+            Err(e) => panic!("cannot find this process's cgroups: {e}"),
+        };
     while let Some(dir) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&dir) else {
             continue;
@@ -428,9 +459,8 @@ fn codebox_cgroups() -> Vec<String> {
                     && !name.starts_with("codebox-delegated")
                     && !name.starts_with("codebox-supervisor")
                 {
-                    // Only cgroups whose supervisor is dead count as leaks.
                     let pid: Option<i32> = name.split('-').nth(1).and_then(|p| p.parse().ok());
-                    if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
+                    if pid.is_some_and(&which) {
                         found.push(e.path().display().to_string());
                     }
                 }

@@ -168,19 +168,33 @@ async fn run(
     code: &str,
     timeout: Duration,
 ) -> Result<Ran, Failed> {
+    run_admitted(pool, language, code, timeout, ()).await
+}
+
+/// As [`run`], holding `admitted` (an admission slot) until the sandbox is gone, as the
+/// server does.
+async fn run_admitted(
+    pool: Option<&WarmPool>,
+    language: Language,
+    code: &str,
+    timeout: Duration,
+    admitted: impl std::any::Any + Send,
+) -> Result<Ran, Failed> {
     let s = spec(language);
     let warm = match pool {
         Some(p) => p.take(&s).await,
         None => None,
     };
     let is_warm = warm.is_some();
-    let (sandbox, _guard) = match warm {
+    let mut sandbox = match warm {
         Some(w) => {
-            let (sandbox, guard) = w.into_parts();
-            (sandbox, Some(guard))
+            let (mut sandbox, guard) = w.into_parts();
+            sandbox.hold_until_gone(guard);
+            sandbox
         }
-        None => (client().spawn(s).await.map_err(|e| e.to_string())?, None),
+        None => client().spawn(s).await.map_err(|e| e.to_string())?,
     };
+    sandbox.hold_until_gone(admitted);
     let o = sandbox
         .run_with_channel(
             runtime::boot_frame(code),
@@ -299,7 +313,10 @@ print("fresh")
             let r = t.await.map_err(|e| e.to_string())??;
             check(
                 r.stdout == "fresh\n" && r.status == Some(ProgramStatus::Exited(0)),
-                format!("a sandbox was not fresh: {:?} {:?}", r.stdout, r.stderr),
+                format!(
+                    "a sandbox was not fresh: {:?} {:?} {:?}",
+                    r.stdout, r.stderr, r.status
+                ),
             )?;
             warm += r.warm as usize;
         }
@@ -375,6 +392,7 @@ fn refill_stays_within_the_limit() -> Result<(), Failed> {
         until_idle(&pool, Language::Python, SIZE).await?;
         // The server's admission: at most CONCURRENCY executions at once.
         let admission = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+        // (a slot is free again only once its sandbox is gone, as in the server)
         let peak = Arc::new(AtomicUsize::new(0));
         let done = Arc::new(tokio::sync::Notify::new());
         let sampler = {
@@ -393,13 +411,14 @@ fn refill_stays_within_the_limit() -> Result<(), Failed> {
         for i in 0..16 {
             let (pool, admission) = (pool.clone(), admission.clone());
             tasks.push(tokio::spawn(async move {
-                let _slot = admission.acquire().await.expect("admission");
+                let slot = admission.acquire_owned().await.expect("admission");
                 let code = format!("import time\ntime.sleep(0.15)\nprint({i})");
-                run(
+                run_admitted(
                     Some(&pool),
                     Language::Python,
                     &code,
                     Duration::from_secs(30),
+                    slot,
                 )
                 .await
             }));

@@ -56,13 +56,14 @@ pub struct Warm {
     pub sandbox: RemoteSandbox,
     /// What its template held (must live as long as the sandbox).
     pub hold: Option<Arc<dyn Any + Send + Sync>>,
-    /// Wakes the refill when the execution is over (see [`REFILL_DELAY`]).
+    /// Wakes the refill when the sandbox is gone (see [`REFILL_DELAY`]).
     refill: Option<RefillOnDrop>,
 }
 
 impl Warm {
-    /// The sandbox, and a guard to keep until its execution is over: it holds what the
-    /// sandbox binds and wakes the refill when dropped.
+    /// The sandbox, and a guard to keep until the sandbox is gone (hand it to
+    /// [`RemoteSandbox::hold_until_gone`]): it holds what the sandbox binds and wakes the
+    /// refill when dropped.
     pub fn into_parts(self) -> (RemoteSandbox, WarmGuard) {
         (
             self.sandbox,
@@ -74,7 +75,7 @@ impl Warm {
     }
 }
 
-/// Kept by an execution that runs a pooled sandbox (see [`Warm::into_parts`]).
+/// Kept until a pooled sandbox that was handed out is gone (see [`Warm::into_parts`]).
 pub struct WarmGuard {
     _hold: Option<Arc<dyn Any + Send + Sync>>,
     _refill: Option<RefillOnDrop>,

@@ -150,7 +150,7 @@ impl CodeboxServer {
             Some(session) => Some(session.slots.lock().await),
             None => None,
         };
-        let _slot = match s.admission.enter().await {
+        let admitted = match s.admission.enter().await {
             Ok(slot) => slot,
             Err(busy) => return Ok(tool_error(busy.to_string())),
         };
@@ -228,6 +228,8 @@ impl CodeboxServer {
         let mut sandbox_start = None;
         let prepared = entered.elapsed();
         let ran = if keep_alive {
+            // A session's live interpreter outlives the run; the slot covers the run.
+            let _admitted = admitted;
             let slot = slots
                 .as_mut()
                 .expect("keep_alive has a session")
@@ -244,7 +246,7 @@ impl CodeboxServer {
             )
             .await
         } else {
-            self.run_once(spec, &params.code, &c, &hooks, cancel, on_output)
+            self.run_once(spec, &params.code, &c, admitted, &hooks, cancel, on_output)
                 .await
                 .map(|(o, r, start)| {
                     sandbox_start = Some(start);
@@ -332,11 +334,13 @@ impl CodeboxServer {
 
     /// A sandbox for one program: a warm one from the pool when the pool has one for this
     /// call, else one started now.
+    #[allow(clippy::too_many_arguments)]
     async fn run_once(
         &self,
         spec: SpawnSpec,
         code: &str,
         c: &Checked,
+        admitted: super::admission::Slot,
         hooks: &(dyn Fn(&ProxySession) + Sync),
         cancel: impl std::future::Future<Output = ()>,
         on_output: impl FnMut(Stream, &[u8]),
@@ -360,20 +364,25 @@ impl CodeboxServer {
             warm = warm.is_some(),
             "warm pool asked"
         );
-        // The pooled sandbox's template holds what it binds until the run is over.
-        let (sandbox, _binds, start) = match warm {
+        let (mut sandbox, start) = match warm {
             Some(warm) => {
-                let (sandbox, guard) = warm.into_parts();
-                (sandbox, Some(guard), SandboxStart::Warm)
+                let (mut sandbox, guard) = warm.into_parts();
+                // What the pooled sandbox binds lives, and the refill waits, until the
+                // sandbox is gone.
+                sandbox.hold_until_gone(guard);
+                (sandbox, SandboxStart::Warm)
             }
             None => {
                 let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
                     tracing::error!(?e, "spawning a sandbox failed");
                     format!("the sandbox could not be created: {e}")
                 })?;
-                (sandbox, None, SandboxStart::Cold)
+                (sandbox, SandboxStart::Cold)
             }
         };
+        // The admission limit bounds the sandboxes that exist, not only the results
+        // being computed: the slot is free again once the spawner has removed this one.
+        sandbox.hold_until_gone(admitted);
         let serve_proxy = proxy.clone();
         let outcome = sandbox
             .run_with_channel(

@@ -111,6 +111,7 @@ impl SpawnerClient {
             exited: Some(exit_rx),
             started: Instant::now(),
             ended: false,
+            until_gone: Vec::new(),
         })
     }
 
@@ -243,6 +244,9 @@ pub struct RemoteSandbox {
     exited: Option<oneshot::Receiver<Ending>>,
     started: Instant,
     ended: bool,
+    /// Dropped only once the spawner reports the sandbox gone (reaped, cgroup removed):
+    /// see [`RemoteSandbox::hold_until_gone`].
+    until_gone: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl RemoteSandbox {
@@ -258,6 +262,14 @@ impl RemoteSandbox {
     /// `memory.usage_in_bytes` on v1); `None` without a memory controller.
     pub fn memory_bytes(&self) -> Option<u64> {
         cgroup_memory_bytes(&self.cgroups)
+    }
+
+    /// Keeps `held` until the spawner reports this sandbox gone: reaped and its cgroup
+    /// removed. A result is known (from the status pipe) before that; what limits how
+    /// many sandboxes exist at once (an admission slot, the pool's refill) must not be
+    /// released until the sandbox really is gone, or the kernel briefly holds more.
+    pub fn hold_until_gone(&mut self, held: impl std::any::Any + Send) {
+        self.until_gone.push(Box::new(held));
     }
 
     /// The host directories of the sandbox's cgroup.
@@ -408,7 +420,12 @@ impl RemoteSandbox {
         };
         tokio::pin!(channel_task);
         let mut channel_done = false;
-        let mut exited = self.exited.take().expect("exit receiver");
+        // The exit report stays in `self` unless it arrives during the run: dropping the
+        // sandbox then waits for it on behalf of what `hold_until_gone` holds.
+        let mut exit_seen = false;
+        // The program's status from the pipe, while the figures are awaited from the
+        // spawner (it then finds the pipe empty).
+        let mut piped_status = None;
         let mut status_pipe = match self.status.take() {
             Some(fd) => Some(
                 tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
@@ -461,19 +478,31 @@ impl RemoteSandbox {
                             status_pipe = None;
                             exited_at = Some(self.started.elapsed());
                             let status = crate::sandbox::report::decode_status(&status_record);
-                            let cgroup = crate::sandbox::CgroupStats::read_dirs(&self.cgroups)
-                                .inspect_err(|e| tracing::warn!(error = %e, sandbox = self.id, "reading the cgroup's figures failed"))
-                                .ok();
-                            ending = Some(Ending { status, cgroup });
+                            // Figures read from the cgroup's directories count only if the
+                            // directories are still there afterwards; the spawner may be
+                            // removing them. Else its exit report carries them.
+                            match self.figures_if_still_there() {
+                                Some(cgroup) => ending = Some(Ending { status, cgroup }),
+                                None => {
+                                    tracing::debug!(sandbox = self.id, "cgroup already gone; waiting for the spawner's figures");
+                                    piped_status = Some(status);
+                                }
+                            }
                         }
                     }
                     // End of file or an error: the spawner took the record (or the
                     // sandbox was killed); its exit report has it.
                     _ => status_pipe = None,
                 },
-                e = &mut exited, if ending.is_none() => {
-                    exited_at = Some(self.started.elapsed());
-                    ending = Some(e.map_err(|_| Error::Gone)?);
+                e = exit_report(&mut self.exited), if ending.is_none() => {
+                    exit_seen = true;
+                    exited_at.get_or_insert_with(|| self.started.elapsed());
+                    let mut e = e.map_err(|_| Error::Gone)?;
+                    // The record was ours to read: the spawner found the pipe empty.
+                    if let Some(status) = piped_status.take() {
+                        e.status = status;
+                    }
+                    ending = Some(e);
                 }
                 _ = tokio::time::sleep_until(deadline), if !timed_out && !cancelled && ending.is_none() => {
                     timed_out = true;
@@ -486,6 +515,9 @@ impl RemoteSandbox {
             }
         }
         self.ended = true;
+        if exit_seen {
+            self.exited = None;
+        }
         let duration = self.started.elapsed();
         let us = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
         tracing::debug!(
@@ -514,6 +546,20 @@ impl Drop for RemoteSandbox {
     fn drop(&mut self) {
         if !self.ended {
             self.client.kill_now(self.id);
+        }
+        let held = std::mem::take(&mut self.until_gone);
+        if let (Some(exited), false, Ok(rt)) = (
+            self.exited.take(),
+            held.is_empty(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            // The spawner's exit report releases what was held (or its loss, if the
+            // spawner is gone: its sandboxes die with it).
+            rt.spawn(async move {
+                let _ = exited.await;
+                drop(held);
+            });
+        } else if !self.ended {
             let mut w = self.client.inner.waiters.lock().expect("waiters lock");
             w.exited.remove(&self.id);
         }
@@ -529,6 +575,35 @@ pub fn cgroup_memory_bytes(dirs: &[PathBuf]) -> Option<u64> {
             .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
             .and_then(|v| v.trim().parse().ok())
     })
+}
+
+impl RemoteSandbox {
+    /// The cgroup's figures, if its directories outlived reading them (else the spawner
+    /// may have removed one midway and the figures are partial).
+    fn figures_if_still_there(&self) -> Option<Option<crate::sandbox::CgroupStats>> {
+        if self.cgroups.is_empty() {
+            return Some(None);
+        }
+        let figures = crate::sandbox::CgroupStats::read_dirs(&self.cgroups);
+        if !self.cgroups.iter().all(|d| d.exists()) {
+            return None;
+        }
+        Some(
+            figures
+                .inspect_err(|e| tracing::warn!(error = %e, sandbox = self.id, "reading the cgroup's figures failed"))
+                .ok(),
+        )
+    }
+}
+
+/// Waits for the spawner's exit report, if it has not been seen yet.
+async fn exit_report(
+    rx: &mut Option<oneshot::Receiver<Ending>>,
+) -> std::result::Result<Ending, oneshot::error::RecvError> {
+    match rx {
+        Some(rx) => rx.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Reads from the status pipe, if there still is one (a disabled `select!` branch still

@@ -69,8 +69,11 @@ pub unsafe fn start(host: &Host) -> Result<(Pid, OwnedFd)> {
     match unsafe { nix::unistd::fork() }.map_err(|e| start(e.into()))? {
         ForkResult::Child => {
             drop(ours);
-            // SAFETY: prctl with integer arguments: die with the supervisor.
-            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+            // No PR_SET_PDEATHSIG: when the supervisor dies, however it dies, its end of
+            // the socket closes and `serve` kills, reaps and removes every sandbox before
+            // exiting. A death signal would end the spawner first and leave the sandboxes'
+            // cgroups behind. (Only the supervisor holds `ours`: it was dropped here
+            // before any sandbox was forked.)
             // stdin/stdout belong to the supervisor's MCP transport: hold no copy of them.
             if let Ok(null) = nix::fcntl::open(
                 "/dev/null",

@@ -10,15 +10,16 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-struct Server {
-    _child: Child,
+/// A `codebox serve --pool-size 2` over stdio, initialized.
+pub struct Server {
+    child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     next_id: u64,
 }
 
 impl Server {
-    fn start() -> Server {
+    pub fn start() -> Server {
         let mut child = Command::new(super::codebox_bin())
             .args(["serve", "--pool-size", "2"])
             .env("CODEBOX_ROOTFS", super::rootfs_dir())
@@ -31,7 +32,7 @@ impl Server {
         let stdin = child.stdin.take().expect("stdin");
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut server = Server {
-            _child: child,
+            child,
             stdin,
             stdout,
             next_id: 0,
@@ -50,7 +51,8 @@ impl Server {
         self.stdin.flush().expect("flush");
     }
 
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    /// Sends a request and returns its response (notifications in between are skipped).
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
@@ -66,6 +68,40 @@ impl Server {
                 return msg;
             }
         }
+    }
+}
+
+impl Server {
+    /// The `health` tool's structured result.
+    pub fn health(&mut self) -> Value {
+        let r = self.request("tools/call", json!({"name": "health", "arguments": {}}));
+        r["result"]["structuredContent"].clone()
+    }
+
+    /// Waits until the pool holds `n` ready sandboxes of every language.
+    pub fn until_pool_ready(&mut self, n: u64) {
+        for _ in 0..600 {
+            let h = self.health();
+            let languages = h["pool"]["languages"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            if !languages.is_empty() && languages.values().all(|l| l["idle"] == json!(n)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the pool never got {n} ready sandboxes per language");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILLs the server (no shutdown code of it runs) and reaps it.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL the server");
+        self.child.wait().expect("reap the server");
     }
 }
 

@@ -17,8 +17,10 @@ use super::{files, v1, v2, Controller};
 const EXIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a v1 (or v2) freeze may take before killing goes ahead anyway.
 const FREEZE_TIMEOUT: Duration = Duration::from_millis(200);
-/// `rmdir` attempts on a cgroup that is briefly still busy.
-const RMDIR_ATTEMPTS: u32 = 6;
+/// How long `rmdir` keeps retrying a cgroup that is still busy (`EBUSY`: the kernel has
+/// not yet unlinked the last exited task, which under load can take a while); after that
+/// the directory is left to the next start's stale clean-up, and the failure is logged.
+const RMDIR_PATIENCE: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 pub(super) struct V2Dir {
@@ -325,24 +327,41 @@ impl Drop for SandboxCgroup {
 }
 
 fn rmdir_retrying(dir: &Path) -> Result<()> {
+    let deadline = Instant::now() + RMDIR_PATIENCE;
     let mut pause = Duration::from_millis(1);
-    for attempt in 1..=RMDIR_ATTEMPTS {
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
         match std::fs::remove_dir(dir) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                if attempts > 1 {
+                    tracing::debug!(cgroup = %dir.display(), attempts, "cgroup removed after EBUSY");
+                }
+                return Ok(());
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < RMDIR_ATTEMPTS => {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
                 std::thread::sleep(pause);
-                pause *= 2;
+                pause = (pause * 2).min(Duration::from_millis(50));
             }
             Err(source) => {
+                let tasks = std::fs::read_to_string(dir.join("tasks"))
+                    .or_else(|_| std::fs::read_to_string(dir.join("cgroup.procs")))
+                    .unwrap_or_default();
+                tracing::error!(
+                    cgroup = %dir.display(),
+                    attempts,
+                    tasks = %tasks.split_whitespace().collect::<Vec<_>>().join(","),
+                    %source,
+                    "cgroup cannot be removed"
+                );
                 return Err(Error::Remove {
                     path: dir.to_path_buf(),
                     source,
-                })
+                });
             }
         }
     }
-    unreachable!("the last attempt returns")
 }
 
 /// Which freezer the kill loop uses; failures only make the kill less certain, so they
