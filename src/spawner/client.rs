@@ -272,6 +272,23 @@ impl RemoteSandbox {
         self.until_gone.push(Box::new(held));
     }
 
+    /// The cgroup's figures, if its directories outlived reading them (else the spawner
+    /// may have removed one midway and the figures are partial).
+    fn figures_if_still_there(&self) -> Option<Option<crate::sandbox::CgroupStats>> {
+        if self.cgroups.is_empty() {
+            return Some(None);
+        }
+        let figures = crate::sandbox::CgroupStats::read_dirs(&self.cgroups);
+        if !self.cgroups.iter().all(|d| d.exists()) {
+            return None;
+        }
+        Some(
+            figures
+                .inspect_err(|e| tracing::warn!(error = %e, sandbox = self.id, "reading the cgroup's figures failed"))
+                .ok(),
+        )
+    }
+
     /// The host directories of the sandbox's cgroup.
     pub fn cgroup_paths(&self) -> &[PathBuf] {
         &self.cgroups
@@ -575,25 +592,6 @@ pub fn cgroup_memory_bytes(dirs: &[PathBuf]) -> Option<u64> {
             .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
             .and_then(|v| v.trim().parse().ok())
     })
-}
-
-impl RemoteSandbox {
-    /// The cgroup's figures, if its directories outlived reading them (else the spawner
-    /// may have removed one midway and the figures are partial).
-    fn figures_if_still_there(&self) -> Option<Option<crate::sandbox::CgroupStats>> {
-        if self.cgroups.is_empty() {
-            return Some(None);
-        }
-        let figures = crate::sandbox::CgroupStats::read_dirs(&self.cgroups);
-        if !self.cgroups.iter().all(|d| d.exists()) {
-            return None;
-        }
-        Some(
-            figures
-                .inspect_err(|e| tracing::warn!(error = %e, sandbox = self.id, "reading the cgroup's figures failed"))
-                .ok(),
-        )
-    }
 }
 
 /// Waits for the spawner's exit report, if it has not been seen yet.

@@ -69,9 +69,7 @@ impl Server {
             }
         }
     }
-}
 
-impl Server {
     /// The `health` tool's structured result.
     pub fn health(&mut self) -> Value {
         let r = self.request("tools/call", json!({"name": "health", "arguments": {}}));

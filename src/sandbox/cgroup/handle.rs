@@ -17,7 +17,7 @@ use super::{files, v1, v2, Controller};
 const EXIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a v1 (or v2) freeze may take before killing goes ahead anyway.
 const FREEZE_TIMEOUT: Duration = Duration::from_millis(200);
-/// How long `rmdir` keeps retrying a cgroup that is still busy (`EBUSY`: the kernel has
+/// How long removal keeps retrying `rmdir` on a cgroup that is still busy (`EBUSY`: the kernel has
 /// not yet unlinked the last exited task, which under load can take a while); after that
 /// the directory is left to the next start's stale clean-up, and the failure is logged.
 const RMDIR_PATIENCE: Duration = Duration::from_secs(2);
@@ -298,6 +298,9 @@ impl SandboxCgroup {
         if let Some(d) = &mut self.v2 {
             d.fd = None;
         }
+        // One patience for the whole removal: the spawner is single-threaded, and a
+        // cgroup that stays busy must not stall it once per directory.
+        let deadline = Instant::now() + RMDIR_PATIENCE;
         let mut first_err = None;
         for dir in self.paths() {
             for d in files::subdirs_deepest_first(dir)
@@ -305,8 +308,8 @@ impl SandboxCgroup {
                 .map(PathBuf::as_path)
                 .chain([dir])
             {
-                if let Err(e) = rmdir_retrying(d) {
-                    tracing::error!(?e, cgroup = %d.display(), "removing the cgroup failed");
+                // (rmdir_retrying logs its own failure, with the tasks left.)
+                if let Err(e) = rmdir_retrying(d, deadline) {
                     first_err.get_or_insert(e);
                 }
             }
@@ -326,8 +329,8 @@ impl Drop for SandboxCgroup {
     }
 }
 
-fn rmdir_retrying(dir: &Path) -> Result<()> {
-    let deadline = Instant::now() + RMDIR_PATIENCE;
+/// Removes `dir`, retrying while it is busy until `deadline`.
+fn rmdir_retrying(dir: &Path, deadline: Instant) -> Result<()> {
     let mut pause = Duration::from_millis(1);
     let mut attempts = 0u32;
     loop {
