@@ -178,6 +178,7 @@ impl Host {
         SandboxSpec {
             rootfs: self.rootfs.path.clone(),
             workspace,
+            workspace_mount: None,
             servers: None,
             skills: None,
             program,

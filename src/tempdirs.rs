@@ -25,8 +25,8 @@ pub fn remove_of_dead_processes(base: &Path, prefix: &str) {
             Ok(()) => {
                 tracing::info!(dir = %e.path().display(), "removed a dead supervisor's directory")
             }
-            Err(err) => {
-                tracing::warn!(dir = %e.path().display(), %err, "cannot remove a dead supervisor's directory")
+            Err(left) => {
+                tracing::warn!(dir = %e.path().display(), %left, "cannot remove a dead supervisor's directory")
             }
         }
     }

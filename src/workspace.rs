@@ -6,10 +6,9 @@
 //! symlink is reported as a symlink (with its link text), never resolved, and no
 //! directory outside the workspace is ever opened.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
-use nix::dir::Dir;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, Mode, SFlag};
 use serde::Serialize;
@@ -62,35 +61,32 @@ pub fn list(root: &Path) -> Result<(Vec<Entry>, bool), Error> {
         path: root.display().to_string(),
         source,
     })?;
-    let mut out = Vec::new();
-    let cut = walk(dir, "", 0, &mut out);
-    Ok((out, cut))
+    Ok(list_at(dir.as_fd()))
 }
 
-/// The names in `d` (UTF-8 ones; `.` and `..` left out), unsorted.
-pub(crate) fn entry_names(d: &mut Dir) -> Vec<String> {
-    d.iter()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
-        .filter(|n| n != "." && n != "..")
-        .collect()
+/// Lists the tree below the directory (or mount) descriptor `root`, as [`list`] does.
+/// Names are bytes: a name that is not UTF-8 is shown lossily but still entered, and at
+/// most [`MAX_DEPTH`] directory descriptors are open at once.
+pub fn list_at(root: BorrowedFd<'_>) -> (Vec<Entry>, bool) {
+    let mut out = Vec::new();
+    let cut = walk(root, "", 0, &mut out);
+    (out, cut)
 }
 
 /// Returns true when the listing was cut at MAX_ENTRIES.
-fn walk(dir: OwnedFd, prefix: &str, depth: usize, out: &mut Vec<Entry>) -> bool {
-    let Ok(mut d) = Dir::from_fd(dir) else {
+fn walk(dir: BorrowedFd<'_>, prefix: &str, depth: usize, out: &mut Vec<Entry>) -> bool {
+    let Ok(mut names) = crate::session::disk::names(dir) else {
         return false;
     };
-    let mut names = entry_names(&mut d);
     names.sort();
     for name in names {
         if out.len() >= MAX_ENTRIES {
             return true;
         }
-        let Ok(st) = fstatat(d.as_fd(), name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
+        let Ok(st) = fstatat(dir, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
             continue;
         };
-        let path = format!("{prefix}{name}");
+        let path = format!("{prefix}{}", String::from_utf8_lossy(name.as_bytes()));
         let kind = match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
             SFlag::S_IFREG => Kind::File,
             SFlag::S_IFDIR => Kind::Dir,
@@ -98,7 +94,7 @@ fn walk(dir: OwnedFd, prefix: &str, depth: usize, out: &mut Vec<Entry>) -> bool 
             _ => Kind::Other,
         };
         let link = (kind == Kind::Symlink)
-            .then(|| nix::fcntl::readlinkat(d.as_fd(), name.as_str()).ok())
+            .then(|| nix::fcntl::readlinkat(dir, name.as_c_str()).ok())
             .flatten()
             .map(|l| l.to_string_lossy().into_owned());
         out.push(Entry {
@@ -111,12 +107,12 @@ fn walk(dir: OwnedFd, prefix: &str, depth: usize, out: &mut Vec<Entry>) -> bool 
             // O_NOFOLLOW: if the entry was swapped for a symlink since the fstatat, the
             // open fails instead of leaving the workspace.
             if let Ok(child) = openat(
-                d.as_fd(),
-                name.as_str(),
+                dir,
+                name.as_c_str(),
                 OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
                 Mode::empty(),
             ) {
-                if walk(child, &format!("{path}/"), depth + 1, out) {
+                if walk(child.as_fd(), &format!("{path}/"), depth + 1, out) {
                     return true;
                 }
             }
@@ -158,6 +154,19 @@ mod tests {
         let link = base.path().join("ws");
         std::os::unix::fs::symlink(outside.path(), &link).unwrap();
         assert!(list(&link).is_err());
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_listed_and_entered() {
+        use std::os::unix::ffi::OsStrExt;
+        let ws = tempfile::tempdir().unwrap();
+        let bad = std::ffi::OsStr::from_bytes(b"d\xff");
+        std::fs::create_dir(ws.path().join(bad)).unwrap();
+        std::fs::write(ws.path().join(bad).join("f"), "12").unwrap();
+        let (entries, _) = list(ws.path()).unwrap();
+        let paths: Vec<_> = entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["d\u{fffd}", "d\u{fffd}/f"]);
+        assert_eq!(entries[1].size, Some(2));
     }
 
     #[test]

@@ -82,6 +82,7 @@ fn spec(language: Language) -> SpawnSpec {
         workspace: None,
         servers: None,
         skills: None,
+        workspace_mount: None,
     }
 }
 

@@ -377,6 +377,7 @@ fn same_sandbox(pooled: &SpawnSpec, asked: &SpawnSpec) -> bool {
         && pooled.profile == asked.profile
         && pooled.limits == asked_limits
         && pooled.workspace == asked.workspace
+        && asked.workspace_mount.is_none()
         && pooled.servers == asked.servers
         && pooled.skills == asked.skills
 }
@@ -394,6 +395,7 @@ mod tests {
             workspace: None,
             servers: Some("/tmp/codebox-servers-1/v3".into()),
             skills: None,
+            workspace_mount: None,
         }
     }
 

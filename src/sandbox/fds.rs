@@ -15,8 +15,11 @@ pub mod slot {
     pub const STDOUT: RawFd = 6;
     pub const STDERR: RawFd = 7;
     pub const CHANNEL: RawFd = 8;
+    /// A session's workspace mount (detached), when the sandbox has one; attached at
+    /// `/workspace` by the mount plan and closed there.
+    pub const WORKSPACE: RawFd = 9;
     /// The first descriptor number above the slots.
-    pub const END: RawFd = 9;
+    pub const END: RawFd = 10;
 }
 
 /// The descriptor number the program finds the proxy channel on.

@@ -33,6 +33,8 @@ pub struct ChildFds {
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub channel: RawFd,
+    /// A detached workspace mount to attach at `/workspace`, or -1.
+    pub workspace: RawFd,
     /// The `tasks` files of the sandbox's v1 cgroups, opened by the parent (see
     /// `cgroup/join.rs`); closed in step 0.
     pub cgroup_tasks: TasksFds,
@@ -54,19 +56,17 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
     // 1. Put the inherited descriptors into fixed slots and close everything else the
     //    spawning process had open, so no host descriptor reaches the sandbox. Until the
     //    errors pipe is in its slot, failures can only be signalled by the exit status.
-    if fds::arrange(
-        &[
-            (fds.sync, slot::SYNC),
-            (fds.errors, slot::ERRORS),
-            (fds.status, slot::STATUS),
-            (fds.stdout, slot::STDOUT),
-            (fds.stderr, slot::STDERR),
-            (fds.channel, slot::CHANNEL),
-        ],
-        64,
-    )
-    .is_err()
-    {
+    let pairs = [
+        (fds.sync, slot::SYNC),
+        (fds.errors, slot::ERRORS),
+        (fds.status, slot::STATUS),
+        (fds.stdout, slot::STDOUT),
+        (fds.stderr, slot::STDERR),
+        (fds.channel, slot::CHANNEL),
+        (fds.workspace, slot::WORKSPACE),
+    ];
+    let used = if fds.workspace >= 0 { 7 } else { 6 };
+    if fds::arrange(&pairs[..used], 64).is_err() {
         // SAFETY: _exit is async-signal-safe and skips the parent's copied destructors.
         unsafe { libc::_exit(126) }
     }

@@ -65,6 +65,7 @@ fn execute_step(step: &MountStep, sys: &dyn Syscalls) -> io::Result<()> {
             sys.mount(Some(source), target, None, MsFlags::MS_BIND, None)
         }
         MountStep::Symlink { target, link } => sys.symlink(target, link),
+        MountStep::AttachMount { fd, target } => sys.attach_mount(*fd, target),
         MountStep::PivotRoot { new_root } => {
             // The new root is a mount point (bound onto itself earlier). With both
             // arguments ".", the old root ends up mounted on top of the new one; the lazy
@@ -89,6 +90,7 @@ mod tests {
         let spec = SandboxSpec {
             rootfs: "/r".into(),
             workspace: Some("/w".into()),
+            workspace_mount: None,
             servers: None,
             skills: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),

@@ -11,7 +11,8 @@
 //!   null, zero, full, random and urandom and the usual fd symlinks
 //! - `/dev/shm`   a fresh size-limited tmpfs
 //! - `/tmp`       a fresh size-limited tmpfs
-//! - `/workspace` a host directory bound read-write, or a private tmpfs
+//! - `/workspace` a session's own tmpfs (a detached mount passed in, see
+//!   `session/keeper.rs`), a host directory bound read-write, or a private tmpfs
 //! - `/servers`   the generated tool wrappers, when there are upstreams, and `/skills` the
 //!   saved skills: host directories bound read-only, nosuid, nodev, noexec
 //!
@@ -62,6 +63,11 @@ pub enum MountStep {
     BindDevice { source: PathBuf, target: PathBuf },
     /// A symlink on a tmpfs created earlier in the plan.
     Symlink { target: PathBuf, link: PathBuf },
+    /// Attach a detached mount received as descriptor `fd` (a session's workspace).
+    AttachMount {
+        fd: std::os::fd::RawFd,
+        target: PathBuf,
+    },
     /// Make `new_root` the root and detach the old one.
     PivotRoot { new_root: PathBuf },
 }
@@ -165,6 +171,11 @@ impl MountPlan {
             flags: WRITABLE_FLAGS,
         });
         match &spec.workspace {
+            // A session's own filesystem, already nosuid, nodev, noexec and limited.
+            _ if spec.workspace_mount.is_some() => steps.push(MountStep::AttachMount {
+                fd: super::fds::slot::WORKSPACE,
+                target: at("workspace"),
+            }),
             Some(dir) => {
                 steps.push(MountStep::Bind {
                     source: dir.clone(),
@@ -221,6 +232,7 @@ mod tests {
         SandboxSpec {
             rootfs: "/r".into(),
             workspace: workspace.map(PathBuf::from),
+            workspace_mount: None,
             servers: None,
             skills: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),
@@ -351,6 +363,20 @@ mod tests {
         assert!(!steps.iter().any(
             |s| matches!(s, MountStep::Bind { target, .. } if target == Path::new("/r/workspace"))
         ));
+    }
+
+    #[test]
+    fn a_workspace_mount_is_attached_from_its_slot() {
+        let mut s = spec(None);
+        s.workspace_mount = Some(42);
+        let steps = MountPlan::for_spec(&s, LockedFlags::default()).steps;
+        assert!(steps.contains(&MountStep::AttachMount {
+            fd: crate::sandbox::fds::slot::WORKSPACE,
+            target: "/r/workspace".into()
+        }));
+        assert!(!steps.iter().any(|st| matches!(st,
+            MountStep::Tmpfs { target, .. } | MountStep::Bind { target, .. }
+                if target == Path::new("/r/workspace"))));
     }
 
     #[test]

@@ -70,6 +70,7 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         stdout: stdout_w.as_raw_fd(),
         stderr: stderr_w.as_raw_fd(),
         channel: channel_child.as_raw_fd(),
+        workspace: spec.workspace_mount.unwrap_or(-1),
         cgroup_tasks: TasksFds::of(&tasks),
     };
     let pipes_us = sw.lap_us();

@@ -117,6 +117,9 @@ pub struct SandboxSpec {
     pub rootfs: PathBuf,
     /// Host directory bound read-write at `/workspace`; a private tmpfs when `None`.
     pub workspace: Option<PathBuf>,
+    /// A detached mount (a descriptor open in the spawning process) attached at
+    /// `/workspace` instead: a session's own size-limited filesystem.
+    pub workspace_mount: Option<std::os::fd::RawFd>,
     /// Host directory of generated tool wrappers, bound read-only at `/servers`.
     pub servers: Option<PathBuf>,
     /// Host directory of saved skills, bound read-only at `/skills`.
@@ -150,6 +153,11 @@ impl SandboxSpec {
                     )));
                 }
             }
+        }
+        if self.workspace.is_some() && self.workspace_mount.is_some() {
+            return Err(Error::InvalidSpec(
+                "a workspace directory and a workspace mount are exclusive".into(),
+            ));
         }
         if self.hostname.is_empty()
             || self.hostname.len() > 64
@@ -185,6 +193,7 @@ mod tests {
         SandboxSpec {
             rootfs: "/r".into(),
             workspace: None,
+            workspace_mount: None,
             servers: None,
             skills: None,
             program: Program::new(

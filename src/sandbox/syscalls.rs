@@ -26,6 +26,8 @@ pub trait Syscalls {
     fn mkdir(&self, path: &Path, mode: u32) -> io::Result<()>;
     fn create_file(&self, path: &Path) -> io::Result<()>;
     fn symlink(&self, target: &Path, link: &Path) -> io::Result<()>;
+    /// Attaches the detached mount `fd` at `target` (`move_mount`), then closes `fd`.
+    fn attach_mount(&self, fd: std::os::fd::RawFd, target: &Path) -> io::Result<()>;
 }
 
 /// The real system calls.
@@ -72,6 +74,32 @@ impl Syscalls for Linux {
 
     fn symlink(&self, target: &Path, link: &Path) -> io::Result<()> {
         std::os::unix::fs::symlink(target, link)
+    }
+
+    fn attach_mount(&self, fd: std::os::fd::RawFd, target: &Path) -> io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let target = std::ffi::CString::new(target.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: both paths are NUL-terminated and outlive the call; `fd` is a descriptor
+        // number (a bad one yields EBADF).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                fd,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                target.as_ptr(),
+                libc::MOVE_MOUNT_F_EMPTY_PATH,
+            )
+        };
+        let result = if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        };
+        // SAFETY: closing the descriptor this step consumes; the mount stays attached.
+        unsafe { libc::close(fd) };
+        result
     }
 }
 
@@ -147,5 +175,8 @@ impl Syscalls for Recorder {
             link.display(),
             target.display()
         ))
+    }
+    fn attach_mount(&self, fd: std::os::fd::RawFd, target: &Path) -> io::Result<()> {
+        self.record(format!("move_mount {fd} {}", target.display()))
     }
 }

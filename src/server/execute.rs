@@ -6,11 +6,12 @@
 //! 3. The client's rate limits, then the session (new, or the client's own), whose runs
 //!    take turns, then a slot of the server-wide admission.
 //! 4. A sandbox: a fresh one, or the session's live interpreter (`keep_alive`).
-//! 5. While a session run goes on, its workspace is measured every 100 ms; a run that
-//!    grows it past the quota is stopped and the entries it created are removed.
+//! 5. A session run gets a fresh copy of the session's workspace mount (a size- and
+//!    inode-limited tmpfs: the kernel refuses writes past the quota); after the run, a
+//!    full workspace is reported as `workspace_quota_exceeded`.
 //! 6. The result, with personal data tokenized, and an audit record.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,9 +29,6 @@ use crate::runtime::{self, Language};
 use crate::sandbox::{Outcome, ProgramStatus};
 use crate::session::{disk, LiveEntry, Session};
 use crate::spawner::{LiveSandbox, RunEnd, SpawnSpec, Stream};
-
-/// How often a session's workspace is measured while a run goes on.
-const QUOTA_POLL: Duration = Duration::from_millis(100);
 
 /// What a call asked for, checked.
 struct Checked {
@@ -168,42 +166,32 @@ impl CodeboxServer {
             }
         };
 
-        // A session's workspace: what it held before, and the quota watch.
-        let workspace = session.as_ref().map(|s| s.workspace().to_path_buf());
-        let mut before = HashSet::new();
-        let start_usage = match &workspace {
-            Some(dir) => disk::scan(dir, Some(&mut before)).ok(),
-            None => None,
-        };
-        let quota_hit = Arc::new(tokio::sync::Notify::new());
-        let quota_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let watch = match (&workspace, &start_usage) {
-            (Some(dir), Some(start)) => Some(tokio::spawn(watch_quota(
-                dir.clone(),
-                start.clone(),
-                s.sessions.limits().clone(),
-                quota_hit.clone(),
-                quota_flag.clone(),
-            ))),
-            _ => None,
-        };
-        let cancel = {
-            let ct = ctx.ct.clone();
-            let quota_hit = quota_hit.clone();
-            async move {
-                tokio::select! {
-                    _ = ct.cancelled() => {}
-                    _ = quota_hit.notified() => {}
+        // A session's workspace: a fresh copy of its mount for this run, and what it
+        // held before.
+        let (workspace_mount, start_usage) = match &session {
+            Some(session) => match s.sessions.mount_for_run(session) {
+                Ok(fd) => (
+                    Some(crate::spawner::wire::MountFd(Arc::new(fd))),
+                    disk::usage(session.workspace()).ok(),
+                ),
+                Err(e) => {
+                    tracing::error!(session = crate::session::short(session.id()), err = %anyhow::Error::new(e), "cannot attach a session's workspace");
+                    return Ok(tool_error(
+                        "the session's workspace cannot be attached; start a new session".into(),
+                    ));
                 }
-            }
+            },
+            None => (None, None),
         };
+        let cancel = ctx.ct.clone().cancelled_owned();
 
         let wrappers = self.wrapper_dir();
         let spec = SpawnSpec {
             language,
             profile: s.settings.profile.source.clone(),
             limits: c.limits.clone(),
-            workspace: workspace.clone(),
+            workspace: None,
+            workspace_mount,
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills: s.skills.as_ref().map(|k| k.root().to_path_buf()),
         };
@@ -257,9 +245,6 @@ impl CodeboxServer {
         if let Some(f) = forwarder {
             let _ = f.await;
         }
-        if let Some(w) = watch {
-            w.abort();
-        }
         let ran_at = entered.elapsed();
         let (outcome, report, interpreter) = match ran {
             Ok(ran) => ran,
@@ -275,12 +260,12 @@ impl CodeboxServer {
                 return Ok(tool_error(why));
             }
         };
-        let mut result = execution::result_from(language, workspace.as_deref(), true, outcome);
+        let mut result = execution::result_from(language, None, true, outcome);
         result.tool_calls = report.tool_calls;
         result.start = sandbox_start;
         result.tool_channel_error = report.channel_error;
-        if let (Some(session), Some(dir)) = (&session, &workspace) {
-            self.settle_workspace(session, dir, &before, &quota_flag, &mut result);
+        if let Some(session) = &session {
+            self.settle_workspace(session, start_usage, &mut result);
             result.session = Some(json!({
                 "id": session.id(),
                 "keep_alive": keep_alive,
@@ -350,7 +335,7 @@ impl CodeboxServer {
         let proxy = ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
         hooks(&proxy);
         let mut frame = runtime::boot_frame_with_files(code, &c.files);
-        if spec.workspace.is_none() {
+        if spec.workspace.is_none() && spec.workspace_mount.is_none() {
             // No host directory is bound: nothing of the sandbox outlives it.
             frame = runtime::ephemeral(frame);
         }
@@ -489,44 +474,41 @@ impl CodeboxServer {
         Ok((outcome, report, interpreter))
     }
 
-    /// After a session run: the quota verdict (removing what an offending run created)
-    /// and the workspace figures.
+    /// After a session run: the quota verdict and the workspace figures. The kernel
+    /// enforced the quota (a write past it failed with `ENOSPC` in the sandbox); a run
+    /// that left the workspace full, having not shrunk it, is reported as having hit it.
     fn settle_workspace(
         &self,
         session: &Session,
-        dir: &std::path::Path,
-        before: &HashSet<String>,
-        quota_flag: &std::sync::atomic::AtomicBool,
+        before: Option<disk::Usage>,
         result: &mut ExecutionResult,
     ) {
         let limits = self.state.sessions.limits();
-        let over = |u: &disk::Usage| u.bytes > limits.quota_bytes || u.entries > limits.max_entries;
-        let Ok(mut usage) = disk::scan(dir, None) else {
-            return;
+        let (entries, cut) = crate::workspace::list_at(session.workspace());
+        result.workspace_files = Some(entries);
+        result.workspace_files_truncated = cut;
+        let usage = match disk::usage(session.workspace()) {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(session = crate::session::short(session.id()), %e, "cannot measure a session's workspace");
+                return;
+            }
         };
-        if quota_flag.load(Ordering::Acquire) || over(&usage) {
-            let removed = disk::remove_new(dir, before).unwrap_or(0);
+        let shrunk = before.is_some_and(|b| usage.bytes < b.bytes && usage.entries <= b.entries);
+        if usage.full && !shrunk {
             tracing::info!(
                 session = crate::session::short(session.id()),
                 bytes = usage.bytes,
                 entries = usage.entries,
-                removed,
-                "a run exceeded the session's workspace quota"
+                "a run filled the session's workspace"
             );
             result.workspace_quota_exceeded = true;
             result.stderr.push_str(&format!(
-                "\n[codebox: the workspace quota was exceeded ({} bytes in {} entries; the quota is {} bytes and {} entries): the run was stopped and the {removed} entries it created were removed]\n",
+                "\n[codebox: the workspace is full ({} bytes in {} entries; the quota is {} bytes and {} entries): writes past it failed with \"no space left on device\"; delete files to make room]\n",
                 usage.bytes, usage.entries, limits.quota_bytes, limits.max_entries
             ));
             if result.exit_code == Some(0) {
                 result.exit_code = Some(1);
-            }
-            if let Ok(u) = disk::scan(dir, None) {
-                usage = u;
-            }
-            if let Ok((entries, cut)) = crate::workspace::list(dir) {
-                result.workspace_files = Some(entries);
-                result.workspace_files_truncated = cut;
             }
         }
         result.workspace_usage = Some(json!({
@@ -535,31 +517,6 @@ impl CodeboxServer {
             "quota_bytes": limits.quota_bytes,
             "max_entries": limits.max_entries,
         }));
-    }
-}
-
-/// Measures the workspace until it grows past the quota, then says so once.
-async fn watch_quota(
-    dir: std::path::PathBuf,
-    start: disk::Usage,
-    limits: crate::session::SessionLimits,
-    hit: Arc<tokio::sync::Notify>,
-    flag: Arc<std::sync::atomic::AtomicBool>,
-) {
-    loop {
-        tokio::time::sleep(QUOTA_POLL).await;
-        let dir = dir.clone();
-        let Ok(Ok(u)) = tokio::task::spawn_blocking(move || disk::scan(&dir, None)).await else {
-            continue;
-        };
-        // Over the quota and grown by this run (a workspace already over it may shrink).
-        let bytes = u.bytes > limits.quota_bytes && u.bytes > start.bytes;
-        let entries = u.entries > limits.max_entries && u.entries > start.entries;
-        if bytes || entries {
-            flag.store(true, Ordering::Release);
-            hit.notify_one();
-            return;
-        }
     }
 }
 

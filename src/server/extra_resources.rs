@@ -35,9 +35,7 @@ impl CodeboxServer {
             }
         }
         for session in self.state.sessions.of_owner(client) {
-            let Ok((entries, _)) = crate::workspace::list(session.workspace()) else {
-                continue;
-            };
+            let (entries, _) = crate::workspace::list_at(session.workspace());
             for e in entries
                 .into_iter()
                 .filter(|e| e.kind == crate::workspace::Kind::File)

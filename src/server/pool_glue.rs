@@ -30,6 +30,7 @@ pub(super) fn template(
         workspace: None,
         servers: servers.as_ref().map(|w| w.path().to_path_buf()),
         skills: skills.map(|p| p.to_path_buf()),
+        workspace_mount: None,
     };
     Template {
         spec,

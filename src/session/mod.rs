@@ -4,31 +4,36 @@
 //! - A session is created by an execute call with `session: "new"`; its id is 128 bits
 //!   from the kernel's CSPRNG, so it cannot be guessed, and it belongs to the client
 //!   that created it: any other client asking for it is told it does not exist.
-//! - Its workspace is a host directory (owned by the sandbox user's host id, mode 0700,
-//!   named by a hash of the id) bound read-write at `/workspace` in each of its runs. Its
-//!   size and entry count are limited ([`SessionLimits`]); the server checks them while a
-//!   run goes on and after it ([`disk`]).
+//! - Its workspace is a tmpfs of its own, `size=` the quota and `nr_inodes=` the entry
+//!   limit ([`SessionLimits`]), root owned by the sandbox user's host ids with mode 0700,
+//!   made by the [`keeper`] as a detached mount that is attached nowhere on the host. The
+//!   kernel enforces the limits on allocated pages and inodes: a write past them fails
+//!   with `ENOSPC` in the sandbox. Each run attaches a fresh copy of the mount at
+//!   `/workspace`; the server reaches the files only through the session's descriptor
+//!   ([`disk`]). Its pages are memory (or swap), charged to the memory cgroup of the
+//!   sandbox that wrote them.
 //! - Runs of one session are serialised (one holds [`Session::slots`] at a time).
 //! - With `keep_alive`, a session keeps one live sandbox per language between runs
 //!   ([`LiveSlots`]), so interpreter state survives.
 //! - A session idle for longer than its TTL is removed by [`Sessions::sweep`]: its live
-//!   sandboxes are killed and its directory removed. `close_session` does the same at
-//!   once, and shutdown for all.
+//!   sandboxes are killed, its files removed and its descriptor closed, which frees the
+//!   filesystem. `close_session` does the same at once (and says what it could not
+//!   remove, if anything), and shutdown for all.
 
 pub mod disk;
+pub mod keeper;
 
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-
 use crate::runtime::Language;
 use crate::spawner::LiveSandbox;
 
-/// Name prefix of the per-process sessions directory: `codebox-sessions-<pid>-<random>`.
+/// Name prefix of the per-process sessions directories of earlier versions
+/// (`codebox-sessions-<pid>-<random>`), removed when their process is gone.
 const PREFIX: &str = "codebox-sessions-";
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +52,10 @@ pub enum Error {
     },
     #[error("cannot draw a random session id")]
     Random(#[source] getrandom::Error),
+    #[error("the session's workspace is unavailable")]
+    Keeper(#[from] keeper::Error),
+    #[error("the session is closed, but its workspace was not fully removed: {0}")]
+    Leftover(#[source] disk::Leftover),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -56,9 +65,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub struct SessionLimits {
     /// A session unused for this long is removed.
     pub idle_ttl: Duration,
-    /// Bytes of regular files in the workspace.
+    /// Size of the workspace filesystem: bytes of allocated blocks (tmpfs `size=`).
     pub quota_bytes: u64,
-    /// Entries (files, directories, links) in the workspace.
+    /// Entries (files, directories, links) in the workspace (tmpfs `nr_inodes=`, plus
+    /// one for its root).
     pub max_entries: u64,
     /// Sessions open at once, all clients together.
     pub max_sessions: usize,
@@ -121,7 +131,9 @@ impl LiveSlots {
 pub struct Session {
     id: String,
     owner: String,
-    dir: PathBuf,
+    /// The session's detached tmpfs mount: every host-side access is relative to it, and
+    /// closing it (with the session's sandboxes gone) frees the filesystem.
+    mount: OwnedFd,
     last_used: Mutex<Instant>,
     /// Held by the run in progress; holds the live sandboxes.
     pub slots: tokio::sync::Mutex<LiveSlots>,
@@ -134,7 +146,6 @@ impl std::fmt::Debug for Session {
         // The id is a capability: never printed in full.
         f.debug_struct("Session")
             .field("id", &short(&self.id))
-            .field("dir", &self.dir)
             .finish_non_exhaustive()
     }
 }
@@ -149,9 +160,9 @@ impl Session {
         &self.id
     }
 
-    /// The host directory bound at `/workspace`.
-    pub fn workspace(&self) -> &Path {
-        &self.dir
+    /// The root of the session's workspace filesystem.
+    pub fn workspace(&self) -> BorrowedFd<'_> {
+        self.mount.as_fd()
     }
 
     /// Marks the session used now (its TTL starts again).
@@ -166,10 +177,8 @@ impl Session {
 
 /// Every open session of this server.
 pub struct Sessions {
-    base: PathBuf,
-    /// This process's sessions directory, created with the first session (so a server
-    /// that never opens one leaves nothing behind, even when it is killed).
-    root: std::sync::OnceLock<PathBuf>,
+    /// The workspace keeper, started with the first session.
+    keeper: std::sync::OnceLock<keeper::Keeper>,
     limits: SessionLimits,
     /// Host ids of the sandbox user (the workspace's owner).
     owner_ids: (u32, u32),
@@ -179,7 +188,6 @@ pub struct Sessions {
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
-            .field("root", &self.root.get())
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
@@ -190,38 +198,31 @@ impl Sessions {
     pub fn new(base: &Path, limits: SessionLimits, owner_ids: (u32, u32)) -> Result<Sessions> {
         crate::tempdirs::remove_of_dead_processes(base, PREFIX);
         Ok(Sessions {
-            base: base.to_path_buf(),
-            root: std::sync::OnceLock::new(),
+            keeper: std::sync::OnceLock::new(),
             limits,
             owner_ids,
             open: Mutex::new(HashMap::new()),
         })
     }
 
-    /// This process's sessions directory (mode 0711: the sandbox user may pass through to
-    /// its own workspace but list nothing), created on first use.
-    fn root(&self) -> Result<&Path> {
-        if let Some(root) = self.root.get() {
-            return Ok(root);
+    fn keeper(&self) -> Result<&keeper::Keeper> {
+        if let Some(k) = self.keeper.get() {
+            return Ok(k);
         }
-        let root = tempfile::Builder::new()
-            .prefix(&format!("{PREFIX}{}-", std::process::id()))
-            .tempdir_in(&self.base)
-            .map_err(|source| Error::Io {
-                doing: "create the sessions directory in",
-                path: self.base.clone(),
-                source,
-            })?
-            .keep();
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711)).map_err(
-            |source| Error::Io {
-                doing: "set the mode of",
-                path: root.clone(),
-                source,
-            },
-        )?;
-        // Callers hold the sessions lock, so no other directory was created meanwhile.
-        Ok(self.root.get_or_init(|| root))
+        // Callers hold the sessions lock, so no other keeper was started meanwhile.
+        let k = keeper::Keeper::start(self.owner_ids)?;
+        Ok(self.keeper.get_or_init(|| k))
+    }
+
+    /// A fresh copy of `session`'s workspace mount, for one sandbox to attach.
+    pub fn mount_for_run(&self, session: &Session) -> Result<OwnedFd> {
+        let keeper =
+            self.keeper
+                .get()
+                .ok_or(Error::Keeper(keeper::Error::Start(std::io::Error::other(
+                    "no keeper",
+                ))))?;
+        Ok(keeper.clone_mount(session.workspace())?)
     }
 
     pub fn limits(&self) -> &SessionLimits {
@@ -237,26 +238,14 @@ impl Sessions {
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(Error::Random)?;
         let id = format!("cbx_{}", hex(&raw));
-        // The directory is named by a hash of the id: the id itself appears nowhere on disk.
-        let dir = self
-            .root()?
-            .join(&hex(&Sha256::digest(id.as_bytes()))[..32]);
-        let io = |doing, source| Error::Io {
-            doing,
-            path: dir.clone(),
-            source,
-        };
-        std::fs::create_dir(&dir).map_err(|e| io("create", e))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| io("set the mode of", e))?;
-        let (uid, gid) = self.owner_ids;
-        if nix::unistd::geteuid().is_root() {
-            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(|e| io("chown", e))?;
-        }
+        let limits = &self.limits;
+        let mount = self
+            .keeper()?
+            .create(limits.quota_bytes, limits.max_entries.saturating_add(1))?;
         let session = Arc::new(Session {
             id: id.clone(),
             owner: owner.to_string(),
-            dir,
+            mount,
             last_used: Mutex::new(Instant::now()),
             slots: tokio::sync::Mutex::new(LiveSlots::default()),
             vault,
@@ -296,23 +285,25 @@ impl Sessions {
     }
 
     /// Closes `owner`'s session `id`: waits for its run in progress, kills its live
-    /// sandboxes, removes its workspace.
+    /// sandboxes, removes its workspace; says what it could not remove, if anything.
     pub async fn close(&self, id: &str, owner: &str) -> Result<()> {
         let session = self.get(id, owner)?;
         self.open.lock().expect("sessions lock").remove(id);
-        self.end(session).await;
-        Ok(())
+        self.end(session).await.map_err(Error::Leftover)
     }
 
-    async fn end(&self, session: Arc<Session>) {
+    /// Kills the session's live sandboxes and empties its workspace now (the filesystem
+    /// itself goes with the last descriptor and the last sandbox holding it).
+    async fn end(&self, session: Arc<Session>) -> std::result::Result<(), disk::Leftover> {
         let mut slots = session.slots.lock().await;
         // Dropping a live sandbox kills it.
         slots.python = None;
         slots.typescript = None;
-        if let Err(e) = disk::remove_tree(&session.dir) {
-            tracing::warn!(session = short(&session.id), dir = %session.dir.display(), %e, "cannot remove a session's workspace");
+        let removed = disk::remove_contents(session.workspace());
+        if let Err(e) = &removed {
+            tracing::warn!(session = short(&session.id), %e, "cannot empty a session's workspace");
         }
-        tracing::info!(session = short(&session.id), "session closed");
+        removed
     }
 
     /// Removes the sessions idle longer than the TTL (never one that is running).
@@ -329,7 +320,7 @@ impl Sessions {
         let n = expired.len();
         for s in expired {
             tracing::info!(session = short(&s.id), "session expired");
-            self.end(s).await;
+            let _ = self.end(s).await;
         }
         n
     }
@@ -354,12 +345,7 @@ impl Sessions {
             .map(|(_, s)| s)
             .collect();
         for s in all {
-            self.end(s).await;
-        }
-        if let Some(root) = self.root.get() {
-            if let Err(e) = std::fs::remove_dir(root) {
-                tracing::warn!(dir = %root.display(), %e, "cannot remove the sessions directory");
-            }
+            let _ = self.end(s).await;
         }
     }
 }
@@ -395,6 +381,18 @@ mod tests {
         Sessions::new(base, limits, ids).unwrap()
     }
 
+    /// Writes `data` to `name` in the workspace through its descriptor.
+    fn write(session: &Session, name: &str, data: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let fd = nix::fcntl::openat(
+            session.workspace(),
+            name,
+            nix::fcntl::OFlag::O_CREAT | nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )?;
+        std::fs::File::from(fd).write_all(data)
+    }
+
     #[tokio::test]
     async fn ids_are_random_owned_and_limited() {
         let base = tempfile::tempdir().unwrap();
@@ -403,8 +401,6 @@ mod tests {
         let b = s.create("alice", vault()).unwrap();
         assert_ne!(a.id(), b.id());
         assert_eq!(a.id().len(), 4 + 32);
-        assert!(a.workspace().is_dir());
-        assert!(!a.workspace().to_string_lossy().contains(&a.id()[4..]));
         s.get(a.id(), "alice").unwrap();
         let refused = s.get(a.id(), "bob").unwrap_err().to_string();
         let unknown = s.get("cbx_nope", "bob").unwrap_err().to_string();
@@ -419,10 +415,47 @@ mod tests {
             Err(Error::TooMany { open: 3 })
         ));
         assert!(s.close(a.id(), "bob").await.is_err());
+        write(&a, "f", b"x").unwrap();
         s.close(a.id(), "alice").await.unwrap();
-        assert!(!a.workspace().exists());
+        assert_eq!(disk::names(a.workspace()).unwrap().len(), 0);
         s.shutdown().await;
+        // Nothing of a session is on the host's disk.
         assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_kernel_enforces_the_quota_on_blocks_and_inodes() {
+        let base = tempfile::tempdir().unwrap();
+        let limits = SessionLimits {
+            quota_bytes: 1024 * 1024,
+            max_entries: 10,
+            ..SessionLimits::default()
+        };
+        let ids = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let s = Sessions::new(base.path(), limits, ids).unwrap();
+        let a = s.create("alice", vault()).unwrap();
+        let err = write(&a, "big", &vec![1u8; 2 * 1024 * 1024]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+        assert!(disk::usage(a.workspace()).unwrap().full);
+        nix::unistd::unlinkat(
+            a.workspace(),
+            "big",
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        )
+        .unwrap();
+        let made = (0..20)
+            .take_while(|i| write(&a, &format!("f{i}"), b"").is_ok())
+            .count();
+        assert_eq!(made, 10, "nr_inodes is the entry limit");
+        let u = disk::usage(a.workspace()).unwrap();
+        assert_eq!((u.entries, u.full), (10, true));
+        // A copy of the mount is the same filesystem.
+        let copy = s.mount_for_run(&a).unwrap();
+        assert_eq!(disk::names(copy.as_fd()).unwrap().len(), 10);
+        s.shutdown().await;
     }
 
     #[tokio::test]
@@ -430,12 +463,12 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let s = sessions(base.path(), Duration::from_millis(50));
         let a = s.create("alice", vault()).unwrap();
-        std::fs::write(a.workspace().join("f"), "x").unwrap();
+        write(&a, "f", b"x").unwrap();
         let busy = s.create("alice", vault()).unwrap();
         let held = busy.slots.lock().await;
         tokio::time::sleep(Duration::from_millis(80)).await;
         assert_eq!(s.sweep().await, 1, "the running session stays");
-        assert!(!a.workspace().exists());
+        assert_eq!(disk::names(a.workspace()).unwrap().len(), 0);
         assert!(s.get(a.id(), "alice").is_err());
         drop(held);
         s.shutdown().await;

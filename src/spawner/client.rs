@@ -75,10 +75,17 @@ impl SpawnerClient {
             w.spawned.insert(id, tx);
             w.exited.insert(id, exit_tx);
         }
-        self.send(&Request::Spawn {
-            id,
-            spec: Box::new(spec),
-        })
+        let mount = spec
+            .workspace_mount
+            .as_ref()
+            .map(|m| std::os::fd::AsRawFd::as_raw_fd(&*m.0));
+        self.send_with(
+            &Request::Spawn {
+                id,
+                spec: Box::new(spec.clone()),
+            },
+            mount.as_slice(),
+        )
         .await?;
         let (landlock, cgroups, mut fds) = match rx.await.map_err(|_| Error::Gone)? {
             Ok(v) => v,
@@ -121,6 +128,11 @@ impl SpawnerClient {
     }
 
     async fn send(&self, req: &Request) -> Result<()> {
+        self.send_with(req, &[]).await
+    }
+
+    /// Sends `req` with descriptors (which must stay open until this returns).
+    async fn send_with(&self, req: &Request, fds: &[std::os::fd::RawFd]) -> Result<()> {
         loop {
             let mut guard = self
                 .inner
@@ -131,7 +143,7 @@ impl SpawnerClient {
                     doing: "waiting to write to the spawner",
                     source,
                 })?;
-            match guard.try_io(|s| wire::send(s.get_ref().as_fd(), req, &[])) {
+            match guard.try_io(|s| wire::send(s.get_ref().as_fd(), req, fds)) {
                 Ok(r) => {
                     return r.map_err(|source| {
                         if source.raw_os_error() == Some(libc::EPIPE) {

@@ -50,8 +50,11 @@ pub fn serve(sock: OwnedFd, host: &Host) {
         }
         if ready[0] {
             match wire::recv::<Request>(sock.as_fd()) {
-                Ok(Some((Request::Spawn { id, spec }, _))) => {
-                    if let Some(watch) = spawn_one(&sock, host, &mut policies, id, &spec) {
+                Ok(Some((Request::Spawn { id, spec }, fds))) => {
+                    // At most one descriptor comes with a spawn: the workspace mount. Ours
+                    // closes once the sandbox's init holds its own copy.
+                    let mount = fds.first().map(AsRawFd::as_raw_fd);
+                    if let Some(watch) = spawn_one(&sock, host, &mut policies, id, &spec, mount) {
                         live.insert(id, watch);
                     }
                 }
@@ -85,8 +88,9 @@ fn spawn_one(
     policies: &mut HashMap<String, SecurityPolicy>,
     id: u64,
     spec: &SpawnSpec,
+    mount: Option<std::os::fd::RawFd>,
 ) -> Option<Watch> {
-    let sandbox = match build(host, policies, spec).and_then(|s| {
+    let sandbox = match build(host, policies, spec, mount).and_then(|s| {
         sandbox::spawn(&s, host.cgroups.as_ref())
             .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
     }) {
@@ -138,6 +142,7 @@ fn build(
     host: &Host,
     policies: &mut HashMap<String, SecurityPolicy>,
     spec: &SpawnSpec,
+    mount: Option<std::os::fd::RawFd>,
 ) -> Result<SandboxSpec, String> {
     let policy = match policies.get(&spec.profile) {
         Some(p) => p.clone(),
@@ -152,6 +157,7 @@ fn build(
     Ok(SandboxSpec {
         rootfs: host.rootfs.path.clone(),
         workspace: spec.workspace.clone(),
+        workspace_mount: mount,
         servers: spec.servers.clone(),
         skills: spec.skills.clone(),
         program: spec.language.program().map_err(|e| e.to_string())?,

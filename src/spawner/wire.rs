@@ -37,6 +37,20 @@ pub struct SpawnSpec {
     /// Host directory of saved skills, bound read-only at `/skills`.
     #[serde(default)]
     pub skills: Option<PathBuf>,
+    /// A session's workspace filesystem (a detached mount), attached at `/workspace`.
+    /// Travels as a descriptor with the [`Request::Spawn`], not in its JSON.
+    #[serde(skip)]
+    pub workspace_mount: Option<MountFd>,
+}
+
+/// A detached mount shared by the specs that carry it; equal only to itself.
+#[derive(Debug, Clone)]
+pub struct MountFd(pub std::sync::Arc<OwnedFd>);
+
+impl PartialEq for MountFd {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
