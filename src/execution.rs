@@ -23,6 +23,8 @@ pub enum Error {
     Files(#[from] runtime::FileError),
     #[error(transparent)]
     Sandbox(#[from] sandbox::Error),
+    #[error(transparent)]
+    Workspace(#[from] sandbox::idmapped::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -205,18 +207,29 @@ pub fn execute(
         });
     }
     runtime::validate_files(&request.files)?;
-    let spec = host.spec(
+    let mut spec = host.spec(
         request.language.program()?,
         request.workspace.clone(),
         &request.limits,
         &request.policy,
     );
+    // As root the sandbox user is an unprivileged host id: the directory is attached
+    // through an idmapped mount on which its owner is that id, so the program can write.
+    let idmapped = match (&request.workspace, host.id_mapping.privileged) {
+        (Some(dir), true) => sandbox::idmapped::workspace_mount(dir, host.id_mapping.host_uid)?,
+        _ => None,
+    };
+    if let Some(fd) = &idmapped {
+        spec.workspace = None;
+        spec.workspace_mount = Some(std::os::fd::AsRawFd::as_raw_fd(fd));
+    }
     let mut frame = runtime::boot_frame_with_files(&request.code, &request.files);
     if request.workspace.is_none() {
         // No host directory is bound: nothing of the sandbox outlives it.
         frame = runtime::ephemeral(frame);
     }
     let outcome = run_spec(&spec, host, &frame, sink)?;
+    drop(idmapped);
     Ok(result_from(
         request.language,
         request.workspace.as_deref(),

@@ -390,3 +390,63 @@ fn tmp_entries() -> std::collections::BTreeSet<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect()
 }
+
+/// As root the sandbox user is `nobody`: a directory owned by another unprivileged user is
+/// attached through an idmapped mount, so the program writes there and its files are the
+/// owner's; a root-owned directory is refused with the fix named.
+#[test]
+fn as_root_a_workspace_is_writable_through_an_idmapped_mount() {
+    let test = "as_root_a_workspace_is_writable_through_an_idmapped_mount";
+    if !sandbox_available(test) {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP {test}: rootless, the sandbox user is the caller and owns its directory");
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(dir.path().join("in.txt"), "given").unwrap();
+    for p in [dir.path().to_path_buf(), dir.path().join("in.txt")] {
+        std::os::unix::fs::chown(&p, Some(4242), Some(4243)).unwrap();
+    }
+    let ws = dir.path().to_str().unwrap();
+    let v = run_json(
+        "python",
+        "import os\nopen('out.txt', 'w').write(open('in.txt').read())\nos.mkdir('d')\nos.chmod('out.txt', 0o4755)\nprint(os.stat('.').st_uid == os.getuid())",
+        &["--workspace", ws],
+    );
+    assert_eq!(v["stdout"], "True\n", "{v:#}");
+    let out = std::fs::metadata(dir.path().join("out.txt")).unwrap();
+    assert_eq!(
+        (out.uid(), out.gid()),
+        (4242, 4243),
+        "files are the owner's"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "given"
+    );
+    assert_eq!(std::fs::metadata(dir.path().join("d")).unwrap().uid(), 4242);
+    // A root-owned directory: refused, naming the fix.
+    let rooted = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(codebox_bin())
+        .args([
+            "run",
+            "--workspace",
+            rooted.path().to_str().unwrap(),
+            "python",
+            "-c",
+            "1",
+        ])
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("belongs to root") && err.contains("chown -R 65534:65534"),
+        "{err}"
+    );
+}

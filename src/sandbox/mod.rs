@@ -15,6 +15,7 @@ pub mod clone;
 mod error;
 mod fds;
 pub mod idmap;
+pub mod idmapped;
 mod init;
 pub mod landlock;
 mod mounts;
