@@ -54,6 +54,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Keeper {
     sock: Mutex<Option<OwnedFd>>,
     pid: libc::pid_t,
+    /// Set once the keeper was reaped: its pid may name another process then.
+    reaped: std::sync::atomic::AtomicBool,
     owner: (u32, u32),
 }
 
@@ -88,6 +90,7 @@ impl Keeper {
         Ok(Keeper {
             sock: Mutex::new(Some(ours)),
             pid,
+            reaped: std::sync::atomic::AtomicBool::new(false),
             owner,
         })
     }
@@ -112,54 +115,105 @@ impl Keeper {
         self.ask(&req, Some(mount.as_raw_fd()), "copy a workspace mount")
     }
 
-    fn ask(&self, req: &[u8], fd: Option<RawFd>, doing: &'static str) -> Result<OwnedFd> {
-        use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
-        use std::io::{IoSlice, IoSliceMut};
-        let err = |source: io::Error| Error::Keeper { doing, source };
-        let guard = self.sock.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(sock) = guard.as_ref() else {
-            return Err(err(io::Error::other("the keeper is gone")));
-        };
-        let fds = fd.map(|f| [f]);
-        let cmsg = fds.as_ref().map(|f| ControlMessage::ScmRights(f));
-        let cmsgs: &[ControlMessage] = match &cmsg {
-            Some(c) => std::slice::from_ref(c),
-            None => &[],
-        };
-        let iov = [IoSlice::new(req)];
-        sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
-            .map_err(|e| err(e.into()))?;
-        let mut answer = [0u8; 4];
-        let mut space = nix::cmsg_space!([RawFd; 1]);
-        let mut iov = [IoSliceMut::new(&mut answer)];
-        let msg = recvmsg::<()>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|e| err(e.into()))?;
-        let mut got = None;
-        for c in msg.cmsgs().map_err(|e| err(e.into()))? {
-            if let ControlMessageOwned::ScmRights(raw) = c {
-                for r in raw {
-                    // SAFETY: the kernel installed this descriptor for this message.
-                    let owned = unsafe { OwnedFd::from_raw_fd(r) };
-                    got.get_or_insert(owned);
-                }
+    /// The keeper's pid.
+    pub fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.pid)
+    }
+
+    /// Whether the keeper may still answer: its socket is open and it has not exited.
+    pub fn alive(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let open = self.sock.lock().map(|s| s.is_some()).unwrap_or(false);
+        if !open || self.reaped.load(Ordering::Acquire) {
+            return false;
+        }
+        // SAFETY: a non-blocking waitpid on our own child, not reaped yet (checked above;
+        // callers hold the sessions' keeper lock, so no other call races this one).
+        match unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), libc::WNOHANG) } {
+            0 => true,
+            _ => {
+                self.reaped.store(true, Ordering::Release);
+                false
             }
         }
-        if msg.bytes != 4 {
-            return Err(err(io::Error::other("the keeper is gone")));
+    }
+
+    fn ask(&self, req: &[u8], fd: Option<RawFd>, doing: &'static str) -> Result<OwnedFd> {
+        let mut guard = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(sock) = guard.as_ref() else {
+            return Err(Error::Keeper {
+                doing,
+                source: io::Error::other("the keeper is gone"),
+            });
+        };
+        match exchange(sock, req, fd) {
+            Ok(fd) => Ok(fd),
+            Err(Failure::Refused(source)) => Err(Error::Keeper { doing, source }),
+            Err(Failure::Transport(source)) => {
+                // No answer, or a late one the next request would read: the keeper is no
+                // longer usable. Closing our end makes it exit.
+                guard.take();
+                tracing::error!(%source, "the workspace keeper stopped answering");
+                Err(Error::Keeper { doing, source })
+            }
         }
-        let errno = i32::from_le_bytes(answer);
-        match (errno, got) {
-            (0, Some(fd)) => Ok(fd),
-            (0, None) => Err(err(io::Error::other(
-                "no descriptor in the keeper's answer",
-            ))),
-            (e, _) => Err(err(io::Error::from_raw_os_error(e))),
+    }
+}
+
+/// Why a request to the keeper failed.
+enum Failure {
+    /// The keeper answered with the kernel's refusal.
+    Refused(io::Error),
+    /// The socket failed or the answer was malformed.
+    Transport(io::Error),
+}
+
+fn exchange(
+    sock: &OwnedFd,
+    req: &[u8],
+    fd: Option<RawFd>,
+) -> std::result::Result<OwnedFd, Failure> {
+    use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+    use std::io::{IoSlice, IoSliceMut};
+    let transport = |e: nix::Error| Failure::Transport(e.into());
+    let fds = fd.map(|f| [f]);
+    let cmsg = fds.as_ref().map(|f| ControlMessage::ScmRights(f));
+    let cmsgs: &[ControlMessage] = match &cmsg {
+        Some(c) => std::slice::from_ref(c),
+        None => &[],
+    };
+    let iov = [IoSlice::new(req)];
+    sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
+        .map_err(transport)?;
+    let mut answer = [0u8; 4];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let mut iov = [IoSliceMut::new(&mut answer)];
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(transport)?;
+    let mut got = None;
+    for c in msg.cmsgs().map_err(transport)? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            for r in raw {
+                // SAFETY: the kernel installed this descriptor for this message.
+                let owned = unsafe { OwnedFd::from_raw_fd(r) };
+                got.get_or_insert(owned);
+            }
         }
+    }
+    if msg.bytes != 4 {
+        return Err(Failure::Transport(io::Error::other("the keeper is gone")));
+    }
+    match (i32::from_le_bytes(answer), got) {
+        (0, Some(fd)) => Ok(fd),
+        (0, None) => Err(Failure::Transport(io::Error::other(
+            "no descriptor in the keeper's answer",
+        ))),
+        (e, _) => Err(Failure::Refused(io::Error::from_raw_os_error(e))),
     }
 }
 
@@ -167,8 +221,10 @@ impl Drop for Keeper {
     fn drop(&mut self) {
         // Closing our end ends the keeper's loop; reap it so no zombie stays.
         drop(self.sock.get_mut().map(Option::take));
-        // SAFETY: waitpid on our own child; no memory but the status integer.
-        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+        if !*self.reaped.get_mut() {
+            // SAFETY: waitpid on our own child, not reaped yet; no memory but a null status.
+            unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+        }
     }
 }
 

@@ -134,6 +134,8 @@ pub struct Session {
     /// The session's detached tmpfs mount: every host-side access is relative to it, and
     /// closing it (with the session's sandboxes gone) frees the filesystem.
     mount: OwnedFd,
+    /// The keeper that made the mount: the one that can copy it.
+    keeper: Arc<keeper::Keeper>,
     last_used: Mutex<Instant>,
     /// Held by the run in progress; holds the live sandboxes.
     pub slots: tokio::sync::Mutex<LiveSlots>,
@@ -177,8 +179,8 @@ impl Session {
 
 /// Every open session of this server.
 pub struct Sessions {
-    /// The workspace keeper, started with the first session.
-    keeper: std::sync::OnceLock<keeper::Keeper>,
+    /// The workspace keeper, started with the first session (and again if it died).
+    keeper: Mutex<Option<Arc<keeper::Keeper>>>,
     limits: SessionLimits,
     /// Host ids of the sandbox user (the workspace's owner).
     owner_ids: (u32, u32),
@@ -198,31 +200,32 @@ impl Sessions {
     pub fn new(base: &Path, limits: SessionLimits, owner_ids: (u32, u32)) -> Result<Sessions> {
         crate::tempdirs::remove_of_dead_processes(base, PREFIX);
         Ok(Sessions {
-            keeper: std::sync::OnceLock::new(),
+            keeper: Mutex::new(None),
             limits,
             owner_ids,
             open: Mutex::new(HashMap::new()),
         })
     }
 
-    fn keeper(&self) -> Result<&keeper::Keeper> {
-        if let Some(k) = self.keeper.get() {
-            return Ok(k);
+    /// The running keeper, started now if there is none or the last one is gone.
+    fn keeper(&self) -> Result<Arc<keeper::Keeper>> {
+        let mut slot = self.keeper.lock().expect("keeper lock");
+        if let Some(k) = slot.as_ref().filter(|k| k.alive()) {
+            return Ok(k.clone());
         }
-        // Callers hold the sessions lock, so no other keeper was started meanwhile.
-        let k = keeper::Keeper::start(self.owner_ids)?;
-        Ok(self.keeper.get_or_init(|| k))
+        if slot.is_some() {
+            tracing::warn!("the workspace keeper is gone; starting a new one");
+        }
+        let k = Arc::new(keeper::Keeper::start(self.owner_ids)?);
+        *slot = Some(k.clone());
+        Ok(k)
     }
 
-    /// A fresh copy of `session`'s workspace mount, for one sandbox to attach.
+    /// A fresh copy of `session`'s workspace mount, for one sandbox to attach. Only the
+    /// keeper that made it can copy it (the kernel allows a clone only from the mount
+    /// namespace a detached mount was made in).
     pub fn mount_for_run(&self, session: &Session) -> Result<OwnedFd> {
-        let keeper =
-            self.keeper
-                .get()
-                .ok_or(Error::Keeper(keeper::Error::Start(std::io::Error::other(
-                    "no keeper",
-                ))))?;
-        Ok(keeper.clone_mount(session.workspace())?)
+        Ok(session.keeper.clone_mount(session.workspace())?)
     }
 
     pub fn limits(&self) -> &SessionLimits {
@@ -239,13 +242,13 @@ impl Sessions {
         getrandom::fill(&mut raw).map_err(Error::Random)?;
         let id = format!("cbx_{}", hex(&raw));
         let limits = &self.limits;
-        let mount = self
-            .keeper()?
-            .create(limits.quota_bytes, limits.max_entries.saturating_add(1))?;
+        let keeper = self.keeper()?;
+        let mount = keeper.create(limits.quota_bytes, limits.max_entries.saturating_add(1))?;
         let session = Arc::new(Session {
             id: id.clone(),
             owner: owner.to_string(),
             mount,
+            keeper,
             last_used: Mutex::new(Instant::now()),
             slots: tokio::sync::Mutex::new(LiveSlots::default()),
             vault,
@@ -455,6 +458,24 @@ mod tests {
         // A copy of the mount is the same filesystem.
         let copy = s.mount_for_run(&a).unwrap();
         assert_eq!(disk::names(copy.as_fd()).unwrap().len(), 10);
+        s.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_dead_keeper_is_replaced_for_new_sessions() {
+        let base = tempfile::tempdir().unwrap();
+        let s = sessions(base.path(), Duration::from_secs(60));
+        let a = s.create("alice", vault()).unwrap();
+        let first = s.keeper().unwrap();
+        nix::sys::signal::kill(first.pid(), nix::sys::signal::SIGKILL).unwrap();
+        let err = s.mount_for_run(&a).unwrap_err().to_string();
+        assert!(err.contains("workspace is unavailable"), "{err}");
+        // The session's files are still reachable; a new session gets a new keeper.
+        write(&a, "f", b"x").unwrap();
+        let b = s.create("alice", vault()).unwrap();
+        s.mount_for_run(&b).unwrap();
+        assert_ne!(s.keeper().unwrap().pid(), first.pid());
+        drop(first);
         s.shutdown().await;
     }
 
