@@ -476,7 +476,9 @@ impl CodeboxServer {
 
     /// After a session run: the quota verdict and the workspace figures. The kernel
     /// enforced the quota (a write past it failed with `ENOSPC` in the sandbox); a run
-    /// that left the workspace full, having not shrunk it, is reported as having hit it.
+    /// that left the workspace full is reported as having hit it, unless it was full
+    /// already and the run changed nothing (a run that only reads is not failed for
+    /// what an earlier one did).
     fn settle_workspace(
         &self,
         session: &Session,
@@ -494,8 +496,9 @@ impl CodeboxServer {
                 return;
             }
         };
+        let untouched_full = before.is_some_and(|b| b.full && b == usage);
         let shrunk = before.is_some_and(|b| usage.bytes < b.bytes && usage.entries <= b.entries);
-        if usage.full && !shrunk {
+        if usage.full && !shrunk && !untouched_full {
             tracing::info!(
                 session = crate::session::short(session.id()),
                 bytes = usage.bytes,

@@ -377,7 +377,18 @@ print('started')
     await anyio.sleep(2.5)
     r, sc = await run(s, "python", "print(state['errno'], state['written'] <= 1024 * 1024)", session=sid)
     assert sc["stdout"] == "28 True\n", sc
-    assert sc["workspace_usage"]["bytes"] <= 1024 * 1024 and sc["workspace_quota_exceeded"], sc
+    assert sc["workspace_usage"]["bytes"] <= 1024 * 1024, sc
+    # A run that only reads a workspace filled earlier is not failed for it.
+    r, sc = await run(s, "python", "print(len(os.listdir('.')))", session=sid)
+    ok(r, sc)
+    assert not sc.get("workspace_quota_exceeded"), sc
+    # Filled again, to the last inode.
+    r, sc = await run(s, "python", ENOSPC_PROBE + "def fill():\n    i = 0\n    while True:\n        open(f'i{i}', 'w').close(); i += 1\nprint(enospc(fill))", session=sid)
+    assert sc["stdout"] == "True\n" and sc["workspace_quota_exceeded"], sc
+    r, sc = await run(s, "typescript", "console.log('ts runs')", session=sid)
+    # TypeScript writes its entry module into the workspace: refused, with the reason.
+    assert r.is_error and "No space left on device" in sc["stderr"], sc
+    assert "workspace is full" in sc["stderr"] or "codebox-main.ts" in sc["stderr"], sc
     r = await s.call_tool("close_session", {"session": sid})
     assert not r.is_error and "deleted" in text_of(r), text_of(r)
 

@@ -143,6 +143,14 @@ function codeWaiting() {
   return Number(libc.symbols.poll(pollfd, 1n, 0)) !== 0;
 }
 
+/** What to say when a write failed because a session's workspace is at its quota. */
+function fullHint(e) {
+  const full = e?.code === "ENOSPC" || String(e?.message ?? "").includes("os error 28");
+  return full
+    ? " (the session's workspace is full: TypeScript needs room there for its entry module; delete files, e.g. with execute_python)"
+    : "";
+}
+
 // A sandbox that waits for its code (a pooled one) first loads the codebox module: the
 // first TypeScript import sets up Deno's module loader, transpiler and caches, which
 // would otherwise happen after the code arrives, on the request path. A cold run, whose
@@ -156,7 +164,12 @@ if (session) {
   await runSession({ code, rest, writeFile: writeWorkspaceFile });
   Deno.exit(0); // not reached: a session ends with the process
 }
-Deno.writeFileSync(MAIN_PATH, code, { mode: 0o600 });
+try {
+  Deno.writeFileSync(MAIN_PATH, code, { mode: 0o600 });
+} catch (e) {
+  console.error(`codebox: cannot write ${MAIN_PATH}: ${e?.message ?? e}${fullHint(e)}`);
+  Deno.exit(1);
+}
 globalThis.addEventListener("unload", forgetMain);
 try {
   await import("file://" + MAIN_PATH);
