@@ -477,8 +477,8 @@ impl CodeboxServer {
     /// After a session run: the quota verdict and the workspace figures. The kernel
     /// enforced the quota (a write past it failed with `ENOSPC` in the sandbox); a run
     /// that left the workspace full is reported as having hit it, unless it was full
-    /// already and the run changed nothing (a run that only reads is not failed for
-    /// what an earlier one did).
+    /// already and the run changed nothing visible (same blocks, inodes and root
+    /// directory time): a run that only reads is not failed for what an earlier one did.
     fn settle_workspace(
         &self,
         session: &Session,

@@ -40,6 +40,9 @@ pub struct Usage {
     pub entries: u64,
     /// No block or no inode is free: a write or create in it fails now.
     pub full: bool,
+    /// When the root directory last changed (ns since the epoch): with the figures
+    /// above, tells a run that changed the workspace from one that only read it.
+    pub root_changed_ns: i64,
 }
 
 /// The usage of the filesystem `root` is on.
@@ -50,7 +53,9 @@ pub fn usage(root: BorrowedFd<'_>) -> std::io::Result<Usage> {
     let free = st.blocks_free() as u64;
     let files = st.files() as u64;
     let ffree = st.files_free() as u64;
+    let root_st = nix::sys::stat::fstat(root)?;
     Ok(Usage {
+        root_changed_ns: root_st.st_mtime * 1_000_000_000 + root_st.st_mtime_nsec,
         bytes: blocks.saturating_sub(free) * block,
         entries: files.saturating_sub(ffree).saturating_sub(1),
         full: free == 0 || ffree == 0,

@@ -455,6 +455,13 @@ mod tests {
         assert_eq!(made, 10, "nr_inodes is the entry limit");
         let u = disk::usage(a.workspace()).unwrap();
         assert_eq!((u.entries, u.full), (10, true));
+        nix::unistd::unlinkat(a.workspace(), "f0", nix::unistd::UnlinkatFlags::NoRemoveDir)
+            .unwrap();
+        assert_ne!(
+            disk::usage(a.workspace()).unwrap().root_changed_ns,
+            u.root_changed_ns
+        );
+        write(&a, "f0", b"").unwrap();
         // A copy of the mount is the same filesystem.
         let copy = s.mount_for_run(&a).unwrap();
         assert_eq!(disk::names(copy.as_fd()).unwrap().len(), 10);

@@ -333,6 +333,10 @@ print(r, ctypes.get_errno(), os.stat('sparse').st_size)
     assert sc["stdout"].startswith("True") and sc["workspace_quota_exceeded"], sc
     assert sc["workspace_usage"]["bytes"] <= 1024 * 1024, sc["workspace_usage"]
     assert any("\ufffd" in e["path"] for e in sc["workspace_files"]), sc["workspace_files"]
+    # Hard links (no new inode, but a name each) and extended attributes count too.
+    links = ENOSPC_PROBE + "import os\nfor n in os.listdir(b'.'):\n    os.remove(n)\nopen('t', 'w').close()\ndef link():\n    for i in range(200):\n        os.link('t', f'l{i}')\ndef xattr():\n    for i in range(10000):\n        os.setxattr('t', f'user.a{i}', b'x' * 4000)\nprint(enospc(link), enospc(xattr))"
+    r, sc = await run(s, "python", links, session=sid)
+    assert sc["stdout"] == "True True\n", sc
     # Deeper than any walk went: depth is no way around the entry limit either.
     deep = ENOSPC_PROBE + "import os\nfor n in os.listdir(b'.'):\n    os.remove(n)\ndef dig():\n    for i in range(1000):\n        os.mkdir('d'); os.chdir('d')\nprint(enospc(dig))"
     r, sc = await run(s, "python", deep, session=sid)
@@ -466,6 +470,7 @@ async def main():
             print(f"ok      {fn.__name__}", flush=True)
             passed += 1
         except Exception as e:  # noqa: BLE001 - report every failure
+            import traceback; traceback.print_exc()
             print(f"FAILED  {fn.__name__}: {e!r}", flush=True)
             failed += 1
 
