@@ -136,7 +136,18 @@ impl CodeboxServer {
             None => None,
             Some("new") => match s.sessions.create(&client, self.new_vault()) {
                 Ok(session) => Some(session),
-                Err(e) => return Ok(tool_error(e.to_string())),
+                Err(e) => {
+                    if matches!(e, crate::session::Error::Keeper(_)) {
+                        tracing::error!(
+                            err = format!("{:#}", anyhow::Error::new(e)),
+                            "cannot create a session's workspace"
+                        );
+                        return Ok(tool_error(
+                            "the session's workspace cannot be created (the server log says why); runs without a session still work".into(),
+                        ));
+                    }
+                    return Ok(tool_error(e.to_string()));
+                }
             },
             Some(id) => match s.sessions.get(id, &client) {
                 Ok(session) => Some(session),
@@ -175,7 +186,11 @@ impl CodeboxServer {
                     disk::usage(session.workspace()).ok(),
                 ),
                 Err(e) => {
-                    tracing::error!(session = crate::session::short(session.id()), err = %anyhow::Error::new(e), "cannot attach a session's workspace");
+                    tracing::error!(
+                        session = crate::session::short(session.id()),
+                        err = format!("{:#}", anyhow::Error::new(e)),
+                        "cannot attach a session's workspace"
+                    );
                     return Ok(tool_error(
                         "the session's workspace cannot be attached; start a new session".into(),
                     ));

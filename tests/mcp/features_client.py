@@ -345,7 +345,6 @@ print(r, ctypes.get_errno(), os.stat('sparse').st_size)
     # Closing really deletes, whatever the names and the depth.
     r = await s.call_tool("close_session", {"session": sid})
     assert not r.is_error and "deleted" in text_of(r), text_of(r)
-    assert not glob.glob(f"{tempfile.gettempdir()}/codebox-sessions-*"), "a session left files on the host"
 
 
 @case
@@ -402,8 +401,6 @@ async def idle_sessions_expire_with_their_interpreter_and_directory(s, w):
     r, sc = await run(s, "python", "x = 1\nopen('f', 'w').write('x')", session="new", keep_alive=True)
     ok(r, sc)
     sid = sc["session"]["id"]
-    # A session's workspace is a filesystem of its own: nothing of it is on the host's disk.
-    assert not glob.glob(f"{tempfile.gettempdir()}/codebox-sessions-*"), "a session left files on the host"
     h = await s.call_tool("health", {})
     assert h.structured_content["sessions"]["live_interpreters"] >= 1, h.structured_content
     await anyio.sleep(TTL_S + 2.5)
@@ -470,7 +467,6 @@ async def main():
             print(f"ok      {fn.__name__}", flush=True)
             passed += 1
         except Exception as e:  # noqa: BLE001 - report every failure
-            import traceback; traceback.print_exc()
             print(f"FAILED  {fn.__name__}: {e!r}", flush=True)
             failed += 1
 
