@@ -82,6 +82,7 @@ pub fn run(profile: &Profile, rootfs_dir: Option<&std::path::Path>, root_host_id
     checks.push(cgroup_check(&cgroups, profile));
     checks.push(seccomp_check(profile));
     checks.push(landlock_check(profile));
+    checks.push(session_workspace_check(root_host_id));
     let rootfs = rootfs_check(rootfs_dir, &mut checks);
     if let Some(rootfs) = rootfs {
         let host = Host::new(rootfs, IdMapping::for_current_process(root_host_id));
@@ -198,6 +199,31 @@ fn probe_unshare(as_uid: Option<u32>, extra: libc::c_int) -> Result<(), std::io:
         })()
         .map_or_else(|e| e as i32, |()| 0)
     })
+}
+
+/// Whether the workspace keeper can make a session's tmpfs and copy it (see
+/// `session/keeper.rs`). Sessions need it; one-off runs do not.
+fn session_workspace_check(root_host_id: u32) -> Check {
+    let ids = IdMapping::for_current_process(root_host_id);
+    let probe = crate::session::keeper::Keeper::start((ids.host_uid, ids.host_gid)).and_then(|k| {
+        let fs = k.create(1024 * 1024, 10)?;
+        k.clone_mount(std::os::fd::AsFd::as_fd(&fs)).map(drop)
+    });
+    match probe {
+        Ok(()) => Check::new(
+            "session workspaces",
+            Status::Ok,
+            "a tmpfs per session, limited by the kernel (size and inodes)",
+            false,
+        ),
+        Err(e) => Check::new(
+            "session workspaces",
+            Status::Missing,
+            format!("{:#}", anyhow::Error::new(e)),
+            false,
+        )
+        .fix("sessions need fsopen/fsmount/open_tree (Linux 5.2+) and, rootless, user namespaces"),
+    }
 }
 
 fn cgroup_check(found: &Result<CgroupManager, cgroup::Error>, profile: &Profile) -> Check {
