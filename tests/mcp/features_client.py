@@ -348,6 +348,27 @@ print(r, ctypes.get_errno(), os.stat('sparse').st_size)
 
 
 @case
+async def a_session_workspace_is_nosuid_nodev_noexec_and_stays_so(s, w):
+    code = """import ctypes, os, subprocess
+opts = [l.split()[5] for l in open('/proc/self/mountinfo') if l.split()[4] == '/workspace']
+print(sorted(set(opts[0].split(',')) & {'nosuid', 'nodev', 'noexec'}))
+open('x.py', 'w').write('#!/usr/bin/python3\\nprint(1)\\n'); os.chmod('x.py', 0o755)
+try:
+    subprocess.run(['./x.py']); print('executed')
+except PermissionError:
+    print('noexec')
+libc = ctypes.CDLL(None, use_errno=True)
+MS_REMOUNT, MS_BIND = 32, 4096
+r = libc.mount(None, b'/workspace', None, MS_REMOUNT | MS_BIND, None)
+print(r, ctypes.get_errno())
+"""
+    r, sc = await run(s, "python", code, session="new")
+    ok(r, sc)
+    assert sc["stdout"] == "['nodev', 'noexec', 'nosuid']\nnoexec\n-1 1\n", sc
+    await s.call_tool("close_session", {"session": sc["session"]["id"]})
+
+
+@case
 async def keep_alive_interpreters_cannot_escape_the_quota(s, w):
     # A file unlinked but held open by the live interpreter still counts.
     held = ENOSPC_PROBE + "import os\nf = open('held', 'wb')\nos.remove('held')\nfull = enospc(lambda: [f.write(b'h' * 100_000) for _ in range(30)])\nf.flush()\nprint(full, os.listdir('.'))"
