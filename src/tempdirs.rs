@@ -41,6 +41,15 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let stale = base.path().join("x-999999999-a");
         std::fs::create_dir_all(stale.join("deep")).unwrap();
+        // What an earlier version's session left: names that are not UTF-8, deep trees.
+        use std::os::unix::ffi::OsStrExt;
+        let bad = std::ffi::OsStr::from_bytes(b"\xff\xfe");
+        let mut deep = stale.join(bad);
+        for _ in 0..100 {
+            deep.push(bad);
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join(bad), "x").unwrap();
         let mine = base.path().join(format!("x-{}-b", std::process::id()));
         std::fs::create_dir(&mine).unwrap();
         let other = base.path().join("y-999999999-c");
