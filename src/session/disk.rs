@@ -127,6 +127,13 @@ struct Pass {
 /// Empties the directory `root` (a directory or mount descriptor). Every entry goes,
 /// whatever its name, depth or mode; `Err` says what stayed.
 pub fn remove_contents(root: BorrowedFd<'_>) -> Result<(), Leftover> {
+    // The sandbox may have taken every permission off the root itself; an `O_PATH` or
+    // mount descriptor cannot be chmod'ed directly, its /proc/self/fd link can.
+    if matches!(names(root), Err(e) if e.raw_os_error() == Some(libc::EACCES)) {
+        use std::os::fd::AsRawFd;
+        let link = format!("/proc/self/fd/{}", root.as_raw_fd());
+        let _ = std::fs::set_permissions(link, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    }
     let mut serial = 0u64;
     let mut last = Leftover::default();
     for _ in 0..MAX_PASSES {

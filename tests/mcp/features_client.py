@@ -369,6 +369,15 @@ print(r, ctypes.get_errno())
 
 
 @case
+async def a_session_that_locks_its_workspace_is_still_deleted(s, w):
+    code = "import os\nos.makedirs('a/b')\nopen('a/b/f', 'w').write('x')\nos.chmod('a/b', 0)\nos.chmod('a', 0)\nos.chmod('/workspace', 0)\nprint('locked')"
+    r, sc = await run(s, "python", code, session="new")
+    assert sc["stdout"] == "locked\n", sc
+    r = await s.call_tool("close_session", {"session": sc["session"]["id"]})
+    assert not r.is_error and "deleted" in text_of(r), text_of(r)
+
+
+@case
 async def keep_alive_interpreters_cannot_escape_the_quota(s, w):
     # A file unlinked but held open by the live interpreter still counts.
     held = ENOSPC_PROBE + "import os\nf = open('held', 'wb')\nos.remove('held')\nfull = enospc(lambda: [f.write(b'h' * 100_000) for _ in range(30)])\nf.flush()\nprint(full, os.listdir('.'))"
