@@ -62,6 +62,10 @@ fn main() {
             spawn_errors_are_reported,
         ),
         Trial::test("limits_and_figures_come_back", limits_and_figures_come_back),
+        Trial::test(
+            "a_workspace_mount_travels_with_the_spawn",
+            a_workspace_mount_travels_with_the_spawn,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -362,4 +366,48 @@ fn any_process_with(marker: &str) -> bool {
             && std::fs::read(e.path().join("cmdline"))
                 .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
     })
+}
+
+/// A session's workspace: a keeper-made tmpfs whose copy goes to the spawner with the
+/// spawn request and is attached at `/workspace`; the host sees the program's files
+/// through the original descriptor, and the kernel enforces its size.
+fn a_workspace_mount_travels_with_the_spawn() -> Result<(), Failed> {
+    use std::os::fd::AsFd;
+    let ids = IdMapping::for_current_process(65534);
+    let keeper = codebox::session::keeper::Keeper::start((ids.host_uid, ids.host_gid))
+        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+    let fs = keeper.create(256 * 1024, 20).map_err(|e| e.to_string())?;
+    let copy = keeper.clone_mount(fs.as_fd()).map_err(|e| e.to_string())?;
+    let mut spec = spec(Language::Python);
+    spec.workspace_mount = Some(spawner::wire::MountFd(std::sync::Arc::new(copy)));
+    let code = "import os\nopen('/workspace/hello', 'w').write('from the sandbox')\ntry:\n    open('/workspace/big', 'wb').write(b'x' * 1_000_000)\nexcept OSError as e:\n    print(e.errno)";
+    let outcome = block_on(async {
+        let sb = client().spawn(spec).await.map_err(|e| e.to_string())?;
+        sb.run_to_completion(
+            &runtime::boot_frame(code),
+            1 << 20,
+            1 << 20,
+            Duration::from_secs(10),
+            std::future::pending(),
+            |_, _| {},
+        )
+        .await
+        .map_err(|e| e.to_string())
+    })?;
+    let stdout = String::from_utf8_lossy(&outcome.stdout.bytes).into_owned();
+    check(
+        stdout == "28\n",
+        format!(
+            "ENOSPC expected: {stdout:?} {:?}",
+            String::from_utf8_lossy(&outcome.stderr.bytes)
+        ),
+    )?;
+    let hello =
+        codebox::session::disk::read_file(fs.as_fd(), "hello", 100).map_err(|e| e.to_string())?;
+    check(hello == b"from the sandbox", format!("{hello:?}"))?;
+    let usage = codebox::session::disk::usage(fs.as_fd()).map_err(|e| e.to_string())?;
+    check(
+        usage.full && usage.bytes <= 256 * 1024,
+        format!("{usage:?}"),
+    )
 }
