@@ -157,6 +157,10 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         if let Some(n) = file.session_max_entries {
             l.max_entries = n;
         }
+        // A tmpfs takes 0 as "no limit": refuse it rather than lift the quota.
+        if l.quota_bytes < 4096 || l.max_entries == 0 {
+            bail!("session_quota must be at least 4KiB and session_max_entries at least 1");
+        }
         if let Some(n) = file.max_sessions {
             l.max_sessions = n;
         }

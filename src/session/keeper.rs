@@ -98,6 +98,8 @@ impl Keeper {
     /// A new workspace filesystem of `size` bytes and `inodes` inodes (its root
     /// directory included); returns its detached mount.
     pub fn create(&self, size: u64, inodes: u64) -> Result<OwnedFd> {
+        // tmpfs reads 0 as "unlimited": never ask for that.
+        let (size, inodes) = (size.max(1), inodes.max(1));
         let mut req = [0u8; REQUEST_LEN];
         req[0] = OP_CREATE;
         req[1..9].copy_from_slice(&size.to_le_bytes());
@@ -557,6 +559,22 @@ fn id_line(line: &mut [u8; 48], id: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_never_means_unlimited() {
+        use std::os::fd::AsFd;
+        let ids = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let k = Keeper::start(ids).unwrap();
+        let fs = k.create(0, 0).unwrap();
+        let st = nix::sys::statvfs::fstatvfs(fs.as_fd()).unwrap();
+        assert!(st.blocks() <= 1 && st.files() <= 1, "{st:?}");
+        let copy = k.clone_mount(fs.as_fd()).unwrap();
+        let st = nix::sys::statvfs::fstatvfs(copy.as_fd()).unwrap();
+        assert!(st.blocks() <= 1, "a copy is the same filesystem");
+    }
 
     #[test]
     fn numbers_are_written_without_allocation() {
