@@ -508,7 +508,10 @@ async def main():
                 for fn in CASES:
                     if not only or fn.__name__ in only.split(","):
                         await report(fn, s, w)
-        if not os.environ.get("FEATURES_ONLY"):
+        only = os.environ.get("FEATURES_ONLY")
+        if not only or "a_killed_server_leaves_no_workspace_behind" in only:
+            await report(a_killed_server_leaves_no_workspace_behind, w)
+        if not only:
             await report(rate_limit_refuses_with_retry_after, w)
             await report(another_clients_session_is_refused_over_http, w)
             await report(an_unwritable_audit_log_is_reported_and_can_refuse, w)
@@ -519,6 +522,51 @@ async def main():
 
 
 # --- rate limits, HTTP clients, audit failure (servers of their own) ----------------------
+
+def children_of(pid):
+    out = []
+    for p in os.listdir("/proc"):
+        try:
+            st = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            if p.isdigit() and int(st[1]) == int(pid) and st[0] != "Z":
+                out.append(int(p))
+        except OSError:
+            pass
+    return out
+
+
+def alive(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def a_killed_server_leaves_no_workspace_behind(w):
+    """SIGKILL to the server: its keeper and spawner go, and with them every session's
+    filesystem (there is nothing of it on disk to clean up at the next start)."""
+    seen = {}
+    try:
+        async with stdio_client(w.server()) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                r, sc = await run(s, "python", "open('f', 'wb').write(b'x' * 500_000)\nx = 1", session="new", keep_alive=True)
+                ok(r, sc)
+                servers = [p for p in children_of(os.getpid()) if b"serve" in open(f"/proc/{p}/cmdline", "rb").read()]
+                seen["servers"] = servers
+                seen["helpers"] = children_of(servers[0]) if len(servers) == 1 else []
+                os.kill(servers[0], 9)
+                await anyio.sleep(0.5)
+    except Exception:  # noqa: BLE001 - the client sees its server vanish
+        pass
+    assert len(seen.get("servers", [])) == 1, seen
+    helpers = seen["helpers"]
+    assert len(helpers) >= 2, f"spawner and keeper expected: {seen}"
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in helpers):
+        assert time.monotonic() < deadline, f"left behind: {[p for p in helpers if alive(p)]}"
+        await anyio.sleep(0.1)
+
 
 async def rate_limit_refuses_with_retry_after(w):
     params = w.server(CODEBOX_RATE_PER_MINUTE="2", CODEBOX_AUDIT_LOG=w.audit + ".rate")
