@@ -89,7 +89,8 @@ pub struct Settings {
     /// Per-client limits.
     pub rate: RateLimits,
     pub sessions: SessionLimits,
-    /// Where sessions' workspaces are created (the system temporary directory).
+    /// Where earlier versions kept sessions' workspaces (the system temporary
+    /// directory): what dead processes left there is removed at start.
     pub sessions_base: std::path::PathBuf,
     /// Host uid and gid of the sandbox user (owner of session workspaces).
     pub sandbox_ids: (u32, u32),

@@ -196,7 +196,8 @@ impl std::fmt::Debug for Sessions {
 }
 
 impl Sessions {
-    /// Sessions under `base`; removes the sessions directories of dead processes.
+    /// No session yet; removes what earlier versions' dead processes left in `base`
+    /// (session directories on disk: workspaces are no longer there).
     pub fn new(base: &Path, limits: SessionLimits, owner_ids: (u32, u32)) -> Result<Sessions> {
         crate::tempdirs::remove_of_dead_processes(base, PREFIX);
         Ok(Sessions {
