@@ -1,0 +1,337 @@
+//! An execution result as it goes on the wire: a short text a model reads first, and the
+//! structured result, within a size every MCP client accepts.
+//!
+//! The output is in the result twice (the text content and `structuredContent`), and
+//! JSON escaping can multiply it (a control byte becomes `\u0001`). The official SDKs
+//! refuse a message over 1 MiB (the Python SDK's SSE event limit is 1048576 bytes), so
+//! the whole result is held to [`WIRE_BUDGET`] serialized bytes: when the output does
+//! not fit, stdout and stderr are cut in the middle (head and tail kept) with a visible
+//! marker, and `structuredContent.wire_truncated` says how much was cut.
+
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde_json::json;
+
+use crate::execution::ExecutionResult;
+
+/// Largest serialized `CallToolResult` (content plus structuredContent); the rest of the
+/// 1 MiB a client accepts is left for the JSON-RPC envelope and the SSE framing (the
+/// request id is at most [`super::framing::MAX_ID_BYTES`]).
+pub const WIRE_BUDGET: usize = 1024 * 1024 - 64 * 1024;
+
+/// The least kept of a stream that is cut, whatever else the result holds.
+const MIN_KEEP: usize = 4 * 1024;
+
+/// How a run ended, in words: `exit 0`, `killed by signal 9 (SIGKILL)`, ...
+pub fn describe_end(r: &ExecutionResult) -> String {
+    if r.timed_out {
+        "timed out (killed)".to_string()
+    } else if r.oom_killed {
+        "killed: out of memory".to_string()
+    } else if r.seccomp_violation {
+        "killed by the seccomp policy".to_string()
+    } else if let Some(code) = r.exit_code {
+        format!("exit {code}")
+    } else if let Some(signal) = r.signal {
+        match nix::sys::signal::Signal::try_from(signal) {
+            Ok(name) => format!("killed by signal {signal} ({})", name.as_str()),
+            Err(_) => format!("killed by signal {signal}"),
+        }
+    } else {
+        // Cancelled before the sandbox reported a status, or the sandbox was lost.
+        "ended without an exit status".to_string()
+    }
+}
+
+/// structuredContent plus a short text a model reads first, within [`WIRE_BUDGET`].
+pub fn render(r: &ExecutionResult) -> CallToolResult {
+    render_within(r, WIRE_BUDGET)
+}
+
+fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
+    let mut r = r.clone();
+    // Everything but the output, serialized: what the output must share the budget with.
+    let mut rest = r.clone();
+    rest.stdout.clear();
+    rest.stderr.clear();
+    let mut fixed = serialized_len(&rest) + text_of(&rest).len() + 512;
+    if fixed + MIN_KEEP * 4 > budget && !r.tool_calls.is_empty() {
+        // Thousands of tool call records: keep the first ones that fit.
+        while fixed + MIN_KEEP * 4 > budget && rest.tool_calls.pop().is_some() {
+            fixed = serialized_len(&rest) + text_of(&rest).len() + 512;
+        }
+        r.tool_calls.truncate(rest.tool_calls.len());
+    }
+    // The output is there twice: in the text and in structuredContent.
+    let per_copy = budget.saturating_sub(fixed) / 2;
+    let out_len = escaped_len(&r.stdout);
+    let err_len = escaped_len(&r.stderr);
+    let mut cut = None;
+    if out_len + err_len > per_copy {
+        // Each stream gets a share of what is left, the smaller one no more than it needs.
+        let half = per_copy / 2;
+        let (out_room, err_room) = if out_len <= half {
+            (out_len, per_copy - out_len)
+        } else if err_len <= half {
+            (per_copy - err_len, err_len)
+        } else {
+            (half, per_copy - half)
+        };
+        let (stdout, out_cut) = fit(&r.stdout, out_room.max(MIN_KEEP), "stdout");
+        let (stderr, err_cut) = fit(&r.stderr, err_room.max(MIN_KEEP), "stderr");
+        r.stdout = stdout;
+        r.stderr = stderr;
+        cut = Some((out_cut, err_cut));
+        tracing::info!(
+            stdout_cut_bytes = out_cut,
+            stderr_cut_bytes = err_cut,
+            budget,
+            "the result was cut to fit on the wire"
+        );
+    }
+    let text = text_of(&r);
+    let mut value = serde_json::to_value(&r).unwrap_or_default();
+    if let (Some((out_cut, err_cut)), Some(map)) = (cut, value.as_object_mut()) {
+        map.insert(
+            "wire_truncated".into(),
+            json!({
+                "stdout_bytes_cut": out_cut,
+                "stderr_bytes_cut": err_cut,
+                "limit_bytes": budget,
+            }),
+        );
+    }
+    let mut result = if r.failed() {
+        CallToolResult::structured_error(value)
+    } else {
+        CallToolResult::structured(value)
+    };
+    result.content = vec![ContentBlock::text(text)];
+    result
+}
+
+/// The short text: how it ended, stdout, a truncation note, stderr.
+fn text_of(r: &ExecutionResult) -> String {
+    let mut text = format!("{} in {:.0} ms\n", describe_end(r), r.duration_ms);
+    if !r.stdout.is_empty() {
+        text.push_str(&r.stdout);
+        if !r.stdout.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    if r.stdout_truncated {
+        text.push_str(&format!(
+            "[stdout truncated: {} bytes in total]\n",
+            r.stdout_total_bytes
+        ));
+    }
+    if !r.stderr.is_empty() {
+        text.push_str("--- stderr ---\n");
+        text.push_str(&r.stderr);
+    }
+    text
+}
+
+fn serialized_len(r: &ExecutionResult) -> usize {
+    serde_json::to_vec(r).map_or(0, |v| v.len())
+}
+
+/// Bytes `c` takes inside a JSON string as serde_json writes it.
+fn escaped_char_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// Bytes `s` takes inside a JSON string.
+pub fn escaped_len(s: &str) -> usize {
+    s.chars().map(escaped_char_len).sum()
+}
+
+/// `s` in consecutive pieces of at most `max` escaped bytes each (for progress
+/// notifications, which carry output as it comes).
+pub fn pieces(s: &str, max: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for (i, c) in s.char_indices() {
+        let n = escaped_char_len(c);
+        if used + n > max && i > start {
+            out.push(&s[start..i]);
+            (start, used) = (i, 0);
+        }
+        used += n;
+    }
+    if start < s.len() {
+        out.push(&s[start..]);
+    }
+    out
+}
+
+/// `s` within `room` escaped bytes: whole, or its head and tail around a marker. Returns
+/// the text and how many bytes of `s` were cut.
+pub fn fit(s: &str, room: usize, stream: &str) -> (String, usize) {
+    if escaped_len(s) <= room {
+        return (s.to_string(), 0);
+    }
+    // The marker's figures are at most 20 digits; measure it with the widest.
+    let marker = |cut: usize| {
+        format!(
+            "\n[codebox: {cut} bytes of {stream} cut here: the result is limited to {WIRE_BUDGET} bytes]\n"
+        )
+    };
+    let room = room.saturating_sub(escaped_len(&marker(usize::MAX)));
+    let head_room = room / 2;
+    let mut head_end = 0;
+    let mut used = 0;
+    for (i, c) in s.char_indices() {
+        let n = escaped_char_len(c);
+        if used + n > head_room {
+            break;
+        }
+        used += n;
+        head_end = i + c.len_utf8();
+    }
+    let tail_room = room - used;
+    let mut tail_start = s.len();
+    let mut used = 0;
+    for (i, c) in s[head_end..].char_indices().rev() {
+        let n = escaped_char_len(c);
+        if used + n > tail_room {
+            break;
+        }
+        used += n;
+        tail_start = head_end + i;
+    }
+    let cut = tail_start - head_end;
+    let mut out = String::with_capacity(head_end + (s.len() - tail_start) + 128);
+    out.push_str(&s[..head_end]);
+    out.push_str(&marker(cut));
+    out.push_str(&s[tail_start..]);
+    (out, cut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Language;
+
+    fn result(stdout: &str, stderr: &str) -> ExecutionResult {
+        ExecutionResult {
+            language: Language::Python,
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+            exit_code: Some(0),
+            signal: None,
+            timed_out: false,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            stdout_total_bytes: stdout.len() as u64,
+            stderr_total_bytes: stderr.len() as u64,
+            duration_ms: 1.0,
+            landlock: None,
+            seccomp_violation: false,
+            oom_killed: false,
+            pids_limited: false,
+            peak_memory_bytes: None,
+            cpu_ms: None,
+            workspace_files: None,
+            workspace_files_truncated: false,
+            tool_calls: Vec::new(),
+            tool_channel_error: None,
+            start: None,
+            session: None,
+            workspace_usage: None,
+            workspace_quota_exceeded: false,
+        }
+    }
+
+    fn wire_len(r: &CallToolResult) -> usize {
+        serde_json::to_vec(r).unwrap().len()
+    }
+
+    #[test]
+    fn small_output_is_whole_in_both_places() {
+        let r = render(&result("hello\n", "warn\n"));
+        let s = r.structured_content.as_ref().unwrap();
+        assert_eq!(s["stdout"], "hello\n");
+        assert_eq!(s["stderr"], "warn\n");
+        assert!(s.get("wire_truncated").is_none());
+        let text = r.content[0].as_text().unwrap().text.clone();
+        assert!(text.starts_with("exit 0 in 1 ms\nhello\n"), "{text}");
+    }
+
+    #[test]
+    fn large_output_of_any_kind_fits_the_wire() {
+        let big_ascii = "x".repeat(5 << 20);
+        let control = "\u{1}".repeat(2 << 20);
+        let quotes = "\"".repeat(3 << 20);
+        let multibyte = "é€😀".repeat(300_000);
+        let line = format!("{}\n", "y".repeat(600_000));
+        for (out, err) in [
+            (line.as_str(), ""),
+            (big_ascii.as_str(), ""),
+            ("", big_ascii.as_str()),
+            (control.as_str(), quotes.as_str()),
+            (multibyte.as_str(), "short\n"),
+        ] {
+            let r = render(&result(out, err));
+            let n = wire_len(&r);
+            assert!(n <= WIRE_BUDGET, "{n} bytes on the wire");
+            let s = r.structured_content.as_ref().unwrap();
+            let cut = &s["wire_truncated"];
+            assert!(cut["stdout_bytes_cut"].as_u64().unwrap() > 0 || out.len() < 1000);
+            let text = r.content[0].as_text().unwrap().text.clone();
+            assert!(text.contains("cut here"), "a visible marker");
+            // Head and tail are kept.
+            if !out.is_empty() {
+                let so = s["stdout"].as_str().unwrap();
+                let head: String = out.chars().take(20).collect();
+                let tail: String = out
+                    .chars()
+                    .rev()
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                assert!(so.starts_with(&head) && so.ends_with(&tail));
+                // Most of the room is used: the cut is not needlessly deep.
+                assert!(n > WIRE_BUDGET * 3 / 4, "{n}");
+            }
+        }
+    }
+
+    #[test]
+    fn cut_counts_add_up() {
+        let s = "a".repeat(10_000);
+        let (out, cut) = fit(&s, 1_000, "stdout");
+        assert!(escaped_len(&out) <= 1_000);
+        let kept = out.chars().filter(|&c| c == 'a').count();
+        assert_eq!(kept + cut, 10_000);
+        assert!(out.contains(&format!("{cut} bytes of stdout cut here")));
+    }
+
+    #[test]
+    fn pieces_cover_the_text_within_the_bound() {
+        let s = format!("{}{}", "\u{1}".repeat(1000), "é".repeat(1000));
+        let p = pieces(&s, 100);
+        assert_eq!(p.concat(), s);
+        assert!(p.iter().all(|x| escaped_len(x) <= 100));
+        assert!(pieces("", 10).is_empty());
+    }
+
+    #[test]
+    fn the_end_is_described_without_a_made_up_signal() {
+        let mut r = result("", "");
+        r.exit_code = None;
+        assert_eq!(describe_end(&r), "ended without an exit status");
+        r.signal = Some(9);
+        assert_eq!(describe_end(&r), "killed by signal 9 (SIGKILL)");
+        r.signal = Some(200);
+        assert_eq!(describe_end(&r), "killed by signal 200");
+        r.signal = None;
+        r.exit_code = Some(3);
+        assert_eq!(describe_end(&r), "exit 3");
+    }
+}
