@@ -169,23 +169,36 @@ async fn require_bearer(State(tokens): State<Tokens>, mut req: Request, next: Ne
     }
 }
 
-/// 400/413 with a JSON-RPC parse error unless a POST body is JSON of a sane size.
+/// 400/413 with a JSON-RPC error body unless a POST body is a JSON-RPC message of a sane
+/// size (see [`framing::check`](super::framing::check)).
 async fn require_json_body(req: Request, next: Next) -> Response {
-    use super::framing::{check_message, parse_error, too_large, MAX_MESSAGE_BYTES};
+    use super::framing::{check, too_large, Refusal, MAX_MESSAGE_BYTES, PARSE_ERROR};
     if req.method() != axum::http::Method::POST {
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let refuse = |status: StatusCode, why: String| {
-        tracing::warn!(%why, %status, "malformed JSON-RPC message over HTTP");
-        (status, axum::Json(parse_error(&why))).into_response()
+    let refuse = |status: StatusCode, refusal: Refusal| {
+        tracing::warn!(code = refusal.code, why = %refusal.message, %status, "malformed JSON-RPC message over HTTP");
+        (status, axum::Json(refusal.to_json())).into_response()
+    };
+    let parse_error = |message: String| Refusal {
+        code: PARSE_ERROR,
+        id: serde_json::Value::Null,
+        message,
+        notification: false,
     };
     let bytes = match axum::body::to_bytes(body, MAX_MESSAGE_BYTES).await {
         Ok(b) => b,
-        Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, too_large()),
+        Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, parse_error(too_large())),
     };
-    if let Some(why) = check_message(&bytes) {
-        return refuse(StatusCode::BAD_REQUEST, why);
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            parse_error("Parse error: the body is empty".into()),
+        );
+    }
+    if let Err(refusal) = check(&bytes) {
+        return refuse(StatusCode::BAD_REQUEST, refusal);
     }
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
         .await

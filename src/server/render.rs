@@ -21,6 +21,47 @@ pub const WIRE_BUDGET: usize = 1024 * 1024 - 64 * 1024;
 /// The least kept of a stream that is cut, whatever else the result holds.
 const MIN_KEEP: usize = 4 * 1024;
 
+/// Longest error text a tool call answers (its messages may quote the client's
+/// arguments: a megabyte-long `session` or `pii` value is echoed only this far).
+pub const MAX_ERROR_TEXT: usize = 4096;
+
+/// A tool call's answer with error texts (which quote the client's arguments) bounded.
+pub fn bound_errors(
+    answer: Result<rmcp::model::CallToolResponse, rmcp::ErrorData>,
+) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+    use rmcp::model::CallToolResponse;
+    match answer {
+        Ok(CallToolResponse::Complete(mut r))
+            if r.is_error == Some(true) && r.structured_content.is_none() =>
+        {
+            for block in &mut r.content {
+                if let Some(t) = block.as_text() {
+                    if t.text.len() > MAX_ERROR_TEXT {
+                        *block = ContentBlock::text(bounded_to(&t.text, MAX_ERROR_TEXT));
+                    }
+                }
+            }
+            Ok(CallToolResponse::Complete(r))
+        }
+        Ok(other) => Ok(other),
+        Err(mut e) => {
+            if e.message.len() > MAX_ERROR_TEXT {
+                e.message = bounded_to(&e.message, MAX_ERROR_TEXT).into();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// At most `max` bytes of `s`, with a marker saying how much was left out.
+fn bounded_to(s: &str, max: usize) -> String {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…[{} more bytes]", &s[..end], s.len() - end)
+}
+
 /// How a run ended, in words: `exit 0`, `killed by signal 9 (SIGKILL)`, ...
 pub fn describe_end(r: &ExecutionResult) -> String {
     if r.timed_out {
@@ -310,6 +351,40 @@ mod tests {
         let kept = out.chars().filter(|&c| c == 'a').count();
         assert_eq!(kept + cut, 10_000);
         assert!(out.contains(&format!("{cut} bytes of stdout cut here")));
+    }
+
+    #[test]
+    fn long_tool_errors_are_bounded_and_results_are_not() {
+        use rmcp::model::CallToolResponse;
+        let long = format!("no session \"{}\"", "Z".repeat(1 << 20));
+        let answer = bound_errors(Ok(
+            CallToolResult::error(vec![ContentBlock::text(long)]).into()
+        ));
+        let Ok(CallToolResponse::Complete(r)) = answer else {
+            panic!("a result")
+        };
+        let text = &r.content[0].as_text().unwrap().text;
+        assert!(
+            text.len() < MAX_ERROR_TEXT + 64 && text.ends_with("more bytes]"),
+            "{}",
+            text.len()
+        );
+        let ok = render(&result(&"x".repeat(100_000), ""));
+        let Ok(CallToolResponse::Complete(r)) = bound_errors(Ok(ok.into())) else {
+            panic!("a result")
+        };
+        assert_eq!(
+            r.structured_content.unwrap()["stdout"]
+                .as_str()
+                .unwrap()
+                .len(),
+            100_000
+        );
+        let e = bound_errors(Err(rmcp::ErrorData::invalid_params(
+            "y".repeat(10_000),
+            None,
+        )));
+        assert!(e.unwrap_err().message.len() < MAX_ERROR_TEXT + 64);
     }
 
     #[test]

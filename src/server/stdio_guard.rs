@@ -1,17 +1,19 @@
 //! The stdio transport, with JSON-RPC framing errors answered instead of dropped.
 //!
-//! rmcp's stdio transport silently skips a line that is not JSON (or not UTF-8), so a
-//! client that sent one waits forever. This guard sits between the real stdin/stdout and
-//! rmcp: every line from stdin is checked to be UTF-8 JSON no larger than
-//! [`MAX_MESSAGE_BYTES`]; a line that is not is answered with a JSON-RPC `-32700 Parse
-//! error` (id `null`, as JSON-RPC 2.0 §5.1 asks) and the session goes on. Everything rmcp
+//! rmcp's stdio transport silently skips a line that is not JSON (or not UTF-8, or
+//! nested too deep), so a client that sent one waits forever. This guard sits between
+//! the real stdin/stdout and rmcp: every line from stdin goes through
+//! [`framing::check`](super::framing::check) (size, UTF-8, JSON, depth, the JSON-RPC
+//! shape, params of known methods); a line that fails is answered with its JSON-RPC
+//! error (with the request's id when it can be read; a refused notification gets no
+//! answer, as JSON-RPC asks) and the session goes on. Everything rmcp
 //! writes and every such error reach stdout through one writer task, a whole line at a
 //! time, so messages never interleave.
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::framing::{check_message, parse_error, MAX_MESSAGE_BYTES};
+use super::framing::{check, Refusal, MAX_MESSAGE_BYTES, PARSE_ERROR};
 use crate::line_reader::read_line_capped;
 
 /// In-memory pipe capacity between the guard and rmcp.
@@ -56,22 +58,34 @@ async fn read_input<R: AsyncBufRead + Unpin>(
                 break;
             }
         };
-        let why = if too_long {
-            Some(super::framing::too_large())
+        let checked = if too_long {
+            Err(Refusal {
+                code: PARSE_ERROR,
+                id: serde_json::Value::Null,
+                message: super::framing::too_large(),
+                notification: false,
+            })
         } else {
-            check_message(&line)
+            check(&line)
         };
-        match why {
-            None if line.iter().all(u8::is_ascii_whitespace) => {}
-            None => {
+        match checked {
+            Ok(()) if line.iter().all(u8::is_ascii_whitespace) => {}
+            Ok(()) => {
                 line.push(b'\n');
                 if to_rmcp.write_all(&line).await.is_err() {
                     break;
                 }
             }
-            Some(why) => {
-                tracing::warn!(%why, bytes = line.len(), "malformed JSON-RPC message on stdin");
-                let _ = errors.send(parse_error(&why).to_string());
+            Err(refusal) => {
+                tracing::warn!(
+                    code = refusal.code,
+                    why = %refusal.message,
+                    bytes = line.len(),
+                    "malformed JSON-RPC message on stdin"
+                );
+                if !refusal.notification {
+                    let _ = errors.send(refusal.to_json().to_string());
+                }
             }
         }
     }
@@ -151,12 +165,10 @@ mod tests {
         let (forwarded, out) = through_guard(input).await;
         assert_eq!(
             forwarded,
-            [
-                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}",
-                "[1,2]"
-            ]
+            ["{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"]
         );
-        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!(out.len(), 4, "{out:?}");
+        assert!(out.iter().any(|l| l.contains("-32600")), "{out:?}");
         let errors: Vec<serde_json::Value> = out
             .iter()
             .filter(|l| l.contains("-32700"))
