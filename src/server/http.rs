@@ -9,7 +9,11 @@
 //!   names more): the request carries that [`ClientName`] to the tools, which key rate
 //!   limits and sessions by it.
 //! - Every MCP session gets its own server value (`CodeboxServer::for_new_connection`):
-//!   shared state, its own PII token map.
+//!   shared state, its own PII token map. A session belongs to the client whose token
+//!   created it (see [`super::session_owners`]): any other client presenting its
+//!   `Mcp-Session-Id` gets the answer an unknown session gets (404), on POST, GET and
+//!   DELETE alike. A DELETE that ends a session answers 200 (the SDKs log 202 as a
+//!   failure).
 //! - `GET /healthz` answers without auth, for load balancers and service managers.
 //! - A POST body that is not UTF-8 JSON gets 400 with a JSON-RPC `-32700 Parse error`,
 //!   one over 16 MiB gets 413 with the same error, before rmcp sees either.
@@ -90,9 +94,10 @@ pub async fn serve(
         .with_allowed_origins(options.allowed_origins.clone())
         .enforce_origin_validation()
         .with_max_request_body_bytes(super::framing::MAX_MESSAGE_BYTES);
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(server.for_new_connection()),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         config,
     );
     let tokens: Tokens = Arc::new(
@@ -102,9 +107,14 @@ pub async fn serve(
             .map(|(name, t)| (Sha256::digest(t.as_bytes()), ClientName(name.clone())))
             .collect(),
     );
+    let owners = super::session_owners::Owners::new(sessions);
     let mcp = Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn(require_json_body))
+        .layer(axum::middleware::from_fn_with_state(
+            owners,
+            super::session_owners::enforce,
+        ))
         // The last layer runs first: no body is read before the token is checked.
         .layer(axum::middleware::from_fn_with_state(tokens, require_bearer));
     let app = Router::new().route("/healthz", get(healthz)).merge(mcp);

@@ -29,6 +29,7 @@ mod pool_glue;
 mod render;
 pub mod resources;
 pub mod schema;
+mod session_owners;
 mod session_tools;
 mod skill_tools;
 pub mod stdio_guard;
