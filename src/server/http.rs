@@ -48,8 +48,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("the HTTP server failed")]
-    Serve(#[source] std::io::Error),
+    #[error("cannot read the bound address of {addr}")]
+    LocalAddr {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// HTTP listener settings.
@@ -63,6 +67,8 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Extra `Host` names accepted besides loopback (public deployments).
     pub allowed_hosts: Vec<String>,
+    /// Connection caps and timeouts.
+    pub limits: super::http_conn::ConnLimits,
 }
 
 /// Serves until `shutdown` resolves; calls `on_listening` with the bound address.
@@ -81,7 +87,10 @@ pub async fn serve(
             addr: options.addr,
             source,
         })?;
-    let bound = listener.local_addr().map_err(Error::Serve)?;
+    let bound = listener.local_addr().map_err(|source| Error::LocalAddr {
+        addr: options.addr,
+        source,
+    })?;
     let ct = CancellationToken::new();
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     if !bound.ip().is_unspecified() {
@@ -93,7 +102,8 @@ pub async fn serve(
         .with_allowed_hosts(hosts)
         .with_allowed_origins(options.allowed_origins.clone())
         .enforce_origin_validation()
-        .with_max_request_body_bytes(super::framing::MAX_MESSAGE_BYTES);
+        .with_max_request_body_bytes(super::framing::MAX_MESSAGE_BYTES)
+        .with_sse_keep_alive(Some(options.limits.sse_keep_alive()));
     let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(server.for_new_connection()),
@@ -110,7 +120,10 @@ pub async fn serve(
     let owners = super::session_owners::Owners::new(sessions);
     let mcp = Router::new()
         .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn(require_json_body))
+        .layer(axum::middleware::from_fn_with_state(
+            options.limits.body_timeout,
+            require_json_body,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             owners,
             super::session_owners::enforce,
@@ -119,22 +132,12 @@ pub async fn serve(
         .layer(axum::middleware::from_fn_with_state(tokens, require_bearer));
     let app = Router::new().route("/healthz", get(healthz)).merge(mcp);
     on_listening(bound);
-    // On shutdown axum stops accepting connections; sessions (and the SSE streams of
-    // calls still running) stay until the caller stops waiting for this future.
-    // TCP_NODELAY: a response is written in small pieces (headers, SSE events); with
-    // Nagle's algorithm the second one waits for the client's delayed ACK, which cost
-    // every call on a kept-alive connection ~40 ms.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(Error::Serve);
+    // On shutdown no connection is accepted and every connection closes once its
+    // response in flight is done; sessions (and the SSE streams of calls still running)
+    // stay until the caller stops waiting for this future.
+    super::http_conn::serve(listener, app, options.limits.clone(), shutdown).await;
     ct.cancel();
-    result
+    Ok(())
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -181,7 +184,11 @@ async fn require_bearer(State(tokens): State<Tokens>, mut req: Request, next: Ne
 
 /// 400/413 with a JSON-RPC error body unless a POST body is a JSON-RPC message of a sane
 /// size (see [`framing::check`](super::framing::check)).
-async fn require_json_body(req: Request, next: Next) -> Response {
+async fn require_json_body(
+    State(body_timeout): State<std::time::Duration>,
+    req: Request,
+    next: Next,
+) -> Response {
     use super::framing::{check, too_large, Refusal, MAX_MESSAGE_BYTES, PARSE_ERROR};
     if req.method() != axum::http::Method::POST {
         return next.run(req).await;
@@ -197,9 +204,23 @@ async fn require_json_body(req: Request, next: Next) -> Response {
         message,
         notification: false,
     };
-    let bytes = match axum::body::to_bytes(body, MAX_MESSAGE_BYTES).await {
-        Ok(b) => b,
-        Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, parse_error(too_large())),
+    let read = tokio::time::timeout(body_timeout, axum::body::to_bytes(body, MAX_MESSAGE_BYTES));
+    let bytes = match read.await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, parse_error(too_large())),
+        Err(_) => {
+            let why = format!(
+                "Parse error: the request body did not arrive within {} s",
+                body_timeout.as_secs_f64()
+            );
+            let mut answer = refuse(StatusCode::REQUEST_TIMEOUT, parse_error(why));
+            // The rest of the body may still trickle in: do not keep reading it.
+            answer.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            return answer;
+        }
     };
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return refuse(

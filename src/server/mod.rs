@@ -25,6 +25,7 @@ mod execute;
 mod extra_resources;
 pub mod framing;
 pub mod http;
+pub mod http_conn;
 mod pool_glue;
 mod render;
 pub mod resources;
