@@ -235,6 +235,11 @@ async def main():
             print(f"FAILED  large_outputs_fit_the_sdk: {e!r}", flush=True)
             failed += 1
 
+        def http_without_address_takes_the_config():
+            _, b = start("--http", extra_env={"CODEBOX_HTTP_ADDR": "127.0.0.1:0"})
+            assert not b.endswith(":8080") and raw(f"{b}/healthz") == 200, b
+        report("http_without_address_takes_the_config", http_without_address_takes_the_config)
+
         _, two = start("--http", "127.0.0.1:0", extra_env={
             "CODEBOX_HTTP_CLIENTS": "alice=alice-token,bob=bob-token", "CODEBOX_PII": "output"})
         try:
