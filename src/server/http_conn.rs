@@ -322,6 +322,66 @@ mod tests {
         let _b2 = admit(&counts, b, &limits).unwrap();
     }
 
+    /// Reads until the server closes; `None` if it is still open after `secs`.
+    async fn closed_within(s: &mut TcpStream, secs: u64) -> Option<Vec<u8>> {
+        use tokio::io::AsyncReadExt;
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(secs), async {
+            let mut buf = [0u8; 4096];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        });
+        read.await.ok().map(|_| got)
+    }
+
+    #[tokio::test]
+    async fn stalled_idle_and_surplus_connections_are_closed_and_shutdown_ends() {
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().route("/", axum::routing::get(|| async { "hi" }));
+        let limits = ConnLimits {
+            header_timeout: Duration::from_millis(300),
+            body_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_millis(800),
+            max_connections: 3,
+            max_connections_per_peer: 2,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, app, limits, async {
+            let _ = stopped.await;
+        }));
+        // Headers that never end, trickled.
+        let mut trickle = TcpStream::connect(addr).await.unwrap();
+        trickle.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        for _ in 0..5 {
+            let _ = trickle.write_all(b"X-A: b\r\n").await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(closed_within(&mut trickle, 10).await.is_some());
+        // A second peer cannot exceed its own cap; its third connection gets 503.
+        let mut a = TcpStream::connect(addr).await.unwrap();
+        let _b = TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let answer = closed_within(&mut c, 5).await.expect("refused at once");
+        assert!(answer.is_empty() || answer.starts_with(b"HTTP/1.1 503"), "{answer:?}");
+        // A served request works, then the connection is idle and closed.
+        a.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        let answer = closed_within(&mut a, 10).await.expect("closed when idle");
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+        // Shutdown ends the loop (the remaining connection closes gracefully).
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("shutdown ends serve")
+            .unwrap();
+    }
+
     #[test]
     fn keep_alives_come_well_within_the_idle_timeout() {
         let mut l = ConnLimits::default();
