@@ -103,9 +103,28 @@ pub fn check(message: &[u8]) -> Result<(), Refusal> {
         return Ok(());
     }
     // serde_json's default recursion limit (128 levels), the one rmcp parses with.
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| parse_error(format!("Parse error: {}", bounded(&e.to_string()))))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        let mut refusal = parse_error(format!("Parse error: {}", bounded(&e.to_string())));
+        if let Some(id) = shallow_id(text) {
+            refusal.id = id;
+        }
+        refusal
+    })?;
     check_value(&value)
+}
+
+/// The top-level `id` of a JSON object too deep to parse whole: serde_json skips the
+/// other members without recursing, so the depth limit does not stop this read.
+fn shallow_id(text: &str) -> Option<Value> {
+    #[derive(Deserialize)]
+    struct IdOnly {
+        id: Option<Value>,
+    }
+    match serde_json::from_str::<IdOnly>(text).ok()?.id? {
+        Value::String(s) if s.len() <= MAX_ID_BYTES => Some(Value::String(s)),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
+        _ => None,
+    }
 }
 
 /// The JSON-RPC checks of a parsed message (see the module docs).
@@ -134,8 +153,11 @@ fn check_value(value: &Value) -> Result<(), Refusal> {
     };
     let answer_id = id.clone().unwrap_or(Value::Null);
     let Some(method) = obj.get("method") else {
-        // A response (or something rmcp will call an invalid request).
-        return Ok(());
+        // A response to one of our requests, or nothing rmcp can read.
+        return match ClientJsonRpcMessage::deserialize(value) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(invalid(&answer_id, &bounded(&e.to_string()))),
+        };
     };
     let notification = id.is_none();
     let refuse = |r: Refusal| Err(Refusal { notification, ..r });
@@ -170,7 +192,10 @@ fn check_value(value: &Value) -> Result<(), Refusal> {
         return refuse(invalid_params(why));
     }
     if notification {
-        return Ok(());
+        return match ClientJsonRpcMessage::deserialize(value) {
+            Ok(_) => Ok(()),
+            Err(e) => refuse(invalid(&Value::Null, &bounded(&e.to_string()))),
+        };
     }
     // A known method whose params do not fit falls through to rmcp's catch-all request
     // (or fails to parse at all): that is a params error of that method.
@@ -289,7 +314,7 @@ mod tests {
             let rmcp = serde_json::from_str::<ClientJsonRpcMessage>(&msg);
             assert_eq!(ours.is_ok(), rmcp.is_ok(), "depth {depth}: {ours:?}");
             if let Err(r) = ours {
-                assert_eq!(r.code, PARSE_ERROR);
+                assert_eq!((r.code, r.id.clone()), (PARSE_ERROR, json!(7)));
                 assert!(r.message.contains("recursion limit"), "{}", r.message);
             } else {
                 last_ok = depth;
@@ -325,6 +350,16 @@ mod tests {
         assert_eq!((r.code, r.id.clone()), (INVALID_REQUEST, Value::Null));
         let r = refusal(r#"{"jsonrpc":"2.0","method":"notifications/x","params":3}"#);
         assert!(r.notification);
+        // Neither a request, a notification nor a response.
+        let r = refusal(r#"{"jsonrpc":"2.0"}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_REQUEST, Value::Null));
+        let r = refusal(r#"{"jsonrpc":"2.0","id":3}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_REQUEST, json!(3)));
+        let r = refusal(r#"{"id":4,"method":"ping"}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_REQUEST, json!(4)));
+        assert!(refusal(r#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#).notification);
+        check(br#"{"jsonrpc":"2.0","method":"notifications/whatever"}"#).unwrap();
+        check(br#"{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":"m"}}"#).unwrap();
     }
 
     #[test]

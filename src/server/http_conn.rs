@@ -10,7 +10,10 @@
 //!   [`ConnLimits::max_connections_per_peer`] from one IP address; a connection over
 //!   either cap is answered `503` at once (best effort, without reading it) and closed;
 //! - its request headers must be complete within [`ConnLimits::header_timeout`]
-//!   (hyper's header-read timeout: a deadline, so trickling does not extend it);
+//!   (hyper's header-read timeout: a deadline, so trickling does not extend it). hyper
+//!   starts it whenever it waits for a request, so a kept-alive connection waiting for
+//!   its next request is closed after it too (HTTP clients keep idle connections for
+//!   less: httpx 5 s);
 //! - a request body must be complete within [`ConnLimits::body_timeout`] (enforced where
 //!   the body is read, in `http.rs`: `408` with a JSON-RPC error);
 //! - a connection on which no byte moves either way for [`ConnLimits::idle_timeout`] is
@@ -369,9 +372,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut c = TcpStream::connect(addr).await.unwrap();
         let answer = closed_within(&mut c, 5).await.expect("refused at once");
-        assert!(answer.is_empty() || answer.starts_with(b"HTTP/1.1 503"), "{answer:?}");
+        assert!(
+            answer.is_empty() || answer.starts_with(b"HTTP/1.1 503"),
+            "{answer:?}"
+        );
         // A served request works, then the connection is idle and closed.
-        a.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        a.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
         let answer = closed_within(&mut a, 10).await.expect("closed when idle");
         assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
         // Shutdown ends the loop (the remaining connection closes gracefully).

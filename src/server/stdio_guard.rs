@@ -188,12 +188,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn deep_nesting_and_bad_params_are_answered_with_the_id() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let input = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"x\",\"arguments\":{{\"a\":{deep}}}}}}}\n\
+             {{\"jsonrpc\":\"2.0\",\"id\":\"r2\",\"method\":\"tools/list\",\"params\":[]}}\n\
+             {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\",\"params\":3}}\n"
+        );
+        let (forwarded, out) = through_guard(input.as_bytes()).await;
+        assert!(forwarded.is_empty(), "{forwarded:?}");
+        let answers: Vec<serde_json::Value> = out
+            .iter()
+            .filter(|l| l.contains("error"))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // The notification gets no answer.
+        assert_eq!(answers.len(), 2, "{out:?}");
+        assert_eq!(answers[0]["error"]["code"], -32700);
+        assert_eq!(answers[0]["id"], 1);
+        assert_eq!(answers[1]["error"]["code"], -32602);
+        assert_eq!(answers[1]["id"], "r2");
+    }
+
+    #[tokio::test]
     async fn oversized_lines_are_refused_and_the_next_line_still_passes() {
         let mut input = vec![b'"'];
         input.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10));
-        input.extend_from_slice(b"\"\n{\"ok\":1}\n{\"last\":true}");
+        let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        let last = br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+        input.extend_from_slice(b"\"\n");
+        input.extend_from_slice(ping);
+        input.push(b'\n');
+        input.extend_from_slice(last);
         let (forwarded, out) = through_guard(&input).await;
-        assert_eq!(forwarded, ["{\"ok\":1}", "{\"last\":true}"]);
+        assert_eq!(
+            forwarded,
+            [
+                std::str::from_utf8(ping).unwrap(),
+                std::str::from_utf8(last).unwrap()
+            ]
+        );
         assert!(out.iter().any(|l| l.contains("larger than")), "{out:?}");
     }
 }

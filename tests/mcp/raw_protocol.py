@@ -375,10 +375,12 @@ def protocol_errors_carry_the_id_and_echo_bounded():
         for body, code, id in [
             (request(2, "tools/list", None)[:-1] + b',"params":7}', -32602, 2),
             (request(3, "tools/call", {"name": "execute_python", "arguments": "print(1)"}), -32602, 3),
-            (request(4, "tools/call", {"name": "execute_python", "arguments": {"code": "x", "a": json.loads(deep)}})
-             if False else ('{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"execute_python","arguments":{"code":"1","x":' + deep + '}}}').encode(), -32700, None),
+            # Deeper than the parser's 128 levels: a parse error, still with the id.
+            (('{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"execute_python",'
+              '"arguments":{"code":"1","x":' + deep + '}}}').encode(), -32700, 4),
             (request(5, "m" * (1 << 20)), -32601, 5),
             (b'{"jsonrpc":"2.0","id":6,"result":7,"method":3}', -32600, 6),
+            (b'{"jsonrpc":"2.0","id":7}', -32600, 7),
         ]:
             s.send(body)
             m = s.response()
