@@ -62,27 +62,6 @@ fn bounded_to(s: &str, max: usize) -> String {
     format!("{}…[{} more bytes]", &s[..end], s.len() - end)
 }
 
-/// How a run ended, in words: `exit 0`, `killed by signal 9 (SIGKILL)`, ...
-pub fn describe_end(r: &ExecutionResult) -> String {
-    if r.timed_out {
-        "timed out (killed)".to_string()
-    } else if r.oom_killed {
-        "killed: out of memory".to_string()
-    } else if r.seccomp_violation {
-        "killed by the seccomp policy".to_string()
-    } else if let Some(code) = r.exit_code {
-        format!("exit {code}")
-    } else if let Some(signal) = r.signal {
-        match nix::sys::signal::Signal::try_from(signal) {
-            Ok(name) => format!("killed by signal {signal} ({})", name.as_str()),
-            Err(_) => format!("killed by signal {signal}"),
-        }
-    } else {
-        // Cancelled before the sandbox reported a status, or the sandbox was lost.
-        "ended without an exit status".to_string()
-    }
-}
-
 /// structuredContent plus a short text a model reads first, within [`WIRE_BUDGET`].
 pub fn render(r: &ExecutionResult) -> CallToolResult {
     render_within(r, WIRE_BUDGET)
@@ -152,7 +131,7 @@ fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
 
 /// The short text: how it ended, stdout, a truncation note, stderr.
 fn text_of(r: &ExecutionResult) -> String {
-    let mut text = format!("{} in {:.0} ms\n", describe_end(r), r.duration_ms);
+    let mut text = format!("{} in {:.0} ms\n", r.ending(), r.duration_ms);
     if !r.stdout.is_empty() {
         text.push_str(&r.stdout);
         if !r.stdout.ends_with('\n') {
@@ -400,13 +379,13 @@ mod tests {
     fn the_end_is_described_without_a_made_up_signal() {
         let mut r = result("", "");
         r.exit_code = None;
-        assert_eq!(describe_end(&r), "ended without an exit status");
+        assert_eq!(r.ending(), "ended without an exit status");
         r.signal = Some(9);
-        assert_eq!(describe_end(&r), "killed by signal 9 (SIGKILL)");
+        assert_eq!(r.ending(), "killed by signal 9 (SIGKILL)");
         r.signal = Some(200);
-        assert_eq!(describe_end(&r), "killed by signal 200");
+        assert_eq!(r.ending(), "killed by signal 200");
         r.signal = None;
         r.exit_code = Some(3);
-        assert_eq!(describe_end(&r), "exit 3");
+        assert_eq!(r.ending(), "exit 3");
     }
 }
