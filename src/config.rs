@@ -26,7 +26,7 @@
 //! header_timeout = "10s"          # a request's headers must arrive within this
 //! body_timeout = "30s"            # a request's body must arrive within this
 //! idle_timeout = "60s"            # a connection with no byte either way is closed
-//! max_connections = 1024          # open connections, in total
+//! max_connections = 256           # open connections, in total
 //! max_connections_per_peer = 64   # open connections from one IP address
 //! ```
 

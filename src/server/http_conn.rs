@@ -37,7 +37,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-/// Bounds on HTTP connections (`[http]` in the config file).
+/// Bounds on HTTP connections (`[http]` in the config file). The total stays well under
+/// the usual 1024 open files, which the sandboxes need too; an MCP client keeps about
+/// two connections per session (its POSTs and the GET stream).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConnLimits {
     pub header_timeout: Duration,
@@ -53,7 +55,7 @@ impl Default for ConnLimits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
-            max_connections: 1024,
+            max_connections: 256,
             max_connections_per_peer: 64,
         }
     }
