@@ -21,6 +21,9 @@ pub const WIRE_BUDGET: usize = 1024 * 1024 - 64 * 1024;
 /// The least kept of a stream that is cut, whatever else the result holds.
 const MIN_KEEP: usize = 4 * 1024;
 
+/// Longest error text of one tool call record when the records crowd the result.
+const ECHO_ERROR_BYTES: usize = 512;
+
 /// Longest error text a tool call answers (its messages may quote the client's
 /// arguments: a megabyte-long `session` or `pii` value is echoed only this far).
 pub const MAX_ERROR_TEXT: usize = 4096;
@@ -69,23 +72,42 @@ pub fn render(r: &ExecutionResult) -> CallToolResult {
 
 fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
     let mut r = r.clone();
-    // Everything but the output, serialized: what the output must share the budget with.
-    let mut rest = r.clone();
-    rest.stdout.clear();
-    rest.stderr.clear();
-    let mut fixed = serialized_len(&rest) + text_of(&rest).len() + 512;
-    if fixed + MIN_KEEP * 4 > budget && !r.tool_calls.is_empty() {
-        // Thousands of tool call records: keep the first ones that fit.
-        while fixed + MIN_KEEP * 4 > budget && rest.tool_calls.pop().is_some() {
-            fixed = serialized_len(&rest) + text_of(&rest).len() + 512;
+    let stdout = std::mem::take(&mut r.stdout);
+    let stderr = std::mem::take(&mut r.stderr);
+    // Everything but the output must leave room for some of it: long lists (workspace
+    // entries, tool calls) are halved until it does.
+    let fixed = |r: &ExecutionResult| serialized_len(r) + text_of(r).len() + 512;
+    let roomy = |r: &ExecutionResult| fixed(r) + MIN_KEEP * 4 <= budget;
+    let (files_before, calls_before) = (
+        r.workspace_files.as_ref().map_or(0, Vec::len),
+        r.tool_calls.len(),
+    );
+    if !roomy(&r) {
+        for call in &mut r.tool_calls {
+            if let Some(e) = &mut call.error {
+                if e.len() > ECHO_ERROR_BYTES {
+                    *e = bounded_to(e, ECHO_ERROR_BYTES);
+                }
+            }
         }
-        r.tool_calls.truncate(rest.tool_calls.len());
     }
+    while !roomy(&r) && r.workspace_files.as_ref().is_some_and(|w| !w.is_empty()) {
+        let files = r.workspace_files.as_mut().expect("checked above");
+        files.truncate(files.len() / 2);
+        r.workspace_files_truncated = true;
+    }
+    while !roomy(&r) && !r.tool_calls.is_empty() {
+        r.tool_calls.truncate(r.tool_calls.len() / 2);
+    }
+    let dropped = (
+        files_before - r.workspace_files.as_ref().map_or(0, Vec::len),
+        calls_before - r.tool_calls.len(),
+    );
     // The output is there twice: in the text and in structuredContent.
-    let per_copy = budget.saturating_sub(fixed) / 2;
-    let out_len = escaped_len(&r.stdout);
-    let err_len = escaped_len(&r.stderr);
-    let mut cut = None;
+    let per_copy = budget.saturating_sub(fixed(&r)) / 2;
+    let out_len = escaped_len(&stdout);
+    let err_len = escaped_len(&stderr);
+    let mut cut = (0, 0);
     if out_len + err_len > per_copy {
         // Each stream gets a share of what is left, the smaller one no more than it needs.
         let half = per_copy / 2;
@@ -96,29 +118,38 @@ fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
         } else {
             (half, per_copy - half)
         };
-        let (stdout, out_cut) = fit(&r.stdout, out_room.max(MIN_KEEP), "stdout");
-        let (stderr, err_cut) = fit(&r.stderr, err_room.max(MIN_KEEP), "stderr");
+        let (o, out_cut) = fit(&stdout, out_room.max(MIN_KEEP), "stdout");
+        let (e, err_cut) = fit(&stderr, err_room.max(MIN_KEEP), "stderr");
+        r.stdout = o;
+        r.stderr = e;
+        cut = (out_cut, err_cut);
+    } else {
         r.stdout = stdout;
         r.stderr = stderr;
-        cut = Some((out_cut, err_cut));
-        tracing::info!(
-            stdout_cut_bytes = out_cut,
-            stderr_cut_bytes = err_cut,
-            budget,
-            "the result was cut to fit on the wire"
-        );
     }
     let text = text_of(&r);
     let mut value = serde_json::to_value(&r).unwrap_or_default();
-    if let (Some((out_cut, err_cut)), Some(map)) = (cut, value.as_object_mut()) {
-        map.insert(
-            "wire_truncated".into(),
-            json!({
-                "stdout_bytes_cut": out_cut,
-                "stderr_bytes_cut": err_cut,
-                "limit_bytes": budget,
-            }),
+    if cut != (0, 0) || dropped != (0, 0) {
+        tracing::info!(
+            stdout_cut_bytes = cut.0,
+            stderr_cut_bytes = cut.1,
+            workspace_files_dropped = dropped.0,
+            tool_calls_dropped = dropped.1,
+            budget,
+            "the result was cut to fit on the wire"
         );
+        if let Some(map) = value.as_object_mut() {
+            map.insert(
+                "wire_truncated".into(),
+                json!({
+                    "stdout_bytes_cut": cut.0,
+                    "stderr_bytes_cut": cut.1,
+                    "workspace_files_dropped": dropped.0,
+                    "tool_calls_dropped": dropped.1,
+                    "limit_bytes": budget,
+                }),
+            );
+        }
     }
     let mut result = if r.failed() {
         CallToolResult::structured_error(value)
@@ -320,6 +351,42 @@ mod tests {
                 assert!(n > WIRE_BUDGET * 3 / 4, "{n}");
             }
         }
+    }
+
+    #[test]
+    fn long_listings_and_call_records_leave_room_for_the_output() {
+        let mut r = result(&"o".repeat(2 << 20), "");
+        let entry = crate::workspace::Entry {
+            path: "d/".repeat(2000),
+            kind: crate::workspace::Kind::File,
+            size: Some(1),
+            link: None,
+        };
+        r.workspace_files = Some(vec![entry; 1000]);
+        let call = crate::proxy::ToolCallRecord {
+            name: "s__t".into(),
+            ok: false,
+            duration_ms: 1.0,
+            bytes_in: 1,
+            bytes_out: 1,
+            error: Some("e".repeat(10_000)),
+            error_kind: Some("upstream"),
+        };
+        r.tool_calls = vec![call; 1000];
+        let rendered = render(&r);
+        assert!(
+            wire_len(&rendered) <= WIRE_BUDGET,
+            "{}",
+            wire_len(&rendered)
+        );
+        let s = rendered.structured_content.unwrap();
+        let cut = &s["wire_truncated"];
+        assert!(
+            cut["workspace_files_dropped"].as_u64().unwrap() > 0,
+            "{cut}"
+        );
+        assert_eq!(s["workspace_files_truncated"], true);
+        assert!(s["stdout"].as_str().unwrap().len() >= 4096);
     }
 
     #[test]
