@@ -28,7 +28,8 @@ const ECHO_ERROR_BYTES: usize = 512;
 /// arguments: a megabyte-long `session` or `pii` value is echoed only this far).
 pub const MAX_ERROR_TEXT: usize = 4096;
 
-/// A tool call's answer with error texts (which quote the client's arguments) bounded.
+/// A tool call's answer with error texts (which quote the client's arguments) bounded,
+/// and never larger than [`WIRE_BUDGET`].
 pub fn bound_errors(
     answer: Result<rmcp::model::CallToolResponse, rmcp::ErrorData>,
 ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
@@ -45,6 +46,24 @@ pub fn bound_errors(
                 }
             }
             Ok(CallToolResponse::Complete(r))
+        }
+        Ok(CallToolResponse::Complete(r)) => {
+            // Execution results are cut to fit (see `render`); any other tool's result
+            // that would not fit becomes an error the model can act on.
+            let size = serde_json::to_vec(&r).map_or(0, |v| v.len());
+            if size <= WIRE_BUDGET {
+                return Ok(CallToolResponse::Complete(r));
+            }
+            tracing::warn!(
+                size,
+                limit = WIRE_BUDGET,
+                "a tool result too large for the wire was replaced"
+            );
+            Ok(CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(
+                format!(
+                    "the result is {size} bytes, more than the {WIRE_BUDGET} bytes an MCP client accepts in one message; ask for less (a narrower query or detail level)"
+                ),
+            )])))
         }
         Ok(other) => Ok(other),
         Err(mut e) => {
