@@ -158,6 +158,21 @@ async def sessions_belong_to_their_client(base):
             rpc(url, b'{"jsonrpc":"2.0","method":"notifications/initialized"}', "bob-token", bob_sid)
             status, _, raw_body = rpc(url, call_body(9, "print('bob own')"), "bob-token", bob_sid)
             assert status == 200 and b"bob own" in raw_body, raw_body[:300]
+            # bob's SDK client presenting alice's session id is refused at once.
+            bob = httpx2.AsyncClient(headers={"Authorization": "Bearer bob-token", "Mcp-Session-Id": sid})
+            refused = None
+            try:
+                with anyio.fail_after(20):
+                    async with streamable_http_client(url, http_client=bob) as (bread, bwrite):
+                        async with ClientSession(bread, bwrite) as bs:
+                            await bs.initialize()
+                            await bs.call_tool("execute_python", {"code": "print('bob on alice')"})
+            except TimeoutError:
+                raise AssertionError("the SDK hung instead of being refused")
+            except Exception as e:  # noqa: BLE001 - the SDK's own error type for a 404
+                refused = e
+            assert refused is not None, "bob ran on alice's session"
+            assert "not found" in repr(refused).lower(), repr(refused)
             # alice cannot use bob's session either.
             status, _, _ = rpc(url, call_body(10, "print(1)"), "alice-token", bob_sid)
             assert status == 404, status
