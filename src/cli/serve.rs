@@ -454,3 +454,55 @@ async fn shutdown_signal() {
         _ = int.recv() => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_limits_come_from_the_config_and_bad_values_are_named() {
+        let mut file = codebox::config::HttpConfig {
+            header_timeout: Some("2s".into()),
+            max_connections_per_peer: Some(3),
+            ..Default::default()
+        };
+        let l = http_limits(&file).unwrap();
+        assert_eq!(l.header_timeout, Duration::from_secs(2));
+        assert_eq!(l.max_connections_per_peer, 3);
+        assert_eq!(
+            l.body_timeout,
+            codebox::server::http_conn::ConnLimits::default().body_timeout
+        );
+        file.idle_timeout = Some("soon".into());
+        let e = http_limits(&file).unwrap_err().to_string();
+        assert!(e.contains("http.idle_timeout"), "{e}");
+        file.idle_timeout = Some("0s".into());
+        let e = http_limits(&file).unwrap_err().to_string();
+        assert!(e.starts_with("http.idle_timeout"), "{e}");
+        file.idle_timeout = None;
+        file.max_connections = Some(0);
+        let e = http_limits(&file).unwrap_err().to_string();
+        assert!(e.contains("http.max_connections must be at least 1"), "{e}");
+    }
+
+    #[test]
+    fn http_without_an_address_takes_the_config_address() {
+        let args = |argv: &[&str]| {
+            #[derive(clap::Parser)]
+            struct Cli {
+                #[command(flatten)]
+                serve: ServeArgs,
+            }
+            <Cli as clap::Parser>::try_parse_from(argv)
+                .unwrap()
+                .serve
+                .http
+        };
+        assert_eq!(args(&["x", "--http"]), Some(None));
+        assert_eq!(
+            args(&["x", "--http", "127.0.0.1:9"]),
+            Some(Some("127.0.0.1:9".parse().unwrap()))
+        );
+        assert_eq!(args(&["x"]), None);
+    }
+}
