@@ -191,6 +191,13 @@ fn check_value(value: &Value) -> Result<(), Refusal> {
     if let Some(why) = oversized_name(method, params) {
         return refuse(invalid_params(why));
     }
+    // The progress token comes back in every progress notification of the call.
+    let token = params.and_then(|p| p.get("_meta")?.get("progressToken")?.as_str());
+    if token.is_some_and(|t| t.len() > MAX_ID_BYTES) {
+        return refuse(invalid_params(format!(
+            "the progressToken is longer than {MAX_ID_BYTES} bytes"
+        )));
+    }
     if notification {
         return match ClientJsonRpcMessage::deserialize(value) {
             Ok(_) => Ok(()),
@@ -384,6 +391,12 @@ mod tests {
         let r = check(format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"ping"}}"#).as_bytes())
             .unwrap_err();
         assert!(r.id.is_null() && r.message.len() < 300);
+        let token = "t".repeat(2000);
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{{"_meta":{{"progressToken":"{token}"}}}}}}"#
+        );
+        let r = check(msg.as_bytes()).unwrap_err();
+        assert_eq!((r.code, r.id.clone()), (INVALID_PARAMS, json!(3)));
         // A serde message quoting a long string is bounded too.
         let junk = format!("\"{}", "j".repeat(5000));
         assert!(check(junk.as_bytes()).unwrap_err().message.len() < 300);
