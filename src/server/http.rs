@@ -15,8 +15,11 @@
 //!   DELETE alike. A DELETE that ends a session answers 200 (the SDKs log 202 as a
 //!   failure).
 //! - `GET /healthz` answers without auth, for load balancers and service managers.
-//! - A POST body that is not UTF-8 JSON gets 400 with a JSON-RPC `-32700 Parse error`,
-//!   one over 16 MiB gets 413 with the same error, before rmcp sees either.
+//! - A POST body goes through [`framing::check`](super::framing::check) before rmcp sees
+//!   it: one that is not a JSON-RPC message gets 400 with the JSON-RPC error (with the
+//!   request's id when readable), one over 16 MiB 413, one that does not arrive within
+//!   the body timeout 408.
+//! - Connections (caps, header and idle timeouts) are [`super::http_conn`]'s.
 
 use std::future::Future;
 use std::net::SocketAddr;
