@@ -609,14 +609,15 @@ fn severity(level: LoggingLevel) -> u8 {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for CodeboxServer {
-    /// The router's answer, with error texts that quote the client bounded.
+    /// The router's answer, with error texts that quote the client bounded and no result
+    /// larger than a client accepts (see `render::bounded_answer`).
     async fn call_tool(
         &self,
         request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, McpError> {
         let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
-        render::bound_errors(self.tool_router.call(tcc).await)
+        render::bounded_answer(self.tool_router.call(tcc).await)
     }
 
     fn get_info(&self) -> ServerConfig {

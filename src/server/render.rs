@@ -30,7 +30,7 @@ pub const MAX_ERROR_TEXT: usize = 4096;
 
 /// A tool call's answer with error texts (which quote the client's arguments) bounded,
 /// and never larger than [`WIRE_BUDGET`].
-pub fn bound_errors(
+pub fn bounded_answer(
     answer: Result<rmcp::model::CallToolResponse, rmcp::ErrorData>,
 ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
     use rmcp::model::CallToolResponse;
@@ -422,7 +422,7 @@ mod tests {
     fn long_tool_errors_are_bounded_and_results_are_not() {
         use rmcp::model::CallToolResponse;
         let long = format!("no session \"{}\"", "Z".repeat(1 << 20));
-        let answer = bound_errors(Ok(
+        let answer = bounded_answer(Ok(
             CallToolResult::error(vec![ContentBlock::text(long)]).into()
         ));
         let Ok(CallToolResponse::Complete(r)) = answer else {
@@ -435,7 +435,7 @@ mod tests {
             text.len()
         );
         let ok = render(&result(&"x".repeat(100_000), ""));
-        let Ok(CallToolResponse::Complete(r)) = bound_errors(Ok(ok.into())) else {
+        let Ok(CallToolResponse::Complete(r)) = bounded_answer(Ok(ok.into())) else {
             panic!("a result")
         };
         assert_eq!(
@@ -445,7 +445,7 @@ mod tests {
                 .len(),
             100_000
         );
-        let e = bound_errors(Err(rmcp::ErrorData::invalid_params(
+        let e = bounded_answer(Err(rmcp::ErrorData::invalid_params(
             "y".repeat(10_000),
             None,
         )));
