@@ -75,6 +75,18 @@ pub fn bounded_answer(
     }
 }
 
+/// `Ok` when `text` fits in one message as a resource's contents, else why not (for
+/// resources, which cannot be cut without misleading the reader).
+pub fn fits_wire(text: &str, what: &str) -> Result<(), String> {
+    let size = escaped_len(text);
+    if size <= WIRE_BUDGET {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} is {size} bytes as JSON, more than the {WIRE_BUDGET} bytes an MCP client accepts in one message; read it from code instead"
+    ))
+}
+
 /// At most `max` bytes of `s`, with a marker saying how much was left out.
 fn bounded_to(s: &str, max: usize) -> String {
     let mut end = max.min(s.len());
@@ -450,6 +462,18 @@ mod tests {
             None,
         )));
         assert!(e.unwrap_err().message.len() < MAX_ERROR_TEXT + 64);
+    }
+
+    #[test]
+    fn resources_that_do_not_fit_are_refused_by_escaped_size() {
+        assert!(fits_wire("small", "x").is_ok());
+        // Under the budget in bytes, over it once escaped.
+        let control = "\u{1}".repeat(WIRE_BUDGET / 4);
+        let e = fits_wire(&control, "\"a.txt\"").unwrap_err();
+        assert!(
+            e.starts_with("\"a.txt\" is ") && e.contains("read it from code"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ import urllib.request
 import anyio
 import httpx2
 from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from helpers import server_env
@@ -210,6 +211,21 @@ async def large_outputs_fit_the_sdk(base):
                 else:
                     assert sc["stdout_truncated"], sc
             assert seen and max(seen) <= 256 * 1024, max(seen)
+            # Resources are not cut: one that fits is served whole, a larger one is refused
+            # with an error the SDK can read (never an event it rejects).
+            r = await s.call_tool("execute_python", {"session": "new", "code": (
+                "open('/workspace/fits.txt', 'w').write('f' * 700_000)\n"
+                "open('/workspace/big.txt', 'w').write('b' * 2_000_000)\n"
+                "open('/workspace/escapes.txt', 'w').write(chr(1) * 300_000)\n")})
+            sid = r.structured_content["session"]["id"]
+            res = await s.read_resource(f"codebox://sessions/{sid}/workspace/fits.txt")
+            assert len(res.contents[0].text) == 700_000
+            for name in ("big.txt", "escapes.txt"):
+                try:
+                    await s.read_resource(f"codebox://sessions/{sid}/workspace/{name}")
+                    raise AssertionError(f"{name} was served")
+                except MCPError as e:
+                    assert "read it from code" in str(e) or "at most 983040" in str(e), (name, str(e))
 
 
 async def main():
