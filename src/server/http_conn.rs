@@ -392,6 +392,37 @@ mod tests {
             .unwrap();
     }
 
+    /// A client that stops reading a response: the server's writes stall, no byte
+    /// moves, and the idle timeout closes the connection (the header timeout, long
+    /// here, cannot be what closes it).
+    #[tokio::test]
+    async fn a_client_that_stops_reading_is_closed_when_idle() {
+        use tokio::io::AsyncWriteExt;
+        const BIG: usize = 64 << 20;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app =
+            axum::Router::new().route("/big", axum::routing::get(|| async { vec![b'x'; BIG] }));
+        let limits = ConnLimits {
+            header_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_millis(500),
+            ..ConnLimits::default()
+        };
+        let server = tokio::spawn(serve(listener, app, limits, std::future::pending()));
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        // Long enough for the socket buffers to fill and the idle timeout to pass.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let got = closed_within(&mut client, 20)
+            .await
+            .expect("closed when idle");
+        assert!(got.len() < BIG, "the whole response arrived: {}", got.len());
+        server.abort();
+    }
+
     #[test]
     fn keep_alives_come_well_within_the_idle_timeout() {
         let mut l = ConnLimits::default();
