@@ -23,6 +23,11 @@
 //! token = "env:CODEBOX_TOKEN"
 //! allowed_origins = ["http://localhost:*"]
 //! allowed_hosts = ["codebox.internal"]
+//! header_timeout = "10s"          # a request's headers must arrive within this
+//! body_timeout = "30s"            # a request's body must arrive within this
+//! idle_timeout = "60s"            # a connection with no byte either way is closed
+//! max_connections = 256           # open connections, in total
+//! max_connections_per_peer = 64   # open connections from one IP address
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -116,6 +121,12 @@ pub struct HttpConfig {
     pub clients: std::collections::BTreeMap<String, String>,
     pub allowed_origins: Option<Vec<String>>,
     pub allowed_hosts: Option<Vec<String>>,
+    /// Durations such as "10s": see [`crate::server::http_conn::ConnLimits`].
+    pub header_timeout: Option<String>,
+    pub body_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub max_connections: Option<usize>,
+    pub max_connections_per_peer: Option<usize>,
 }
 
 impl Config {
@@ -278,6 +289,22 @@ impl Config {
         if let Some(v) = env("CODEBOX_HTTP_ALLOWED_HOSTS") {
             self.http.allowed_hosts = Some(list(v));
         }
+        if let Some(v) = env("CODEBOX_HTTP_HEADER_TIMEOUT") {
+            self.http.header_timeout = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_HTTP_BODY_TIMEOUT") {
+            self.http.body_timeout = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_HTTP_IDLE_TIMEOUT") {
+            self.http.idle_timeout = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_HTTP_MAX_CONNECTIONS") {
+            self.http.max_connections = Some(num("CODEBOX_HTTP_MAX_CONNECTIONS", v)?);
+        }
+        if let Some(v) = env("CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER") {
+            self.http.max_connections_per_peer =
+                Some(num("CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER", v)?);
+        }
         Ok(())
     }
 
@@ -402,6 +429,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("CODEBOX_QUEUE"), "{e}");
+    }
+
+    #[test]
+    fn connection_limits_from_file_and_environment() {
+        let mut c = Config::parse(
+            "[http]\nheader_timeout = \"2s\"\nmax_connections = 9\nmax_connections_per_peer = 3\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(c.http.header_timeout.as_deref(), Some("2s"));
+        c.apply_env(&env_of(&[
+            ("CODEBOX_HTTP_BODY_TIMEOUT", "5s"),
+            ("CODEBOX_HTTP_IDLE_TIMEOUT", "1m"),
+            ("CODEBOX_HTTP_MAX_CONNECTIONS", "10"),
+        ]))
+        .unwrap();
+        assert_eq!(c.http.body_timeout.as_deref(), Some("5s"));
+        assert_eq!(c.http.idle_timeout.as_deref(), Some("1m"));
+        assert_eq!(c.http.max_connections, Some(10));
+        assert_eq!(c.http.max_connections_per_peer, Some(3));
+        let e = c
+            .apply_env(&env_of(&[("CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER", "x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER"), "{e}");
+        assert!(Config::parse("[http]\nmax_conections = 1\n", Path::new("c")).is_err());
     }
 
     #[test]

@@ -417,12 +417,7 @@ fn runtime_check(lang: Language, host: &Host, profile: &Profile) -> Check {
         Ok(r) => Check::new(
             layer,
             Status::Missing,
-            format!(
-                "exit {:?}, signal {:?}: {}",
-                r.exit_code,
-                r.signal,
-                r.stderr.lines().last().unwrap_or("")
-            ),
+            format!("{}: {}", r.ending(), r.stderr.lines().last().unwrap_or("")),
             true,
         )
         .fix("rebuild the rootfs with `cargo xtask rootfs`"),

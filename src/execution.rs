@@ -99,6 +99,28 @@ pub struct ExecutionResult {
 }
 
 impl ExecutionResult {
+    /// How the run ended, in words: `exit 0`, `killed by signal 9 (SIGKILL)`, ...; never
+    /// a made-up status when there is none.
+    pub fn ending(&self) -> String {
+        if self.timed_out {
+            "timed out (killed)".to_string()
+        } else if self.oom_killed {
+            "killed: out of memory".to_string()
+        } else if self.seccomp_violation {
+            "killed by the seccomp policy".to_string()
+        } else if let Some(code) = self.exit_code {
+            format!("exit {code}")
+        } else if let Some(signal) = self.signal {
+            match nix::sys::signal::Signal::try_from(signal) {
+                Ok(name) => format!("killed by signal {signal} ({})", name.as_str()),
+                Err(_) => format!("killed by signal {signal}"),
+            }
+        } else {
+            // Cancelled before the sandbox reported a status, or the sandbox was lost.
+            "ended without an exit status".to_string()
+        }
+    }
+
     /// The program failed: non-zero exit, a signal, a timeout, or the workspace quota.
     pub fn failed(&self) -> bool {
         self.timed_out

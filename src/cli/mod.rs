@@ -3,6 +3,7 @@
 mod audit;
 mod doctor;
 mod exec;
+mod log_line;
 mod passthrough;
 mod prepare;
 mod run;
@@ -69,7 +70,7 @@ pub fn init_logging(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| log_line::BoundedStderr)
         .without_time()
         .init();
 }

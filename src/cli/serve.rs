@@ -62,9 +62,10 @@ pub struct ServeArgs {
     /// When run as root: the unprivileged host uid/gid the sandbox user maps to [default: 65534].
     #[arg(long)]
     root_host_id: Option<u32>,
-    /// Serve streamable HTTP at ADDR (path /mcp) instead of stdio.
-    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8080")]
-    http: Option<std::net::SocketAddr>,
+    /// Serve streamable HTTP at ADDR (path /mcp) instead of stdio; without ADDR, at
+    /// `[http] addr` from the config, else 127.0.0.1:8080.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1)]
+    http: Option<Option<std::net::SocketAddr>>,
     /// Browser origins allowed to call over HTTP; any other Origin gets 403
     /// [default: http://localhost:*, http://127.0.0.1:*].
     #[arg(long = "allowed-origin", value_name = "ORIGIN")]
@@ -89,6 +90,7 @@ struct Resolved {
     http: Option<std::net::SocketAddr>,
     /// HTTP clients and their tokens.
     http_clients: Vec<(String, String)>,
+    http_limits: codebox::server::http_conn::ConnLimits,
     allowed_origins: Vec<String>,
     allowed_hosts: Vec<String>,
     drain_timeout: Duration,
@@ -132,13 +134,21 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         (None, Some(s)) => parse_duration(s).map_err(|e| anyhow::anyhow!("max_timeout: {e}"))?,
         (None, None) => Duration::from_secs(300),
     };
-    let http = match (args.http, &file.http.addr) {
-        (Some(a), _) => Some(a),
-        (None, Some(a)) => Some(a.parse().map_err(|_| {
+    // `--http ADDR` wins; `--http` alone or `[http] addr` (CODEBOX_HTTP_ADDR) names the
+    // address; `--http` with neither serves the default.
+    let file_addr = match &file.http.addr {
+        Some(a) => Some(a.parse::<std::net::SocketAddr>().map_err(|_| {
             anyhow::anyhow!("http.addr {a:?} is not an address such as 127.0.0.1:8080")
         })?),
+        None => None,
+    };
+    let http = match (args.http, file_addr) {
+        (Some(Some(a)), _) => Some(a),
+        (Some(None), Some(a)) | (None, Some(a)) => Some(a),
+        (Some(None), None) => Some(std::net::SocketAddr::from(([127, 0, 0, 1], 8080))),
         (None, None) => None,
     };
+    let http_limits = http_limits(&file.http)?;
     let or_list = |cli: Vec<String>, file: Option<Vec<String>>, default: &[&str]| {
         if !cli.is_empty() {
             cli
@@ -199,6 +209,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             .unwrap_or(DEFAULT_ROOT_HOST_ID),
         http,
         http_clients,
+        http_limits,
         allowed_origins: or_list(
             args.allowed_origins,
             file.http.allowed_origins,
@@ -226,6 +237,49 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             l
         },
     })
+}
+
+/// Connection caps and timeouts from `[http]` (and CODEBOX_HTTP_*), over the defaults.
+fn http_limits(
+    file: &codebox::config::HttpConfig,
+) -> anyhow::Result<codebox::server::http_conn::ConnLimits> {
+    let mut l = codebox::server::http_conn::ConnLimits::default();
+    let duration = |key: &str, v: &Option<String>, into: &mut Duration| -> anyhow::Result<()> {
+        if let Some(v) = v {
+            let d = parse_duration(v).map_err(|e| anyhow::anyhow!("http.{key}: {e}"))?;
+            if d.is_zero() {
+                bail!("http.{key} must be more than 0");
+            }
+            *into = d;
+        }
+        Ok(())
+    };
+    duration(
+        "header_timeout",
+        &file.header_timeout,
+        &mut l.header_timeout,
+    )?;
+    duration("body_timeout", &file.body_timeout, &mut l.body_timeout)?;
+    duration("idle_timeout", &file.idle_timeout, &mut l.idle_timeout)?;
+    for (key, v, into) in [
+        (
+            "max_connections",
+            file.max_connections,
+            &mut l.max_connections,
+        ),
+        (
+            "max_connections_per_peer",
+            file.max_connections_per_peer,
+            &mut l.max_connections_per_peer,
+        ),
+    ] {
+        match v {
+            Some(0) => bail!("http.{key} must be at least 1"),
+            Some(n) => *into = n,
+            None => {}
+        }
+    }
+    Ok(l)
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -356,6 +410,7 @@ async fn serve_until_done(
             clients: args.http_clients,
             allowed_origins: args.allowed_origins,
             allowed_hosts: args.allowed_hosts,
+            limits: args.http_limits,
         };
         // Connections stay open while draining (clients reconnect their SSE streams);
         // new executions are refused by admission. Once drained, the listener closes.
@@ -401,5 +456,57 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_limits_come_from_the_config_and_bad_values_are_named() {
+        let mut file = codebox::config::HttpConfig {
+            header_timeout: Some("2s".into()),
+            max_connections_per_peer: Some(3),
+            ..Default::default()
+        };
+        let l = http_limits(&file).unwrap();
+        assert_eq!(l.header_timeout, Duration::from_secs(2));
+        assert_eq!(l.max_connections_per_peer, 3);
+        assert_eq!(
+            l.body_timeout,
+            codebox::server::http_conn::ConnLimits::default().body_timeout
+        );
+        file.idle_timeout = Some("soon".into());
+        let e = http_limits(&file).unwrap_err().to_string();
+        assert!(e.contains("http.idle_timeout"), "{e}");
+        file.idle_timeout = Some("0s".into());
+        let e = http_limits(&file).unwrap_err().to_string();
+        assert!(e.starts_with("http.idle_timeout"), "{e}");
+        file.idle_timeout = None;
+        file.max_connections = Some(0);
+        let e = http_limits(&file).unwrap_err().to_string();
+        assert!(e.contains("http.max_connections must be at least 1"), "{e}");
+    }
+
+    #[test]
+    fn http_without_an_address_takes_the_config_address() {
+        let args = |argv: &[&str]| {
+            #[derive(clap::Parser)]
+            struct Cli {
+                #[command(flatten)]
+                serve: ServeArgs,
+            }
+            <Cli as clap::Parser>::try_parse_from(argv)
+                .unwrap()
+                .serve
+                .http
+        };
+        assert_eq!(args(&["x", "--http"]), Some(None));
+        assert_eq!(
+            args(&["x", "--http", "127.0.0.1:9"]),
+            Some(Some("127.0.0.1:9".parse().unwrap()))
+        );
+        assert_eq!(args(&["x"]), None);
     }
 }

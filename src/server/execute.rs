@@ -321,7 +321,7 @@ impl CodeboxServer {
             }),
         )
         .await;
-        let rendered = super::render(&result);
+        let rendered = super::render::render(&result);
         tracing::debug!(
             %language,
             prepared_us = prepared.as_micros() as u64,
@@ -562,6 +562,9 @@ fn tokenize_result(vault: &crate::pii::Vault, r: &mut ExecutionResult) {
 
 type Chunk = (Stream, Vec<u8>);
 
+/// Largest output text in one progress notification (escaped JSON bytes).
+const PROGRESS_PIECE_BYTES: usize = 256 * 1024;
+
 /// Sends output as progress notifications, at most every 100 ms, when the request carries
 /// a progress token. With PII handling on, only whole lines go out, tokenized (a value
 /// cut in two by a chunk boundary must not slip through).
@@ -610,10 +613,12 @@ fn progress_forwarder(
                     text
                 }
             };
-            if !text.is_empty() {
+            // Output that came in a burst goes out in several notifications, each
+            // well within what a client accepts in one message.
+            for piece in super::render::pieces(&text, PROGRESS_PIECE_BYTES) {
                 n += 1;
-                let param =
-                    ProgressNotificationParam::new(token.clone(), n as f64).with_message(text);
+                let param = ProgressNotificationParam::new(token.clone(), n as f64)
+                    .with_message(piece.to_string());
                 let _ = peer.notify_progress(param).await;
                 last = Instant::now();
             }

@@ -13,8 +13,9 @@ use crate::session::disk;
 
 pub const SKILLS_PREFIX: &str = "codebox://skills/";
 pub const SESSIONS_PREFIX: &str = "codebox://sessions/";
-/// Largest workspace file served as a resource.
-const MAX_RESOURCE_BYTES: u64 = 4 * 1024 * 1024;
+/// Largest workspace file read for a resource (what is served must also fit in one
+/// message once escaped: see `render::fits_wire`).
+const MAX_RESOURCE_BYTES: u64 = super::render::WIRE_BUDGET as u64;
 /// Workspace entries listed per session.
 const MAX_LISTED: usize = 200;
 
@@ -97,9 +98,10 @@ impl CodeboxServer {
                 )))
             }
         };
-        Some(Ok(match self.state.settings.pii_mode {
+        let text = match self.state.settings.pii_mode {
             PiiMode::Off => text,
             _ => session.vault.tokenize(&text),
-        }))
+        };
+        Some(super::render::fits_wire(&text, &format!("{path:?}")).map(|()| text))
     }
 }

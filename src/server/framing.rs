@@ -1,39 +1,280 @@
-//! What both transports check before rmcp sees a message: size, UTF-8 and JSON syntax,
-//! and the JSON-RPC error answered when one fails (JSON-RPC 2.0 §5.1: `-32700 Parse
-//! error`, id `null`).
+//! What both transports check before rmcp sees a message, and the JSON-RPC error
+//! answered when a check fails.
+//!
+//! rmcp drops some bad messages without a word (JSON nested deeper than serde_json's
+//! recursion limit is a "syntax" error it ignores), answers others with `id: null` (a
+//! request whose `params` has the wrong shape) or as an unknown method (a `tools/call`
+//! whose `arguments` is not an object falls through to its catch-all request). So every
+//! message is parsed here first, with the parser and limits rmcp uses, and refused with:
+//!
+//! - `-32700 Parse error` (id `null`): not UTF-8, not JSON, nested too deep, too large;
+//! - `-32600 Invalid Request`: not a JSON-RPC object, a bad `id` or `method`;
+//! - `-32601 Method not found`: a method name too long to be any method;
+//! - `-32602 Invalid params`: `params` of a known method that do not fit it;
+//!
+//! with the request's `id` whenever it can be read. Whatever the client sent is echoed
+//! (and logged) only through [`bounded`].
 
-use serde::de::IgnoredAny;
+use std::borrow::Cow;
+
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ConstString};
+use serde::Deserialize;
+use serde_json::{json, Value};
 
 /// Largest JSON-RPC message accepted, on stdio and over HTTP.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
-/// `None` when `message` is a UTF-8 JSON document (or blank), else the error message.
-pub fn check_message(message: &[u8]) -> Option<String> {
-    let text = match std::str::from_utf8(message) {
-        Ok(t) => t,
-        Err(e) => {
-            return Some(format!(
-                "Parse error: the message is not UTF-8 (invalid byte at offset {})",
-                e.valid_up_to()
-            ))
+/// Longest string `id` accepted (it comes back in every answer).
+pub const MAX_ID_BYTES: usize = 1024;
+
+/// Longest method name, tool or prompt name accepted (none of ours is near it).
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// Longest resource URI accepted.
+pub const MAX_URI_BYTES: usize = 4096;
+
+/// How much of a client's string is echoed in an answer or a log line.
+pub const ECHO_BYTES: usize = 200;
+
+/// JSON-RPC error codes.
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+
+/// Why a message is refused, and the answer it gets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub code: i64,
+    /// The request's id, or `null` when it cannot be read.
+    pub id: Value,
+    pub message: String,
+    /// A notification (no id): JSON-RPC sends it no answer (HTTP still answers 400).
+    pub notification: bool,
+}
+
+impl Refusal {
+    fn new(code: i64, id: Value, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            id,
+            message: message.into(),
+            notification: false,
         }
-    };
-    if text.trim().is_empty() {
-        return None;
     }
-    match serde_json::from_str::<IgnoredAny>(text) {
-        Ok(_) => None,
-        Err(e) => Some(format!("Parse error: {e}")),
+
+    /// The JSON-RPC error response.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "jsonrpc": "2.0",
+            "id": self.id,
+            "error": {"code": self.code, "message": self.message},
+        })
     }
 }
 
-/// The JSON-RPC error response for a message that could not be parsed.
-pub fn parse_error(message: &str) -> serde_json::Value {
-    serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": -32700, "message": message},
-    })
+/// `s` as it may be echoed: at most [`ECHO_BYTES`] of it, with a marker saying how much
+/// was left out.
+pub fn bounded(s: &str) -> Cow<'_, str> {
+    if s.len() <= ECHO_BYTES {
+        return Cow::Borrowed(s);
+    }
+    let mut end = ECHO_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…[{} more bytes]", &s[..end], s.len() - end))
+}
+
+/// `Ok` when `message` is blank or a JSON-RPC message rmcp will parse as what it is;
+/// else the answer it gets.
+pub fn check(message: &[u8]) -> Result<(), Refusal> {
+    let parse_error = |why: String| Refusal::new(PARSE_ERROR, Value::Null, why);
+    if message.len() > MAX_MESSAGE_BYTES {
+        return Err(parse_error(too_large()));
+    }
+    let text = std::str::from_utf8(message).map_err(|e| {
+        parse_error(format!(
+            "Parse error: the message is not UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        ))
+    })?;
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    // serde_json's default recursion limit (128 levels), the one rmcp parses with.
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        let mut refusal = parse_error(format!("Parse error: {}", bounded(&e.to_string())));
+        if let Some(id) = shallow_id(text) {
+            refusal.id = id;
+        }
+        refusal
+    })?;
+    check_value(&value)
+}
+
+/// The top-level `id` of a JSON object too deep to parse whole: serde_json skips the
+/// other members without recursing, so the depth limit does not stop this read.
+fn shallow_id(text: &str) -> Option<Value> {
+    #[derive(Deserialize)]
+    struct IdOnly {
+        id: Option<Value>,
+    }
+    match serde_json::from_str::<IdOnly>(text).ok()?.id? {
+        Value::String(s) if s.len() <= MAX_ID_BYTES => Some(Value::String(s)),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
+        _ => None,
+    }
+}
+
+/// The JSON-RPC checks of a parsed message (see the module docs).
+fn check_value(value: &Value) -> Result<(), Refusal> {
+    let invalid = |id: &Value, why: &str| {
+        Refusal::new(
+            INVALID_REQUEST,
+            id.clone(),
+            format!("Invalid Request: {why}"),
+        )
+    };
+    let Some(obj) = value.as_object() else {
+        return Err(invalid(&Value::Null, "a message must be a JSON object"));
+    };
+    let id = match obj.get("id") {
+        None => None,
+        Some(Value::String(s)) if s.len() > MAX_ID_BYTES => {
+            return Err(invalid(
+                &Value::Null,
+                &format!("the id is longer than {MAX_ID_BYTES} bytes"),
+            ))
+        }
+        Some(id @ Value::String(_)) => Some(id.clone()),
+        Some(id @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(id.clone()),
+        Some(_) => return Err(invalid(&Value::Null, "id must be a string or an integer")),
+    };
+    let answer_id = id.clone().unwrap_or(Value::Null);
+    let Some(method) = obj.get("method") else {
+        // A response to one of our requests, or nothing rmcp can read.
+        return match ClientJsonRpcMessage::deserialize(value) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(invalid(&answer_id, &bounded(&e.to_string()))),
+        };
+    };
+    let notification = id.is_none();
+    let refuse = |r: Refusal| Err(Refusal { notification, ..r });
+    let Some(method) = method.as_str() else {
+        return refuse(invalid(&answer_id, "method must be a string"));
+    };
+    if method.len() > MAX_NAME_BYTES {
+        return refuse(Refusal::new(
+            METHOD_NOT_FOUND,
+            answer_id,
+            format!("Method not found: {}", bounded(method)),
+        ));
+    }
+    let params = obj.get("params");
+    let invalid_params = |why: String| {
+        Refusal::new(
+            INVALID_PARAMS,
+            answer_id.clone(),
+            format!("Invalid params: {}", bounded(&why)),
+        )
+    };
+    match params {
+        None | Some(Value::Null) | Some(Value::Object(_)) => {}
+        Some(_) => {
+            return refuse(invalid_params(format!(
+                "the params of {} must be an object",
+                bounded(method)
+            )))
+        }
+    }
+    if let Some(why) = oversized_name(method, params) {
+        return refuse(invalid_params(why));
+    }
+    // The progress token comes back in every progress notification of the call.
+    let token = params.and_then(|p| p.get("_meta")?.get("progressToken")?.as_str());
+    if token.is_some_and(|t| t.len() > MAX_ID_BYTES) {
+        return refuse(invalid_params(format!(
+            "the progressToken is longer than {MAX_ID_BYTES} bytes"
+        )));
+    }
+    if notification {
+        return match ClientJsonRpcMessage::deserialize(value) {
+            Ok(_) => Ok(()),
+            Err(e) => refuse(invalid(&Value::Null, &bounded(&e.to_string()))),
+        };
+    }
+    // A known method whose params do not fit falls through to rmcp's catch-all request
+    // (or fails to parse at all): that is a params error of that method.
+    match ClientJsonRpcMessage::deserialize(value) {
+        Ok(ClientJsonRpcMessage::Request(r)) => match &r.request {
+            ClientRequest::CustomRequest(_) => match typed_params_error(method, params) {
+                Some(why) => refuse(invalid_params(why)),
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        },
+        Ok(_) => Ok(()),
+        Err(e) => match typed_params_error(method, params) {
+            Some(why) => refuse(invalid_params(why)),
+            None => refuse(invalid(&answer_id, &bounded(&e.to_string()))),
+        },
+    }
+}
+
+/// A name or URI in the params that is too long to be one we know.
+fn oversized_name(method: &str, params: Option<&Value>) -> Option<String> {
+    let field = |key: &str| params?.get(key)?.as_str().map(str::len);
+    match method {
+        "tools/call" | "prompts/get" => field("name")
+            .filter(|&n| n > MAX_NAME_BYTES)
+            .map(|n| format!("the name is {n} bytes; no name is longer than {MAX_NAME_BYTES}")),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => field("uri")
+            .filter(|&n| n > MAX_URI_BYTES)
+            .map(|n| format!("the uri is {n} bytes; the limit is {MAX_URI_BYTES}")),
+        _ => None,
+    }
+}
+
+/// Why `params` do not fit `method`, for the methods rmcp parses into types; `None` for
+/// other methods (and when they fit).
+fn typed_params_error(method: &str, params: Option<&Value>) -> Option<String> {
+    use rmcp::model as m;
+    let request = json!({"method": method, "params": params.cloned().unwrap_or(Value::Null)});
+    let request = match params {
+        Some(_) => request,
+        None => json!({ "method": method }),
+    };
+    macro_rules! typed {
+        ($(($method:ty, $request:ty)),* $(,)?) => {
+            $(
+                if method == <$method as ConstString>::VALUE {
+                    return <$request>::deserialize(&request)
+                        .err()
+                        .map(|e| format!("{method}: {e}"));
+                }
+            )*
+        };
+    }
+    typed!(
+        (m::PingRequestMethod, m::PingRequest),
+        (m::InitializeResultMethod, m::InitializeRequest),
+        (m::CompleteRequestMethod, m::CompleteRequest),
+        (m::SetLevelRequestMethod, m::SetLevelRequest),
+        (m::GetPromptRequestMethod, m::GetPromptRequest),
+        (m::ListPromptsRequestMethod, m::ListPromptsRequest),
+        (m::ListResourcesRequestMethod, m::ListResourcesRequest),
+        (
+            m::ListResourceTemplatesRequestMethod,
+            m::ListResourceTemplatesRequest
+        ),
+        (m::ReadResourceRequestMethod, m::ReadResourceRequest),
+        (m::SubscribeRequestMethod, m::SubscribeRequest),
+        (m::UnsubscribeRequestMethod, m::UnsubscribeRequest),
+        (m::CallToolRequestMethod, m::CallToolRequest),
+        (m::ListToolsRequestMethod, m::ListToolsRequest),
+    );
+    None
 }
 
 /// The error for a message over [`MAX_MESSAGE_BYTES`].
@@ -45,18 +286,123 @@ pub fn too_large() -> String {
 mod tests {
     use super::*;
 
+    fn refusal(message: &str) -> Refusal {
+        check(message.as_bytes()).expect_err(message)
+    }
+
     #[test]
-    fn json_passes_and_the_rest_gets_a_reason() {
-        assert_eq!(
-            check_message(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
-            None
-        );
-        assert_eq!(check_message(b"  "), None);
-        assert!(check_message(b"{\"a\":").unwrap().contains("EOF"));
-        assert!(check_message(b"\xc3\x28").unwrap().contains("not UTF-8"));
-        assert!(check_message(b"{} {}").unwrap().contains("trailing"));
-        let e = parse_error("Parse error: x");
+    fn json_rpc_passes_and_the_rest_gets_a_reason() {
+        check(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).unwrap();
+        check(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        check(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap();
+        check(b"  ").unwrap();
+        let r = refusal("{\"a\":");
+        assert!(r.message.contains("EOF") && r.code == PARSE_ERROR && r.id.is_null());
+        let r = check(b"\xc3\x28").unwrap_err();
+        assert!(r.message.contains("not UTF-8"));
+        assert!(refusal("{} {}").message.contains("trailing"));
+        assert_eq!(refusal("[1,2]").code, INVALID_REQUEST);
+        let e = refusal("{\"a\":").to_json();
         assert_eq!(e["error"]["code"], -32700);
         assert!(e["id"].is_null());
+    }
+
+    /// The depth check is the one rmcp parses with: whatever passes it, rmcp parses;
+    /// whatever rmcp's parser rejects as too deep, it refuses.
+    #[test]
+    fn nesting_is_refused_exactly_where_rmcp_would_drop_it() {
+        let mut last_ok = 0;
+        for depth in 100..140 {
+            let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let msg = format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"x","arguments":{{"a":{nested}}}}}}}"#
+            );
+            let ours = check(msg.as_bytes());
+            let rmcp = serde_json::from_str::<ClientJsonRpcMessage>(&msg);
+            assert_eq!(ours.is_ok(), rmcp.is_ok(), "depth {depth}: {ours:?}");
+            if let Err(r) = ours {
+                assert_eq!((r.code, r.id.clone()), (PARSE_ERROR, json!(7)));
+                assert!(r.message.contains("recursion limit"), "{}", r.message);
+            } else {
+                last_ok = depth;
+            }
+        }
+        // serde_json's limit is 128 levels; the envelope takes 4 of them.
+        assert_eq!(last_ok, 124);
+    }
+
+    #[test]
+    fn bad_params_are_answered_with_the_request_id() {
+        let r = refusal(r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":7}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_PARAMS, json!(5)));
+        let r = refusal(r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":[1]}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_PARAMS, json!("x")));
+        let r = refusal(
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"execute_python","arguments":"print(1)"}}"#,
+        );
+        assert_eq!((r.code, r.id.clone()), (INVALID_PARAMS, json!(6)));
+        assert!(r.message.contains("tools/call"), "{}", r.message);
+        let r =
+            refusal(r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"arguments":{}}}"#);
+        assert_eq!(r.code, INVALID_PARAMS);
+        let r = refusal(r#"{"jsonrpc":"2.0","id":9,"method":"initialize","params":{}}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_PARAMS, json!(9)));
+        // Unknown methods are rmcp's to answer (-32601).
+        check(br#"{"jsonrpc":"2.0","id":10,"method":"no/such","params":{"a":1}}"#).unwrap();
+        check(
+            br#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"t","arguments":{"a":1}}}"#,
+        )
+        .unwrap();
+        let r = refusal(r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_REQUEST, Value::Null));
+        let r = refusal(r#"{"jsonrpc":"2.0","method":"notifications/x","params":3}"#);
+        assert!(r.notification);
+        // Neither a request, a notification nor a response.
+        let r = refusal(r#"{"jsonrpc":"2.0"}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_REQUEST, Value::Null));
+        let r = refusal(r#"{"jsonrpc":"2.0","id":3}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_REQUEST, json!(3)));
+        let r = refusal(r#"{"id":4,"method":"ping"}"#);
+        assert_eq!((r.code, r.id.clone()), (INVALID_REQUEST, json!(4)));
+        assert!(refusal(r#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#).notification);
+        check(br#"{"jsonrpc":"2.0","method":"notifications/whatever"}"#).unwrap();
+        check(br#"{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":"m"}}"#).unwrap();
+    }
+
+    #[test]
+    fn client_strings_are_echoed_bounded() {
+        let method = "m".repeat(1 << 20);
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#);
+        let r = check(msg.as_bytes()).unwrap_err();
+        assert_eq!(r.code, METHOD_NOT_FOUND);
+        assert!(
+            r.message.len() < 300 && r.message.contains("more bytes]"),
+            "{}",
+            r.message
+        );
+        let name = "n".repeat(10_000);
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"{name}"}}}}"#
+        );
+        let r = check(msg.as_bytes()).unwrap_err();
+        assert_eq!((r.code, r.id.clone()), (INVALID_PARAMS, json!(2)));
+        assert!(r.message.len() < 300);
+        let id = "i".repeat(2000);
+        let r = check(format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"ping"}}"#).as_bytes())
+            .unwrap_err();
+        assert!(r.id.is_null() && r.message.len() < 300);
+        let token = "t".repeat(2000);
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{{"_meta":{{"progressToken":"{token}"}}}}}}"#
+        );
+        let r = check(msg.as_bytes()).unwrap_err();
+        assert_eq!((r.code, r.id.clone()), (INVALID_PARAMS, json!(3)));
+        // A serde message quoting a long string is bounded too.
+        let junk = format!("\"{}", "j".repeat(5000));
+        assert!(check(junk.as_bytes()).unwrap_err().message.len() < 300);
+        assert_eq!(bounded("short"), "short");
+        let long = "é".repeat(200);
+        let b = bounded(&long);
+        assert!(b.ends_with("more bytes]") && b.len() < 230, "{b}");
     }
 }

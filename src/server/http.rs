@@ -9,10 +9,17 @@
 //!   names more): the request carries that [`ClientName`] to the tools, which key rate
 //!   limits and sessions by it.
 //! - Every MCP session gets its own server value (`CodeboxServer::for_new_connection`):
-//!   shared state, its own PII token map.
+//!   shared state, its own PII token map. A session belongs to the client whose token
+//!   created it (see [`super::session_owners`]): any other client presenting its
+//!   `Mcp-Session-Id` gets the answer an unknown session gets (404), on POST, GET and
+//!   DELETE alike. A DELETE that ends a session answers 200 (the SDKs log 202 as a
+//!   failure).
 //! - `GET /healthz` answers without auth, for load balancers and service managers.
-//! - A POST body that is not UTF-8 JSON gets 400 with a JSON-RPC `-32700 Parse error`,
-//!   one over 16 MiB gets 413 with the same error, before rmcp sees either.
+//! - A POST body goes through [`framing::check`](super::framing::check) before rmcp sees
+//!   it: one that is not a JSON-RPC message gets 400 with the JSON-RPC error (with the
+//!   request's id when readable), one over 16 MiB 413, one that does not arrive within
+//!   the body timeout 408.
+//! - Connections (caps, header and idle timeouts) are [`super::http_conn`]'s.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -44,8 +51,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("the HTTP server failed")]
-    Serve(#[source] std::io::Error),
+    #[error("cannot read the bound address of {addr}")]
+    LocalAddr {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// HTTP listener settings.
@@ -59,6 +70,8 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Extra `Host` names accepted besides loopback (public deployments).
     pub allowed_hosts: Vec<String>,
+    /// Connection caps and timeouts.
+    pub limits: super::http_conn::ConnLimits,
 }
 
 /// Serves until `shutdown` resolves; calls `on_listening` with the bound address.
@@ -77,7 +90,10 @@ pub async fn serve(
             addr: options.addr,
             source,
         })?;
-    let bound = listener.local_addr().map_err(Error::Serve)?;
+    let bound = listener.local_addr().map_err(|source| Error::LocalAddr {
+        addr: options.addr,
+        source,
+    })?;
     let ct = CancellationToken::new();
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     if !bound.ip().is_unspecified() {
@@ -89,10 +105,12 @@ pub async fn serve(
         .with_allowed_hosts(hosts)
         .with_allowed_origins(options.allowed_origins.clone())
         .enforce_origin_validation()
-        .with_max_request_body_bytes(super::framing::MAX_MESSAGE_BYTES);
+        .with_max_request_body_bytes(super::framing::MAX_MESSAGE_BYTES)
+        .with_sse_keep_alive(Some(options.limits.sse_keep_alive()));
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(server.for_new_connection()),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         config,
     );
     let tokens: Tokens = Arc::new(
@@ -102,29 +120,27 @@ pub async fn serve(
             .map(|(name, t)| (Sha256::digest(t.as_bytes()), ClientName(name.clone())))
             .collect(),
     );
+    let owners = super::session_owners::Owners::new(sessions);
     let mcp = Router::new()
         .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn(require_json_body))
+        .layer(axum::middleware::from_fn_with_state(
+            options.limits.body_timeout,
+            require_json_body,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            owners,
+            super::session_owners::enforce,
+        ))
         // The last layer runs first: no body is read before the token is checked.
         .layer(axum::middleware::from_fn_with_state(tokens, require_bearer));
     let app = Router::new().route("/healthz", get(healthz)).merge(mcp);
     on_listening(bound);
-    // On shutdown axum stops accepting connections; sessions (and the SSE streams of
-    // calls still running) stay until the caller stops waiting for this future.
-    // TCP_NODELAY: a response is written in small pieces (headers, SSE events); with
-    // Nagle's algorithm the second one waits for the client's delayed ACK, which cost
-    // every call on a kept-alive connection ~40 ms.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(Error::Serve);
+    // On shutdown no connection is accepted and every connection closes once its
+    // response in flight is done; sessions (and the SSE streams of calls still running)
+    // stay until the caller stops waiting for this future.
+    super::http_conn::serve(listener, app, options.limits.clone(), shutdown).await;
     ct.cancel();
-    result
+    Ok(())
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -169,23 +185,54 @@ async fn require_bearer(State(tokens): State<Tokens>, mut req: Request, next: Ne
     }
 }
 
-/// 400/413 with a JSON-RPC parse error unless a POST body is JSON of a sane size.
-async fn require_json_body(req: Request, next: Next) -> Response {
-    use super::framing::{check_message, parse_error, too_large, MAX_MESSAGE_BYTES};
+/// 400/413 with a JSON-RPC error body unless a POST body is a JSON-RPC message of a sane
+/// size (see [`framing::check`](super::framing::check)).
+async fn require_json_body(
+    State(body_timeout): State<std::time::Duration>,
+    req: Request,
+    next: Next,
+) -> Response {
+    use super::framing::{check, too_large, Refusal, MAX_MESSAGE_BYTES, PARSE_ERROR};
     if req.method() != axum::http::Method::POST {
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let refuse = |status: StatusCode, why: String| {
-        tracing::warn!(%why, %status, "malformed JSON-RPC message over HTTP");
-        (status, axum::Json(parse_error(&why))).into_response()
+    let refuse = |status: StatusCode, refusal: Refusal| {
+        tracing::warn!(code = refusal.code, why = %refusal.message, %status, "malformed JSON-RPC message over HTTP");
+        (status, axum::Json(refusal.to_json())).into_response()
     };
-    let bytes = match axum::body::to_bytes(body, MAX_MESSAGE_BYTES).await {
-        Ok(b) => b,
-        Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, too_large()),
+    let parse_error = |message: String| Refusal {
+        code: PARSE_ERROR,
+        id: serde_json::Value::Null,
+        message,
+        notification: false,
     };
-    if let Some(why) = check_message(&bytes) {
-        return refuse(StatusCode::BAD_REQUEST, why);
+    let read = tokio::time::timeout(body_timeout, axum::body::to_bytes(body, MAX_MESSAGE_BYTES));
+    let bytes = match read.await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, parse_error(too_large())),
+        Err(_) => {
+            let why = format!(
+                "Parse error: the request body did not arrive within {} s",
+                body_timeout.as_secs_f64()
+            );
+            let mut answer = refuse(StatusCode::REQUEST_TIMEOUT, parse_error(why));
+            // The rest of the body may still trickle in: do not keep reading it.
+            answer.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            return answer;
+        }
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            parse_error("Parse error: the body is empty".into()),
+        );
+    }
+    if let Err(refusal) = check(&bytes) {
+        return refuse(StatusCode::BAD_REQUEST, refusal);
     }
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
         .await

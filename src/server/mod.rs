@@ -25,9 +25,12 @@ mod execute;
 mod extra_resources;
 pub mod framing;
 pub mod http;
+pub mod http_conn;
 mod pool_glue;
+mod render;
 pub mod resources;
 pub mod schema;
+mod session_owners;
 mod session_tools;
 mod skill_tools;
 pub mod stdio_guard;
@@ -50,7 +53,6 @@ use serde::Deserialize;
 
 use crate::audit::AuditLog;
 use crate::doctor;
-use crate::execution::ExecutionResult;
 use crate::pii::{Detector, PiiMode, Vault};
 use crate::pool::WarmPool;
 use crate::profile::Profile;
@@ -606,49 +608,19 @@ fn severity(level: LoggingLevel) -> u8 {
     }
 }
 
-/// structuredContent plus a short text a model reads first.
-pub(super) fn render(r: &ExecutionResult) -> CallToolResult {
-    let mut text = String::new();
-    let how = if r.timed_out {
-        "timed out (killed)".to_string()
-    } else if r.oom_killed {
-        "killed: out of memory".to_string()
-    } else if r.seccomp_violation {
-        "killed by the seccomp policy".to_string()
-    } else if let Some(code) = r.exit_code {
-        format!("exit {code}")
-    } else {
-        format!("killed by signal {}", r.signal.unwrap_or(0))
-    };
-    text.push_str(&format!("{how} in {:.0} ms\n", r.duration_ms));
-    if !r.stdout.is_empty() {
-        text.push_str(&r.stdout);
-        if !r.stdout.ends_with('\n') {
-            text.push('\n');
-        }
-    }
-    if r.stdout_truncated {
-        text.push_str(&format!(
-            "[stdout truncated: {} bytes in total]\n",
-            r.stdout_total_bytes
-        ));
-    }
-    if !r.stderr.is_empty() {
-        text.push_str("--- stderr ---\n");
-        text.push_str(&r.stderr);
-    }
-    let value = serde_json::to_value(r).unwrap_or_default();
-    let mut result = if r.failed() {
-        CallToolResult::structured_error(value)
-    } else {
-        CallToolResult::structured(value)
-    };
-    result.content = vec![ContentBlock::text(text)];
-    result
-}
-
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for CodeboxServer {
+    /// The router's answer, with error texts that quote the client bounded and no result
+    /// larger than a client accepts (see `render::bounded_answer`).
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, McpError> {
+        let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        render::bounded_answer(self.tool_router.call(tcc).await)
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()

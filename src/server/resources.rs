@@ -57,7 +57,10 @@ pub fn read(dir: &Path, uri: &str) -> Result<String, String> {
     if parts.is_empty() || parts.len() > 2 || !parts.iter().all(plain) || !rel.ends_with(".ts") {
         return Err(format!("unknown resource {uri:?}"));
     }
-    std::fs::read_to_string(dir.join(rel)).map_err(|_| format!("unknown resource {uri:?}"))
+    let text =
+        std::fs::read_to_string(dir.join(rel)).map_err(|_| format!("unknown resource {uri:?}"))?;
+    super::render::fits_wire(&text, &format!("{uri:?}"))?;
+    Ok(text)
 }
 
 #[cfg(test)]

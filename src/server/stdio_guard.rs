@@ -1,17 +1,19 @@
 //! The stdio transport, with JSON-RPC framing errors answered instead of dropped.
 //!
-//! rmcp's stdio transport silently skips a line that is not JSON (or not UTF-8), so a
-//! client that sent one waits forever. This guard sits between the real stdin/stdout and
-//! rmcp: every line from stdin is checked to be UTF-8 JSON no larger than
-//! [`MAX_MESSAGE_BYTES`]; a line that is not is answered with a JSON-RPC `-32700 Parse
-//! error` (id `null`, as JSON-RPC 2.0 §5.1 asks) and the session goes on. Everything rmcp
+//! rmcp's stdio transport silently skips a line that is not JSON (or not UTF-8, or
+//! nested too deep), so a client that sent one waits forever. This guard sits between
+//! the real stdin/stdout and rmcp: every line from stdin goes through
+//! [`framing::check`](super::framing::check) (size, UTF-8, JSON, depth, the JSON-RPC
+//! shape, params of known methods); a line that fails is answered with its JSON-RPC
+//! error (with the request's id when it can be read; a refused notification gets no
+//! answer, as JSON-RPC asks) and the session goes on. Everything rmcp
 //! writes and every such error reach stdout through one writer task, a whole line at a
 //! time, so messages never interleave.
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::framing::{check_message, parse_error, MAX_MESSAGE_BYTES};
+use super::framing::{check, Refusal, MAX_MESSAGE_BYTES, PARSE_ERROR};
 use crate::line_reader::read_line_capped;
 
 /// In-memory pipe capacity between the guard and rmcp.
@@ -56,22 +58,34 @@ async fn read_input<R: AsyncBufRead + Unpin>(
                 break;
             }
         };
-        let why = if too_long {
-            Some(super::framing::too_large())
+        let checked = if too_long {
+            Err(Refusal {
+                code: PARSE_ERROR,
+                id: serde_json::Value::Null,
+                message: super::framing::too_large(),
+                notification: false,
+            })
         } else {
-            check_message(&line)
+            check(&line)
         };
-        match why {
-            None if line.iter().all(u8::is_ascii_whitespace) => {}
-            None => {
+        match checked {
+            Ok(()) if line.iter().all(u8::is_ascii_whitespace) => {}
+            Ok(()) => {
                 line.push(b'\n');
                 if to_rmcp.write_all(&line).await.is_err() {
                     break;
                 }
             }
-            Some(why) => {
-                tracing::warn!(%why, bytes = line.len(), "malformed JSON-RPC message on stdin");
-                let _ = errors.send(parse_error(&why).to_string());
+            Err(refusal) => {
+                tracing::warn!(
+                    code = refusal.code,
+                    why = %refusal.message,
+                    bytes = line.len(),
+                    "malformed JSON-RPC message on stdin"
+                );
+                if !refusal.notification {
+                    let _ = errors.send(refusal.to_json().to_string());
+                }
             }
         }
     }
@@ -151,12 +165,10 @@ mod tests {
         let (forwarded, out) = through_guard(input).await;
         assert_eq!(
             forwarded,
-            [
-                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}",
-                "[1,2]"
-            ]
+            ["{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"]
         );
-        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!(out.len(), 4, "{out:?}");
+        assert!(out.iter().any(|l| l.contains("-32600")), "{out:?}");
         let errors: Vec<serde_json::Value> = out
             .iter()
             .filter(|l| l.contains("-32700"))
@@ -176,12 +188,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn deep_nesting_and_bad_params_are_answered_with_the_id() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let input = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"x\",\"arguments\":{{\"a\":{deep}}}}}}}\n\
+             {{\"jsonrpc\":\"2.0\",\"id\":\"r2\",\"method\":\"tools/list\",\"params\":[]}}\n\
+             {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\",\"params\":3}}\n"
+        );
+        let (forwarded, out) = through_guard(input.as_bytes()).await;
+        assert!(forwarded.is_empty(), "{forwarded:?}");
+        let answers: Vec<serde_json::Value> = out
+            .iter()
+            .filter(|l| l.contains("error"))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // The notification gets no answer.
+        assert_eq!(answers.len(), 2, "{out:?}");
+        assert_eq!(answers[0]["error"]["code"], -32700);
+        assert_eq!(answers[0]["id"], 1);
+        assert_eq!(answers[1]["error"]["code"], -32602);
+        assert_eq!(answers[1]["id"], "r2");
+    }
+
+    #[tokio::test]
     async fn oversized_lines_are_refused_and_the_next_line_still_passes() {
         let mut input = vec![b'"'];
         input.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10));
-        input.extend_from_slice(b"\"\n{\"ok\":1}\n{\"last\":true}");
+        let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        let last = br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+        input.extend_from_slice(b"\"\n");
+        input.extend_from_slice(ping);
+        input.push(b'\n');
+        input.extend_from_slice(last);
         let (forwarded, out) = through_guard(&input).await;
-        assert_eq!(forwarded, ["{\"ok\":1}", "{\"last\":true}"]);
+        assert_eq!(
+            forwarded,
+            [
+                std::str::from_utf8(ping).unwrap(),
+                std::str::from_utf8(last).unwrap()
+            ]
+        );
         assert!(out.iter().any(|l| l.contains("larger than")), "{out:?}");
     }
 }

@@ -7,6 +7,7 @@ stopped with SIGTERM at the end. Prints "N passed, M failed".
 """
 
 import json
+import logging
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import urllib.request
 import anyio
 import httpx2
 from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from helpers import server_env
@@ -32,11 +34,12 @@ INIT = json.dumps({
 }).encode()
 
 
-def start(*args, token=None):
+def start(*args, token=None, extra_env=None):
     env = server_env()
     env.pop("CODEBOX_HTTP_TOKEN", None)
     if token:
         env["CODEBOX_HTTP_TOKEN"] = token
+    env.update(extra_env or {})
     p = subprocess.Popen([CODEBOX, "serve", *args], env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     SERVERS.append(p)
@@ -87,6 +90,144 @@ async def sdk_session_runs_code(base):
             assert not r.is_error and len(seen) >= 2, seen
 
 
+class Warnings(logging.Handler):
+    """Collects the SDK's warnings (a failed session termination is one)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.seen = []
+
+    def emit(self, record):
+        self.seen.append(record.getMessage())
+
+
+SDK_WARNINGS = Warnings()
+logging.getLogger("mcp").addHandler(SDK_WARNINGS)
+
+
+def rpc(url, body, token, session=None, method="POST"):
+    """One raw request; returns (status, headers, body bytes)."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-11-25", "Authorization": f"Bearer {token}"}
+    if session:
+        headers["Mcp-Session-Id"] = session
+    req = urllib.request.Request(url, data=body, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def call_body(id, code, **more):
+    return json.dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                       "params": {"name": "execute_python", "arguments": {"code": code, **more}}}).encode()
+
+
+async def sessions_belong_to_their_client(base):
+    """alice's Mcp-Session-Id is unknown to bob: no calls, no vault, no GET, no DELETE."""
+    url = f"{base}/mcp"
+    ids = []
+
+    async def seen(response):
+        if response.headers.get("mcp-session-id"):
+            ids.append(response.headers["mcp-session-id"])
+
+    alice = httpx2.AsyncClient(headers={"Authorization": "Bearer alice-token"},
+                               event_hooks={"response": [seen]})
+    async with streamable_http_client(url, http_client=alice) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            sid = ids[0] if ids else None
+            assert sid, "no session id"
+            r = await s.call_tool("execute_python", {"code": "print('write to alice@example.com')"})
+            out = r.structured_content["stdout"]
+            assert "alice@example.com" not in out, out
+            token = re.search(r"\[[A-Z_]+_\d+\]|<[A-Z_]+_\d+>|\{\{[^}]+\}\}|[A-Z]+_[0-9a-f]{4,}", out)
+            # bob, with alice's session id: every method is told the session does not exist.
+            unknown = rpc(url, INIT, "bob-token", session="no-such-session")
+            assert unknown[0] == 404, unknown
+            for method, body in [("POST", call_body(7, "print('bob runs')")),
+                                 ("POST", call_body(8, f"print({out!r})", pii="output")),
+                                 ("GET", None), ("DELETE", None)]:
+                status, _, raw_body = rpc(url, body, "bob-token", session=sid, method=method)
+                assert (status, raw_body) == (unknown[0], unknown[2]), (method, status, raw_body[:200])
+            # bob's own session works, and alice's still does after bob's attempts.
+            status, headers, _ = rpc(url, INIT, "bob-token")
+            bob_sid = headers["mcp-session-id"]
+            assert status == 200 and bob_sid != sid
+            rpc(url, b'{"jsonrpc":"2.0","method":"notifications/initialized"}', "bob-token", bob_sid)
+            status, _, raw_body = rpc(url, call_body(9, "print('bob own')"), "bob-token", bob_sid)
+            assert status == 200 and b"bob own" in raw_body, raw_body[:300]
+            # bob's SDK client presenting alice's session id is refused at once.
+            bob = httpx2.AsyncClient(headers={"Authorization": "Bearer bob-token", "Mcp-Session-Id": sid})
+            refused = None
+            try:
+                with anyio.fail_after(20):
+                    async with streamable_http_client(url, http_client=bob) as (bread, bwrite):
+                        async with ClientSession(bread, bwrite) as bs:
+                            await bs.initialize()
+                            await bs.call_tool("execute_python", {"code": "print('bob on alice')"})
+            except TimeoutError:
+                raise AssertionError("the SDK hung instead of being refused")
+            except Exception as e:  # noqa: BLE001 - the SDK's own error type for a 404
+                refused = e
+            assert refused is not None, "bob ran on alice's session"
+            assert "not found" in repr(refused).lower(), repr(refused)
+            # alice cannot use bob's session either.
+            status, _, _ = rpc(url, call_body(10, "print(1)"), "alice-token", bob_sid)
+            assert status == 404, status
+            r = await s.call_tool("execute_python", {"code": "print('alice still here')"})
+            assert r.structured_content["stdout"] == "alice still here\n", r
+            assert token is None or token.group(0) in out
+    # The SDK ended alice's session with DELETE and logged no failure.
+    assert not [w for w in SDK_WARNINGS.seen if "termination" in w], SDK_WARNINGS.seen
+    status, _, _ = rpc(url, call_body(11, "print(1)"), "alice-token", sid)
+    assert status == 404, status
+
+
+async def large_outputs_fit_the_sdk(base):
+    """600 kB and 5 MB of output: the SDK accepts the result (it refuses events over 1 MiB)."""
+    async with streamable_http_client(f"{base}/mcp") as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            seen = []
+
+            async def on_progress(progress, total, message):
+                seen.append(len(message or ""))
+
+            for size in (600_000, 5_000_000):
+                r = await s.call_tool(
+                    "execute_python",
+                    {"code": f"import sys; sys.stdout.write('x' * {size} + 'END')"},
+                    progress_callback=on_progress)
+                sc = r.structured_content
+                out = sc["stdout"]
+                assert out.startswith("xxxx") and 300_000 < len(out) < 600_000, len(out)
+                assert "cut here" in out and "cut here" in r.content[0].text
+                assert sc["wire_truncated"]["stdout_bytes_cut"] > 0, sc.get("wire_truncated")
+                if size == 600_000:
+                    assert out.endswith("END"), out[-20:]
+                else:
+                    assert sc["stdout_truncated"], sc
+            assert seen and max(seen) <= 256 * 1024, max(seen)
+            # Resources are not cut: one that fits is served whole, a larger one is refused
+            # with an error the SDK can read (never an event it rejects).
+            r = await s.call_tool("execute_python", {"session": "new", "code": (
+                "open('/workspace/fits.txt', 'w').write('f' * 700_000)\n"
+                "open('/workspace/big.txt', 'w').write('b' * 2_000_000)\n"
+                "open('/workspace/escapes.txt', 'w').write(chr(1) * 300_000)\n")})
+            sid = r.structured_content["session"]["id"]
+            res = await s.read_resource(f"codebox://sessions/{sid}/workspace/fits.txt")
+            assert len(res.contents[0].text) == 700_000
+            for name in ("big.txt", "escapes.txt"):
+                try:
+                    await s.read_resource(f"codebox://sessions/{sid}/workspace/{name}")
+                    raise AssertionError(f"{name} was served")
+                except MCPError as e:
+                    assert "read it from code" in str(e) or "at most 983040" in str(e), (name, str(e))
+
+
 async def main():
     passed = failed = 0
 
@@ -115,6 +256,29 @@ async def main():
             passed += 1
         except Exception as e:  # noqa: BLE001
             print(f"FAILED  sdk_session_over_http: {e!r}", flush=True)
+            failed += 1
+
+        try:
+            await large_outputs_fit_the_sdk(base)
+            print("ok      large_outputs_fit_the_sdk", flush=True)
+            passed += 1
+        except Exception as e:  # noqa: BLE001
+            print(f"FAILED  large_outputs_fit_the_sdk: {e!r}", flush=True)
+            failed += 1
+
+        def http_without_address_takes_the_config():
+            _, b = start("--http", extra_env={"CODEBOX_HTTP_ADDR": "127.0.0.1:0"})
+            assert not b.endswith(":8080") and raw(f"{b}/healthz") == 200, b
+        report("http_without_address_takes_the_config", http_without_address_takes_the_config)
+
+        _, two = start("--http", "127.0.0.1:0", extra_env={
+            "CODEBOX_HTTP_CLIENTS": "alice=alice-token,bob=bob-token", "CODEBOX_PII": "output"})
+        try:
+            await sessions_belong_to_their_client(two)
+            print("ok      sessions_belong_to_their_client", flush=True)
+            passed += 1
+        except Exception as e:  # noqa: BLE001
+            print(f"FAILED  sessions_belong_to_their_client: {e!r}", flush=True)
             failed += 1
 
         # A listener that is not on loopback: 0.0.0.0, reached through 127.0.0.1.

@@ -177,8 +177,10 @@ def stdio_client_gone_mid_run_kills_the_sandbox_and_the_server_exits():
 class Http:
     """`codebox serve --http` on an ephemeral loopback port, spoken to with raw requests."""
 
-    def __init__(self):
-        self.p = subprocess.Popen([CODEBOX, "serve", "--http", "127.0.0.1:0"], env=server_env(),
+    def __init__(self, extra_env=None):
+        env = server_env()
+        env.update(extra_env or {})
+        self.p = subprocess.Popen([CODEBOX, "serve", "--http", "127.0.0.1:0"], env=env,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
@@ -279,11 +281,142 @@ def http_client_gone_mid_run_then_session_deleted_kills_the_sandbox():
         status, m = other.rpc(call(3, "print('other client')"))
         assert m["result"]["structuredContent"]["stdout"] == "other client\n", m
         status, _, _ = h.post(None, method="DELETE")
-        assert status in (200, 202, 204), status
+        assert status == 200, status
         wait_gone(marker, 10)
         status, m = other.rpc(call(4, "print('after')"))
         assert m["result"]["structuredContent"]["stdout"] == "after\n", m
     finally:
+        h.close()
+
+
+def closed_within(sock, seconds):
+    """Reads until the server closes `sock`; returns what it sent. Fails after `seconds`."""
+    sock.settimeout(seconds)
+    got = b""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return got
+        except socket.timeout:
+            break
+        if not chunk:
+            return got
+        got += chunk
+    raise AssertionError(f"the server kept the connection open for {seconds} s: {got[:200]!r}")
+
+
+def connect(port, source="127.0.0.1"):
+    return socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+
+
+@case
+def http_slow_and_idle_connections_are_closed():
+    # Small bounds; every assertion allows many times the bound (no latency is timed).
+    h = Http({"CODEBOX_HTTP_HEADER_TIMEOUT": "1s", "CODEBOX_HTTP_BODY_TIMEOUT": "1s",
+              "CODEBOX_HTTP_IDLE_TIMEOUT": "2s", "CODEBOX_HTTP_MAX_CONNECTIONS": "8",
+              "CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER": "4"})
+    try:
+        host = f"Host: 127.0.0.1:{h.port}\r\n".encode()
+        # Never finishes its headers.
+        stalled = connect(h.port)
+        stalled.sendall(b"POST /mcp HTTP/1.1\r\n" + host)
+        # Trickles its headers a byte at a time, forever.
+        trickle = connect(h.port)
+        trickle_start = time.monotonic()
+        trickle_closed = False
+        try:
+            for i in range(200):
+                trickle.sendall(b"X" if i else b"P")
+                time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            trickle_closed = True
+        assert trickle_closed or closed_within(trickle, 10) is not None
+        assert time.monotonic() - trickle_start < 15
+        closed_within(stalled, 10)
+        # Sends its headers, then stalls its body: 408 with a JSON-RPC error, closed.
+        body_staller = connect(h.port)
+        head = "".join(f"{k}: {v}\r\n" for k, v in h.headers().items())
+        body_staller.sendall(b"POST /mcp HTTP/1.1\r\n" + host + head.encode()
+                             + b"Content-Length: 1000\r\n\r\n{\"jsonrpc\":")
+        answer = closed_within(body_staller, 10)
+        assert answer.startswith(b"HTTP/1.1 408") and b"-32700" in answer, answer[:300]
+        # Connects and says nothing.
+        silent = connect(h.port)
+        closed_within(silent, 10)
+        # Completes a request, then keeps the connection without a word: closed too.
+        kept = connect(h.port)
+        kept.sendall(b"GET /healthz HTTP/1.1\r\n" + host + b"\r\n")
+        answer = closed_within(kept, 10)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        # A run longer than the idle timeout keeps its SSE stream (keep-alive comments).
+        status, m = h.rpc(call(2, "import time; time.sleep(5); print('long run')"))
+        assert m["result"]["structuredContent"]["stdout"] == "long run\n", m
+    finally:
+        h.close()
+
+
+@case
+def http_connections_over_the_caps_get_503():
+    # Long timeouts here: a held connection must not be closed while the caps are tested.
+    h = Http({"CODEBOX_HTTP_HEADER_TIMEOUT": "60s", "CODEBOX_HTTP_IDLE_TIMEOUT": "60s",
+              "CODEBOX_HTTP_MAX_CONNECTIONS": "8", "CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER": "4"})
+    held = []
+    try:
+        # Per peer: the fifth open connection from 127.0.0.1 is answered 503 and closed.
+        held = [connect(h.port) for _ in range(4)]
+        time.sleep(0.3)
+        answer = closed_within(connect(h.port), 5)
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        # Another address still gets in: four from 127.0.0.2 fill the server (8 in all);
+        # then one from 127.0.0.3 is refused by the total cap.
+        held += [connect(h.port, "127.0.0.2") for _ in range(4)]
+        time.sleep(0.3)
+        answer = closed_within(connect(h.port, "127.0.0.3"), 5)
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        # Slots come back when connections close.
+        for s in held:
+            s.close()
+        held = []
+        time.sleep(0.3)
+        status, m = h.rpc(call(2, "print('slots freed')"))
+        assert m["result"]["structuredContent"]["stdout"] == "slots freed\n", m
+    finally:
+        for s in held:
+            s.close()
+        h.close()
+
+
+@case
+def protocol_errors_carry_the_id_and_echo_bounded():
+    s = Stdio()
+    h = Http()
+    try:
+        deep = "[" * 200 + "]" * 200
+        for body, code, id in [
+            (request(2, "tools/list", None)[:-1] + b',"params":7}', -32602, 2),
+            (request(3, "tools/call", {"name": "execute_python", "arguments": "print(1)"}), -32602, 3),
+            # Deeper than the parser's 128 levels: a parse error, still with the id.
+            (('{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"execute_python",'
+              '"arguments":{"code":"1","x":' + deep + '}}}').encode(), -32700, 4),
+            (request(5, "m" * (1 << 20)), -32601, 5),
+            (b'{"jsonrpc":"2.0","id":6,"result":7,"method":3}', -32600, 6),
+            (b'{"jsonrpc":"2.0","id":7}', -32600, 7),
+        ]:
+            s.send(body)
+            m = s.response()
+            assert m["error"]["code"] == code and m.get("id") == id, m
+            assert len(json.dumps(m)) < 1000, len(json.dumps(m))
+            status, m = h.rpc(body)
+            assert status == 400 and m["error"]["code"] == code and m.get("id") == id, (status, m)
+        # The server still serves both.
+        s.send(call(9, "print('ok')"))
+        assert s.response(9)["result"]["structuredContent"]["stdout"] == "ok\n"
+        status, m = h.rpc(call(9, "print('ok')"))
+        assert m["result"]["structuredContent"]["stdout"] == "ok\n", m
+    finally:
+        s.close()
         h.close()
 
 

@@ -5,6 +5,7 @@ Prints one line per case and a closing "N passed, M failed"; exits non-zero on f
 """
 
 import os
+import json
 import sys
 import time
 
@@ -183,6 +184,18 @@ async def bad_arguments_are_tool_errors_and_unknown_tools_protocol_errors(s):
 async def oversized_code_is_refused(s):
     r = await s.call_tool("execute_python", {"code": "#" * (2 * 1024 * 1024)})
     assert r.is_error and "the limit is 1048576 bytes" in r.content[0].text, r
+
+
+@case
+async def large_outputs_fit_on_the_wire(s):
+    # 600 kB and 5 MB of output: the result stays within what every SDK accepts (1 MiB).
+    for size in (600_000, 5_000_000):
+        r = await s.call_tool("execute_python", {"code": f"import sys; sys.stdout.write('x' * {size} + 'END')"})
+        sc = r.structured_content
+        wire = len(json.dumps(sc)) + len(r.content[0].text)
+        assert wire < 1024 * 1024 - 64 * 1024, wire
+        assert sc["wire_truncated"]["stdout_bytes_cut"] > 0 and "cut here" in r.content[0].text, sc.get("wire_truncated")
+        assert sc["stdout"].startswith("xxxx") and len(sc["stdout"]) > 300_000
 
 
 @case
