@@ -44,14 +44,19 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub mod check;
+mod clients;
 mod frontmatter;
 pub mod name;
 mod store;
 mod usage;
 
 #[cfg(test)]
+mod clients_tests;
+#[cfg(test)]
 mod tests;
 
+pub use clients::{owner_of, ClientSkills, ListedSkill, Origin};
 pub use store::SkillStore;
 
 /// Largest accepted code, in bytes.
@@ -197,6 +202,17 @@ pub enum Error {
     },
     #[error("skill {name:?} is corrupt: {why}; save it again or delete it with delete_skill")]
     Corrupt { name: String, why: String },
+    #[error(
+        "skill {name:?} is shared by the operator and read-only: cannot {doing} it; save \
+         your own under another name"
+    )]
+    ReadOnly { name: String, doing: &'static str },
+    #[error("the {language} code of skill {name:?} does not compile:\n{message}")]
+    Syntax {
+        name: String,
+        language: SkillLanguage,
+        message: String,
+    },
     #[error("cannot {doing} {}", path.display())]
     Io {
         doing: &'static str,
