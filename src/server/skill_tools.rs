@@ -92,9 +92,8 @@ fn outcome_of(e: &crate::skills::Error) -> &'static str {
 impl CodeboxServer {
     #[tool(
         name = "save_skill",
-        description = "Save reusable code as a skill of yours (replacing your own of the same \
-                       name) that later programs import from /skills; its syntax is checked \
-                       first."
+        description = "Save reusable code as your skill (replacing yours of the same name), \
+                       syntax-checked, for later programs to import from /skills."
     )]
     async fn save_skill(
         &self,
@@ -185,8 +184,8 @@ impl CodeboxServer {
 
     #[tool(
         name = "list_skills",
-        description = "Your skills and the operator's shared ones: name, description, \
-                       language, origin (no code; use get_skill for that)."
+        description = "Your skills and the shared ones: name, description, language, origin \
+                       (no code; see get_skill)."
     )]
     async fn list_skills(
         &self,
