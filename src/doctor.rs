@@ -171,7 +171,10 @@ fn fork_probe(probe: impl FnOnce() -> i32) -> Result<(), std::io::Error> {
                 Ok(nix::sys::wait::WaitStatus::Exited(_, errno)) => {
                     Err(std::io::Error::from_raw_os_error(errno))
                 }
-                Ok(other) => Err(std::io::Error::other(format!("probe ended with {other:?}"))),
+                Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => Err(std::io::Error::other(
+                    format!("the probe was killed by signal {}", sig as i32),
+                )),
+                Ok(_) => Err(std::io::Error::other("the probe ended unexpectedly")),
                 Err(e) => Err(e.into()),
             }
         }
@@ -329,7 +332,7 @@ fn rootfs_check(dir: Option<&std::path::Path>, checks: &mut Vec<Check>) -> Optio
                 "rootfs",
                 Status::Ok,
                 format!(
-                    "{}: {} entries, manifest sha256 {}…, {:?} verification",
+                    "{}: {} entries, manifest sha256 {}…, {} verification",
                     r.path.display(),
                     r.entries,
                     &r.manifest_sha256[..12],
@@ -392,9 +395,12 @@ fn runtime_check(lang: Language, host: &Host, profile: &Profile) -> Check {
             layer,
             Status::Missing,
             format!(
-                "exit {:?}, signal {:?}: {}",
-                r.exit_code,
-                r.signal,
+                "{}: {}",
+                match (r.exit_code, r.signal) {
+                    (Some(code), _) => format!("exit {code}"),
+                    (None, Some(sig)) => format!("killed by signal {sig}"),
+                    (None, None) => "no exit status".to_string(),
+                },
                 r.stderr.lines().last().unwrap_or("")
             ),
             true,

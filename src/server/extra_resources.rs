@@ -31,10 +31,7 @@ impl CodeboxServer {
         if let Some(store) = &self.state.skills {
             for skill in store.list(client, None).unwrap_or_default() {
                 let name = &skill.summary.name;
-                let description = match pii {
-                    true => self.conn.vault.tokenize(&skill.summary.description),
-                    false => skill.summary.description.clone(),
-                };
+                let description = self.pii_text(&skill.summary.description);
                 for file in store.files(client, name).unwrap_or_default() {
                     let mut r = Resource::new(
                         format!("{SKILLS_PREFIX}{name}/{file}"),
@@ -85,6 +82,7 @@ impl CodeboxServer {
             return Some(
                 store
                     .read_file(client, name, file)
+                    .map(|text| self.pii_text(&text))
                     .map_err(|e| e.to_string()),
             );
         }

@@ -25,6 +25,7 @@ mod execute;
 mod extra_resources;
 pub mod framing;
 pub mod http;
+mod model_facing;
 mod pool_glue;
 pub mod resources;
 pub mod schema;
@@ -408,7 +409,7 @@ impl CodeboxServer {
                 ),
             },
         });
-        Ok(CallToolResult::structured(value))
+        Ok(self.for_model(CallToolResult::structured(value)))
     }
 
     #[tool(
@@ -462,7 +463,7 @@ impl CodeboxServer {
         });
         let mut result = CallToolResult::structured(value);
         result.content = vec![ContentBlock::text(text)];
-        Ok(result)
+        Ok(self.for_model(result))
     }
 
     #[tool(
@@ -481,7 +482,7 @@ impl CodeboxServer {
             )));
         }
         match self.state.backend.index().get(&p.name) {
-            Some(tool) => Ok(CallToolResult::structured(tool)),
+            Some(tool) => Ok(self.for_model(CallToolResult::structured(tool))),
             None => Ok(tool_error(format!(
                 "no tool named {:?}; find tools with search_tools",
                 p.name
@@ -510,7 +511,7 @@ impl CodeboxServer {
         }
         let mut result = CallToolResult::structured(serde_json::json!({ "servers": servers }));
         result.content = vec![ContentBlock::text(text)];
-        Ok(result)
+        Ok(self.for_model(result))
     }
 }
 

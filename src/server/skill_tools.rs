@@ -12,7 +12,6 @@ use rmcp::{tool, tool_router, ErrorData as McpError, RoleServer};
 use serde::Deserialize;
 
 use super::{tool_error, CodeboxServer};
-use crate::pii::PiiMode;
 use crate::skills::{ClientSkills, NewSkill, SkillLanguage};
 
 /// Arguments of `save_skill`.
@@ -54,7 +53,9 @@ impl CodeboxServer {
         f: impl FnOnce(&ClientSkills) -> Result<CallToolResult, crate::skills::Error>,
     ) -> Result<CallToolResult, McpError> {
         match &self.state.skills {
-            Some(skills) => Ok(f(skills).unwrap_or_else(|e| tool_error(e.to_string()))),
+            Some(skills) => {
+                Ok(self.for_model(f(skills).unwrap_or_else(|e| tool_error(e.to_string()))))
+            }
             None => Ok(tool_error(self.skills_unavailable())),
         }
     }
@@ -66,44 +67,17 @@ impl CodeboxServer {
             .unwrap_or_else(|| "skills are unavailable".into())
     }
 
-    /// Personal data in `text` as tokens when PII handling is on (skill descriptions are
-    /// shown to the model; code and usage come back verbatim, since the model edits and
-    /// saves them again).
-    fn pii_text(&self, text: &str) -> String {
-        match self.state.settings.pii_mode {
-            PiiMode::Off => text.to_string(),
-            _ => self.conn.vault.tokenize(text),
-        }
-    }
-}
-
-/// The audit outcome of a skills error.
-fn outcome_of(e: &crate::skills::Error) -> &'static str {
-    use crate::skills::Error;
-    match e {
-        Error::ReadOnly { .. } => "read_only",
-        Error::NotFound { .. } | Error::NoSuchFile { .. } => "not_found",
-        Error::Io { .. } | Error::Corrupt { .. } => "error",
-        _ => "invalid",
-    }
-}
-
-#[tool_router(router = skills_router, vis = "pub(super)")]
-impl CodeboxServer {
-    #[tool(
-        name = "save_skill",
-        description = "Save reusable code as your skill (replacing yours of the same name), \
-                       syntax-checked, for later programs to import from /skills."
-    )]
-    async fn save_skill(
+    /// `save_skill` once its arguments hold real values: cheap checks, the syntax check,
+    /// the save, and an audit record whatever the outcome.
+    async fn save_checked(
         &self,
-        Parameters(p): Parameters<SaveSkillParams>,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
+        p: SaveSkillParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let Some(skills) = &self.state.skills else {
-            return Ok(tool_error(self.skills_unavailable()));
+            return tool_error(self.skills_unavailable());
         };
-        let client = self.client_of(&ctx);
+        let client = self.client_of(ctx);
         let refuse = |e: crate::skills::Error, language: Option<&str>| {
             self.audit_skill(
                 &client,
@@ -113,7 +87,7 @@ impl CodeboxServer {
                 Some(&p.code),
                 outcome_of(&e),
             );
-            Ok(tool_error(e.to_string()))
+            tool_error(e.to_string())
         };
         let language: SkillLanguage = match p.language.parse() {
             Ok(l) => l,
@@ -135,7 +109,7 @@ impl CodeboxServer {
             return refuse(e, lang);
         }
         match self
-            .check_skill_syntax(&client, language, &p.code, &ctx)
+            .check_skill_syntax(&client, language, &p.code, ctx)
             .await
         {
             Ok(Ok(())) => {}
@@ -149,10 +123,10 @@ impl CodeboxServer {
             }
             Err(why) => {
                 self.audit_skill(&client, "save", &p.name, lang, Some(&p.code), "error");
-                return Ok(tool_error(format!(
+                return tool_error(format!(
                     "skill {:?} was not saved: its syntax could not be checked: {why}; retry",
                     p.name
-                )));
+                ));
             }
         }
         let saved = skills.save(
@@ -179,7 +153,42 @@ impl CodeboxServer {
             "saved skill {}; import it with: {}",
             skill.name, skill.import
         ))];
-        Ok(r)
+        r
+    }
+}
+
+/// The audit outcome of a skills error.
+fn outcome_of(e: &crate::skills::Error) -> &'static str {
+    use crate::skills::Error;
+    match e {
+        Error::ReadOnly { .. } => "read_only",
+        Error::NotFound { .. } | Error::NoSuchFile { .. } => "not_found",
+        Error::Io { .. } | Error::Corrupt { .. } => "error",
+        _ => "invalid",
+    }
+}
+
+#[tool_router(router = skills_router, vis = "pub(super)")]
+impl CodeboxServer {
+    #[tool(
+        name = "save_skill",
+        description = "Save reusable code as your skill (replacing yours of the same name), \
+                       syntax-checked, for later programs to import from /skills."
+    )]
+    async fn save_skill(
+        &self,
+        Parameters(p): Parameters<SaveSkillParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        // The model may hold tokens of values it saw tokenized: the skill gets the values.
+        let p = SaveSkillParams {
+            description: self.pii_restored(&p.description),
+            code: self.pii_restored(&p.code),
+            usage: p.usage.as_deref().map(|u| self.pii_restored(u)),
+            ..p
+        };
+        let result = self.save_checked(p, &ctx).await;
+        Ok(self.for_model(result))
     }
 
     #[tool(
@@ -194,10 +203,9 @@ impl CodeboxServer {
     ) -> Result<CallToolResult, McpError> {
         let client = self.client_of(&ctx);
         self.with_skills(|skills| {
-            let mut list = skills.list(&client, p.query.as_deref())?;
+            let list = skills.list(&client, p.query.as_deref())?;
             let mut text = String::new();
-            for s in &mut list {
-                s.summary.description = self.pii_text(&s.summary.description);
+            for s in &list {
                 text.push_str(&format!(
                     "{} ({}, {}): {}\n",
                     s.summary.name, s.summary.language, s.origin, s.summary.description
@@ -223,8 +231,7 @@ impl CodeboxServer {
     ) -> Result<CallToolResult, McpError> {
         let client = self.client_of(&ctx);
         self.with_skills(|skills| {
-            let (mut skill, origin) = skills.get(&client, &p.name)?;
-            skill.description = self.pii_text(&skill.description);
+            let (skill, origin) = skills.get(&client, &p.name)?;
             let mut value = serde_json::to_value(&skill).unwrap_or_default();
             value["origin"] = serde_json::json!(origin);
             Ok(CallToolResult::structured(value))

@@ -229,6 +229,36 @@ async def bad_skill_names_are_refused_and_concurrent_saves_are_safe(s, w):
 
 
 @case
+async def skills_reach_the_model_tokenized_and_round_trip(s, w):
+    code = f"CONTACT = {EMAIL!r}\n"
+    r = await s.call_tool("save_skill", {"name": "contact", "description": f"Mails {EMAIL}",
+                                         "language": "python", "code": code})
+    assert not r.is_error, text_of(r)
+    seen = []
+    seen.append(await s.call_tool("list_skills", {}))
+    got = await s.call_tool("get_skill", {"name": "contact"})
+    seen.append(got)
+    seen.append(await s.list_resources())
+    seen.append(await s.read_resource("codebox://skills/contact/skill.py"))
+    for x in seen:
+        dumped = json.dumps(x.model_dump(mode="json"))
+        assert EMAIL not in dumped and "example.com" not in dumped, dumped
+    assert "[EMAIL_" in got.structured_content["code"], got.structured_content
+    # The model saves back what it saw: the skill keeps the real value.
+    r = await s.call_tool("save_skill", {"name": "contact", "description": got.structured_content["description"],
+                                         "language": "python", "code": got.structured_content["code"]})
+    assert not r.is_error, text_of(r)
+    files = glob.glob(os.path.join(w.skills, "by-client", "*", "own", "contact", "skill.py"))
+    assert len(files) == 1, files
+    with open(files[0]) as f:
+        assert f.read() == code
+    r, sc = await run(s, "python", "from skills import contact\nprint(contact.CONTACT.endswith('example.com'))")
+    ok(r, sc)
+    assert sc["stdout"] == "True\n", sc
+    await s.call_tool("delete_skill", {"name": "contact"})
+
+
+@case
 async def skills_with_bad_syntax_are_refused_with_the_compilers_message(s, w):
     r = await s.call_tool("save_skill", {
         "name": "broken_py", "description": "Broken", "language": "python",
