@@ -542,6 +542,16 @@ def write_shared_skill(root, name, code):
         os.chmod(p, 0o755 if os.path.isdir(p) else 0o644)
 
 
+async def pool_ready(s):
+    deadline = time.monotonic() + 30
+    while True:
+        h = (await s.call_tool("health", {})).structured_content
+        if h["pool"]["languages"]["python"]["idle"] >= 1:
+            return
+        assert time.monotonic() < deadline, h["pool"]
+        await anyio.sleep(0.05)
+
+
 async def skills_belong_to_their_client_over_http(w):
     """alice and bob (two bearer tokens) each have their own skills; bob can neither see
     nor overwrite alice's; the operator's shared skill is visible to both, read-only."""
@@ -578,13 +588,15 @@ async def skills_belong_to_their_client_over_http(w):
             async with ClientSession(ra, wa) as alice, ClientSession(rb, wb) as bob:
                 await alice.initialize()
                 await bob.initialize()
-                # Both see the shared skill and import it (a pooled sandbox serves them).
+                # Both see the shared skill and import it, from a pooled sandbox: without
+                # skills of their own they bind what the pool's sandboxes bind.
                 for c in (alice, bob):
                     r = await c.call_tool("list_skills", {})
                     assert listed(r) == [("common", "shared")], r.structured_content
+                    await pool_ready(c)
                     r, sc = await run(c, "python", "from skills import common\nprint(common.WHO)")
                     ok(r, sc)
-                    assert sc["stdout"] == "operator\n", sc
+                    assert sc["stdout"] == "operator\n" and sc["start"] == "warm", sc
                 r = await alice.call_tool("save_skill", {"name": "tool", "description": "alice's tool",
                                                          "language": "python", "code": alice_code})
                 assert not r.is_error, text_of(r)
@@ -608,9 +620,12 @@ async def skills_belong_to_their_client_over_http(w):
                     assert "no skill" in str(e), e
                 res = await bob.list_resources()
                 assert not any("secret" in str(x.uri) for x in res.resources), res
+                await pool_ready(bob)
                 r, sc = await run(bob, "python", "import os\nprint(sorted(os.listdir('/skills')))\nfrom skills import tool\nprint(tool.who())")
                 ok(r, sc)
-                assert sc["stdout"] == "['common', 'tool']\nbob\n", sc
+                # A pooled sandbox was made before anyone knew whose it would be: a client
+                # with skills of its own never gets one.
+                assert sc["stdout"] == "['common', 'tool']\nbob\n" and sc["start"] == "cold", sc
                 r, sc = await run(bob, "typescript", "console.log([...Deno.readDirSync('/skills')].map(e => e.name).sort().join(','))")
                 ok(r, sc)
                 assert sc["stdout"] == "common,tool\n", sc
