@@ -199,7 +199,7 @@ impl CodeboxServer {
         };
 
         let wrappers = self.wrapper_dir();
-        let skills = match self.skills_dir_for(&client).await {
+        let skills = match self.skills_dir_for(&client, session.is_some()).await {
             Ok(dir) => dir,
             Err(why) => return Ok(tool_error(why)),
         };

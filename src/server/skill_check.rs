@@ -24,12 +24,13 @@ use crate::spawner::SpawnSpec;
 const CHECK_TIMEOUT: Duration = Duration::from_secs(20);
 
 impl CodeboxServer {
-    /// The host directory bound at `/skills` for a run of `client` (see
-    /// `ClientSkills::bind_dir`); `None` without skills. Runs on the blocking pool: it
+    /// The host directory bound at `/skills` for a run of `client`, in a session or not
+    /// (see `ClientSkills::bind_dir`); `None` without skills. Runs on the blocking pool: it
     /// may copy skills into the client's view.
     pub(super) async fn skills_dir_for(
         &self,
         client: &str,
+        session: bool,
     ) -> Result<Option<std::path::PathBuf>, String> {
         if self.state.skills.is_none() {
             return Ok(None);
@@ -37,7 +38,7 @@ impl CodeboxServer {
         let state = self.state.clone();
         let client = client.to_string();
         let joined = tokio::task::spawn_blocking(move || match &state.skills {
-            Some(skills) => skills.bind_dir(&client),
+            Some(skills) => skills.bind_dir(&client, session),
             None => Ok(None),
         })
         .await;
@@ -65,6 +66,11 @@ impl CodeboxServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<(), String>, String> {
         let s = &self.state;
+        // A check is a sandbox like an execution: it counts against the client's limits.
+        let _permit = s
+            .rate
+            .admit(client)
+            .map_err(|limited| limited.to_string())?;
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(|e| format!("no random marker: {e}"))?;
         let marker: String = raw.iter().map(|b| format!("{b:02x}")).collect();
@@ -80,7 +86,7 @@ impl CodeboxServer {
         let wrappers = self.wrapper_dir();
         // The skill may import the upstream wrappers and the client's other skills:
         // they resolve as they will when it runs.
-        let skills = self.skills_dir_for(client).await?;
+        let skills = self.skills_dir_for(client, false).await?;
         let spec = SpawnSpec {
             language: match language {
                 SkillLanguage::Python => Language::Python,

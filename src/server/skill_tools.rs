@@ -94,6 +94,10 @@ impl CodeboxServer {
             Err(e) => return refuse(e, None),
         };
         let lang = Some(language.as_str());
+        // A save the audit log cannot record is refused, as an execution would be.
+        if let Some(why) = self.audit_refusal() {
+            return tool_error(why);
+        }
         // Cheap refusals first: a shared name, a bad name, sizes.
         if let Err(e) = skills
             .check_writable(&client, &p.name, "replace")
@@ -245,6 +249,9 @@ impl CodeboxServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let client = self.client_of(&ctx);
+        if let Some(why) = self.audit_refusal() {
+            return Ok(tool_error(why));
+        }
         self.with_skills(|skills| {
             let language = skills
                 .get(&client, &p.name)

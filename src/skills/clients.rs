@@ -248,14 +248,21 @@ impl ClientSkills {
     /// [`Error::ReadOnly`] unless the client already has its own skill of that name.
     pub fn save(&self, identity: &str, skill: NewSkill) -> Result<Skill> {
         self.check_writable(identity, &skill.name, "replace")?;
-        self.client(identity)?.own.save(skill)
+        let c = self.client(identity)?;
+        let saved = c.own.save(skill)?;
+        self.refresh_view(&c);
+        Ok(saved)
     }
 
     /// Deletes one of the client's own skills; a shared one is [`Error::ReadOnly`].
     pub fn delete(&self, identity: &str, name: &str) -> Result<()> {
         let (c, origin) = self.holder(identity, name)?;
         match origin {
-            Origin::Own => c.own.delete(name),
+            Origin::Own => {
+                c.own.delete(name)?;
+                self.refresh_view(&c);
+                Ok(())
+            }
             Origin::Shared => Err(Error::ReadOnly {
                 name: name.into(),
                 doing: "delete",
@@ -263,12 +270,22 @@ impl ClientSkills {
         }
     }
 
+    /// Brings the view up to date after a save or delete, so that the live interpreters
+    /// of the client's sessions, which bind it, see the change at once. A failure is
+    /// logged; the next run retries.
+    fn refresh_view(&self, c: &ClientDir) {
+        if let Err(err) = self.sync_view(c) {
+            tracing::warn!(%err, dir = %c.dir.display(), "cannot update a client's skills view");
+        }
+    }
+
     /// The host directory to bind at `/skills` for a run of `identity`: its view, brought
-    /// up to date, when it has skills of its own; else the shared set (or nothing).
-    /// Blocking (it may copy skills).
-    pub fn bind_dir(&self, identity: &str) -> Result<Option<PathBuf>> {
+    /// up to date, when it has skills of its own or `view` is asked for (a session's
+    /// sandbox, never pooled, whose live interpreter must see skills saved later); else
+    /// the shared set (or nothing), as the warm pool binds. Blocking (it may copy skills).
+    pub fn bind_dir(&self, identity: &str, view: bool) -> Result<Option<PathBuf>> {
         let c = self.client(identity)?;
-        if c.own.names()?.is_empty() {
+        if !view && c.own.names()?.is_empty() {
             return Ok(self.shared_root().map(Path::to_path_buf));
         }
         self.sync_view(&c)?;

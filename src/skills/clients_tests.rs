@@ -78,8 +78,8 @@ fn clients_never_see_or_overwrite_each_others_skills() {
         [("tool".to_string(), Origin::Own)]
     );
     // Each run binds its own client's view.
-    let alice = skills.bind_dir("token:alice").unwrap().unwrap();
-    let bob = skills.bind_dir("token:bob").unwrap().unwrap();
+    let alice = skills.bind_dir("token:alice", false).unwrap().unwrap();
+    let bob = skills.bind_dir("token:bob", false).unwrap().unwrap();
     assert_ne!(alice, bob);
     assert_eq!(code_in(&alice, "tool"), "WHO = 'alice'\n");
     assert_eq!(code_in(&bob, "tool"), "WHO = 'bob'\n");
@@ -136,11 +136,14 @@ fn shared_skills_are_visible_and_read_only() {
     // Without skills of its own a client binds the shared set itself (what the pool
     // binds); with some, its view holds both.
     let shared_root = tmp.path().join("shared");
-    assert_eq!(skills.bind_dir("token:alice").unwrap(), Some(shared_root));
+    assert_eq!(
+        skills.bind_dir("token:alice", false).unwrap(),
+        Some(shared_root)
+    );
     skills
         .save("token:alice", skill("mine", "X = 1\n"))
         .unwrap();
-    let view = skills.bind_dir("token:alice").unwrap().unwrap();
+    let view = skills.bind_dir("token:alice", false).unwrap().unwrap();
     assert_eq!(code_in(&view, "common"), "WHO = 'operator common'\n");
     assert_eq!(code_in(&view, "mine"), "X = 1\n");
 }
@@ -162,7 +165,7 @@ fn an_own_skill_saved_before_a_shared_one_shadows_it() {
     skills
         .save("token:alice", skill("late", "WHO = 'alice 2'\n"))
         .unwrap();
-    let view = skills.bind_dir("token:alice").unwrap().unwrap();
+    let view = skills.bind_dir("token:alice", false).unwrap().unwrap();
     assert_eq!(code_in(&view, "late"), "WHO = 'alice 2'\n");
     assert_eq!(skills.get("token:bob", "late").unwrap().1, Origin::Shared);
     assert!(matches!(
@@ -174,7 +177,7 @@ fn an_own_skill_saved_before_a_shared_one_shadows_it() {
     skills
         .save("token:alice", skill("other", "X = 1\n"))
         .unwrap();
-    let view = skills.bind_dir("token:alice").unwrap().unwrap();
+    let view = skills.bind_dir("token:alice", false).unwrap().unwrap();
     assert_eq!(code_in(&view, "late"), "WHO = 'operator'\n");
 }
 
@@ -184,7 +187,7 @@ fn views_follow_saves_deletes_and_operator_edits() {
     let operator = SkillStore::open(&tmp.path().join("shared")).unwrap();
     skills.save("stdio", skill("a", "A = 1\n")).unwrap();
     skills.save("stdio", skill("b", "B = 1\n")).unwrap();
-    let view = skills.bind_dir("stdio").unwrap().unwrap();
+    let view = skills.bind_dir("stdio", false).unwrap().unwrap();
     assert_eq!(code_in(&view, "a"), "A = 1\n");
     skills.save("stdio", skill("a", "A = 2\n")).unwrap();
     skills.delete("stdio", "b").unwrap();
@@ -192,18 +195,18 @@ fn views_follow_saves_deletes_and_operator_edits() {
         .save(skill("common", "WHO = 'operator v2'\n"))
         .unwrap();
     operator.save(skill("added", "NEW = 1\n")).unwrap();
-    let view = skills.bind_dir("stdio").unwrap().unwrap();
+    let view = skills.bind_dir("stdio", false).unwrap().unwrap();
     assert_eq!(code_in(&view, "a"), "A = 2\n");
     assert!(!view.join("b").exists());
     assert_eq!(code_in(&view, "common"), "WHO = 'operator v2'\n");
     assert_eq!(code_in(&view, "added"), "NEW = 1\n");
     operator.delete("added").unwrap();
-    let view = skills.bind_dir("stdio").unwrap().unwrap();
+    let view = skills.bind_dir("stdio", false).unwrap().unwrap();
     assert!(!view.join("added").exists());
     // Deleting the last own skill falls back to the shared set (pool-friendly).
     skills.delete("stdio", "a").unwrap();
     assert_eq!(
-        skills.bind_dir("stdio").unwrap(),
+        skills.bind_dir("stdio", false).unwrap(),
         Some(tmp.path().join("shared"))
     );
 }
@@ -212,9 +215,23 @@ fn views_follow_saves_deletes_and_operator_edits() {
 fn without_a_shared_set_a_client_without_skills_binds_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let skills = ClientSkills::open(&tmp.path().join("root"), None).unwrap();
-    assert_eq!(skills.bind_dir("stdio").unwrap(), None);
+    assert_eq!(skills.bind_dir("stdio", false).unwrap(), None);
     assert!(skills.list("stdio", None).unwrap().is_empty());
     let missing = tmp.path().join("nope");
     assert!(ClientSkills::open(&tmp.path().join("root"), Some(&missing)).is_err());
     assert!(!missing.exists(), "a missing shared set is not created");
+}
+
+#[test]
+fn a_session_binds_its_view_which_follows_saves_at_once() {
+    let (tmp, skills) = setup(&["common"]);
+    // A session asks for the view even without own skills: it holds the shared ones.
+    let view = skills.bind_dir("stdio", true).unwrap().unwrap();
+    assert_ne!(view, tmp.path().join("shared"));
+    assert_eq!(code_in(&view, "common"), "WHO = 'operator common'\n");
+    // A live interpreter keeps that directory: a save shows in it without another run.
+    skills.save("stdio", skill("later", "L = 1\n")).unwrap();
+    assert_eq!(code_in(&view, "later"), "L = 1\n");
+    skills.delete("stdio", "later").unwrap();
+    assert!(!view.join("later").exists());
 }

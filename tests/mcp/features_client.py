@@ -259,6 +259,21 @@ async def skills_reach_the_model_tokenized_and_round_trip(s, w):
 
 
 @case
+async def a_live_session_sees_skills_saved_after_it_started(s, w):
+    r, sc = await run(s, "python", "import os\nbefore = sorted(os.listdir('/skills'))", session="new", keep_alive=True)
+    ok(r, sc)
+    sid = sc["session"]["id"]
+    r = await s.call_tool("save_skill", {"name": "fresh", "description": "Saved later", "language": "python",
+                                         "code": "def hello():\n    return 'fresh'\n"})
+    assert not r.is_error, text_of(r)
+    r, sc = await run(s, "python", "from skills import fresh\nprint(fresh.hello(), 'fresh' in before)", session=sid)
+    ok(r, sc)
+    assert sc["stdout"] == "fresh False\n" and sc["session"]["interpreter"] == "kept", sc
+    await s.call_tool("delete_skill", {"name": "fresh"})
+    await s.call_tool("close_session", {"session": sid})
+
+
+@case
 async def skills_with_bad_syntax_are_refused_with_the_compilers_message(s, w):
     r = await s.call_tool("save_skill", {
         "name": "broken_py", "description": "Broken", "language": "python",
@@ -684,6 +699,12 @@ async def an_unwritable_audit_log_is_reported_and_can_refuse(w):
                     assert r.is_error and "audit log is unavailable" in text_of(r), text_of(r)
                 else:
                     ok(r, sc)
+                r = await s.call_tool("save_skill", {"name": "unrecorded", "description": "d",
+                                                     "language": "python", "code": "X = 1\n"})
+                if refused:
+                    assert r.is_error and "audit log is unavailable" in text_of(r), text_of(r)
+                else:
+                    assert not r.is_error, text_of(r)
 
 
 if __name__ == "__main__":
