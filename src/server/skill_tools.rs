@@ -133,19 +133,32 @@ impl CodeboxServer {
                 ));
             }
         }
-        let saved = skills.save(
-            &client,
-            NewSkill {
-                name: p.name.clone(),
-                description: p.description,
-                language,
-                code: p.code.clone(),
-                usage: p.usage,
-            },
-        );
+        // Writing fsyncs and may copy the shared skills into the client's view: off the
+        // async workers.
+        let new = NewSkill {
+            name: p.name.clone(),
+            description: p.description.clone(),
+            language,
+            code: p.code.clone(),
+            usage: p.usage.clone(),
+        };
+        let (state, owner) = (self.state.clone(), client.clone());
+        let saved = tokio::task::spawn_blocking(move || match &state.skills {
+            Some(skills) => skills.save(&owner, new),
+            None => Err(crate::skills::Error::Invalid {
+                field: "store",
+                why: "skills are unavailable".into(),
+            }),
+        })
+        .await;
         let skill = match saved {
-            Ok(skill) => skill,
-            Err(e) => return refuse(e, lang),
+            Ok(Ok(skill)) => skill,
+            Ok(Err(e)) => return refuse(e, lang),
+            Err(e) => {
+                tracing::error!(error = %e, "saving a skill panicked");
+                self.audit_skill(&client, "save", &p.name, lang, Some(&p.code), "error");
+                return tool_error(format!("skill {:?} was not saved: internal error", p.name));
+            }
         };
         self.audit_skill(&client, "save", &skill.name, lang, Some(&p.code), "ok");
         let mut r = CallToolResult::structured(serde_json::json!({
