@@ -61,6 +61,7 @@ impl CodeboxServer {
     pub(super) async fn check_skill_syntax(
         &self,
         client: &str,
+        name: &str,
         language: SkillLanguage,
         code: &str,
         ctx: &RequestContext<RoleServer>,
@@ -74,7 +75,7 @@ impl CodeboxServer {
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(|e| format!("no random marker: {e}"))?;
         let marker: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        let program = check::program(language, code, &format!("codebox-parsed-{marker}"));
+        let program = check::program(language, name, code, &format!("codebox-parsed-{marker}"));
         let mut limits = s.settings.profile.limits.clone();
         limits.timeout = limits.timeout.min(CHECK_TIMEOUT);
         let c = Checked {

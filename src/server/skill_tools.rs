@@ -113,7 +113,7 @@ impl CodeboxServer {
             return refuse(e, lang);
         }
         match self
-            .check_skill_syntax(&client, language, &p.code, ctx)
+            .check_skill_syntax(&client, &p.name, language, &p.code, ctx)
             .await
         {
             Ok(Ok(())) => {}

@@ -17,9 +17,10 @@ const VERDICT: &str = "codebox-skill-check ";
 /// Longest compiler message returned.
 pub const MAX_MESSAGE_BYTES: usize = 2048;
 
-/// The checker program for `code` in `language`; `marker` is an unguessable word the
-/// TypeScript checker's stop module throws.
-pub fn program(language: super::SkillLanguage, code: &str, marker: &str) -> String {
+/// The checker program for the skill `name` (a valid skill name) with `code` in
+/// `language`; `marker` is an unguessable word the TypeScript checker's stop module
+/// throws.
+pub fn program(language: super::SkillLanguage, name: &str, code: &str, marker: &str) -> String {
     let code = serde_json::to_string(code).expect("a string serialises");
     let marker = serde_json::to_string(marker).expect("a string serialises");
     match language {
@@ -34,23 +35,38 @@ except BaseException as e:
 print({VERDICT:?} + json.dumps(_verdict))
 "#
         ),
-        super::SkillLanguage::Typescript => format!(
-            r#"const dir = "/tmp/codebox-skill-check";
+        super::SkillLanguage::Typescript => {
+            let name = serde_json::to_string(name).expect("a string serialises");
+            format!(
+                r#"// The skill sits where it will live relative to the other skills: every
+// entry of /skills is linked next to it, so "../other/skill.ts" resolves as it will.
+const root = "/tmp/codebox-skill-check";
+const name = {name};
 const marker = {marker};
-await Deno.mkdir(dir, {{ recursive: true }});
-await Deno.writeTextFile(`${{dir}}/stop.ts`, `throw new Error(${{JSON.stringify(marker)}});\n`);
-await Deno.writeTextFile(`${{dir}}/skill.ts`, {code});
-await Deno.writeTextFile(`${{dir}}/check.ts`, `import "./stop.ts";\nimport "./skill.ts";\n`);
+await Deno.mkdir(`${{root}}/${{name}}`, {{ recursive: true }});
+await Deno.mkdir(`${{root}}/.check`, {{ recursive: true }});
+try {{
+  for (const e of Deno.readDirSync("/skills")) {{
+    if (e.name !== name) Deno.symlinkSync(`/skills/${{e.name}}`, `${{root}}/${{e.name}}`);
+  }}
+}} catch {{ /* no /skills */ }}
+await Deno.writeTextFile(`${{root}}/${{name}}/skill.ts`, {code});
+await Deno.writeTextFile(`${{root}}/.check/stop.ts`, `throw new Error(${{JSON.stringify(marker)}});\n`);
+await Deno.writeTextFile(
+  `${{root}}/.check/check.ts`,
+  `import "./stop.ts";\nimport "../${{name}}/skill.ts";\n`,
+);
 let verdict: string | null = "the checker's stop module did not run";
 try {{
-  await import(`file://${{dir}}/check.ts`);
+  await import(`file://${{root}}/.check/check.ts`);
 }} catch (e) {{
   const message = String((e as Error)?.message ?? e);
-  verdict = message === marker ? null : message.replaceAll(`file://${{dir}}/`, "");
+  verdict = message === marker ? null : message.replaceAll(`file://${{root}}/${{name}}/`, "");
 }}
 console.log({VERDICT:?} + JSON.stringify(verdict));
 "#
-        ),
+            )
+        }
     }
 }
 
@@ -100,7 +116,7 @@ mod tests {
     fn the_code_is_embedded_as_a_literal_never_raw() {
         let hostile = "\"\"\"\n'''\n`${x}`\nprint(1)\n\u{2028}\\";
         for language in [SkillLanguage::Python, SkillLanguage::Typescript] {
-            let p = program(language, hostile, "m");
+            let p = program(language, "x", hostile, "m");
             let literal = serde_json::to_string(hostile).unwrap();
             assert!(p.contains(&literal), "{p}");
             assert!(!p.contains("\nprint(1)\n"), "raw code in {p}");

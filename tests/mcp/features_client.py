@@ -295,6 +295,21 @@ async def skills_with_bad_syntax_are_refused_with_the_compilers_message(s, w):
     r = await s.call_tool("list_skills", {})
     names = [x["name"] for x in r.structured_content["skills"]]
     assert "broken_py" not in names and "broken_ts" not in names, names
+    # A skill importing another skill as it sits in /skills is checked where it will live.
+    r = await s.call_tool("save_skill", {"name": "base_ts", "description": "Base", "language": "typescript",
+                                         "code": "export const base = 40;\n"})
+    assert not r.is_error, text_of(r)
+    r = await s.call_tool("save_skill", {"name": "uses_base", "description": "Uses base", "language": "typescript",
+                                         "code": "import { base } from '../base_ts/skill.ts';\nexport const answer = base + 2;\n"})
+    assert not r.is_error, text_of(r)
+    r, sc = await run(s, "typescript", 'import { answer } from "/skills/uses_base/skill.ts";\nconsole.log(answer);')
+    ok(r, sc)
+    assert sc["stdout"] == "42\n", sc
+    r = await s.call_tool("save_skill", {"name": "uses_missing", "description": "Broken import", "language": "typescript",
+                                         "code": "import { nope } from '../missing_skill/skill.ts';\nexport const x = nope;\n"})
+    assert r.is_error and "missing_skill" in text_of(r), text_of(r)
+    for n in ("uses_base", "base_ts"):
+        await s.call_tool("delete_skill", {"name": n})
     # Type errors are not syntax errors (no type check): saved.
     r = await s.call_tool("save_skill", {
         "name": "typed", "description": "Typed", "language": "typescript",
