@@ -85,9 +85,17 @@ impl CodeboxServer {
             pii: PiiMode::Off,
         };
         let wrappers = self.wrapper_dir();
-        // The skill may import the upstream wrappers and the client's other skills:
-        // they resolve as they will when it runs.
-        let skills = self.skills_dir_for(client, false).await?;
+        // A TypeScript skill's imports are resolved, so it sees the upstream wrappers and
+        // the client's other skills as it will when it runs. Python's compile resolves
+        // nothing: its check binds what the pool binds and is served warm.
+        let skills = match language {
+            SkillLanguage::Typescript => self.skills_dir_for(client, false).await?,
+            SkillLanguage::Python => s
+                .skills
+                .as_ref()
+                .and_then(|k| k.shared_root())
+                .map(|p| p.to_path_buf()),
+        };
         let spec = SpawnSpec {
             language: match language {
                 SkillLanguage::Python => Language::Python,
