@@ -32,8 +32,18 @@ impl CodeboxServer {
         client: &str,
         session: bool,
     ) -> Result<Option<std::path::PathBuf>, String> {
-        if self.state.skills.is_none() {
+        let Some(skills) = &self.state.skills else {
             return Ok(None);
+        };
+        // The common case, a client without skills of its own outside a session, needs
+        // one small directory read: no trip to the blocking pool.
+        match skills.binds_view(client, session) {
+            Ok(false) => return Ok(skills.shared_root().map(|p| p.to_path_buf())),
+            Ok(true) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the client's skills");
+                return Err(format!("the skills could not be prepared: {e}"));
+            }
         }
         let state = self.state.clone();
         let client = client.to_string();

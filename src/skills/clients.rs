@@ -284,12 +284,21 @@ impl ClientSkills {
     /// sandbox, never pooled, whose live interpreter must see skills saved later); else
     /// the shared set (or nothing), as the warm pool binds. Blocking (it may copy skills).
     pub fn bind_dir(&self, identity: &str, view: bool) -> Result<Option<PathBuf>> {
-        let c = self.client(identity)?;
-        if !view && c.own.names()?.is_empty() {
+        if !self.binds_view(identity, view)? {
             return Ok(self.shared_root().map(Path::to_path_buf));
         }
+        let c = self.client(identity)?;
         self.sync_view(&c)?;
         Ok(Some(c.view.root().to_path_buf()))
+    }
+
+    /// Whether a run of `identity` binds its view ([`bind_dir`] then copies what
+    /// changed); when not, it binds [`shared_root`]. Cheap: one directory read.
+    ///
+    /// [`bind_dir`]: ClientSkills::bind_dir
+    /// [`shared_root`]: ClientSkills::shared_root
+    pub fn binds_view(&self, identity: &str, view: bool) -> Result<bool> {
+        Ok(view || !self.client(identity)?.own.names()?.is_empty())
     }
 
     /// Makes the client's view hold exactly its own skills and the shared ones it does
