@@ -76,8 +76,12 @@ pub struct Config {
     pub max_tool_calls: Option<u32>,
     /// Wall-clock limit of one upstream tool call.
     pub tool_call_timeout: Option<String>,
-    /// Where saved skills live (default `$XDG_DATA_HOME/codebox/skills`).
+    /// Where saved skills live, one directory per client below it (default
+    /// `$XDG_DATA_HOME/codebox/skills`).
     pub skills_dir: Option<PathBuf>,
+    /// The operator's shared skills (a directory laid out like a client's), visible to
+    /// every client and read-only to them (default: none).
+    pub skills_shared: Option<PathBuf>,
     /// A session unused this long is removed (default 15m).
     pub session_ttl: Option<String>,
     /// Bytes a session's workspace may hold (default 256MiB).
@@ -222,6 +226,9 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_SKILLS_DIR") {
             self.skills_dir = Some(v.into());
+        }
+        if let Some(v) = env("CODEBOX_SKILLS_SHARED") {
+            self.skills_shared = Some(v.into());
         }
         if let Some(v) = env("CODEBOX_SESSION_TTL") {
             self.session_ttl = Some(v);

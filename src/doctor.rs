@@ -172,7 +172,10 @@ fn fork_probe(probe: impl FnOnce() -> i32) -> Result<(), std::io::Error> {
                 Ok(nix::sys::wait::WaitStatus::Exited(_, errno)) => {
                     Err(std::io::Error::from_raw_os_error(errno))
                 }
-                Ok(other) => Err(std::io::Error::other(format!("probe ended with {other:?}"))),
+                Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => Err(std::io::Error::other(
+                    format!("the probe was killed by signal {}", sig as i32),
+                )),
+                Ok(_) => Err(std::io::Error::other("the probe ended unexpectedly")),
                 Err(e) => Err(e.into()),
             }
         }
@@ -355,7 +358,7 @@ fn rootfs_check(dir: Option<&std::path::Path>, checks: &mut Vec<Check>) -> Optio
                 "rootfs",
                 Status::Ok,
                 format!(
-                    "{}: {} entries, manifest sha256 {}…, {:?} verification",
+                    "{}: {} entries, manifest sha256 {}…, {} verification",
                     r.path.display(),
                     r.entries,
                     &r.manifest_sha256[..12],

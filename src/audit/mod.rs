@@ -39,7 +39,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use chain::{line_hash, verify, VerifyError, VerifySummary, GENESIS};
 pub use log::AuditLog;
-pub use record::{code_digest, AuditEvent, ExecutionRecord, ToolCallRecord, ToolCalled};
+pub use record::{
+    code_digest, AuditEvent, ExecutionRecord, SkillRecord, ToolCallRecord, ToolCalled,
+};
 
 /// When records reach the disk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]

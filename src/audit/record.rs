@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use crate::rootfs::manifest::hex;
 
 /// One logged event. On its line, the fields sit next to `seq`, `time` and `prev`, with
-/// `"event": "execution"` or `"event": "tool_call"`.
+/// `"event": "execution"`, `"event": "tool_call"` or `"event": "skill"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 #[allow(
@@ -21,6 +21,7 @@ use crate::rootfs::manifest::hex;
 pub enum AuditEvent {
     Execution(ExecutionRecord),
     ToolCall(ToolCallRecord),
+    Skill(SkillRecord),
 }
 
 /// One execution, written when it ends (or is refused).
@@ -81,6 +82,24 @@ pub struct ToolCallRecord {
     /// A category such as `denied`, `upstream` or `timeout`; never the error text, which
     /// may hold PII.
     pub error_kind: Option<String>,
+}
+
+/// A skill saved or deleted (or a refused attempt). The content is never logged, only
+/// its digest and size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SkillRecord {
+    pub client: String,
+    /// `save` or `delete`.
+    pub action: String,
+    pub name: String,
+    /// `python` or `typescript` (for a delete: of the skill deleted, when known).
+    pub language: Option<String>,
+    /// Size and [`code_digest`] of the code saved (saves only).
+    pub code_bytes: Option<u64>,
+    pub code_sha256: Option<String>,
+    /// `ok`, `invalid` (bad name, size, syntax), `read_only` (a shared skill),
+    /// `not_found` or `error`.
+    pub outcome: String,
 }
 
 /// Lower-case hex SHA-256 of the code, as logged in [`ExecutionRecord::code_sha256`].

@@ -4,6 +4,7 @@
 //! Exit status: 0 intact, 1 broken (the first broken record on stderr), 2 a file could not
 //! be read.
 
+use super::out::outln;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -37,11 +38,11 @@ pub struct VerifyArgs {
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        AuditCommand::Verify(args) => Ok(verify(&args.files)),
+        AuditCommand::Verify(args) => verify(&args.files),
     }
 }
 
-fn verify(files: &[PathBuf]) -> ExitCode {
+fn verify(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     // File names are printed only when there are several.
     let label = |p: &Path| {
         if files.len() > 1 {
@@ -57,15 +58,15 @@ fn verify(files: &[PathBuf]) -> ExitCode {
             Ok(s) => s,
             Err(err @ VerifyError::Read { .. }) => {
                 eprintln!("codebox: {:#}", anyhow::Error::from(err));
-                return ExitCode::from(EXIT_UNREADABLE);
+                return Ok(ExitCode::from(EXIT_UNREADABLE));
             }
             Err(err) => {
                 eprintln!("broken: {}{err}", label(path));
-                return ExitCode::from(EXIT_BROKEN);
+                return Ok(ExitCode::from(EXIT_BROKEN));
             }
         };
         if summary.records == 0 {
-            println!("{}ok: 0 records, empty log", label(path));
+            outln!("{}ok: 0 records, empty log", label(path))?;
             continue;
         }
         let linked = match &before {
@@ -77,32 +78,32 @@ fn verify(files: &[PathBuf]) -> ExitCode {
                         summary.first_seq,
                         old_path.display()
                     );
-                    return ExitCode::from(EXIT_BROKEN);
+                    return Ok(ExitCode::from(EXIT_BROKEN));
                 }
                 Some(*old_path)
             }
             None => None,
         };
-        println!(
+        outln!(
             "{}ok: {} records (seq {}..{}), chain intact",
             label(path),
             summary.records,
             summary.first_seq,
             summary.last_seq
-        );
+        )?;
         match linked {
-            Some(old) => println!("  continues {}", old.display()),
-            None if summary.continues_rotated_file => println!(
+            Some(old) => outln!("  continues {}", old.display())?,
+            None if summary.continues_rotated_file => outln!(
                 "  note: continues a rotated file whose last line has sha256 {} \
                  (verify them together, oldest first, to check that link)",
                 summary.first_prev
-            ),
+            )?,
             None => {}
         }
-        println!("  last record sha256 {}", summary.last_hash);
+        outln!("  last record sha256 {}", summary.last_hash)?;
         before = Some((path, summary));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Whether `next` takes the chain on where `old` ends.

@@ -1,5 +1,6 @@
 //! `codebox doctor`: what this host gives, layer by layer.
 
+use super::out::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -28,9 +29,9 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let rootfs_dir = rootfs::locate(args.rootfs.as_deref()).ok();
     let report = doctor::run(&profile, rootfs_dir.as_deref(), DEFAULT_ROOT_HOST_ID);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        println!("codebox doctor (profile {})\n", report.profile);
+        outln!("codebox doctor (profile {})\n", report.profile)?;
         let width = report
             .checks
             .iter()
@@ -44,19 +45,19 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 Status::Missing => "MISSING",
             };
             let req = if c.required { "" } else { " (optional)" };
-            println!("  {:width$}  {status:8}  {}{req}", c.layer, c.detail);
+            outln!("  {:width$}  {status:8}  {}{req}", c.layer, c.detail)?;
             if let Some(fix) = &c.fix {
-                println!("  {:width$}  {:8}  fix: {fix}", "", "");
+                outln!("  {:width$}  {:8}  fix: {fix}", "", "")?;
             }
         }
-        println!(
+        outln!(
             "\n{}",
             if report.ready {
                 "ready: every hard requirement of the profile is met"
             } else {
                 "NOT READY: a hard requirement of the profile is missing (see fix lines)"
             }
-        );
+        )?;
     }
     Ok(if report.ready {
         ExitCode::SUCCESS

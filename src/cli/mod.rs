@@ -4,6 +4,7 @@ mod audit;
 mod doctor;
 mod exec;
 mod log_line;
+pub mod out;
 mod passthrough;
 mod prepare;
 mod run;
@@ -13,7 +14,7 @@ mod upstreams;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Exit status when codebox itself failed (as opposed to the program it ran).
 pub const EXIT_CODEBOX_FAILED: u8 = 125;
@@ -37,7 +38,8 @@ enum Command {
     /// and limits of `run`: `codebox exec -- /usr/bin/python3 -S -c pass`.
     #[command(override_usage = "codebox exec [OPTIONS] -- PROGRAM [ARGS]...")]
     Exec(exec::ExecArgs),
-    /// Serve MCP on stdio: execute_python, execute_typescript, health.
+    /// Serve MCP on stdio, or streamable HTTP with --http (the tools are listed in the
+    /// help, from the server's own tool list).
     Serve(serve::ServeArgs),
     /// Check this host layer by layer: namespaces, cgroups, seccomp, landlock, rootfs, runtimes.
     Doctor(doctor::DoctorArgs),
@@ -46,6 +48,32 @@ enum Command {
     Tools(tools::ToolsArgs),
     /// The audit log: `audit verify FILE` checks its hash chain.
     Audit(audit::AuditArgs),
+}
+
+/// Parses the command line. Help names `serve`'s tools from the server's tool router,
+/// so the list cannot go stale; it is built only when help is asked for.
+pub fn parse() -> Cli {
+    let wants_help = std::env::args_os()
+        .skip(1)
+        .any(|a| a == "-h" || a == "--help" || a == "help");
+    if !wants_help {
+        return Cli::parse();
+    }
+    let cmd = Cli::command().mut_subcommand("serve", |c| c.about(serve_about()));
+    let matches = cmd.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// `serve`'s one-line help: the transports and every tool it serves.
+pub fn serve_about() -> String {
+    let tools: Vec<String> = codebox::server::CodeboxServer::tool_definitions()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    format!(
+        "Serve MCP on stdio, or streamable HTTP with --http; tools: {}",
+        tools.join(", ")
+    )
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -1,7 +1,7 @@
 //! `codebox run`: one program in one fresh sandbox.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -169,9 +169,7 @@ fn read_program(args: &RunArgs) -> anyhow::Result<String> {
 
 fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Result<ExitCode> {
     if json {
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, result)?;
-        writeln!(out)?;
+        super::out::write(format_args!("{}\n", serde_json::to_string(result)?))?;
     } else {
         for (name, truncated, kept, total) in [
             (

@@ -103,6 +103,7 @@ struct Resolved {
     rate: RateLimits,
     sessions: SessionLimits,
     skills_dir: Option<PathBuf>,
+    skills_shared: Option<PathBuf>,
     audit: Option<codebox::audit::AuditConfig>,
 }
 
@@ -186,6 +187,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         rate,
         sessions,
         skills_dir: file.skills_dir.clone().or_else(default_skills_dir),
+        skills_shared: file.skills_shared.clone(),
         audit: file.audit.clone(),
         profile: args
             .profile
@@ -342,6 +344,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         sessions_base: std::env::temp_dir(),
         sandbox_ids: (sandbox_ids.host_uid, sandbox_ids.host_gid),
         skills_dir: args.skills_dir.clone(),
+        skills_shared: args.skills_shared.clone(),
         audit,
         rootfs_manifest_sha256: Some(host.rootfs.manifest_sha256.clone()),
         profile,

@@ -2,6 +2,7 @@
 //! if the client connected to every upstream server itself, against codebox's own
 //! `tools/list`, counted with a real tokenizer (see `codebox::tokens`).
 
+use super::out::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -112,9 +113,9 @@ fn tokens_command(args: TokensArgs) -> anyhow::Result<ExitCode> {
     }
     let report = report(rows);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_table(&report);
+        print_table(&report)?;
     }
     if unready > 0 {
         eprintln!(
@@ -190,7 +191,7 @@ fn report(servers: Vec<Row>) -> Report {
     }
 }
 
-fn print_table(r: &Report) {
+fn print_table(r: &Report) -> anyhow::Result<()> {
     let width = r
         .servers
         .iter()
@@ -198,31 +199,39 @@ fn print_table(r: &Report) {
         .chain(["codebox (own tools/list)".len()])
         .max()
         .unwrap_or(0);
-    println!("Tokens of tools/list ({}): {}\n", r.tokenizer, r.counted);
-    println!(
+    outln!("Tokens of tools/list ({}): {}\n", r.tokenizer, r.counted)?;
+    outln!(
         "  {:width$}  {:>12}  {:>6}  {:>8}",
-        "server", "state", "tools", "tokens"
-    );
+        "server",
+        "state",
+        "tools",
+        "tokens"
+    )?;
     for s in &r.servers {
-        println!(
+        outln!(
             "  {:width$}  {:>12}  {:>6}  {:>8}",
-            s.name, s.state, s.tools, s.tokens
-        );
+            s.name,
+            s.state,
+            s.tools,
+            s.tokens
+        )?;
         if let Some(e) = &s.error {
-            println!("  {:width$}  {e}", "");
+            outln!("  {:width$}  {e}", "")?;
         }
     }
     if r.servers.is_empty() {
-        println!("  (no upstream servers are configured)");
+        outln!("  (no upstream servers are configured)")?;
     }
     let line = |name: &str, f: &Figures| {
-        println!(
+        outln!(
             "  {name:width$}  {:>12}  {:>6}  {:>8}",
-            "", f.tools, f.tokens
+            "",
+            f.tools,
+            f.tokens
         )
     };
-    line("total", &r.total);
-    line("codebox (own tools/list)", &r.codebox);
+    line("total", &r.total)?;
+    line("codebox (own tools/list)", &r.codebox)?;
     let mut saving = format!("\nsaving: {} tokens", r.saving.tokens);
     if let Some(p) = r.saving.percent {
         saving.push_str(&format!(" ({p:.1}% of the total"));
@@ -231,5 +240,5 @@ fn print_table(r: &Report) {
         }
         saving.push(')');
     }
-    println!("{saving}");
+    outln!("{saving}")
 }

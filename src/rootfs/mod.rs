@@ -38,6 +38,15 @@ pub enum Verification {
     Stamp,
 }
 
+impl std::fmt::Display for Verification {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verification::Full => "full",
+            Verification::Stamp => "quick (stamp)",
+        })
+    }
+}
+
 /// A verified rootfs.
 #[derive(Debug, Clone)]
 pub struct Rootfs {

@@ -180,4 +180,29 @@ impl CodeboxServer {
             outcome: outcome.to_string(),
         }
     }
+
+    /// Records a skill save or delete (or a refused one): who, which, the code's size
+    /// and digest, never the code.
+    pub(super) fn audit_skill(
+        &self,
+        client: &str,
+        action: &str,
+        name: &str,
+        language: Option<&str>,
+        code: Option<&str>,
+        outcome: &str,
+    ) {
+        if let Some(log) = &self.state.settings.audit {
+            let record = audit::SkillRecord {
+                client: client.to_string(),
+                action: action.to_string(),
+                name: name.to_string(),
+                language: language.map(str::to_string),
+                code_bytes: code.map(|c| c.len() as u64),
+                code_sha256: code.map(audit::code_digest),
+                outcome: outcome.to_string(),
+            };
+            append(log, AuditEvent::Skill(record));
+        }
+    }
 }

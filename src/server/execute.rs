@@ -31,11 +31,11 @@ use crate::session::{disk, LiveEntry, Session};
 use crate::spawner::{LiveSandbox, RunEnd, SpawnSpec, Stream};
 
 /// What a call asked for, checked.
-struct Checked {
-    files: BTreeMap<String, String>,
-    limits: crate::sandbox::Limits,
-    allow: AllowList,
-    pii: PiiMode,
+pub(super) struct Checked {
+    pub(super) files: BTreeMap<String, String>,
+    pub(super) limits: crate::sandbox::Limits,
+    pub(super) allow: AllowList,
+    pub(super) pii: PiiMode,
 }
 
 impl CodeboxServer {
@@ -79,7 +79,7 @@ impl CodeboxServer {
                     .map_err(|e: crate::pii::Error| e.to_string())?;
                 if asked < s.settings.pii_mode {
                     return Err(format!(
-                        "pii {asked:?} is weaker than this server's {:?}; a call may only ask for stricter handling",
+                        "pii \"{asked}\" is weaker than this server's \"{}\"; a call may only ask for stricter handling",
                         s.settings.pii_mode
                     ));
                 }
@@ -201,6 +201,10 @@ impl CodeboxServer {
         let cancel = ctx.ct.clone().cancelled_owned();
 
         let wrappers = self.wrapper_dir();
+        let skills = match self.skills_dir_for(&client, session.is_some()).await {
+            Ok(dir) => dir,
+            Err(why) => return Ok(tool_error(why)),
+        };
         let spec = SpawnSpec {
             language,
             profile: s.settings.profile.source.clone(),
@@ -208,7 +212,7 @@ impl CodeboxServer {
             workspace: None,
             workspace_mount,
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
-            skills: s.skills.as_ref().map(|k| k.root().to_path_buf()),
+            skills,
         };
         let keep_alive = match &mut slots {
             Some(slots) => {
@@ -335,7 +339,7 @@ impl CodeboxServer {
     /// A sandbox for one program: a warm one from the pool when the pool has one for this
     /// call, else one started now.
     #[allow(clippy::too_many_arguments)]
-    async fn run_once(
+    pub(super) async fn run_once(
         &self,
         spec: SpawnSpec,
         code: &str,

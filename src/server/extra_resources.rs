@@ -1,9 +1,14 @@
 //! Skills and session workspaces as MCP resources:
 //!
-//! - `codebox://skills/<name>/SKILL.md` and `.../skill.py|skill.ts`: every saved skill;
+//! - `codebox://skills/<name>/SKILL.md` and `.../skill.py|skill.ts`: the caller's own
+//!   skills and the shared ones (another client's skills are unknown);
 //! - `codebox://sessions/<id>/workspace/<path>`: the files of the caller's own sessions
-//!   (text files, read without following symlinks; another client's session is unknown;
-//!   personal data tokenized when PII handling is on).
+//!   (text files, read without following symlinks; another client's session is unknown).
+//!
+//! When PII handling is on, everything listed reaches the model tokenized: a workspace
+//! path in a URI and a name becomes `[EMAIL_1].txt` (the session's token map, so reading
+//! that URI restores the path), a skill's description is tokenized with the
+//! connection's map; file contents read through a resource are tokenized too.
 
 use rmcp::model::Resource;
 
@@ -20,17 +25,20 @@ const MAX_RESOURCE_BYTES: u64 = super::render::WIRE_BUDGET as u64;
 const MAX_LISTED: usize = 200;
 
 impl CodeboxServer {
-    /// The skills' files and the caller's workspace files.
+    /// The caller's skills' files and the caller's workspace files.
     pub(super) fn extra_resources(&self, client: &str) -> Vec<Resource> {
+        let pii = self.state.settings.pii_mode != PiiMode::Off;
         let mut out = Vec::new();
         if let Some(store) = &self.state.skills {
-            for skill in store.list(None).unwrap_or_default() {
-                for file in store.files(&skill.name).unwrap_or_default() {
+            for skill in store.list(client, None).unwrap_or_default() {
+                let name = &skill.summary.name;
+                let description = self.pii_text(&skill.summary.description);
+                for file in store.files(client, name).unwrap_or_default() {
                     let mut r = Resource::new(
-                        format!("{SKILLS_PREFIX}{}/{file}", skill.name),
-                        format!("skill {}: {file}", skill.name),
+                        format!("{SKILLS_PREFIX}{name}/{file}"),
+                        format!("skill {name}: {file}"),
                     );
-                    r.description = Some(skill.description.clone());
+                    r.description = Some(description.clone());
                     out.push(r);
                 }
             }
@@ -42,9 +50,13 @@ impl CodeboxServer {
                 .filter(|e| e.kind == crate::workspace::Kind::File)
                 .take(MAX_LISTED)
             {
+                let path = match pii {
+                    true => session.vault.tokenize(&e.path),
+                    false => e.path.clone(),
+                };
                 let mut r = Resource::new(
-                    format!("{SESSIONS_PREFIX}{}/workspace/{}", session.id(), e.path),
-                    e.path.clone(),
+                    format!("{SESSIONS_PREFIX}{}/workspace/{path}", session.id()),
+                    path,
                 );
                 r.size = e.size;
                 out.push(r);
@@ -66,7 +78,12 @@ impl CodeboxServer {
             let Some(store) = &self.state.skills else {
                 return Some(Err("skills are unavailable".into()));
             };
-            return Some(store.read_file(name, file).map_err(|e| e.to_string()));
+            return Some(
+                store
+                    .read_file(client, name, file)
+                    .map(|text| self.pii_text(&text))
+                    .map_err(|e| e.to_string()),
+            );
         }
         let rest = uri.strip_prefix(SESSIONS_PREFIX)?;
         let Some((id, path)) = rest
@@ -81,11 +98,26 @@ impl CodeboxServer {
             Ok(s) => s,
             Err(e) => return Some(Err(e.to_string())),
         };
+        let pii = self.state.settings.pii_mode != PiiMode::Off;
+        // The path as listed (tokens when PII handling is on) and as on disk.
+        let shown = path;
+        let restored;
+        let path = if pii {
+            restored = session.vault.restore(&percent_decoded(path));
+            restored.as_str()
+        } else {
+            path
+        };
         let bytes = match disk::read_file(session.workspace(), path, MAX_RESOURCE_BYTES) {
             Ok(b) => b,
             Err(e) => {
                 return Some(Err(format!(
-                    "cannot read {path:?} in the session's workspace: {e}"
+                    "cannot read {shown:?} in the session's workspace: {}",
+                    if pii {
+                        session.vault.tokenize(&e.to_string())
+                    } else {
+                        e.to_string()
+                    }
                 )))
             }
         };
@@ -93,7 +125,7 @@ impl CodeboxServer {
             Ok(t) => t,
             Err(e) => {
                 return Some(Err(format!(
-                    "{path:?} is not UTF-8 text ({} bytes); read it from code instead",
+                    "{shown:?} is not UTF-8 text ({} bytes); read it from code instead",
                     e.into_bytes().len()
                 )))
             }
@@ -103,5 +135,48 @@ impl CodeboxServer {
             _ => session.vault.tokenize(&text),
         };
         Some(super::render::fits_wire(&text, &format!("{path:?}")).map(|()| text))
+    }
+}
+
+/// `text` with `%XX` escapes decoded when it holds an escaped bracket (clients may
+/// escape the brackets of a token in a URI); left as it is otherwise and when the
+/// escapes do not decode to UTF-8.
+fn percent_decoded(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    if !lower.contains("%5b") && !lower.contains("%5d") {
+        return text.to_string();
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied(),
+            bytes.get(i + 2).copied(),
+        ) {
+            (b'%', Some(h), Some(l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn percent_escapes_decode() {
+        assert_eq!(super::percent_decoded("%5BEMAIL_1%5D.txt"), "[EMAIL_1].txt");
+        assert_eq!(super::percent_decoded("a%zz%5b"), "a%zz[");
+        assert_eq!(super::percent_decoded("100%41"), "100%41");
+        assert_eq!(super::percent_decoded("plain"), "plain");
+        assert_eq!(super::percent_decoded("%ff%5B"), "%ff%5B");
     }
 }

@@ -26,12 +26,14 @@ mod extra_resources;
 pub mod framing;
 pub mod http;
 pub mod http_conn;
+mod model_facing;
 mod pool_glue;
 mod render;
 pub mod resources;
 pub mod schema;
 mod session_owners;
 mod session_tools;
+mod skill_check;
 mod skill_tools;
 pub mod stdio_guard;
 pub mod wrappers;
@@ -60,7 +62,7 @@ use crate::proxy::{AllowList, IndexedUpstreams, ProxyLimits, ToolBackend};
 use crate::ratelimit::{RateLimiter, RateLimits};
 use crate::runtime::Language;
 use crate::session::{SessionLimits, Sessions};
-use crate::skills::SkillStore;
+use crate::skills::ClientSkills;
 use crate::spawner::SpawnerClient;
 use crate::upstream::Upstreams;
 
@@ -96,8 +98,10 @@ pub struct Settings {
     pub sessions_base: std::path::PathBuf,
     /// Host uid and gid of the sandbox user (owner of session workspaces).
     pub sandbox_ids: (u32, u32),
-    /// The skills store's directory (`None`: no skills).
+    /// The skills root: every client's own skills below it (`None`: no skills).
     pub skills_dir: Option<std::path::PathBuf>,
+    /// The operator's shared skills, read-only to clients (`None`: none).
+    pub skills_shared: Option<std::path::PathBuf>,
     /// The audit log, opened by the caller (start-up fails clearly when it cannot be).
     pub audit: Option<Arc<AuditLog>>,
     /// SHA-256 of the rootfs manifest (audit records name the exact tree).
@@ -123,7 +127,7 @@ struct State {
     wrappers: wrappers::Wrappers,
     rate: Arc<RateLimiter>,
     sessions: Sessions,
-    skills: Option<SkillStore>,
+    skills: Option<ClientSkills>,
     /// Why the skills store could not be opened (reported by the skills tools).
     skills_error: Option<String>,
     /// Sandboxes started ahead of demand (`None` when `pool_size` is 0).
@@ -218,8 +222,13 @@ impl CodeboxServer {
                 None,
                 Some("no skills directory is configured (skills_dir)".to_string()),
             ),
-            Some(dir) => match SkillStore::open(dir) {
-                Ok(store) => match reachable_by(dir, settings.sandbox_ids) {
+            Some(dir) => match ClientSkills::open(dir, settings.skills_shared.as_deref()) {
+                Ok(store) => match reachable_by(dir, settings.sandbox_ids).and_then(|()| {
+                    match &settings.skills_shared {
+                        Some(shared) => reachable_by(shared, settings.sandbox_ids),
+                        None => Ok(()),
+                    }
+                }) {
                     Ok(()) => (Some(store), None),
                     Err(why) => {
                         tracing::error!(dir = %dir.display(), %why, "skills are off");
@@ -235,7 +244,7 @@ impl CodeboxServer {
         let backend = Arc::new(IndexedUpstreams::new(upstreams));
         let wrappers = wrappers::Wrappers::new(std::env::temp_dir());
         let pool = (settings.pool_size > 0).then(|| {
-            let skills = skills.as_ref().map(|k: &SkillStore| k.root());
+            let skills = skills.as_ref().and_then(|k: &ClientSkills| k.shared_root());
             let templates = pool_glue::templates(&settings, skills, &wrappers, &backend);
             WarmPool::new(spawner.clone(), settings.pool_size, templates)
         });
@@ -389,7 +398,7 @@ impl CodeboxServer {
             "pii": s.settings.pii_mode,
             "audit": s.settings.audit.as_ref().map(|a| serde_json::to_value(a.status()).unwrap_or_default()),
             "skills": match &s.skills {
-                Some(store) => serde_json::json!({"dir": store.root(), "count": store.list(None).map(|l| l.len()).ok()}),
+                Some(store) => serde_json::json!({"dir": store.root(), "shared": store.shared_root()}),
                 None => serde_json::json!({"error": s.skills_error}),
             },
             "upstreams": self.server_list(),
@@ -403,7 +412,7 @@ impl CodeboxServer {
                 ),
             },
         });
-        Ok(CallToolResult::structured(value))
+        Ok(self.for_model(CallToolResult::structured(value)))
     }
 
     #[tool(
@@ -457,7 +466,7 @@ impl CodeboxServer {
         });
         let mut result = CallToolResult::structured(value);
         result.content = vec![ContentBlock::text(text)];
-        Ok(result)
+        Ok(self.for_model(result))
     }
 
     #[tool(
@@ -476,7 +485,7 @@ impl CodeboxServer {
             )));
         }
         match self.state.backend.index().get(&p.name) {
-            Some(tool) => Ok(CallToolResult::structured(tool)),
+            Some(tool) => Ok(self.for_model(CallToolResult::structured(tool))),
             None => Ok(tool_error(format!(
                 "no tool named {:?}; find tools with search_tools",
                 p.name
@@ -505,7 +514,7 @@ impl CodeboxServer {
         }
         let mut result = CallToolResult::structured(serde_json::json!({ "servers": servers }));
         result.content = vec![ContentBlock::text(text)];
-        Ok(result)
+        Ok(self.for_model(result))
     }
 }
 

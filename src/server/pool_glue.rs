@@ -1,5 +1,6 @@
 //! The server's warm pool: its templates (the profile's limits, the current `/servers`
-//! tree, the skills directory), kept current as the upstream catalog changes, and its
+//! tree, the shared skills directory: a client with skills of its own binds its own view
+//! and so starts a cold sandbox, see `crate::skills::ClientSkills`), kept current as the upstream catalog changes, and its
 //! figures in `health`.
 //!
 //! The wrapper tree of a new catalog is generated here, in the background, as soon as the
@@ -76,7 +77,7 @@ pub(super) fn follow_catalog(state: Weak<State>) {
         while changes.changed().await.is_ok() {
             let Some(s) = state.upgrade() else { return };
             let refreshed = tokio::task::spawn_blocking(move || {
-                let skills = s.skills.as_ref().map(|k| k.root());
+                let skills = s.skills.as_ref().and_then(|k| k.shared_root());
                 let templates = templates(&s.settings, skills, &s.wrappers, &s.backend);
                 if let Some(pool) = &s.pool {
                     for (language, template) in templates {

@@ -47,7 +47,8 @@ pub fn execution_input_schema() -> Arc<JsonObject> {
                               "description": "upstream tools the code may call (names, globs)"},
             "session": {"type": "string", "description": "\"new\" or a session id: /workspace persists"},
             "keep_alive": {"type": "boolean", "description": "with session: variables persist"},
-            "pii": {"type": "string", "enum": ["output", "strict"], "description": "tokenize personal data"},
+            "pii": {"type": "string", "enum": ["off", "output", "strict"],
+                    "description": "tokenize personal data"},
         },
         "required": ["code"],
     }))
@@ -67,6 +68,24 @@ mod tests {
     use crate::proxy::ToolCallRecord;
     use crate::runtime::Language;
     use crate::sandbox::LandlockStatus;
+
+    #[test]
+    fn the_pii_enum_names_every_mode_as_calls_spell_it() {
+        use crate::pii::PiiMode;
+        let schema = execution_input_schema();
+        let listed: Vec<&str> = schema["properties"]["pii"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let modes = [PiiMode::Off, PiiMode::Output, PiiMode::Strict];
+        let spelled: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
+        assert_eq!(listed, spelled);
+        for (text, mode) in listed.iter().zip(modes) {
+            assert_eq!(text.parse::<PiiMode>().unwrap(), mode);
+        }
+    }
 
     fn type_matches(schema: &serde_json::Value, v: &serde_json::Value) -> bool {
         let names: Vec<&str> = match &schema["type"] {

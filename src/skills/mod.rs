@@ -2,8 +2,10 @@
 //!
 //! # Layout on the host
 //!
+//! A [`SkillStore`] is one directory of skills:
+//!
 //! ```text
-//! <root>/
+//! <dir>/
 //!   foo/                 one directory per skill, named after it (0755)
 //!     SKILL.md           front matter (name, description, language) + usage markdown (0644)
 //!     skill.py           the code: skill.py for Python, skill.ts for TypeScript (0644)
@@ -11,10 +13,13 @@
 //!   .tmp-3f9c…/          a save or delete in progress (removed by the next `open`)
 //! ```
 //!
-//! `<root>` is mounted read-only at `/skills` in every sandbox. Python imports a skill as
+//! [`ClientSkills`] keeps one store per client below the skills root, the operator's
+//! read-only shared store, and per client the view its sandboxes bind read-only at
+//! `/skills` (see `clients` for the layout and the rules). Python imports a skill as
 //! `from skills import foo` (a rootfs symlink makes `/skills` the package `skills`; the
 //! `__init__.py` re-exports the module, so `from skills.foo import bar` works too) and
-//! TypeScript as `import * as foo from "/skills/foo/skill.ts"`.
+//! TypeScript as `import * as foo from "/skills/foo/skill.ts"`. Before a save the code is
+//! compiled in a sandbox (`check`).
 //!
 //! # Guarantees
 //!
@@ -35,6 +40,8 @@
 //! # Files
 //!
 //! - [`name`]: the name rules
+//! - `clients`: [`ClientSkills`], per-client stores, the shared set, the views
+//! - [`check`]: the syntax-check programs and their verdicts
 //! - `frontmatter`: reading and writing `SKILL.md`
 //! - `usage`: the default usage text of a skill saved without one
 //! - `store`: [`SkillStore`], the directory on disk
@@ -44,14 +51,19 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub mod check;
+mod clients;
 mod frontmatter;
 pub mod name;
 mod store;
 mod usage;
 
 #[cfg(test)]
+mod clients_tests;
+#[cfg(test)]
 mod tests;
 
+pub use clients::{owner_of, ClientSkills, ListedSkill, Origin};
 pub use store::SkillStore;
 
 /// Largest accepted code, in bytes.
@@ -197,6 +209,17 @@ pub enum Error {
     },
     #[error("skill {name:?} is corrupt: {why}; save it again or delete it with delete_skill")]
     Corrupt { name: String, why: String },
+    #[error(
+        "skill {name:?} is shared by the operator and read-only: cannot {doing} it; save \
+         your own under another name"
+    )]
+    ReadOnly { name: String, doing: &'static str },
+    #[error("the {language} code of skill {name:?} does not compile:\n{message}")]
+    Syntax {
+        name: String,
+        language: SkillLanguage,
+        message: String,
+    },
     #[error("cannot {doing} {}", path.display())]
     Io {
         doing: &'static str,

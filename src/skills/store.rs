@@ -192,6 +192,13 @@ impl SkillStore {
         })
     }
 
+    /// The checks [`save`] makes before writing anything (name, sizes, text).
+    ///
+    /// [`save`]: SkillStore::save
+    pub fn check_new(name: &str, description: &str, code: &str, usage: Option<&str>) -> Result<()> {
+        check(name, description.trim(), code, usage)
+    }
+
     /// The skills, sorted by name. With a `query`, only those whose name or description
     /// contains every word of it (case-insensitive). Corrupt skills are skipped (and
     /// logged).
@@ -264,6 +271,42 @@ impl SkillStore {
         tracing::info!(skill = name, "skill deleted");
         self.remove_quietly(&temp);
         Ok(())
+    }
+
+    /// The names of the entries that are named like skills (corrupt ones included),
+    /// sorted.
+    pub fn names(&self) -> Result<Vec<String>> {
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| name::validate(e).is_ok())
+            .collect())
+    }
+
+    /// A cheap identity of the current version of the skill `name`: inode, size and
+    /// modification time of its directory and files, without reading them. A save
+    /// swaps in a new directory and an edit in place moves a file's time or size, so a
+    /// changed skill changes its fingerprint.
+    pub fn fingerprint(&self, name: &str) -> Result<String> {
+        name::validate(name)?;
+        let mut out = String::new();
+        for (i, file) in ["", "SKILL.md", "skill.py", "skill.ts"].iter().enumerate() {
+            let rel = if i == 0 {
+                name.to_string()
+            } else {
+                format!("{name}/{file}")
+            };
+            match fstatat(&self.dir, rel.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => out.push_str(&format!(
+                    "{}:{}:{}.{};",
+                    st.st_ino, st.st_size, st.st_mtime, st.st_mtime_nsec
+                )),
+                Err(Errno::ENOENT) if i > 0 => out.push_str("-;"),
+                Err(Errno::ENOENT) => return Err(Error::NotFound { name: name.into() }),
+                Err(e) => return Err(io("inspect", &self.root.join(&rel), e.into())),
+            }
+        }
+        Ok(out)
     }
 
     /// The relative paths of the files of the skill `name`, e.g. `["SKILL.md", "skill.py"]`

@@ -144,9 +144,27 @@ codebox.call_tool("memory__add_observations", {{"observations": [
     with open(w.memory_file) as f:
         stored = f.read()
     assert f"strict copy: email {EMAIL}" in stored, "the token went upstream unrestored"
-    # A call may not weaken the server's mode.
+    # A call may not weaken the server's mode; the message names modes as they are
+    # written, not as Rust spells them.
     r, _ = await run(s, "python", "print(1)", pii="off")
-    assert r.is_error and "weaker" in text_of(r), text_of(r)
+    assert r.is_error and 'pii "off" is weaker than this server\'s "output"' in text_of(r), text_of(r)
+
+
+@case
+async def resources_list_tokenizes_workspace_file_names(s, w):
+    r, sc = await run(s, "python", f"open({EMAIL + '.txt'!r}, 'w').write('mail ' + {EMAIL!r})", session="new")
+    ok(r, sc)
+    sid = sc["session"]["id"]
+    listed = await s.list_resources()
+    dumped = json.dumps(listed.model_dump(mode="json"))
+    assert EMAIL not in dumped and "example.com" not in dumped, "raw PII in resources/list"
+    ours = [x for x in listed.resources if f"/{sid}/" in str(x.uri)]
+    assert len(ours) == 1 and "EMAIL_" in ours[0].name, [(str(x.uri), x.name) for x in ours]
+    # The tokenized URI reads the real file, whose text comes back tokenized.
+    res = await s.read_resource(ours[0].uri)
+    assert res.contents[0].text.startswith("mail [EMAIL_"), res.contents[0].text
+    assert EMAIL not in res.contents[0].text
+    await s.call_tool("close_session", {"session": sid})
 
 
 # --- skills -------------------------------------------------------------------------
@@ -207,7 +225,97 @@ async def bad_skill_names_are_refused_and_concurrent_saves_are_safe(s, w):
     r, sc = await run(s, "python", "from skills import s0, s1, s2, s3\nprint(sorted(m.VALUE % 4 for m in (s0, s1, s2, s3)))")
     ok(r, sc)
     assert sc["stdout"] == "[0, 1, 2, 3]\n", sc
-    assert not glob.glob(os.path.join(w.skills, ".tmp-*")), "temp dirs left"
+    assert not glob.glob(os.path.join(w.skills, "**", ".tmp-*"), recursive=True), "temp dirs left"
+
+
+@case
+async def skills_reach_the_model_tokenized_and_round_trip(s, w):
+    code = f"CONTACT = {EMAIL!r}\n"
+    r = await s.call_tool("save_skill", {"name": "contact", "description": f"Mails {EMAIL}",
+                                         "language": "python", "code": code})
+    assert not r.is_error, text_of(r)
+    seen = []
+    seen.append(await s.call_tool("list_skills", {}))
+    got = await s.call_tool("get_skill", {"name": "contact"})
+    seen.append(got)
+    seen.append(await s.list_resources())
+    seen.append(await s.read_resource("codebox://skills/contact/skill.py"))
+    for x in seen:
+        dumped = json.dumps(x.model_dump(mode="json"))
+        assert EMAIL not in dumped and "example.com" not in dumped, dumped
+    assert "[EMAIL_" in got.structured_content["code"], got.structured_content
+    # The model saves back what it saw: the skill keeps the real value.
+    r = await s.call_tool("save_skill", {"name": "contact", "description": got.structured_content["description"],
+                                         "language": "python", "code": got.structured_content["code"]})
+    assert not r.is_error, text_of(r)
+    files = glob.glob(os.path.join(w.skills, "by-client", "*", "own", "contact", "skill.py"))
+    assert len(files) == 1, files
+    with open(files[0]) as f:
+        assert f.read() == code
+    r, sc = await run(s, "python", "from skills import contact\nprint(contact.CONTACT.endswith('example.com'))")
+    ok(r, sc)
+    assert sc["stdout"] == "True\n", sc
+    await s.call_tool("delete_skill", {"name": "contact"})
+
+
+@case
+async def a_live_session_sees_skills_saved_after_it_started(s, w):
+    r, sc = await run(s, "python", "import os\nbefore = sorted(os.listdir('/skills'))", session="new", keep_alive=True)
+    ok(r, sc)
+    sid = sc["session"]["id"]
+    r = await s.call_tool("save_skill", {"name": "fresh", "description": "Saved later", "language": "python",
+                                         "code": "def hello():\n    return 'fresh'\n"})
+    assert not r.is_error, text_of(r)
+    r, sc = await run(s, "python", "from skills import fresh\nprint(fresh.hello(), 'fresh' in before)", session=sid)
+    ok(r, sc)
+    assert sc["stdout"] == "fresh False\n" and sc["session"]["interpreter"] == "kept", sc
+    await s.call_tool("delete_skill", {"name": "fresh"})
+    await s.call_tool("close_session", {"session": sid})
+
+
+@case
+async def skills_with_bad_syntax_are_refused_with_the_compilers_message(s, w):
+    r = await s.call_tool("save_skill", {
+        "name": "broken_py", "description": "Broken", "language": "python",
+        "code": "def f(:\n    return 1\n"})
+    assert r.is_error and "does not compile" in text_of(r) and "SyntaxError" in text_of(r), text_of(r)
+    assert "skill.py" in text_of(r) and "line 1" in text_of(r), text_of(r)
+    r = await s.call_tool("save_skill", {
+        "name": "broken_ts", "description": "Broken", "language": "typescript",
+        "code": "export function f(x: number): number { return x +; }\n"})
+    assert r.is_error and "does not compile" in text_of(r), text_of(r)
+    assert "skill.ts:1" in text_of(r) and "/tmp/codebox-skill-check" not in text_of(r), text_of(r)
+    # The check compiles, never runs: code with effects at import time saves fine and
+    # its effects did not happen during the save.
+    for lang, code in [("python", "open('/tmp/ran', 'w')\nraise SystemExit(3)\n"),
+                       ("typescript", "await Deno.writeTextFile('/tmp/ran', 'x');\nDeno.exit(3);\nexport const x: number = 1;\n")]:
+        r = await s.call_tool("save_skill", {"name": f"effects_{lang[:2]}", "description": "Effects", "language": lang, "code": code})
+        assert not r.is_error, text_of(r)
+        await s.call_tool("delete_skill", {"name": f"effects_{lang[:2]}"})
+    r = await s.call_tool("list_skills", {})
+    names = [x["name"] for x in r.structured_content["skills"]]
+    assert "broken_py" not in names and "broken_ts" not in names, names
+    # A skill importing another skill as it sits in /skills is checked where it will live.
+    r = await s.call_tool("save_skill", {"name": "base_ts", "description": "Base", "language": "typescript",
+                                         "code": "export const base = 40;\n"})
+    assert not r.is_error, text_of(r)
+    r = await s.call_tool("save_skill", {"name": "uses_base", "description": "Uses base", "language": "typescript",
+                                         "code": "import { base } from '../base_ts/skill.ts';\nexport const answer = base + 2;\n"})
+    assert not r.is_error, text_of(r)
+    r, sc = await run(s, "typescript", 'import { answer } from "/skills/uses_base/skill.ts";\nconsole.log(answer);')
+    ok(r, sc)
+    assert sc["stdout"] == "42\n", sc
+    r = await s.call_tool("save_skill", {"name": "uses_missing", "description": "Broken import", "language": "typescript",
+                                         "code": "import { nope } from '../missing_skill/skill.ts';\nexport const x = nope;\n"})
+    assert r.is_error and "missing_skill" in text_of(r), text_of(r)
+    for n in ("uses_base", "base_ts"):
+        await s.call_tool("delete_skill", {"name": n})
+    # Type errors are not syntax errors (no type check): saved.
+    r = await s.call_tool("save_skill", {
+        "name": "typed", "description": "Typed", "language": "typescript",
+        "code": "export const n: number = 'not a number' as unknown as number;\n"})
+    assert not r.is_error, text_of(r)
+    await s.call_tool("delete_skill", {"name": "typed"})
 
 
 # --- sessions -----------------------------------------------------------------------
@@ -514,6 +622,7 @@ async def main():
         if not only:
             await report(rate_limit_refuses_with_retry_after, w)
             await report(another_clients_session_is_refused_over_http, w)
+            await report(skills_belong_to_their_client_over_http, w)
             await report(an_unwritable_audit_log_is_reported_and_can_refuse, w)
     finally:
         w.tmp.cleanup()
@@ -636,6 +745,141 @@ async def another_clients_session_is_refused_over_http(w):
         proc.wait(timeout=30)
 
 
+def write_shared_skill(root, name, code):
+    d = os.path.join(root, name)
+    os.makedirs(d, mode=0o755)
+    with open(os.path.join(d, "SKILL.md"), "w") as f:
+        f.write(f'---\nname: {name}\ndescription: "Shared by the operator"\nlanguage: python\n---\nUse it.\n')
+    with open(os.path.join(d, "skill.py"), "w") as f:
+        f.write(code)
+    with open(os.path.join(d, "__init__.py"), "w") as f:
+        f.write("from .skill import *\n")
+    for p in [d] + [os.path.join(d, x) for x in os.listdir(d)]:
+        os.chmod(p, 0o755 if os.path.isdir(p) else 0o644)
+
+
+async def pool_ready(s):
+    deadline = time.monotonic() + 30
+    while True:
+        h = (await s.call_tool("health", {})).structured_content
+        if h["pool"]["languages"]["python"]["idle"] >= 1:
+            return
+        assert time.monotonic() < deadline, h["pool"]
+        await anyio.sleep(0.05)
+
+
+async def skills_belong_to_their_client_over_http(w):
+    """alice and bob (two bearer tokens) each have their own skills; bob can neither see
+    nor overwrite alice's; the operator's shared skill is visible to both, read-only."""
+    port = free_port()
+    shared = os.path.join(w.tmp.name, "shared-skills")
+    os.makedirs(shared, mode=0o755)
+    write_shared_skill(shared, "common", "WHO = 'operator'\n")
+    skills_root = os.path.join(w.tmp.name, "skills-http")
+    audit = w.audit + ".skills"
+    env = w.env(CODEBOX_HTTP_CLIENTS="alice=token-alice-1,bob=token-bob-2", CODEBOX_AUDIT_LOG=audit,
+                CODEBOX_SKILLS_DIR=skills_root, CODEBOX_SKILLS_SHARED=shared)
+    proc = subprocess.Popen([CODEBOX, "serve", "--http", f"127.0.0.1:{port}", "--pool-size", "1"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "serve --http did not start"
+                await anyio.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+
+        def session_of(token):
+            client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+            return streamable_http_client(url, http_client=client)
+
+        def listed(r):
+            return sorted((x["name"], x["origin"]) for x in r.structured_content["skills"])
+
+        alice_code = "WHO = 'alice'\ndef who():\n    return WHO\n"
+        async with session_of("token-alice-1") as (ra, wa), session_of("token-bob-2") as (rb, wb):
+            async with ClientSession(ra, wa) as alice, ClientSession(rb, wb) as bob:
+                await alice.initialize()
+                await bob.initialize()
+                # Both see the shared skill and import it, from a pooled sandbox: without
+                # skills of their own they bind what the pool's sandboxes bind.
+                for c in (alice, bob):
+                    r = await c.call_tool("list_skills", {})
+                    assert listed(r) == [("common", "shared")], r.structured_content
+                    await pool_ready(c)
+                    r, sc = await run(c, "python", "from skills import common\nprint(common.WHO)")
+                    ok(r, sc)
+                    assert sc["stdout"] == "operator\n" and sc["start"] == "warm", sc
+                r = await alice.call_tool("save_skill", {"name": "tool", "description": "alice's tool",
+                                                         "language": "python", "code": alice_code})
+                assert not r.is_error, text_of(r)
+                r = await alice.call_tool("save_skill", {"name": "secret", "description": "only alice",
+                                                         "language": "python", "code": "KEY = 42\n"})
+                assert not r.is_error, text_of(r)
+                # bob saves the same name: his own skill, not a replacement of alice's.
+                r = await bob.call_tool("save_skill", {"name": "tool", "description": "bob's tool",
+                                                       "language": "python", "code": "WHO = 'bob'\ndef who():\n    return WHO\n"})
+                assert not r.is_error, text_of(r)
+                r = await bob.call_tool("list_skills", {})
+                assert listed(r) == [("common", "shared"), ("tool", "own")], r.structured_content
+                r = await bob.call_tool("get_skill", {"name": "secret"})
+                assert r.is_error and "no skill" in text_of(r), text_of(r)
+                r = await bob.call_tool("delete_skill", {"name": "secret"})
+                assert r.is_error, text_of(r)
+                try:
+                    await bob.read_resource("codebox://skills/secret/skill.py")
+                    raise AssertionError("bob read alice's skill")
+                except Exception as e:  # noqa: BLE001 - the SDK raises McpError
+                    assert "no skill" in str(e), e
+                res = await bob.list_resources()
+                assert not any("secret" in str(x.uri) for x in res.resources), res
+                await pool_ready(bob)
+                r, sc = await run(bob, "python", "import os\nprint(sorted(os.listdir('/skills')))\nfrom skills import tool\nprint(tool.who())")
+                ok(r, sc)
+                # A pooled sandbox was made before anyone knew whose it would be: a client
+                # with skills of its own never gets one.
+                assert sc["stdout"] == "['common', 'tool']\nbob\n" and sc["start"] == "cold", sc
+                r, sc = await run(bob, "typescript", "console.log([...Deno.readDirSync('/skills')].map(e => e.name).sort().join(','))")
+                ok(r, sc)
+                assert sc["stdout"] == "common,tool\n", sc
+                # alice's runs import hers, and the shared one.
+                r, sc = await run(alice, "python", "from skills import tool, secret, common\nprint(tool.who(), secret.KEY, common.WHO)")
+                ok(r, sc)
+                assert sc["stdout"] == "alice 42 operator\n", sc
+                r = await alice.call_tool("get_skill", {"name": "tool"})
+                assert r.structured_content["code"] == alice_code and r.structured_content["origin"] == "own"
+                # The shared skill is read-only to both.
+                for c in (alice, bob):
+                    r = await c.call_tool("save_skill", {"name": "common", "description": "mine now",
+                                                         "language": "python", "code": "WHO = 'thief'\n"})
+                    assert r.is_error and "read-only" in text_of(r), text_of(r)
+                    r = await c.call_tool("delete_skill", {"name": "common"})
+                    assert r.is_error and "read-only" in text_of(r), text_of(r)
+                with open(os.path.join(shared, "common", "skill.py")) as f:
+                    assert f.read() == "WHO = 'operator'\n"
+                r = await alice.call_tool("delete_skill", {"name": "secret"})
+                assert not r.is_error, text_of(r)
+        await anyio.sleep(0.5)  # appends run on the blocking pool
+        with open(audit) as f:
+            records = [json.loads(l) for l in f.read().splitlines()]
+        skill_records = [x for x in records if x["event"] == "skill"]
+        mine = [x for x in skill_records if x["client"] == "token:alice" and x["name"] == "tool"]
+        assert mine and mine[0]["action"] == "save" and mine[0]["outcome"] == "ok", skill_records
+        assert mine[0]["code_sha256"] == hashlib.sha256(alice_code.encode()).hexdigest(), mine
+        assert mine[0]["code_bytes"] == len(alice_code) and mine[0]["language"] == "python", mine
+        assert any(x["action"] == "delete" and x["name"] == "secret" and x["outcome"] == "ok" for x in skill_records)
+        assert sum(x["outcome"] == "read_only" for x in skill_records) == 4, skill_records
+        assert "alice'" not in json.dumps(skill_records), "code text in the audit log"
+        check = subprocess.run([CODEBOX, "audit", "verify", audit], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr + check.stdout
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 async def an_unwritable_audit_log_is_reported_and_can_refuse(w):
     for policy, refused in [("continue", False), ("refuse", True)]:
         config = os.path.join(w.tmp.name, f"audit-{policy}.toml")
@@ -656,6 +900,12 @@ async def an_unwritable_audit_log_is_reported_and_can_refuse(w):
                     assert r.is_error and "audit log is unavailable" in text_of(r), text_of(r)
                 else:
                     ok(r, sc)
+                r = await s.call_tool("save_skill", {"name": "unrecorded", "description": "d",
+                                                     "language": "python", "code": "X = 1\n"})
+                if refused:
+                    assert r.is_error and "audit log is unavailable" in text_of(r), text_of(r)
+                else:
+                    assert not r.is_error, text_of(r)
 
 
 if __name__ == "__main__":
