@@ -15,7 +15,9 @@
 //! root_host_id = 65534
 //! mcp_config = "./.mcp.json"
 //! allowed_tools = ["filesystem__read_*", "time__*"]   # default: every upstream tool
-//! max_tool_calls = 1000                             # per execution
+//! max_tool_calls = 1000                             # requests of any kind per execution
+//! max_tool_calls_in_flight = 16                     # requests handled at once per execution
+//! max_tool_call_records = 100                       # call records per result / audit log
 //! tool_call_timeout = "60s"
 //!
 //! [http]
@@ -67,8 +69,14 @@ pub struct Config {
     pub mcp_config: Option<PathBuf>,
     /// Upstream tools sandboxed code may call (names and `server__*` globs).
     pub allowed_tools: Option<Vec<String>>,
-    /// Tool calls one execution may make.
+    /// Requests (calls, searches, gets, anything) one execution may send to the proxy.
     pub max_tool_calls: Option<u32>,
+    /// Requests of one execution the proxy handles at once; past it, it stops reading
+    /// the sandbox's channel until answers have been read (default 16, at least 1).
+    pub max_tool_calls_in_flight: Option<usize>,
+    /// Call records one result keeps and the audit log writes per execution (default
+    /// 100); the rest are counted.
+    pub max_tool_call_records: Option<usize>,
     /// Wall-clock limit of one upstream tool call.
     pub tool_call_timeout: Option<String>,
     /// Where saved skills live (default `$XDG_DATA_HOME/codebox/skills`).
@@ -205,6 +213,12 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_MAX_TOOL_CALLS") {
             self.max_tool_calls = Some(num("CODEBOX_MAX_TOOL_CALLS", v)?);
+        }
+        if let Some(v) = env("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT") {
+            self.max_tool_calls_in_flight = Some(num("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT", v)?);
+        }
+        if let Some(v) = env("CODEBOX_MAX_TOOL_CALL_RECORDS") {
+            self.max_tool_call_records = Some(num("CODEBOX_MAX_TOOL_CALL_RECORDS", v)?);
         }
         if let Some(v) = env("CODEBOX_TOOL_CALL_TIMEOUT") {
             self.tool_call_timeout = Some(v);

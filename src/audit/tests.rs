@@ -34,6 +34,7 @@ fn execution(code: &str) -> AuditEvent {
             ok: true,
             duration_ms: 3.0,
         }],
+        tools_called_omitted: 0,
         exit_code: Some(0),
         signal: None,
         limits_hit: vec!["output".into()],

@@ -215,6 +215,15 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             if let Some(n) = file.max_tool_calls {
                 l.max_calls = n;
             }
+            if let Some(n) = file.max_tool_calls_in_flight {
+                if n == 0 {
+                    bail!("max_tool_calls_in_flight: must be at least 1");
+                }
+                l.max_in_flight = n;
+            }
+            if let Some(n) = file.max_tool_call_records {
+                l.max_call_records = n;
+            }
             if let Some(t) = &file.tool_call_timeout {
                 l.call_timeout =
                     parse_duration(t).map_err(|e| anyhow::anyhow!("tool_call_timeout: {e}"))?;
