@@ -35,13 +35,14 @@
 //!   each gets a `LIMIT` error, decided from a zero-copy look at the line (its params are
 //!   never parsed). Notifications get no answer and do not count; of them only
 //!   `codebox/done` is passed on, and only while the supervisor waits for one;
-//! - **requests in flight are bounded** ([`ProxyLimits::max_in_flight`] messages and
-//!   [`ProxyLimits::max_in_flight_bytes`] of request lines): the reader takes a permit
-//!   *before* it reads the next line, and a permit is given back only once the answer
-//!   has been written to the socket. A sandbox that writes requests and never reads the
-//!   answers therefore fills the socket buffer, the writer waits, the permits stay taken,
-//!   the reader stops reading fd 3, and the sandbox's own `write` blocks: kernel
-//!   backpressure, with at most `max_in_flight` answers held by the supervisor;
+//! - **requests in flight and answers queued are bounded**: the reader takes a permit
+//!   ([`ProxyLimits::max_in_flight`], and [`ProxyLimits::max_in_flight_bytes`] of
+//!   request lines) *before* it reads the next line, given back once the answer is
+//!   queued; a queued answer holds its size of [`ProxyLimits::max_queued_reply_bytes`]
+//!   until it is written to the socket. A sandbox that writes requests and never reads
+//!   the answers fills the socket buffer, then that budget; then the handlers wait with
+//!   their permits, the reader stops reading fd 3, and the sandbox's own `write` blocks:
+//!   kernel backpressure, with at most that many bytes of answers held by the supervisor;
 //! - **records are bounded**: a result keeps the first [`ProxyLimits::max_call_records`]
 //!   call records (the audit log gets the same ones) and counts the rest in
 //!   [`DroppedCalls`]; any name, method or message echoed back, into a record or into a
@@ -126,12 +127,15 @@ pub struct ProxyLimits {
     pub max_request_bytes: usize,
     /// Largest single result passed back to the sandbox.
     pub max_result_bytes: usize,
-    /// Requests being handled or answered at once (at least 1); the proxy stops reading
-    /// fd 3 while this many answers are not yet written.
+    /// Requests being handled at once (at least 1); the proxy stops reading fd 3 while
+    /// this many have no answer queued.
     pub max_in_flight: usize,
     /// Bytes of request lines being handled at once (a line larger than this takes the
     /// whole budget, so one still runs).
     pub max_in_flight_bytes: usize,
+    /// Bytes of answers queued and not yet written to the socket (a sandbox that does
+    /// not read them); handlers wait, and so the reader, while this is spent.
+    pub max_queued_reply_bytes: usize,
     /// `tool_calls` records a result keeps (and the audit log writes one by one); the
     /// rest are counted in [`ProxyReport::tool_calls_dropped`].
     pub max_call_records: usize,
@@ -147,6 +151,7 @@ impl Default for ProxyLimits {
             max_result_bytes: 64 * 1024 * 1024,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_in_flight_bytes: 32 * 1024 * 1024,
+            max_queued_reply_bytes: 16 * 1024 * 1024,
             max_call_records: DEFAULT_MAX_CALL_RECORDS,
         }
     }

@@ -1,13 +1,20 @@
 //! One execution's proxy endpoint: reads requests from fd 3, answers them, records calls.
 //!
-//! Reading and writing are separate tasks joined by a bounded queue, and every request
-//! holds a permit from the moment the reader is allowed to read it until its answer is
-//! in the socket. The reader takes the permit *before* reading, so with
-//! [`ProxyLimits::max_in_flight`] answers unwritten (a sandbox that does not read them),
-//! it stops reading fd 3 and the sandbox's writes block in the kernel: what the proxy
-//! holds stays bounded however much the sandbox writes. Requests run concurrently; when
-//! the channel ends (the program closed fd 3 or exited) or the session is dropped, calls
-//! still in flight are aborted.
+//! Reading and writing are separate tasks joined by a queue, and what the proxy holds for
+//! the sandbox is bounded twice:
+//! - a request holds a permit ([`ProxyLimits::max_in_flight`]) from *before* its line is
+//!   read until its answer is queued, plus its share of
+//!   [`ProxyLimits::max_in_flight_bytes`] (its line's size);
+//! - a queued answer holds its size of [`ProxyLimits::max_queued_reply_bytes`] until it
+//!   is written to the socket; queuing waits while that budget is spent.
+//!
+//! So answers the sandbox does not read fill the socket buffer, then the queue's budget;
+//! then the handlers wait with their permits, the reader stops reading fd 3, and the
+//! sandbox's own writes block in the kernel. Below that budget the proxy keeps reading,
+//! so a client that writes many requests before reading any answer (the TypeScript
+//! client's synchronous writes under `Promise.all`) does not deadlock against it.
+//! Requests run concurrently; when the channel ends (the program closed fd 3 or exited)
+//! or the session is dropped, calls still in flight are aborted.
 //!
 //! The reader looks at each line through a zero-copy envelope (`id`, `method`, `params`
 //! as borrowed raw JSON): a request past [`ProxyLimits::max_calls`] is refused without
@@ -35,8 +42,8 @@ use crate::line_reader::read_line_capped;
 /// is not a number or a string, makes the message an invalid request.
 pub const MAX_ID_BYTES: usize = 64;
 
-/// Queue slots beyond the in-flight answers, for the supervisor's own lines
-/// (`codebox/run`, the closing parse error).
+/// Queue slots beyond the answers, for the supervisor's own lines (`codebox/run`, the
+/// closing parse error).
 const CONTROL_SLOTS: usize = 4;
 
 /// The request-bytes budget is counted in units of this many bytes.
@@ -72,14 +79,34 @@ pub(super) struct State {
     pub(super) report: ProxyReport,
 }
 
-/// A line for the sandbox (newline included) and the permits its request held, given
-/// back once the line is in the socket.
-type Outgoing = (Vec<u8>, Option<Permits>);
+/// A line for the sandbox (newline included) and its share of the queue's byte budget,
+/// given back once the line is in the socket.
+type Outgoing = (Vec<u8>, Option<OwnedSemaphorePermit>);
 
-/// What one request holds while it is handled and answered.
+/// What one request holds while it is handled, until its answer is queued.
 struct Permits {
     _request: OwnedSemaphorePermit,
     _bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// The queue of answers: a line waits for its share of the byte budget before it joins.
+#[derive(Clone)]
+struct Replies {
+    tx: mpsc::Sender<Outgoing>,
+    budget: Arc<Semaphore>,
+    units: usize,
+}
+
+impl Replies {
+    /// Queues `line` once the budget has room for it (a line larger than the whole
+    /// budget waits for all of it); false when the writer is gone.
+    async fn send(&self, line: Vec<u8>) -> bool {
+        let units = line.len().div_ceil(BYTE_UNIT).clamp(1, self.units) as u32;
+        let Ok(share) = self.budget.clone().acquire_many_owned(units).await else {
+            return false;
+        };
+        self.tx.send((line, Some(share))).await.is_ok()
+    }
 }
 
 /// A JSON-RPC error to send back.
@@ -128,8 +155,16 @@ enum Frame<'a> {
 }
 
 fn parse_frame(line: &[u8]) -> Frame<'_> {
+    // Serde would also read a struct from an array (`[1, 2]` as id 1, method 2).
+    let object = line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     let env = match serde_json::from_slice::<Envelope>(line) {
-        Ok(env) => env,
+        Ok(env) if object => env,
+        Ok(_) => {
+            return Frame::Invalid {
+                id: "null",
+                message: "Invalid Request: expected an object {jsonrpc, id, method, params}",
+            }
+        }
         Err(_) if line.iter().all(u8::is_ascii_whitespace) => return Frame::Blank,
         Err(e) => {
             return match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
@@ -300,11 +335,18 @@ impl ProxySession {
     pub async fn serve(self: Arc<Self>, stream: UnixStream) {
         let (read, write) = stream.into_split();
         let in_flight = self.limits.max_in_flight.max(1);
-        let (tx, rx) = mpsc::channel::<Outgoing>(in_flight + CONTROL_SLOTS);
+        let reply_units = units_of(self.limits.max_queued_reply_bytes);
+        // Every queued answer holds at least one unit, so the budget bounds the count too.
+        let (tx, rx) = mpsc::channel::<Outgoing>(reply_units + CONTROL_SLOTS);
         self.hooks().writer = Some(tx.clone());
         let writer = tokio::spawn(write_lines(write, rx));
+        let replies = Replies {
+            tx,
+            budget: Arc::new(Semaphore::new(reply_units)),
+            units: reply_units,
+        };
         let requests = Arc::new(Semaphore::new(in_flight));
-        let byte_units = self.limits.max_in_flight_bytes.div_ceil(BYTE_UNIT).max(1);
+        let byte_units = units_of(self.limits.max_in_flight_bytes);
         let bytes = Arc::new(Semaphore::new(byte_units));
         let mut calls = JoinSet::new();
         let mut reader = BufReader::new(read);
@@ -345,9 +387,10 @@ impl ProxySession {
                         // the same.
                         self.admit("");
                         let reply = error_line(id, code::INVALID_REQUEST, message);
-                        if tx.send((reply, Some(permits(permit, None)))).await.is_err() {
+                        if !replies.send(reply).await {
                             break;
                         }
+                        drop(permit);
                         None
                     }
                     Frame::Request { id, method, .. } if !self.admit(method) => {
@@ -356,9 +399,10 @@ impl ProxySession {
                             self.limits.max_calls
                         );
                         let reply = error_line(id, code::LIMIT, &why);
-                        if tx.send((reply, Some(permits(permit, None)))).await.is_err() {
+                        if !replies.send(reply).await {
                             break;
                         }
+                        drop(permit);
                         None
                     }
                     Frame::Request { id, method, params } => {
@@ -376,11 +420,15 @@ impl ProxySession {
                         };
                         let (id, method) = (id.to_string(), method.to_string());
                         let session = self.clone();
-                        let tx = tx.clone();
-                        let held = permits(permit, Some(held));
+                        let replies = replies.clone();
+                        let held = Permits {
+                            _request: permit,
+                            _bytes: Some(held),
+                        };
                         calls.spawn(async move {
                             let reply = session.handle(&id, &method, params).await;
-                            let _ = tx.send((reply, Some(held))).await;
+                            replies.send(reply).await;
+                            drop(held);
                         });
                         None
                     }
@@ -389,7 +437,9 @@ impl ProxySession {
             if let Some(why) = closing {
                 let why = format!("the proxy closed the tool channel: the sandbox sent {why}");
                 tracing::warn!(why = %clip(&why, MAX_MESSAGE_ECHO), "malformed frame on fd 3");
-                let _ = tx.try_send((error_line("null", code::PARSE_ERROR, &why), None));
+                let _ = replies
+                    .tx
+                    .try_send((error_line("null", code::PARSE_ERROR, &why), None));
                 self.state.lock().expect("proxy state").report.channel_error = Some(why);
                 break;
             }
@@ -399,7 +449,7 @@ impl ProxySession {
         // The channel ended: nobody will read answers to calls still running.
         calls.shutdown().await;
         self.hooks().writer = None;
-        drop(tx);
+        drop(replies);
         let _ = writer.await;
     }
 
@@ -459,14 +509,15 @@ impl ProxySession {
     }
 }
 
-fn permits(request: OwnedSemaphorePermit, bytes: Option<OwnedSemaphorePermit>) -> Permits {
-    Permits {
-        _request: request,
-        _bytes: bytes,
-    }
+/// A byte budget in units of [`BYTE_UNIT`] (at least one, at most a semaphore's maximum).
+fn units_of(bytes: usize) -> usize {
+    bytes
+        .div_ceil(BYTE_UNIT)
+        .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize))
 }
 
-/// Writes the queued lines; a line's permits are given back once it is written.
+/// Writes the queued lines; a line's share of the budget is given back once it is
+/// written.
 async fn write_lines(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Outgoing>) {
     while let Some((line, held)) = rx.recv().await {
         let written = write.write_all(&line).await.is_ok();
