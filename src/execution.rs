@@ -81,7 +81,8 @@ pub struct ExecutionResult {
     /// their outcomes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls_dropped: Option<crate::proxy::DroppedCalls>,
-    /// Why the proxy closed the tool channel early (a malformed or oversized message).
+    /// Why the proxy closed the tool channel early (a malformed or oversized message), or
+    /// held it back (the program left the answers to its tool requests unread).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_channel_error: Option<String>,
     /// How the sandbox started: `warm` (from the pool, already waiting for the code) or

@@ -224,6 +224,10 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             if let Some(n) = file.max_tool_call_records {
                 l.max_call_records = n;
             }
+            if let Some(q) = &file.tool_answer_queue {
+                let bytes = parse_size(q).map_err(|e| anyhow::anyhow!("tool_answer_queue: {e}"))?;
+                l.max_queued_reply_bytes = usize::try_from(bytes).unwrap_or(usize::MAX).max(1);
+            }
             if let Some(t) = &file.tool_call_timeout {
                 l.call_timeout =
                     parse_duration(t).map_err(|e| anyhow::anyhow!("tool_call_timeout: {e}"))?;

@@ -238,7 +238,8 @@ pub struct ProxyReport {
     pub tool_calls_dropped: Option<DroppedCalls>,
     /// Messages answered, of every kind (what counts against `max_calls`).
     pub requests: u64,
-    /// Why the proxy closed the channel early (a malformed or oversized frame).
+    /// Why the proxy closed the channel early (a malformed or oversized frame), or held
+    /// it back (the program left its answers unread).
     pub channel_error: Option<String>,
 }
 

@@ -46,6 +46,10 @@ pub const MAX_ID_BYTES: usize = 64;
 /// closing parse error).
 const CONTROL_SLOTS: usize = 4;
 
+/// How long an answer may wait for room in the queue before the report says that the
+/// program does not read its answers.
+const HELD_BACK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The request-bytes budget is counted in units of this many bytes.
 const BYTE_UNIT: usize = 1024;
 
@@ -95,6 +99,8 @@ struct Replies {
     tx: mpsc::Sender<Outgoing>,
     budget: Arc<Semaphore>,
     units: usize,
+    /// For the note in the report when the budget stays spent.
+    session: Arc<ProxySession>,
 }
 
 impl Replies {
@@ -102,7 +108,18 @@ impl Replies {
     /// budget waits for all of it); false when the writer is gone.
     async fn send(&self, line: Vec<u8>) -> bool {
         let units = line.len().div_ceil(BYTE_UNIT).clamp(1, self.units) as u32;
-        let Ok(share) = self.budget.clone().acquire_many_owned(units).await else {
+        let acquire = self.budget.clone().acquire_many_owned(units);
+        tokio::pin!(acquire);
+        let share = match tokio::time::timeout(HELD_BACK_AFTER, &mut acquire).await {
+            Ok(share) => share,
+            Err(_) => {
+                // The program does not read its answers: say so, since its run will now
+                // most likely end at its timeout with its own write to fd 3 blocked.
+                self.session.note_held_back();
+                acquire.await
+            }
+        };
+        let Ok(share) = share else {
             return false;
         };
         self.tx.send((line, Some(share))).await.is_ok()
@@ -289,6 +306,18 @@ impl ProxySession {
         std::mem::take(&mut st.report)
     }
 
+    /// Notes in the report (once) that answers went unread and the reader was held back.
+    fn note_held_back(&self) {
+        let bytes = self.limits.max_queued_reply_bytes;
+        let mut st = self.state.lock().expect("proxy state");
+        if st.report.channel_error.is_none() {
+            tracing::info!(bytes, "a sandbox does not read its answers on fd 3");
+            st.report.channel_error = Some(format!(
+                "the program left more than {bytes} bytes of answers unread on fd 3, so the proxy stopped reading its requests until they are read"
+            ));
+        }
+    }
+
     /// Counts one answered message; false when it is past [`ProxyLimits::max_calls`].
     fn admit(&self, method: &str) -> bool {
         let mut st = self.state.lock().expect("proxy state");
@@ -344,6 +373,7 @@ impl ProxySession {
             tx,
             budget: Arc::new(Semaphore::new(reply_units)),
             units: reply_units,
+            session: self.clone(),
         };
         let requests = Arc::new(Semaphore::new(in_flight));
         let byte_units = units_of(self.limits.max_in_flight_bytes);

@@ -454,6 +454,9 @@ async fn a_sandbox_that_never_reads_is_held_back_by_the_socket() {
         answered < 4 << 20,
         "{handled} requests handled after {blocked} bytes written"
     );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let note = h.session.report().channel_error.unwrap();
+    assert!(note.contains("answers unread on fd 3"), "{note}");
     // Reading the answers lets the reader go on.
     for _ in 0..(handled as usize).min(2000) {
         h.next().await;

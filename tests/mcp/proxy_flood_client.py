@@ -1,9 +1,10 @@
 """Hostile programs against the tool proxy (fd 3), end to end through `codebox serve` and
 the official Python MCP SDK: what one execution can make the server hold and record.
 
-Usage: proxy_flood_client.py CODEBOX_BINARY [--measure]
+Usage: proxy_flood_client.py CODEBOX_BINARY [--measure [--seconds N]]
 Without --measure, runs every case with its assertions and prints "N passed, M failed".
-With --measure, runs only the fd-3 flood that never reads its answers and prints the
+With --measure, runs only the fd-3 flood (N seconds, default 3) that never reads its
+answers and prints the
 server's memory before and after (VmRSS, and the peak VmHWM, from /proc/<pid>/status);
 it asserts nothing, so it can be pointed at any build (the figures in the report of
 issue 14 came from it).
@@ -25,17 +26,18 @@ from helpers import server_env
 
 CODEBOX = sys.argv[1]
 MEASURE = "--measure" in sys.argv[2:]
+SECONDS = int(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 3
 CASES = []
 MIB = 1 << 20
 
-# Writes requests on fd 3 for 3 s (or until the write blocks) and never reads an answer.
+# Writes requests on fd 3 for SECONDS s (or until the write blocks), never reads an answer.
 FLOOD = r'''
 import json, os, time
 one = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/get",
                   "params": {"name": "nope__" + "x" * 200}}) + "\n"
 chunk = (one * 256).encode()
 sent = 0
-deadline = time.time() + 3
+deadline = time.time() + SECONDS
 while time.time() < deadline:
     sent += os.write(3, chunk)
 print("sent", sent)
@@ -111,7 +113,8 @@ async def flood(s, pid):
     """The flood; returns (rss before, peak rss during, rss after, hwm after) in KiB."""
     before = status_kib(pid, "VmRSS")
     with Sampler(pid) as sampler:
-        r, sc = await run(s, FLOOD, timeout_ms=8000)
+        code = FLOOD.replace("SECONDS", str(SECONDS))
+        r, sc = await run(s, code, timeout_ms=(SECONDS + 5) * 1000)
     after = status_kib(pid, "VmRSS")
     return r, sc, before, max(sampler.peak, after), after, status_kib(pid, "VmHWM")
 
@@ -125,8 +128,10 @@ async def a_flood_that_never_reads_answers_does_not_grow_the_server(s, w):
     print(f"        flood: server VmRSS {before / 1024:.1f} -> peak {peak / 1024:.1f} MiB "
           f"(+{grown:.1f}), stdout {sc.get('stdout', '')[:40]!r}", flush=True)
     assert grown < 64, f"the server grew by {grown:.1f} MiB"
-    # Backpressure: the sandbox's write blocked, so it ran into its timeout.
+    # Backpressure: the sandbox's write blocked, so it ran into its timeout, and the
+    # result says why.
     assert sc["timed_out"], sc
+    assert "answers unread on fd 3" in sc.get("tool_channel_error", ""), sc
     # The server is fine and the next execution can use the channel.
     r, sc = await run(s, "import codebox\nprint(codebox.search_tools('x'))")
     assert not r.is_error and sc["stdout"] == "[]\n", sc
