@@ -50,6 +50,9 @@ const CONTROL_SLOTS: usize = 4;
 /// program does not read its answers.
 const HELD_BACK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Capacity the line buffer keeps between lines.
+const LINE_KEEP: usize = 64 * 1024;
+
 /// The request-bytes budget is counted in units of this many bytes.
 const BYTE_UNIT: usize = 1024;
 
@@ -393,6 +396,8 @@ impl ProxySession {
                 },
             };
             line.clear();
+            // One huge line must not keep its buffer for the session's whole life.
+            line.shrink_to(LINE_KEEP);
             let read =
                 read_line_capped(&mut reader, &mut line, self.limits.max_request_bytes).await;
             let closing = match read {
@@ -443,12 +448,17 @@ impl ProxySession {
                         let Ok(held) = bytes.clone().acquire_many_owned(units).await else {
                             break;
                         };
+                        let known = matches!(method, "tools/call" | "tools/search" | "tools/get");
                         let params = match params {
+                            // An unknown method's params are never looked at.
+                            _ if !known => Value::Null,
                             // Valid JSON already (the envelope parsed), within the limits.
                             Some(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
                             None => json!({}),
                         };
-                        let (id, method) = (id.to_string(), method.to_string());
+                        // Only the clipped form of an unknown method is kept (for its error).
+                        let (id, method) =
+                            (id.to_string(), clip(method, MAX_NAME_ECHO).into_owned());
                         let session = self.clone();
                         let replies = replies.clone();
                         let held = Permits {
@@ -518,10 +528,8 @@ impl ProxySession {
             "tools/get" => self.get(params),
             other => Err(err(
                 code::METHOD_NOT_FOUND,
-                format!(
-                    "unknown method {:?}: use tools/call, tools/search or tools/get",
-                    clip(other, MAX_NAME_ECHO)
-                ),
+                // Clipped by the reader already.
+                format!("unknown method {other:?}: use tools/call, tools/search or tools/get"),
             )),
         };
         match result {
