@@ -19,6 +19,7 @@
 //! max_tool_calls_in_flight = 16                     # requests handled at once per execution
 //! max_tool_call_records = 100                       # call records per result / audit log
 //! tool_answer_queue = "16MiB"                       # unread answers queued per execution
+//! tool_request_memory = "64MiB"                     # parsed requests handled at once
 //! tool_call_timeout = "60s"
 //!
 //! [http]
@@ -81,6 +82,9 @@ pub struct Config {
     /// Bytes of answers the proxy queues for a program that has not read them yet, before
     /// it stops reading the program's requests (default 16MiB).
     pub tool_answer_queue: Option<String>,
+    /// Memory the requests of one execution being handled at once may take once parsed
+    /// (default 64MiB); a request estimated above it is refused.
+    pub tool_request_memory: Option<String>,
     /// Wall-clock limit of one upstream tool call.
     pub tool_call_timeout: Option<String>,
     /// Where saved skills live (default `$XDG_DATA_HOME/codebox/skills`).
@@ -226,6 +230,9 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_TOOL_ANSWER_QUEUE") {
             self.tool_answer_queue = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_TOOL_REQUEST_MEMORY") {
+            self.tool_request_memory = Some(v);
         }
         if let Some(v) = env("CODEBOX_TOOL_CALL_TIMEOUT") {
             self.tool_call_timeout = Some(v);
@@ -459,6 +466,10 @@ mod tests {
             (Some(4), Some(20))
         );
         assert_eq!(c.tool_answer_queue.as_deref(), Some("1MiB"));
+        let mut c = Config::default();
+        c.apply_env(&env_of(&[("CODEBOX_TOOL_REQUEST_MEMORY", "128MiB")]))
+            .unwrap();
+        assert_eq!(c.tool_request_memory.as_deref(), Some("128MiB"));
         let mut c = Config::default();
         c.apply_env(&env_of(&[
             ("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT", "8"),

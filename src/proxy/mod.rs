@@ -36,8 +36,9 @@
 //!   never parsed). Notifications get no answer and do not count; of them only
 //!   `codebox/done` is passed on, and only while the supervisor waits for one;
 //! - **requests in flight and answers queued are bounded**: the reader takes a permit
-//!   ([`ProxyLimits::max_in_flight`], and [`ProxyLimits::max_in_flight_bytes`] of
-//!   request lines) *before* it reads the next line, given back once the answer is
+//!   ([`ProxyLimits::max_in_flight`], and the estimated parsed size of the params out of
+//!   [`ProxyLimits::max_in_flight_bytes`]) *before* it reads the next line (the size
+//!   once it has), given back once the answer is
 //!   queued; a queued answer holds its size of [`ProxyLimits::max_queued_reply_bytes`]
 //!   until it is written to the socket. A sandbox that writes requests and never reads
 //!   the answers fills the socket buffer, then that budget; then the handlers wait with
@@ -130,8 +131,9 @@ pub struct ProxyLimits {
     /// Requests being handled at once (at least 1); the proxy stops reading fd 3 while
     /// this many have no answer queued.
     pub max_in_flight: usize,
-    /// Bytes of request lines being handled at once (a line larger than this takes the
-    /// whole budget, so one still runs).
+    /// Memory the requests being handled at once may take: their params' text plus what
+    /// parsing it may take (see `session::parse_cost`). A request estimated above this
+    /// on its own is refused with `INVALID_PARAMS`.
     pub max_in_flight_bytes: usize,
     /// Bytes of answers queued and not yet written to the socket (a sandbox that does
     /// not read them); handlers wait, and so the reader, while this is spent.
@@ -150,7 +152,7 @@ impl Default for ProxyLimits {
             max_request_bytes: 16 * 1024 * 1024,
             max_result_bytes: 64 * 1024 * 1024,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            max_in_flight_bytes: 32 * 1024 * 1024,
+            max_in_flight_bytes: 64 * 1024 * 1024,
             max_queued_reply_bytes: 16 * 1024 * 1024,
             max_call_records: DEFAULT_MAX_CALL_RECORDS,
         }

@@ -50,6 +50,38 @@ const CONTROL_SLOTS: usize = 4;
 /// program does not read its answers.
 const HELD_BACK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// What parsing one container (an object's map node, an array) into a `Value` may take
+/// beyond its text, in bytes: a B-tree leaf of 11 entries is about 640.
+const CONTAINER_COST: usize = 640;
+/// What one parsed value may take beyond its text: a `Value` and its slot's growth.
+const VALUE_COST: usize = 64;
+
+/// What parsing the JSON `raw` into a `serde_json::Value` may take, in bytes: its text
+/// plus a bound per container and per value (`{"a":0}` costs 8 bytes of text and some
+/// 700 parsed, so a budget of text alone would let 16 MiB of them take a gigabyte).
+pub(super) fn parse_cost(raw: &str) -> usize {
+    let (mut containers, mut values) = (0usize, 1usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in raw.as_bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => containers += 1,
+            b',' => values += 1,
+            _ => {}
+        }
+    }
+    raw.len() + containers * CONTAINER_COST + (values + containers) * VALUE_COST
+}
+
 /// Capacity the line buffer keeps between lines.
 const LINE_KEEP: usize = 64 * 1024;
 
@@ -441,20 +473,35 @@ impl ProxySession {
                         None
                     }
                     Frame::Request { id, method, params } => {
-                        let units = line.len().div_ceil(BYTE_UNIT).clamp(1, byte_units);
-                        let Ok(units) = u32::try_from(units) else {
-                            break;
-                        };
+                        let known = matches!(method, "tools/call" | "tools/search" | "tools/get");
+                        // An unknown method's params are never looked at, nor kept.
+                        let params = params.filter(|_| known);
+                        let cost = params.map_or(0, |raw| parse_cost(raw.get()));
+                        if cost > self.limits.max_in_flight_bytes {
+                            let why = format!(
+                                "the params would take about {} MiB of memory to parse; the proxy handles at most {} MiB of requests at once",
+                                cost >> 20,
+                                self.limits.max_in_flight_bytes >> 20
+                            );
+                            if !replies
+                                .send(error_line(id, code::INVALID_PARAMS, &why))
+                                .await
+                            {
+                                break;
+                            }
+                            drop(permit);
+                            continue;
+                        }
+                        let units = u32::try_from(units_of(cost).min(byte_units))
+                            .expect("units_of stays within a semaphore's range");
                         let Ok(held) = bytes.clone().acquire_many_owned(units).await else {
                             break;
                         };
-                        let known = matches!(method, "tools/call" | "tools/search" | "tools/get");
                         let params = match params {
-                            // An unknown method's params are never looked at.
-                            _ if !known => Value::Null,
-                            // Valid JSON already (the envelope parsed), within the limits.
+                            // Valid JSON already (the envelope parsed), within the budget.
                             Some(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
-                            None => json!({}),
+                            None if known => json!({}),
+                            None => Value::Null,
                         };
                         // Only the clipped form of an unknown method is kept (for its error).
                         let (id, method) =

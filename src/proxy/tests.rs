@@ -578,3 +578,60 @@ fn clip_cuts_at_a_character_boundary_with_a_marker() {
     let c = clip(&s, 5);
     assert_eq!(c, "éé…[truncated, 20 bytes]");
 }
+
+#[test]
+fn parse_cost_counts_what_parsing_takes_not_only_the_text() {
+    use super::session::parse_cost;
+    let text = format!("{{\"x\":\"{}\"}}", "y".repeat(1 << 20));
+    assert!(
+        parse_cost(&text) < (1 << 20) + 4096,
+        "one big string is its text"
+    );
+    // Brackets and commas inside strings are text.
+    assert!(parse_cost(r#""{[,,,]}\"{""#) < 200);
+    let objects = format!("[{}]", vec![r#"{"a":0}"#; 1000].join(","));
+    assert!(
+        parse_cost(&objects) > 1000 * 640,
+        "{}",
+        parse_cost(&objects)
+    );
+}
+
+#[tokio::test]
+async fn params_that_would_parse_into_a_flood_of_values_are_refused() {
+    let limits = ProxyLimits {
+        max_in_flight_bytes: 16 << 20,
+        ..ProxyLimits::default()
+    };
+    let mut h = harness(&["*"], limits);
+    let many = vec![json!({"a": 0}); 200_000];
+    let r = h
+        .rpc(
+            1,
+            "tools/call",
+            json!({"name": "fs__read", "arguments": {"x": many}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], code::INVALID_PARAMS, "{r}");
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("would take about"));
+    assert_eq!(h.backend.calls.load(Ordering::SeqCst), 0);
+    // A large string is fine, and so is the next request.
+    let big = "z".repeat(8 << 20);
+    let r = h
+        .rpc(
+            2,
+            "tools/call",
+            json!({"name": "fs__read", "arguments": {"x": big}}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["structuredContent"]["echo"]["x"]
+            .as_str()
+            .unwrap()
+            .len(),
+        8 << 20
+    );
+}
