@@ -1,13 +1,13 @@
 """Hostile programs against the tool proxy (fd 3), end to end through `codebox serve` and
 the official Python MCP SDK: what one execution can make the server hold and record.
 
-Usage: proxy_flood_client.py CODEBOX_BINARY [--measure [--seconds N]]
+Usage: proxy_flood_client.py CODEBOX_BINARY [--measure [--seconds N]] [--case NAME]
 Without --measure, runs every case with its assertions and prints "N passed, M failed".
 With --measure, runs only the fd-3 flood (N seconds, default 3) that never reads its
 answers and prints the
 server's memory before and after (VmRSS, and the peak VmHWM, from /proc/<pid>/status);
 it asserts nothing, so it can be pointed at any build (the figures in the report of
-issue 14 came from it).
+issue 14 came from it). --case runs only the cases whose name contains NAME.
 """
 
 import json
@@ -264,6 +264,34 @@ async def a_mix_of_junk_is_answered_briefly_and_the_channel_stays_usable(s, w):
     assert not sc.get("tool_channel_error"), sc
 
 
+AMPLIFIED = r'''
+import json, codebox
+rows = [{"a": 0}] * 1000000
+codes = []
+for _ in range(4):
+    try:
+        codebox.call_tool("nope__x", {"rows": rows})
+    except codebox.ToolError as e:
+        codes.append(e.code)
+        last = str(e)
+print(json.dumps({"codes": codes, "last": last}))
+'''
+
+
+@case
+async def params_that_parse_into_gigabytes_are_refused_before_parsing(s, w):
+    # Each request is 8 MiB of text that would parse into about 700 MiB of values.
+    before = status_kib(w.pid, "VmRSS")
+    with Sampler(w.pid) as sampler:
+        r, sc = await run(s, AMPLIFIED, timeout_ms=120000)
+    grown = (sampler.peak - before) / 1024
+    print(f"        amplified params: server VmRSS {before / 1024:.1f} -> peak "
+          f"{sampler.peak / 1024:.1f} MiB (+{grown:.1f})", flush=True)
+    out = last_json_line(sc)
+    assert out["codes"] == [-32602] * 4 and "would take about" in out["last"], out
+    assert grown < 128, f"the server grew by {grown:.1f} MiB"
+
+
 PIPELINED_TS = r'''
 import { searchTools } from "/opt/codebox/deno/client.ts";
 // Synchronous writes of 1500 requests before any answer is read: the proxy keeps
@@ -323,7 +351,8 @@ async def main():
                         "stdout": sc.get("stdout", "")[:60],
                     }))
                     return 0
-                for fn in CASES:
+                only = sys.argv[sys.argv.index("--case") + 1] if "--case" in sys.argv else ""
+                for fn in (c for c in CASES if only in c.__name__):
                     try:
                         with anyio.fail_after(300):
                             await fn(s, w)
