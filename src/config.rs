@@ -15,7 +15,11 @@
 //! root_host_id = 65534
 //! mcp_config = "./.mcp.json"
 //! allowed_tools = ["filesystem__read_*", "time__*"]   # default: every upstream tool
-//! max_tool_calls = 1000                             # per execution
+//! max_tool_calls = 1000                             # requests of any kind per execution
+//! max_tool_calls_in_flight = 16                     # requests handled at once per execution
+//! max_tool_call_records = 100                       # call records per result / audit log
+//! tool_answer_queue = "16MiB"                       # unread answers queued per execution
+//! tool_request_memory = "64MiB"                     # parsed requests handled at once
 //! tool_call_timeout = "60s"
 //!
 //! [http]
@@ -72,8 +76,20 @@ pub struct Config {
     pub mcp_config: Option<PathBuf>,
     /// Upstream tools sandboxed code may call (names and `server__*` globs).
     pub allowed_tools: Option<Vec<String>>,
-    /// Tool calls one execution may make.
+    /// Requests (calls, searches, gets, anything) one execution may send to the proxy.
     pub max_tool_calls: Option<u32>,
+    /// Requests of one execution the proxy handles at once; past it, it stops reading
+    /// the sandbox's channel until answers have been read (default 16, at least 1).
+    pub max_tool_calls_in_flight: Option<usize>,
+    /// Call records one result keeps and the audit log writes per execution (default
+    /// 100); the rest are counted.
+    pub max_tool_call_records: Option<usize>,
+    /// Bytes of answers the proxy queues for a program that has not read them yet, before
+    /// it stops reading the program's requests (default 16MiB).
+    pub tool_answer_queue: Option<String>,
+    /// Memory the requests of one execution being handled at once may take once parsed
+    /// (default 64MiB); a request estimated above it is refused.
+    pub tool_request_memory: Option<String>,
     /// Wall-clock limit of one upstream tool call.
     pub tool_call_timeout: Option<String>,
     /// Where saved skills live, one directory per client below it (default
@@ -220,6 +236,18 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_MAX_TOOL_CALLS") {
             self.max_tool_calls = Some(num("CODEBOX_MAX_TOOL_CALLS", v)?);
+        }
+        if let Some(v) = env("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT") {
+            self.max_tool_calls_in_flight = Some(num("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT", v)?);
+        }
+        if let Some(v) = env("CODEBOX_MAX_TOOL_CALL_RECORDS") {
+            self.max_tool_call_records = Some(num("CODEBOX_MAX_TOOL_CALL_RECORDS", v)?);
+        }
+        if let Some(v) = env("CODEBOX_TOOL_ANSWER_QUEUE") {
+            self.tool_answer_queue = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_TOOL_REQUEST_MEMORY") {
+            self.tool_request_memory = Some(v);
         }
         if let Some(v) = env("CODEBOX_TOOL_CALL_TIMEOUT") {
             self.tool_call_timeout = Some(v);
@@ -488,6 +516,35 @@ mod tests {
             Some(vec!["a__*".to_string(), "b__c".to_string()])
         );
         assert_eq!(c.max_tool_calls, Some(7));
+        let c = Config::parse(
+            "max_tool_calls_in_flight = 4\nmax_tool_call_records = 20\ntool_answer_queue = \"1MiB\"\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.max_tool_calls_in_flight, c.max_tool_call_records),
+            (Some(4), Some(20))
+        );
+        assert_eq!(c.tool_answer_queue.as_deref(), Some("1MiB"));
+        let mut c = Config::default();
+        c.apply_env(&env_of(&[("CODEBOX_TOOL_REQUEST_MEMORY", "128MiB")]))
+            .unwrap();
+        assert_eq!(c.tool_request_memory.as_deref(), Some("128MiB"));
+        let mut c = Config::default();
+        c.apply_env(&env_of(&[
+            ("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT", "8"),
+            ("CODEBOX_MAX_TOOL_CALL_RECORDS", "50"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.max_tool_calls_in_flight, c.max_tool_call_records),
+            (Some(8), Some(50))
+        );
+        let e = Config::default()
+            .apply_env(&env_of(&[("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT", "-1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT"), "{e}");
     }
 
     #[test]

@@ -79,7 +79,12 @@ pub struct ExecutionResult {
     /// Every upstream tool call the program made through the proxy, in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<crate::proxy::ToolCallRecord>,
-    /// Why the proxy closed the tool channel early (a malformed or oversized message).
+    /// Calls past the records a result keeps (`max_tool_call_records`): how many, and
+    /// their outcomes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls_dropped: Option<crate::proxy::DroppedCalls>,
+    /// Why the proxy closed the tool channel early (a malformed or oversized message), or
+    /// held it back (the program left the answers to its tool requests unread).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_channel_error: Option<String>,
     /// How the sandbox started: `warm` (from the pool, already waiting for the code) or
@@ -351,6 +356,7 @@ pub fn result_from(
         workspace_files,
         workspace_files_truncated,
         tool_calls: Vec::new(),
+        tool_calls_dropped: None,
         tool_channel_error: None,
         session: None,
         workspace_usage: None,

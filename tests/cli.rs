@@ -237,6 +237,21 @@ fn config_file_secrets_and_env_overrides() {
     );
 }
 
+#[test]
+fn zero_tool_calls_in_flight_is_refused() {
+    let out = serve_with_config("max_tool_calls_in_flight = 0\n", &[]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("max_tool_calls_in_flight: must be at least 1"),
+        "{err}"
+    );
+    let out = serve_with_config("tool_answer_queue = \"lots\"\n", &[]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr_of(&out);
+    assert!(err.contains("tool_answer_queue"), "{err}");
+}
+
 // `codebox exec`: a rootfs program under every layer `run` uses.
 
 fn exec(args: &[&str]) -> std::process::Output {

@@ -46,6 +46,14 @@ fn raw_json_rpc_bad_input_and_vanishing_clients() {
     );
 }
 
+#[test]
+fn hostile_programs_cannot_grow_the_server_or_flood_its_records() {
+    run_client_script(
+        "hostile_programs_cannot_grow_the_server_or_flood_its_records",
+        "proxy_flood_client.py",
+    );
+}
+
 /// Where `cargo xtask test` installed the upstream MCP servers.
 fn upstreams() -> PathBuf {
     std::env::var_os("CODEBOX_TEST_UPSTREAMS")

@@ -1,5 +1,7 @@
-//! The audit log: every execution and every proxied tool call, one JSON line each,
-//! hash-chained so that tampering shows.
+//! The audit log: every execution and its proxied tool calls, one JSON line each,
+//! hash-chained so that tampering shows. One execution writes at most
+//! `max_tool_call_records` tool-call lines (the proxy's cap), then one
+//! `tool_calls_omitted` line counting the rest, so its volume is bounded.
 //!
 //! ```text
 //! {"seq":1,"time":"2025-01-31T09:15:02.481Z","prev":"0000…0000","event":"execution","client":"claude-code",…}
@@ -41,6 +43,7 @@ pub use chain::{line_hash, verify, VerifyError, VerifySummary, GENESIS};
 pub use log::AuditLog;
 pub use record::{
     code_digest, AuditEvent, ExecutionRecord, SkillRecord, ToolCallRecord, ToolCalled,
+    ToolCallsOmittedRecord,
 };
 
 /// When records reach the disk.

@@ -1,9 +1,12 @@
-//! What one audit record says: an execution or a proxied tool call.
+//! What one audit record says: an execution, a proxied tool call, or the calls of one
+//! execution past its per-execution cap of call records.
 //!
 //! Only metadata: who asked (client, session), what ran (language, the code's digest and
 //! size), what it could and did call, how it ended and what it cost. The code text is
 //! logged only when the operator opts in (`include_code`); error texts are never logged,
 //! only a category ([`ToolCallRecord::error_kind`]), because they may carry PII.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -11,7 +14,8 @@ use sha2::{Digest, Sha256};
 use crate::rootfs::manifest::hex;
 
 /// One logged event. On its line, the fields sit next to `seq`, `time` and `prev`, with
-/// `"event": "execution"`, `"event": "tool_call"` or `"event": "skill"`.
+/// `"event": "execution"`, `"event": "tool_call"`, `"event": "tool_calls_omitted"` or
+/// `"event": "skill"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 #[allow(
@@ -22,6 +26,7 @@ pub enum AuditEvent {
     Execution(ExecutionRecord),
     ToolCall(ToolCallRecord),
     Skill(SkillRecord),
+    ToolCallsOmitted(ToolCallsOmittedRecord),
 }
 
 /// One execution, written when it ends (or is refused).
@@ -40,7 +45,11 @@ pub struct ExecutionRecord {
     pub code: Option<String>,
     /// The allowlist the execution ran with.
     pub allowed_tools: Vec<String>,
+    /// The calls of the execution, up to the proxy's cap of records per execution.
     pub tools_called: Vec<ToolCalled>,
+    /// Calls past that cap: counted in a [`ToolCallsOmittedRecord`], not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tools_called_omitted: u64,
     pub exit_code: Option<i32>,
     /// The signal that killed the program.
     pub signal: Option<i32>,
@@ -100,6 +109,24 @@ pub struct SkillRecord {
     /// `ok`, `invalid` (bad name, size, syntax), `read_only` (a shared skill),
     /// `not_found` or `error`.
     pub outcome: String,
+}
+
+/// The proxied calls of one execution that got no [`ToolCallRecord`] of their own: one
+/// execution writes at most the proxy's cap of call records (`max_tool_call_records`),
+/// then this one line when it ends, so it can never flush earlier history out of the
+/// rotated files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallsOmittedRecord {
+    pub client: String,
+    pub session: Option<String>,
+    /// Calls not logged one by one.
+    pub count: u64,
+    /// Their outcomes: `ok` or an error category, with how many of each.
+    pub by_outcome: BTreeMap<String, u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Lower-case hex SHA-256 of the code, as logged in [`ExecutionRecord::code_sha256`].

@@ -34,6 +34,7 @@ fn execution(code: &str) -> AuditEvent {
             ok: true,
             duration_ms: 3.0,
         }],
+        tools_called_omitted: 0,
         exit_code: Some(0),
         signal: None,
         limits_hit: vec!["output".into()],
@@ -575,4 +576,41 @@ fn an_empty_file_verifies_and_starts_at_genesis() {
         verify(&dir.path().join("missing")),
         Err(VerifyError::Read { .. })
     ));
+}
+
+#[test]
+fn the_omitted_calls_summary_is_chained_and_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, path) = log_with(dir.path(), 3);
+    let summary = crate::audit::ToolCallsOmittedRecord {
+        client: "test".into(),
+        session: Some("cbx_1234".into()),
+        count: 9900,
+        by_outcome: [
+            ("unknown_tool".to_string(), 900),
+            ("limit".to_string(), 9000),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    log.append(AuditEvent::ToolCallsOmitted(summary.clone()))
+        .unwrap();
+    let mut exec = execution("print(1)");
+    if let AuditEvent::Execution(e) = &mut exec {
+        e.tools_called_omitted = 9900;
+    }
+    log.append(exec).unwrap();
+    assert_eq!(verify(&path).unwrap().records, 5);
+    let lines = lines(&path);
+    let line: serde_json::Value = serde_json::from_str(&lines[3]).unwrap();
+    assert_eq!(line["event"], "tool_calls_omitted");
+    assert_eq!(line["count"], 9900);
+    assert_eq!(line["by_outcome"]["limit"], 9000);
+    let back: AuditEvent = serde_json::from_str(&lines[3]).unwrap();
+    assert_eq!(back, AuditEvent::ToolCallsOmitted(summary));
+    let exec: serde_json::Value = serde_json::from_str(&lines[4]).unwrap();
+    assert_eq!(exec["tools_called_omitted"], 9900);
+    // An execution with nothing omitted does not carry the field.
+    let plain: serde_json::Value = serde_json::to_value(execution("print(2)")).unwrap();
+    assert!(plain.get("tools_called_omitted").is_none());
 }

@@ -232,6 +232,25 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             if let Some(n) = file.max_tool_calls {
                 l.max_calls = n;
             }
+            if let Some(n) = file.max_tool_calls_in_flight {
+                if n == 0 {
+                    bail!("max_tool_calls_in_flight: must be at least 1");
+                }
+                l.max_in_flight = n;
+            }
+            if let Some(n) = file.max_tool_call_records {
+                l.max_call_records = n;
+            }
+            let size = |key: &str, value: &str| -> anyhow::Result<usize> {
+                let bytes = parse_size(value).map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+                Ok(usize::try_from(bytes).unwrap_or(usize::MAX).max(1))
+            };
+            if let Some(q) = &file.tool_answer_queue {
+                l.max_queued_reply_bytes = size("tool_answer_queue", q)?;
+            }
+            if let Some(m) = &file.tool_request_memory {
+                l.max_in_flight_bytes = size("tool_request_memory", m)?;
+            }
             if let Some(t) = &file.tool_call_timeout {
                 l.call_timeout =
                     parse_duration(t).map_err(|e| anyhow::anyhow!("tool_call_timeout: {e}"))?;

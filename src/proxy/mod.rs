@@ -19,13 +19,38 @@
 //! the former to its control channel and writes the latter with [`ProxySession::send_line`].
 //!
 //! Every `tools/call` is checked against the execution's [`AllowList`] (nothing is sent
-//! upstream for a denied call), counted and size-checked against [`ProxyLimits`], timed,
-//! and recorded as a [`ToolCallRecord`] in the run's result. Errors are JSON-RPC errors
+//! upstream for a denied call), size-checked against [`ProxyLimits`], timed, and
+//! recorded as a [`ToolCallRecord`] in the run's result. Errors are JSON-RPC errors
 //! with the codes below. A frame that is not JSON, or larger than
 //! [`ProxyLimits::max_request_bytes`], gets a `-32700` error and closes the channel; the
 //! run's result says why ([`ProxyReport::channel_error`]). The supervisor is unaffected.
+//!
+//! # What one execution can make the supervisor hold
+//!
+//! The sandbox is hostile; what it sends must cost the supervisor bounded memory and
+//! bounded records, whether or not it reads the answers:
+//! - **every message that gets an answer counts** against [`ProxyLimits::max_calls`]:
+//!   `tools/call`, `tools/search`, `tools/get` (no separate sub-limit: they share the one
+//!   budget), unknown methods, invalid requests, denied and unknown tools. Past the limit
+//!   each gets a `LIMIT` error, decided from a zero-copy look at the line (its params are
+//!   never parsed). Notifications get no answer and do not count; of them only
+//!   `codebox/done` is passed on, and only while the supervisor waits for one;
+//! - **requests in flight and answers queued are bounded**: the reader takes a permit
+//!   ([`ProxyLimits::max_in_flight`], and the estimated parsed size of the params out of
+//!   [`ProxyLimits::max_in_flight_bytes`]) *before* it reads the next line (the size
+//!   once it has), given back once the answer is
+//!   queued; a queued answer holds its size of [`ProxyLimits::max_queued_reply_bytes`]
+//!   until it is written to the socket. A sandbox that writes requests and never reads
+//!   the answers fills the socket buffer, then that budget; then the handlers wait with
+//!   their permits, the reader stops reading fd 3, and the sandbox's own `write` blocks:
+//!   kernel backpressure, with at most that many bytes of answers held by the supervisor;
+//! - **records are bounded**: a result keeps the first [`ProxyLimits::max_call_records`]
+//!   call records (the audit log gets the same ones) and counts the rest in
+//!   [`DroppedCalls`]; any name, method or message echoed back, into a record or into a
+//!   log is cut to a few hundred bytes with a visible marker ([`clip`]).
 
 pub mod allowlist;
+mod methods;
 mod session;
 mod upstream_backend;
 
@@ -34,13 +59,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 
 use crate::upstream::catalog::Catalog;
 
 pub use allowlist::AllowList;
-pub use session::ProxySession;
+pub use methods::{search_query, MAX_QUERY_BYTES};
+pub use session::{ProxySession, MAX_ID_BYTES};
 pub use upstream_backend::IndexedUpstreams;
 
 /// JSON-RPC error codes on the channel.
@@ -88,7 +117,8 @@ pub enum CallError {
 /// Per-execution limits of the channel.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProxyLimits {
-    /// `tools/call` requests per execution.
+    /// Requests per execution, of every kind (`tools/call`, `tools/search`, `tools/get`,
+    /// unknown methods, invalid requests): the `max_tool_calls` setting.
     pub max_calls: u32,
     /// Bytes of arguments sent plus results received, per execution.
     pub max_bytes: u64,
@@ -98,6 +128,19 @@ pub struct ProxyLimits {
     pub max_request_bytes: usize,
     /// Largest single result passed back to the sandbox.
     pub max_result_bytes: usize,
+    /// Requests being handled at once (at least 1); the proxy stops reading fd 3 while
+    /// this many have no answer queued.
+    pub max_in_flight: usize,
+    /// Memory the requests being handled at once may take: their params' text plus what
+    /// parsing it may take (see `session::parse_cost`). A request estimated above this
+    /// on its own is refused with `INVALID_PARAMS`.
+    pub max_in_flight_bytes: usize,
+    /// Bytes of answers queued and not yet written to the socket (a sandbox that does
+    /// not read them); handlers wait, and so the reader, while this is spent.
+    pub max_queued_reply_bytes: usize,
+    /// `tool_calls` records a result keeps (and the audit log writes one by one); the
+    /// rest are counted in [`ProxyReport::tool_calls_dropped`].
+    pub max_call_records: usize,
 }
 
 impl Default for ProxyLimits {
@@ -108,14 +151,54 @@ impl Default for ProxyLimits {
             call_timeout: Duration::from_secs(60),
             max_request_bytes: 16 * 1024 * 1024,
             max_result_bytes: 64 * 1024 * 1024,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_in_flight_bytes: 64 * 1024 * 1024,
+            max_queued_reply_bytes: 16 * 1024 * 1024,
+            max_call_records: DEFAULT_MAX_CALL_RECORDS,
         }
     }
+}
+
+/// Default of [`ProxyLimits::max_in_flight`].
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 16;
+/// Default of [`ProxyLimits::max_call_records`].
+pub const DEFAULT_MAX_CALL_RECORDS: usize = 100;
+/// Longest name or method echoed back, recorded or logged.
+pub const MAX_NAME_ECHO: usize = 256;
+/// Longest message echoed back or recorded.
+pub const MAX_MESSAGE_ECHO: usize = 1024;
+
+/// `text` cut to at most `max` bytes (at a character boundary) followed by a marker
+/// saying how long it was: `…[truncated, 1048576 bytes]`; `text` itself when it fits.
+pub fn clip(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!(
+        "{}…[truncated, {} bytes]",
+        &text[..end],
+        text.len()
+    ))
+}
+
+/// The `tools/call` records a result did not keep (past [`ProxyLimits::max_call_records`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct DroppedCalls {
+    /// Calls not listed in `tool_calls`.
+    pub count: u64,
+    /// Their outcomes: `ok` or the error category (`denied`, `unknown_tool`, `limit`,
+    /// `timeout`, `upstream`, `invalid`, `tool_error`), with how many of each.
+    pub by_outcome: BTreeMap<String, u64>,
 }
 
 /// One `tools/call` of an execution, as its result reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ToolCallRecord {
-    /// The catalog name called.
+    /// The name called (cut to [`MAX_NAME_ECHO`] bytes with a marker).
     pub name: String,
     /// The upstream answered and did not report `isError`.
     pub ok: bool,
@@ -125,7 +208,7 @@ pub struct ToolCallRecord {
     /// Bytes of the result (JSON) passed back to the sandbox.
     pub bytes_out: u64,
     /// Why it failed: denied, unknown, limit, timeout, upstream error, or the tool's own
-    /// error text.
+    /// error text (cut to [`MAX_MESSAGE_ECHO`] bytes with a marker).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The failure's category (`denied`, `unknown_tool`, `limit`, `timeout`, `upstream`,
@@ -144,14 +227,21 @@ pub trait Redactor: Send + Sync + 'static {
     fn restore_json(&self, value: &mut serde_json::Value);
 }
 
-/// Called once per finished `tools/call` (the audit log).
+/// Called once per finished `tools/call` that the result keeps a record of (the audit
+/// log): at most [`ProxyLimits::max_call_records`] times per execution.
 pub type CallObserver = Arc<dyn Fn(&ToolCallRecord) + Send + Sync>;
 
 /// What the channel saw during one execution.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProxyReport {
+    /// The first [`ProxyLimits::max_call_records`] calls.
     pub tool_calls: Vec<ToolCallRecord>,
-    /// Why the proxy closed the channel early (a malformed or oversized frame).
+    /// The calls past those.
+    pub tool_calls_dropped: Option<DroppedCalls>,
+    /// Messages answered, of every kind (what counts against `max_calls`).
+    pub requests: u64,
+    /// Why the proxy closed the channel early (a malformed or oversized frame), or held
+    /// it back (the program left its answers unread).
     pub channel_error: Option<String>,
 }
 

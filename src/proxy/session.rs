@@ -1,33 +1,99 @@
 //! One execution's proxy endpoint: reads requests from fd 3, answers them, records calls.
 //!
-//! Reading and writing are separate tasks, so a sandbox that writes a large request while
-//! a large response is on its way can never deadlock against the proxy: the proxy always
-//! drains what the sandbox sends. Requests run concurrently; when the channel ends (the
-//! program closed fd 3 or exited) or the session is dropped, calls still in flight are
-//! aborted.
+//! Reading and writing are separate tasks joined by a queue, and what the proxy holds for
+//! the sandbox is bounded twice:
+//! - a request holds a permit ([`ProxyLimits::max_in_flight`]) from *before* its line is
+//!   read until its answer is queued, plus its share of
+//!   [`ProxyLimits::max_in_flight_bytes`] (its line's size);
+//! - a queued answer holds its size of [`ProxyLimits::max_queued_reply_bytes`] until it
+//!   is written to the socket; queuing waits while that budget is spent.
+//!
+//! So answers the sandbox does not read fill the socket buffer, then the queue's budget;
+//! then the handlers wait with their permits, the reader stops reading fd 3, and the
+//! sandbox's own writes block in the kernel. Below that budget the proxy keeps reading,
+//! so a client that writes many requests before reading any answer (the TypeScript
+//! client's synchronous writes under `Promise.all`) does not deadlock against it.
+//! Requests run concurrently; when the channel ends (the program closed fd 3 or exited)
+//! or the session is dropped, calls still in flight are aborted.
+//!
+//! The reader looks at each line through a zero-copy envelope (`id`, `method`, `params`
+//! as borrowed raw JSON): a request past [`ProxyLimits::max_calls`] is refused without
+//! its params ever being parsed. The methods themselves are in `methods.rs`.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use super::{
-    code, AllowList, CallError, CallObserver, ProxyLimits, ProxyReport, Redactor, ToolBackend,
-    ToolCallRecord,
+    clip, code, AllowList, CallObserver, ProxyLimits, ProxyReport, Redactor, ToolBackend,
+    ToolCallRecord, MAX_MESSAGE_ECHO, MAX_NAME_ECHO,
 };
-use crate::catalog::{Detail, SearchQuery, DEFAULT_LIMIT};
 use crate::line_reader::read_line_capped;
+
+/// Longest request id (its JSON text) the proxy echoes back; a longer one, or one that
+/// is not a number or a string, makes the message an invalid request.
+pub const MAX_ID_BYTES: usize = 64;
+
+/// Queue slots beyond the answers, for the supervisor's own lines (`codebox/run`, the
+/// closing parse error).
+const CONTROL_SLOTS: usize = 4;
+
+/// How long an answer may wait for room in the queue before the report says that the
+/// program does not read its answers.
+const HELD_BACK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What parsing one container (an object's map node, an array) into a `Value` may take
+/// beyond its text, in bytes: a B-tree leaf of 11 entries is about 640.
+const CONTAINER_COST: usize = 640;
+/// What one parsed value may take beyond its text: a `Value` and its slot's growth.
+const VALUE_COST: usize = 64;
+
+/// What parsing the JSON `raw` into a `serde_json::Value` may take, in bytes: its text
+/// plus a bound per container and per value (`{"a":0}` costs 8 bytes of text and some
+/// 700 parsed, so a budget of text alone would let 16 MiB of them take a gigabyte).
+pub(super) fn parse_cost(raw: &str) -> usize {
+    let (mut containers, mut values) = (0usize, 1usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in raw.as_bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => containers += 1,
+            b',' => values += 1,
+            _ => {}
+        }
+    }
+    raw.len() + containers * CONTAINER_COST + (values + containers) * VALUE_COST
+}
+
+/// Capacity the line buffer keeps between lines.
+const LINE_KEEP: usize = 64 * 1024;
+
+/// The request-bytes budget is counted in units of this many bytes.
+const BYTE_UNIT: usize = 1024;
 
 /// The proxy of one execution.
 pub struct ProxySession {
-    backend: Arc<dyn ToolBackend>,
+    pub(super) backend: Arc<dyn ToolBackend>,
     allow: Mutex<AllowList>,
-    limits: ProxyLimits,
-    state: Mutex<State>,
+    pub(super) limits: ProxyLimits,
+    pub(super) state: Mutex<State>,
     hooks: Mutex<Hooks>,
 }
 
@@ -36,29 +102,167 @@ pub struct ProxySession {
 struct Hooks {
     redactor: Option<(Arc<dyn Redactor>, bool)>,
     observer: Option<CallObserver>,
-    /// Where `codebox/*` notifications from the sandbox go (keep-alive sessions).
+    /// Where `codebox/done` notifications from the sandbox go (keep-alive sessions).
     control: Option<mpsc::UnboundedSender<Value>>,
+    /// `codebox/done` notifications the supervisor waits for: one per run. Others are
+    /// dropped, so a sandbox cannot fill the control queue while nobody drains it.
+    awaited_done: u32,
     /// The writer of the channel being served, for [`ProxySession::send_line`].
-    writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    writer: Option<mpsc::Sender<Outgoing>>,
 }
 
 #[derive(Default)]
-struct State {
-    calls: u32,
-    bytes: u64,
-    report: ProxyReport,
+pub(super) struct State {
+    /// Bytes through `tools/call` so far.
+    pub(super) bytes: u64,
+    pub(super) report: ProxyReport,
+}
+
+/// A line for the sandbox (newline included) and its share of the queue's byte budget,
+/// given back once the line is in the socket.
+type Outgoing = (Vec<u8>, Option<OwnedSemaphorePermit>);
+
+/// What one request holds while it is handled, until its answer is queued.
+struct Permits {
+    _request: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// The queue of answers: a line waits for its share of the byte budget before it joins.
+#[derive(Clone)]
+struct Replies {
+    tx: mpsc::Sender<Outgoing>,
+    budget: Arc<Semaphore>,
+    units: usize,
+    /// For the note in the report when the budget stays spent.
+    session: Arc<ProxySession>,
+}
+
+impl Replies {
+    /// Queues `line` once the budget has room for it (a line larger than the whole
+    /// budget waits for all of it); false when the writer is gone.
+    async fn send(&self, line: Vec<u8>) -> bool {
+        let units = line.len().div_ceil(BYTE_UNIT).clamp(1, self.units) as u32;
+        let acquire = self.budget.clone().acquire_many_owned(units);
+        tokio::pin!(acquire);
+        let share = match tokio::time::timeout(HELD_BACK_AFTER, &mut acquire).await {
+            Ok(share) => share,
+            Err(_) => {
+                // The program does not read its answers: say so, since its run will now
+                // most likely end at its timeout with its own write to fd 3 blocked.
+                self.session.note_held_back();
+                acquire.await
+            }
+        };
+        let Ok(share) = share else {
+            return false;
+        };
+        self.tx.send((line, Some(share))).await.is_ok()
+    }
 }
 
 /// A JSON-RPC error to send back.
-struct RpcError {
-    code: i64,
-    message: String,
+pub(super) struct RpcError {
+    pub(super) code: i64,
+    pub(super) message: String,
 }
 
-fn err(code: i64, message: impl Into<String>) -> RpcError {
+pub(super) fn err(code: i64, message: impl Into<String>) -> RpcError {
     RpcError {
         code,
         message: message.into(),
+    }
+}
+
+/// A line's top level, borrowed from the line: nothing in it is copied or parsed yet.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
+/// What one line is.
+enum Frame<'a> {
+    /// Only whitespace: skipped.
+    Blank,
+    /// Not JSON: the channel is closed.
+    NotJson(String),
+    /// A method without an id: no answer.
+    Notification {
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    },
+    /// JSON, but not a request this proxy can answer; `id` is raw JSON (`null` when it
+    /// could not be taken from the message).
+    Invalid { id: &'a str, message: &'static str },
+    Request {
+        id: &'a str,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    },
+}
+
+fn parse_frame(line: &[u8]) -> Frame<'_> {
+    // Serde would also read a struct from an array (`[1, 2]` as id 1, method 2).
+    let object = line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let env = match serde_json::from_slice::<Envelope>(line) {
+        Ok(env) if object => env,
+        Ok(_) => {
+            return Frame::Invalid {
+                id: "null",
+                message: "Invalid Request: expected an object {jsonrpc, id, method, params}",
+            }
+        }
+        Err(_) if line.iter().all(u8::is_ascii_whitespace) => return Frame::Blank,
+        Err(e) => {
+            return match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+                Ok(_) => Frame::Invalid {
+                    id: "null",
+                    message: "Invalid Request: expected an object {jsonrpc, id, method, params}",
+                },
+                Err(_) => Frame::NotJson(e.to_string()),
+            }
+        }
+    };
+    // Method names are plain strings; a borrowed &str refuses escapes, so nothing is
+    // copied however long the method is.
+    let method = env
+        .method
+        .and_then(|raw| serde_json::from_str::<&str>(raw.get()).ok());
+    let id = match env.id {
+        None => None,
+        Some(raw) => {
+            let text = raw.get();
+            let scalar = matches!(text.as_bytes()[0], b'"' | b'-' | b'0'..=b'9');
+            if !scalar || text.len() > MAX_ID_BYTES {
+                return Frame::Invalid {
+                    id: "null",
+                    message:
+                        "Invalid Request: the id must be a number or a string of at most 64 bytes",
+                };
+            }
+            Some(text)
+        }
+    };
+    match (id, method) {
+        (Some(id), Some(method)) => Frame::Request {
+            id,
+            method,
+            params: env.params,
+        },
+        (None, Some(method)) => Frame::Notification {
+            method,
+            params: env.params,
+        },
+        (id, None) => Frame::Invalid {
+            id: id.unwrap_or("null"),
+            message:
+                "Invalid Request: expected {jsonrpc, id, method, params} with a plain string method",
+        },
     }
 }
 
@@ -78,7 +282,7 @@ impl ProxySession {
         *self.allow.lock().expect("proxy allowlist") = allow;
     }
 
-    fn allows(&self, name: &str) -> bool {
+    pub(super) fn allows(&self, name: &str) -> bool {
         self.allow.lock().expect("proxy allowlist").allows(name)
     }
 
@@ -87,23 +291,37 @@ impl ProxySession {
         self.hooks().redactor = Some((redactor, strict));
     }
 
-    /// Calls `observer` with every finished `tools/call`.
+    pub(super) fn redactor(&self) -> Option<(Arc<dyn Redactor>, bool)> {
+        self.hooks().redactor.clone()
+    }
+
+    /// Calls `observer` with every `tools/call` the report keeps a record of.
     pub fn set_observer(&self, observer: CallObserver) {
         self.hooks().observer = Some(observer);
     }
 
-    /// Sends the params of every `codebox/*` notification from the sandbox to `control`.
+    /// Sends every `codebox/done` notification from the sandbox that the supervisor waits
+    /// for (the first run's, then one per [`ProxySession::send_line`]) to `control`.
     pub fn set_control(&self, control: mpsc::UnboundedSender<Value>) {
-        self.hooks().control = Some(control);
+        let mut hooks = self.hooks();
+        hooks.control = Some(control);
+        hooks.awaited_done = 1;
     }
 
-    /// Writes one line (without its newline) to the sandbox, between the answers; false
-    /// when the channel is not being served.
-    pub fn send_line(&self, line: Vec<u8>) -> bool {
-        match &self.hooks().writer {
-            Some(tx) => tx.send(line).is_ok(),
+    /// Writes one line (without its newline) to the sandbox, between the answers, and
+    /// waits for one more `codebox/done`; false when the channel is not being served or
+    /// its queue is full (the sandbox does not read it).
+    pub fn send_line(&self, mut line: Vec<u8>) -> bool {
+        line.push(b'\n');
+        let mut hooks = self.hooks();
+        let sent = match &hooks.writer {
+            Some(tx) => tx.try_send((line, None)).is_ok(),
             None => false,
+        };
+        if sent && hooks.control.is_some() {
+            hooks.awaited_done += 1;
         }
+        sent
     }
 
     fn hooks(&self) -> std::sync::MutexGuard<'_, Hooks> {
@@ -119,60 +337,196 @@ impl ProxySession {
     /// (one run of a keep-alive session).
     pub fn take_report(&self) -> ProxyReport {
         let mut st = self.state.lock().expect("proxy state");
-        st.calls = 0;
         st.bytes = 0;
         std::mem::take(&mut st.report)
     }
 
+    /// Notes in the report (once) that answers went unread and the reader was held back.
+    fn note_held_back(&self) {
+        let bytes = self.limits.max_queued_reply_bytes;
+        let mut st = self.state.lock().expect("proxy state");
+        if st.report.channel_error.is_none() {
+            tracing::info!(bytes, "a sandbox does not read its answers on fd 3");
+            st.report.channel_error = Some(format!(
+                "the program left more than {bytes} bytes of answers unread on fd 3, so the proxy stopped reading its requests until they are read"
+            ));
+        }
+    }
+
+    /// Counts one answered message; false when it is past [`ProxyLimits::max_calls`].
+    fn admit(&self, method: &str) -> bool {
+        let mut st = self.state.lock().expect("proxy state");
+        if st.report.requests >= u64::from(self.limits.max_calls) {
+            if method == "tools/call" {
+                // Not handled, so no record: counted with the records left out.
+                let dropped = st
+                    .report
+                    .tool_calls_dropped
+                    .get_or_insert_with(Default::default);
+                dropped.count += 1;
+                *dropped.by_outcome.entry("limit".into()).or_default() += 1;
+            }
+            return false;
+        }
+        st.report.requests += 1;
+        true
+    }
+
+    /// Keeps `record` in the report (and tells the observer) while fewer than
+    /// [`ProxyLimits::max_call_records`] are kept; counts it otherwise.
+    pub(super) fn record(&self, record: ToolCallRecord) {
+        {
+            let mut st = self.state.lock().expect("proxy state");
+            if st.report.tool_calls.len() >= self.limits.max_call_records {
+                let dropped = st
+                    .report
+                    .tool_calls_dropped
+                    .get_or_insert_with(Default::default);
+                dropped.count += 1;
+                let outcome = record.error_kind.unwrap_or("ok");
+                *dropped.by_outcome.entry(outcome.into()).or_default() += 1;
+                return;
+            }
+            st.report.tool_calls.push(record.clone());
+        }
+        let observer = self.hooks().observer.clone();
+        if let Some(observe) = observer {
+            observe(&record);
+        }
+    }
+
     /// Serves the channel until the sandbox closes it or sends a malformed frame.
     pub async fn serve(self: Arc<Self>, stream: UnixStream) {
-        let (read, mut write) = stream.into_split();
-        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (read, write) = stream.into_split();
+        let in_flight = self.limits.max_in_flight.max(1);
+        let reply_units = units_of(self.limits.max_queued_reply_bytes);
+        // Every queued answer holds at least one unit, so the budget bounds the count too.
+        let (tx, rx) = mpsc::channel::<Outgoing>(reply_units + CONTROL_SLOTS);
         self.hooks().writer = Some(tx.clone());
-        let writer = tokio::spawn(async move {
-            while let Some(mut line) = rx.recv().await {
-                line.push(b'\n');
-                if write.write_all(&line).await.is_err() {
-                    break;
-                }
-            }
-            let _ = write.shutdown().await;
-        });
+        let writer = tokio::spawn(write_lines(write, rx));
+        let replies = Replies {
+            tx,
+            budget: Arc::new(Semaphore::new(reply_units)),
+            units: reply_units,
+            session: self.clone(),
+        };
+        let requests = Arc::new(Semaphore::new(in_flight));
+        let byte_units = units_of(self.limits.max_in_flight_bytes);
+        let bytes = Arc::new(Semaphore::new(byte_units));
         let mut calls = JoinSet::new();
         let mut reader = BufReader::new(read);
         let mut line = Vec::new();
+        let mut spare: Option<OwnedSemaphorePermit> = None;
         loop {
+            // No permit, no read: this is where a sandbox that does not read its answers
+            // is held back.
+            let permit = match spare.take() {
+                Some(p) => p,
+                None => match requests.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
             line.clear();
-            let closing =
-                match read_line_capped(&mut reader, &mut line, self.limits.max_request_bytes).await
-                {
-                    Ok(None) | Err(_) => break,
-                    Ok(Some(true)) => Some(format!(
-                        "a message larger than {} bytes",
-                        self.limits.max_request_bytes
-                    )),
-                    Ok(Some(false)) => match serde_json::from_slice::<Value>(&line) {
-                        Ok(msg) => {
-                            let session = self.clone();
-                            let tx = tx.clone();
-                            calls.spawn(async move {
-                                if let Some(reply) = session.handle(msg).await {
-                                    let _ = tx.send(reply);
-                                }
-                            });
-                            None
+            // One huge line must not keep its buffer for the session's whole life.
+            line.shrink_to(LINE_KEEP);
+            let read =
+                read_line_capped(&mut reader, &mut line, self.limits.max_request_bytes).await;
+            let closing = match read {
+                Ok(None) | Err(_) => break,
+                Ok(Some(true)) => Some(format!(
+                    "a message larger than {} bytes",
+                    self.limits.max_request_bytes
+                )),
+                Ok(Some(false)) => match parse_frame(&line) {
+                    Frame::Blank => {
+                        spare = Some(permit);
+                        None
+                    }
+                    Frame::NotJson(e) => Some(format!("a message that is not JSON ({e})")),
+                    Frame::Notification { method, params } => {
+                        self.notify(method, params);
+                        spare = Some(permit);
+                        None
+                    }
+                    Frame::Invalid { id, message } => {
+                        // Counted like any answered message; refused or not, the answer is
+                        // the same.
+                        self.admit("");
+                        let reply = error_line(id, code::INVALID_REQUEST, message);
+                        if !replies.send(reply).await {
+                            break;
                         }
-                        Err(e) if line.iter().all(u8::is_ascii_whitespace) => {
-                            let _ = e;
-                            None
+                        drop(permit);
+                        None
+                    }
+                    Frame::Request { id, method, .. } if !self.admit(method) => {
+                        let why = format!(
+                            "this execution reached its limit of {} tool calls (every request counts)",
+                            self.limits.max_calls
+                        );
+                        let reply = error_line(id, code::LIMIT, &why);
+                        if !replies.send(reply).await {
+                            break;
                         }
-                        Err(e) => Some(format!("a message that is not JSON ({e})")),
-                    },
-                };
+                        drop(permit);
+                        None
+                    }
+                    Frame::Request { id, method, params } => {
+                        let known = matches!(method, "tools/call" | "tools/search" | "tools/get");
+                        // An unknown method's params are never looked at, nor kept.
+                        let params = params.filter(|_| known);
+                        let cost = params.map_or(0, |raw| parse_cost(raw.get()));
+                        if cost > self.limits.max_in_flight_bytes {
+                            let why = format!(
+                                "the params would take about {} MiB of memory to parse; the proxy handles at most {} MiB of requests at once",
+                                cost >> 20,
+                                self.limits.max_in_flight_bytes >> 20
+                            );
+                            if !replies
+                                .send(error_line(id, code::INVALID_PARAMS, &why))
+                                .await
+                            {
+                                break;
+                            }
+                            drop(permit);
+                            continue;
+                        }
+                        let units = u32::try_from(units_of(cost).min(byte_units))
+                            .expect("units_of stays within a semaphore's range");
+                        let Ok(held) = bytes.clone().acquire_many_owned(units).await else {
+                            break;
+                        };
+                        let params = match params {
+                            // Valid JSON already (the envelope parsed), within the budget.
+                            Some(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+                            None if known => json!({}),
+                            None => Value::Null,
+                        };
+                        // Only the clipped form of an unknown method is kept (for its error).
+                        let (id, method) =
+                            (id.to_string(), clip(method, MAX_NAME_ECHO).into_owned());
+                        let session = self.clone();
+                        let replies = replies.clone();
+                        let held = Permits {
+                            _request: permit,
+                            _bytes: Some(held),
+                        };
+                        calls.spawn(async move {
+                            let reply = session.handle(&id, &method, params).await;
+                            replies.send(reply).await;
+                            drop(held);
+                        });
+                        None
+                    }
+                },
+            };
             if let Some(why) = closing {
                 let why = format!("the proxy closed the tool channel: the sandbox sent {why}");
-                tracing::warn!(%why, "malformed frame on fd 3");
-                let _ = tx.send(error_line(&Value::Null, code::PARSE_ERROR, &why));
+                tracing::warn!(why = %clip(&why, MAX_MESSAGE_ECHO), "malformed frame on fd 3");
+                let _ = replies
+                    .tx
+                    .try_send((error_line("null", code::PARSE_ERROR, &why), None));
                 self.state.lock().expect("proxy state").report.channel_error = Some(why);
                 break;
             }
@@ -180,346 +534,98 @@ impl ProxySession {
             while calls.try_join_next().is_some() {}
         }
         // The channel ended: nobody will read answers to calls still running.
-        calls.abort_all();
+        calls.shutdown().await;
         self.hooks().writer = None;
-        drop(tx);
+        drop(replies);
         let _ = writer.await;
     }
 
-    /// Answers one message; `None` for notifications.
-    async fn handle(&self, msg: Value) -> Option<Vec<u8>> {
-        let id = msg.get("id").cloned();
-        let method = msg.get("method").and_then(Value::as_str);
-        let (Some(id), Some(method)) = (id, method) else {
-            if let Some(method) = method {
-                // A notification: nothing to answer. The session's own go to its control.
-                if method.starts_with("codebox/") {
-                    if let Some(control) = &self.hooks().control {
-                        let mut note = msg.get("params").cloned().unwrap_or(json!({}));
-                        if let Some(obj) = note.as_object_mut() {
-                            obj.insert("method".into(), json!(method));
-                        }
-                        let _ = control.send(note);
-                    }
+    /// A notification: only a `codebox/done` the supervisor waits for goes anywhere.
+    fn notify(&self, method: &str, params: Option<&RawValue>) {
+        #[derive(Deserialize)]
+        struct Done<'a> {
+            #[serde(borrow, default)]
+            status: Option<&'a str>,
+        }
+        if method == "codebox/done" {
+            let mut hooks = self.hooks();
+            if hooks.awaited_done > 0 {
+                if let Some(control) = &hooks.control {
+                    let status = params
+                        .and_then(|p| serde_json::from_str::<Done>(p.get()).ok())
+                        .and_then(|d| d.status)
+                        .map(|s| clip(s, 32).into_owned());
+                    let _ = control.send(json!({"method": method, "status": status}));
+                    hooks.awaited_done -= 1;
+                    return;
                 }
-                return None;
             }
-            return Some(error_line(
-                msg.get("id").unwrap_or(&Value::Null),
-                code::INVALID_REQUEST,
-                "Invalid Request: expected {jsonrpc, id, method, params}",
-            ));
-        };
-        let params = msg.get("params").cloned().unwrap_or(json!({}));
+        }
+        tracing::debug!(
+            method = %clip(method, MAX_NAME_ECHO),
+            "ignoring a notification on fd 3"
+        );
+    }
+
+    /// Answers one request.
+    async fn handle(&self, id: &str, method: &str, params: Value) -> Vec<u8> {
         let result = match method {
             "tools/call" => self.call(params).await,
             "tools/search" => self.search(params),
             "tools/get" => self.get(params),
             other => Err(err(
                 code::METHOD_NOT_FOUND,
+                // Clipped by the reader already.
                 format!("unknown method {other:?}: use tools/call, tools/search or tools/get"),
             )),
         };
-        Some(match result {
-            Ok(line) => {
-                let mut out = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#).into_bytes();
-                out.extend_from_slice(&line);
-                out.push(b'}');
+        match result {
+            Ok(body) => {
+                let mut out = Vec::with_capacity(body.len() + id.len() + 40);
+                out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+                out.extend_from_slice(id.as_bytes());
+                out.extend_from_slice(br#","result":"#);
+                out.extend_from_slice(&body);
+                out.extend_from_slice(b"}\n");
                 out
             }
-            Err(e) => error_line(&id, e.code, &e.message),
-        })
-    }
-
-    /// `tools/call`: allowlist, catalog, limits, the upstream call, the record.
-    async fn call(&self, params: Value) -> Result<Vec<u8>, RpcError> {
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| err(code::INVALID_PARAMS, "tools/call needs a string \"name\""))?
-            .to_string();
-        let redactor = self.hooks().redactor.clone();
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(map)) => {
-                let mut args = Value::Object(map.clone());
-                if let Some((r, _)) = &redactor {
-                    r.restore_json(&mut args);
-                }
-                match args {
-                    Value::Object(map) => Some(map),
-                    _ => unreachable!("restoring keeps an object an object"),
-                }
-            }
-            Some(_) => {
-                return Err(err(
-                    code::INVALID_PARAMS,
-                    "tools/call \"arguments\" must be an object",
-                ))
-            }
-        };
-        let bytes_in = arguments
-            .as_ref()
-            .map(|a| serde_json::to_vec(a).map(|v| v.len()).unwrap_or(0))
-            .unwrap_or(2) as u64;
-        let started = Instant::now();
-        let strict = redactor.as_ref().is_some_and(|(_, strict)| *strict);
-        let outcome = self
-            .checked_call(
-                &name,
-                arguments,
-                bytes_in,
-                strict.then(|| redactor.clone()).flatten(),
-            )
-            .await;
-        let (ok, bytes_out, error, error_kind) = match &outcome {
-            Ok((bytes, is_error, text)) => (
-                !is_error,
-                bytes.len() as u64,
-                text.clone(),
-                is_error.then_some("tool_error"),
-            ),
-            Err(e) => (false, 0, Some(e.message.clone()), Some(error_kind(e.code))),
-        };
-        let error = match (&redactor, error) {
-            (Some((r, _)), Some(text)) => Some(r.tokenize(&text)),
-            (_, error) => error,
-        };
-        let record = ToolCallRecord {
-            name: name.clone(),
-            ok,
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-            bytes_in,
-            bytes_out,
-            error,
-            error_kind,
-        };
-        let observer = self.hooks().observer.clone();
-        if let Some(observe) = observer {
-            observe(&record);
+            Err(e) => error_line(id, e.code, &e.message),
         }
-        tracing::debug!(
-            tool = %name,
-            ok,
-            duration_ms = record.duration_ms,
-            bytes_in,
-            bytes_out,
-            "proxied tool call"
-        );
-        self.state
-            .lock()
-            .expect("proxy state")
-            .report
-            .tool_calls
-            .push(record);
-        outcome.map(|(bytes, _, _)| bytes).map_err(|mut e| {
-            if strict {
-                if let Some((r, _)) = &redactor {
-                    e.message = r.tokenize(&e.message);
-                }
-            }
-            e
-        })
-    }
-
-    /// The call itself; returns the result JSON, whether it is an error, and its error
-    /// text.
-    async fn checked_call(
-        &self,
-        name: &str,
-        arguments: Option<serde_json::Map<String, Value>>,
-        bytes_in: u64,
-        strict: Option<(Arc<dyn Redactor>, bool)>,
-    ) -> Result<(Vec<u8>, bool, Option<String>), RpcError> {
-        if !self.allows(name) {
-            return Err(denied(name));
-        }
-        if self.backend.catalog().get(name).is_none() {
-            return Err(err(
-                code::UNKNOWN_TOOL,
-                format!("no tool named {name:?}; find tools with tools/search"),
-            ));
-        }
-        {
-            let mut st = self.state.lock().expect("proxy state");
-            if st.calls >= self.limits.max_calls {
-                return Err(err(
-                    code::LIMIT,
-                    format!(
-                        "this execution reached its limit of {} tool calls",
-                        self.limits.max_calls
-                    ),
-                ));
-            }
-            if st.bytes + bytes_in > self.limits.max_bytes {
-                return Err(err(
-                    code::LIMIT,
-                    format!(
-                        "this execution reached its limit of {} bytes through tool calls",
-                        self.limits.max_bytes
-                    ),
-                ));
-            }
-            st.calls += 1;
-            st.bytes += bytes_in;
-        }
-        let timeout = self.limits.call_timeout;
-        let call = self.backend.call(name.to_string(), arguments, timeout);
-        // The backend enforces the timeout; this bound only guards against one that does not.
-        let result = match tokio::time::timeout(timeout + Duration::from_secs(1), call).await {
-            Err(_) => Err(CallError::Timeout(format!(
-                "no answer within {} ms",
-                timeout.as_millis()
-            ))),
-            Ok(r) => r,
-        };
-        let result = result.map_err(|e| match e {
-            CallError::Timeout(m) => err(code::TIMEOUT, format!("{name}: {m}")),
-            CallError::Failed(m) => err(code::UPSTREAM, format!("{name}: {m}")),
-        })?;
-        let is_error = result.is_error.unwrap_or(false);
-        let error_text = is_error.then(|| {
-            result
-                .content
-                .iter()
-                .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-                .collect::<Vec<_>>()
-                .join("\n")
-                .chars()
-                .take(500)
-                .collect::<String>()
-        });
-        let bytes = match strict {
-            // Strict: the sandbox never sees raw values, so the result is tokenized as JSON.
-            Some((r, _)) => serde_json::to_value(&result).map(|mut v| {
-                r.tokenize_json(&mut v);
-                v
-            }),
-            None => serde_json::to_value(&result),
-        }
-        .and_then(|v| serde_json::to_vec(&v))
-        .map_err(|e| {
-            err(
-                code::UPSTREAM,
-                format!("{name}: unserialisable result: {e}"),
-            )
-        })?;
-        if bytes.len() > self.limits.max_result_bytes {
-            return Err(err(
-                code::LIMIT,
-                format!(
-                    "{name}: the result is {} bytes; the limit is {} bytes",
-                    bytes.len(),
-                    self.limits.max_result_bytes
-                ),
-            ));
-        }
-        {
-            let mut st = self.state.lock().expect("proxy state");
-            if st.bytes + bytes.len() as u64 > self.limits.max_bytes {
-                return Err(err(
-                    code::LIMIT,
-                    format!(
-                        "this execution reached its limit of {} bytes through tool calls",
-                        self.limits.max_bytes
-                    ),
-                ));
-            }
-            st.bytes += bytes.len() as u64;
-        }
-        Ok((bytes, is_error, error_text))
-    }
-
-    fn search(&self, params: Value) -> Result<Vec<u8>, RpcError> {
-        let query = search_query(&params).map_err(|m| err(code::INVALID_PARAMS, m))?;
-        let page = self
-            .backend
-            .index()
-            .search(&query, &|name| self.allows(name))
-            .map_err(|e| err(code::INVALID_PARAMS, e.to_string()))?;
-        let value =
-            json!({"tools": page.tools, "next_cursor": page.next_cursor, "total": page.total});
-        Ok(serde_json::to_vec(&value).expect("JSON values serialise"))
-    }
-
-    fn get(&self, params: Value) -> Result<Vec<u8>, RpcError> {
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| err(code::INVALID_PARAMS, "tools/get needs a string \"name\""))?;
-        if !self.allows(name) {
-            return Err(denied(name));
-        }
-        let tool = self.backend.index().get(name).ok_or_else(|| {
-            err(
-                code::UNKNOWN_TOOL,
-                format!("no tool named {name:?}; find tools with tools/search"),
-            )
-        })?;
-        Ok(serde_json::to_vec(&tool).expect("JSON values serialise"))
     }
 }
 
-/// `tools/search` params `{query, detail?, server?, limit?, cursor?}` as a query.
-pub fn search_query(params: &Value) -> Result<SearchQuery, String> {
-    let text = params
-        .get("query")
-        .and_then(Value::as_str)
-        .ok_or("tools/search needs a string \"query\"")?;
-    let detail = match params.get("detail") {
-        None | Some(Value::Null) => Detail::Summary,
-        Some(Value::String(d)) => d
-            .parse()
-            .map_err(|e: crate::catalog::SearchError| e.to_string())?,
-        Some(_) => return Err("detail must be \"name\", \"summary\" or \"full\"".into()),
-    };
-    let string = |key: &str| -> Result<Option<String>, String> {
-        match params.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(format!("{key} must be a string")),
+/// A byte budget in units of [`BYTE_UNIT`] (at least one, at most a semaphore's maximum).
+fn units_of(bytes: usize) -> usize {
+    bytes
+        .div_ceil(BYTE_UNIT)
+        .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize))
+}
+
+/// Writes the queued lines; a line's share of the budget is given back once it is
+/// written.
+async fn write_lines(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Outgoing>) {
+    while let Some((line, held)) = rx.recv().await {
+        let written = write.write_all(&line).await.is_ok();
+        drop(held);
+        if !written {
+            break;
         }
-    };
-    let limit = match params.get("limit") {
-        None | Some(Value::Null) => DEFAULT_LIMIT,
-        Some(v) => v
-            .as_u64()
-            .map(|n| n as usize)
-            .ok_or("limit must be a positive integer")?,
-    };
-    Ok(SearchQuery {
-        text: text.to_string(),
-        server: string("server")?,
-        detail,
-        limit,
-        cursor: string("cursor")?,
-    })
-}
-
-/// The audit category of a failed call.
-fn error_kind(code: i64) -> &'static str {
-    match code {
-        code::DENIED => "denied",
-        code::UNKNOWN_TOOL => "unknown_tool",
-        code::LIMIT => "limit",
-        code::TIMEOUT => "timeout",
-        code::UPSTREAM => "upstream",
-        _ => "invalid",
     }
+    let _ = write.shutdown().await;
 }
 
-fn denied(name: &str) -> RpcError {
-    err(
-        code::DENIED,
-        format!("tool {name:?} is not in this execution's allowed_tools"),
-    )
+/// An error answer (newline included); `id` is raw JSON, `message` is clipped.
+pub(super) fn error_line(id: &str, code: i64, message: &str) -> Vec<u8> {
+    let message =
+        serde_json::to_string(&clip(message, MAX_MESSAGE_ECHO)).expect("strings serialise");
+    let mut line =
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
+            .into_bytes();
+    line.push(b'\n');
+    line
 }
 
-fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": code, "message": message},
-    }))
-    .expect("JSON values serialise")
+/// The shown form of a client-chosen name: clipped.
+pub(super) fn shown(name: &str) -> Cow<'_, str> {
+    clip(name, MAX_NAME_ECHO)
 }

@@ -349,3 +349,289 @@ async fn the_sandbox_closing_fd3_ends_the_session_and_aborts_calls() {
         .expect("the session ends at once")
         .unwrap();
 }
+
+/// Reads answers until one has `id`; returns it and how many others came first.
+async fn answer_to(h: &mut Harness, id: Value) -> (Value, usize) {
+    let mut others = 0;
+    loop {
+        let r = h.next().await;
+        if r["id"] == id {
+            return (r, others);
+        }
+        others += 1;
+    }
+}
+
+#[tokio::test]
+async fn junk_of_every_kind_is_answered_briefly_and_counted() {
+    let mut h = harness(&["*"], ProxyLimits::default());
+    let huge = "m".repeat(100_000);
+    let junk = [
+        json!({"jsonrpc": "2.0", "id": "j1", "method": format!("tools/{huge}")}),
+        json!({"jsonrpc": "2.0", "id": "x".repeat(1000), "method": "tools/get"}),
+        json!({"jsonrpc": "2.0", "id": {"an": "object"}, "method": "tools/get"}),
+        json!({"jsonrpc": "2.0", "id": "j2", "method": 5}),
+        json!({"jsonrpc": "2.0", "method": "codebox/done", "params": {"status": "ok"}}),
+        json!({"jsonrpc": "2.0", "method": format!("notifications/{huge}")}),
+        json!([1, 2, 3]),
+        json!({"jsonrpc": "2.0", "id": "j3", "method": "tools/search", "params": {"query": huge}}),
+    ];
+    for j in &junk {
+        h.send(j.to_string().as_bytes()).await;
+    }
+    h.send(b"   ").await;
+    let r = h.rpc(1, "tools/search", json!({"query": "read"})).await;
+    let r = if r["id"] == 1 {
+        r
+    } else {
+        answer_to(&mut h, json!(1)).await.0
+    };
+    assert_eq!(r["result"]["tools"][0]["name"], "fs__read", "{r}");
+    let report = h.session.report();
+    // Six answered junk messages and the search; notifications and blank lines are free.
+    assert_eq!(report.requests, 7);
+    assert!(report.channel_error.is_none());
+}
+
+#[tokio::test]
+async fn long_ids_and_methods_are_not_echoed() {
+    let mut h = harness(&["*"], ProxyLimits::default());
+    h.send(
+        json!({"jsonrpc": "2.0", "id": "i".repeat(100), "method": "tools/get"})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    let r = h.next().await;
+    assert_eq!(r["error"]["code"], code::INVALID_REQUEST);
+    assert!(r["id"].is_null());
+    let r = h
+        .rpc(2, &format!("tools/{}", "m".repeat(1 << 20)), json!({}))
+        .await;
+    assert_eq!(r["error"]["code"], code::METHOD_NOT_FOUND);
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.len() < 600, "{}", message.len());
+    assert!(message.contains("…[truncated, 1048582 bytes]"), "{message}");
+}
+
+#[tokio::test]
+async fn a_sandbox_that_never_reads_is_held_back_by_the_socket() {
+    let limits = ProxyLimits {
+        max_in_flight: 4,
+        max_queued_reply_bytes: 64 * 1024,
+        ..ProxyLimits::default()
+    };
+    let mut h = harness(&["*"], limits);
+    let name = "nope__".to_string() + &"x".repeat(200);
+    let one = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/get", "params": {"name": name}})
+        .to_string()
+        + "\n";
+    let chunk = one.repeat(256).into_bytes();
+    // Write without reading until a write blocks: the proxy stopped reading fd 3.
+    let mut written = 0usize;
+    let blocked = loop {
+        let w = h.sandbox.get_mut().write_all(&chunk);
+        match tokio::time::timeout(Duration::from_millis(500), w).await {
+            Ok(r) => {
+                r.unwrap();
+                written += chunk.len();
+                assert!(written < 256 << 20, "the proxy never stopped reading");
+            }
+            Err(_) => break written,
+        }
+    };
+    let handled = h.session.report().requests;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        h.session.report().requests,
+        handled,
+        "nothing more is read while the answers are not"
+    );
+    // What the proxy answered is bounded by the socket buffers and its queue budget,
+    // not by what the sandbox wrote.
+    let answered = handled as usize * one.len();
+    assert!(
+        answered < 4 << 20,
+        "{handled} requests handled after {blocked} bytes written"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let note = h.session.report().channel_error.unwrap();
+    assert!(note.contains("answers unread on fd 3"), "{note}");
+    // Reading the answers lets the reader go on.
+    for _ in 0..(handled as usize).min(2000) {
+        h.next().await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(h.session.report().requests > handled);
+}
+
+#[tokio::test]
+async fn every_kind_of_request_counts_and_past_the_limit_none_reaches_the_backend() {
+    let limits = ProxyLimits {
+        max_calls: 5,
+        ..ProxyLimits::default()
+    };
+    let mut h = harness(&["fs__read"], limits);
+    let r = h.rpc(1, "tools/search", json!({"query": "read"})).await;
+    assert!(r.get("result").is_some());
+    let r = h.rpc(2, "tools/get", json!({"name": "fs__read"})).await;
+    assert!(r.get("result").is_some());
+    let r = h.rpc(3, "tools/call", json!({"name": "mem__fail"})).await;
+    assert_eq!(r["error"]["code"], code::DENIED);
+    let r = h.rpc(4, "nothing/here", json!({})).await;
+    assert_eq!(r["error"]["code"], code::METHOD_NOT_FOUND);
+    h.send(br#"{"jsonrpc":"2.0","id":5}"#).await;
+    assert_eq!(h.next().await["error"]["code"], code::INVALID_REQUEST);
+    for (id, method) in [
+        (6, "tools/call"),
+        (7, "tools/search"),
+        (8, "tools/get"),
+        (9, "x"),
+    ] {
+        let r = h
+            .rpc(id, method, json!({"name": "fs__read", "query": "read"}))
+            .await;
+        assert_eq!(r["error"]["code"], code::LIMIT, "{method}: {r}");
+        assert!(r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 5 tool calls"));
+    }
+    assert_eq!(h.backend.calls.load(Ordering::SeqCst), 0);
+    let report = h.session.report();
+    assert_eq!(report.requests, 5);
+    // The denied call has its record; the refused tools/call is counted, not listed.
+    assert_eq!(report.tool_calls.len(), 1);
+    let dropped = report.tool_calls_dropped.unwrap();
+    assert_eq!(dropped.count, 1);
+    assert_eq!(dropped.by_outcome["limit"], 1);
+}
+
+#[tokio::test]
+async fn records_are_capped_clipped_and_observed_once_each() {
+    let limits = ProxyLimits {
+        max_call_records: 3,
+        ..ProxyLimits::default()
+    };
+    let mut h = harness(&["*"], limits);
+    let seen = Arc::new(AtomicU32::new(0));
+    let counter = seen.clone();
+    h.session.set_observer(Arc::new(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    }));
+    let long = format!("fs__{}", "n".repeat(1 << 20));
+    for id in 0..10 {
+        let name = if id % 2 == 0 {
+            long.as_str()
+        } else {
+            "fs__read"
+        };
+        let r = h.rpc(id, "tools/call", json!({"name": name})).await;
+        if id % 2 == 0 {
+            let message = r["error"]["message"].as_str().unwrap();
+            assert!(message.len() < 600, "{}", message.len());
+            assert!(message.contains("…[truncated, 1048580 bytes]"), "{message}");
+        }
+    }
+    let report = h.session.report();
+    assert_eq!(report.tool_calls.len(), 3);
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    let first = &report.tool_calls[0];
+    assert!(first.name.len() < 400 && first.name.ends_with("…[truncated, 1048580 bytes]"));
+    assert!(first.error.as_ref().unwrap().len() < 1200);
+    let dropped = report.tool_calls_dropped.unwrap();
+    assert_eq!(dropped.count, 7);
+    assert_eq!(dropped.by_outcome["unknown_tool"], 3);
+    assert_eq!(dropped.by_outcome["ok"], 4);
+    // A keep-alive session's next run starts again.
+    let _ = h.session.take_report();
+    assert!(h.session.report().tool_calls_dropped.is_none());
+}
+
+#[tokio::test]
+async fn only_an_awaited_codebox_done_reaches_the_control_queue() {
+    let mut h = harness(&["*"], ProxyLimits::default());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    h.session.set_control(tx);
+    let done = json!({"jsonrpc": "2.0", "method": "codebox/done", "params": {"status": "ok", "junk": "j".repeat(100_000)}});
+    for _ in 0..100 {
+        h.send(done.to_string().as_bytes()).await;
+        h.send(br#"{"jsonrpc":"2.0","method":"codebox/other","params":{}}"#)
+            .await;
+    }
+    // A request after them proves they were all read.
+    h.rpc(1, "tools/search", json!({"query": "x"})).await;
+    let note = rx.try_recv().unwrap();
+    assert_eq!(note, json!({"method": "codebox/done", "status": "ok"}));
+    assert!(rx.try_recv().is_err(), "one awaited, one passed on");
+    assert!(h.session.send_line(b"{}".to_vec()));
+    assert_eq!(h.next().await, json!({}));
+    h.send(done.to_string().as_bytes()).await;
+    h.rpc(2, "tools/search", json!({"query": "x"})).await;
+    assert!(rx.try_recv().is_ok());
+}
+
+#[test]
+fn clip_cuts_at_a_character_boundary_with_a_marker() {
+    assert_eq!(clip("short", 10), "short");
+    let s = "é".repeat(10);
+    let c = clip(&s, 5);
+    assert_eq!(c, "éé…[truncated, 20 bytes]");
+}
+
+#[test]
+fn parse_cost_counts_what_parsing_takes_not_only_the_text() {
+    use super::session::parse_cost;
+    let text = format!("{{\"x\":\"{}\"}}", "y".repeat(1 << 20));
+    assert!(
+        parse_cost(&text) < (1 << 20) + 4096,
+        "one big string is its text"
+    );
+    // Brackets and commas inside strings are text.
+    assert!(parse_cost(r#""{[,,,]}\"{""#) < 200);
+    let objects = format!("[{}]", vec![r#"{"a":0}"#; 1000].join(","));
+    assert!(
+        parse_cost(&objects) > 1000 * 640,
+        "{}",
+        parse_cost(&objects)
+    );
+}
+
+#[tokio::test]
+async fn params_that_would_parse_into_a_flood_of_values_are_refused() {
+    let limits = ProxyLimits {
+        max_in_flight_bytes: 16 << 20,
+        ..ProxyLimits::default()
+    };
+    let mut h = harness(&["*"], limits);
+    let many = vec![json!({"a": 0}); 200_000];
+    let r = h
+        .rpc(
+            1,
+            "tools/call",
+            json!({"name": "fs__read", "arguments": {"x": many}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], code::INVALID_PARAMS, "{r}");
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("would take about"));
+    assert_eq!(h.backend.calls.load(Ordering::SeqCst), 0);
+    // A large string is fine, and so is the next request.
+    let big = "z".repeat(8 << 20);
+    let r = h
+        .rpc(
+            2,
+            "tools/call",
+            json!({"name": "fs__read", "arguments": {"x": big}}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["structuredContent"]["echo"]["x"]
+            .as_str()
+            .unwrap()
+            .len(),
+        8 << 20
+    );
+}

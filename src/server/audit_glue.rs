@@ -1,5 +1,8 @@
 //! What the server writes to the audit log: one record per execution (also refused ones)
-//! and one per proxied tool call. Appends run on the blocking pool (the log may fsync).
+//! and one per proxied tool call, up to the proxy's cap of call records per execution
+//! (`max_tool_call_records`); the calls past it are counted in one `tool_calls_omitted`
+//! record written before the execution's. Appends run on the blocking pool (the log may
+//! fsync).
 //!
 //! Records hold no code text (unless the operator opted in), no output and no error
 //! texts, so no personal data; a session is named by the first characters of its id
@@ -83,6 +86,15 @@ impl CodeboxServer {
         result: &ExecutionResult,
     ) {
         if let Some(log) = &self.state.settings.audit {
+            if let Some(dropped) = &result.tool_calls_dropped {
+                let record = audit::ToolCallsOmittedRecord {
+                    client: client.to_string(),
+                    session: session_name(session),
+                    count: dropped.count,
+                    by_outcome: dropped.by_outcome.clone(),
+                };
+                append(log, AuditEvent::ToolCallsOmitted(record));
+            }
             let outcome = if result.failed() { "failed" } else { "ok" };
             let record = self.execution_record(
                 client,
@@ -97,7 +109,8 @@ impl CodeboxServer {
         }
     }
 
-    /// Writes every proxied call of an execution as it returns.
+    /// Writes every proxied call of an execution the proxy keeps a record of (the first
+    /// `max_tool_call_records`) as it returns.
     pub(super) fn call_observer(
         &self,
         client: &str,
@@ -168,6 +181,9 @@ impl CodeboxServer {
                         .collect()
                 })
                 .unwrap_or_default(),
+            tools_called_omitted: result
+                .and_then(|r| r.tool_calls_dropped.as_ref())
+                .map_or(0, |d| d.count),
             exit_code: result.and_then(|r| r.exit_code),
             signal: result.and_then(|r| r.signal),
             limits_hit,

@@ -281,6 +281,7 @@ impl CodeboxServer {
         };
         let mut result = execution::result_from(language, None, true, outcome);
         result.tool_calls = report.tool_calls;
+        result.tool_calls_dropped = report.tool_calls_dropped;
         result.start = sandbox_start;
         result.tool_channel_error = report.channel_error;
         if let Some(session) = &session {

@@ -165,7 +165,7 @@ fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
             stdout_cut_bytes = cut.0,
             stderr_cut_bytes = cut.1,
             workspace_files_dropped = dropped.0,
-            tool_calls_dropped = dropped.1,
+            tool_call_records_dropped = dropped.1,
             budget,
             "the result was cut to fit on the wire"
         );
@@ -176,7 +176,7 @@ fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
                     "stdout_bytes_cut": cut.0,
                     "stderr_bytes_cut": cut.1,
                     "workspace_files_dropped": dropped.0,
-                    "tool_calls_dropped": dropped.1,
+                    "tool_call_records_dropped": dropped.1,
                     "limit_bytes": budget,
                 }),
             );
@@ -320,6 +320,7 @@ mod tests {
             workspace_files: None,
             workspace_files_truncated: false,
             tool_calls: Vec::new(),
+            tool_calls_dropped: None,
             tool_channel_error: None,
             start: None,
             session: None,

@@ -140,6 +140,7 @@ mod tests {
             } else {
                 Vec::new()
             },
+            tool_calls_dropped: None,
             tool_channel_error: (!full).then(|| "garbage".into()),
             session: full.then(
                 || serde_json::json!({"id": "cbx_1", "keep_alive": true, "interpreter": "kept"}),
