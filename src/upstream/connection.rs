@@ -18,7 +18,6 @@ use rmcp::service::{
     ClientInitializeError, NotificationContext, Peer, RoleClient, RunningServiceCancellationToken,
     ServiceError,
 };
-use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ServiceExt};
@@ -29,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::{ServerConfig, TransportConfig};
 use super::manager::UpstreamOptions;
 use super::process::{self, ServerProcess};
+use super::stdio_transport::StdioTransport;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -138,8 +138,8 @@ pub async fn connect(
         TransportConfig::Stdio { command, args, env } => {
             let (process, (stdout, stdin)) =
                 ServerProcess::spawn(&server.name, command, args, env, options.kill_grace)?;
-            let transport = AsyncRwTransport::new_client(stdout, stdin)
-                .with_max_line_length(options.max_message_bytes);
+            let transport =
+                StdioTransport::new(&server.name, stdout, stdin, options.max_message_bytes);
             let outcome = bounded(timeout, stop, handshake(handler, transport)).await;
             (Some(process), outcome)
         }

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::catalog::Catalog;
 use super::config::ServerConfig;
 use super::naming;
+use super::stdio_transport::transport_failure;
 use super::supervisor::{self, Shared};
 
 /// Timeouts and backoff for the upstream connections.
@@ -33,7 +34,8 @@ pub struct UpstreamOptions {
     /// How long a stdio server's process group gets between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
     /// The largest message taken from a server (a stdio line, an SSE event). A larger
-    /// one is dropped by rmcp, and the call it answered runs into its timeout.
+    /// one is skipped without being buffered, and the call it answered fails at once
+    /// with an error naming this limit (see `stdio_transport`).
     pub max_message_bytes: usize,
 }
 
@@ -130,6 +132,12 @@ pub enum UpstreamError {
         server: String,
         tool: String,
         message: String,
+    },
+    #[error("upstream server {server:?}: the answer to the call to {tool:?} could not be taken: {reason}")]
+    BadAnswer {
+        server: String,
+        tool: String,
+        reason: String,
     },
     #[error("upstream server {server:?} answered the call to {tool:?} with {what}, which codebox does not support")]
     Unsupported {
@@ -285,6 +293,13 @@ impl Upstreams {
                 tool,
                 what: "an unknown kind of result",
             }),
+            Ok(Err(ServiceError::McpError(e))) if transport_failure(&e).is_some() => {
+                Err(UpstreamError::BadAnswer {
+                    server,
+                    tool,
+                    reason: e.message.to_string(),
+                })
+            }
             Ok(Err(ServiceError::McpError(e))) => Err(UpstreamError::Rpc {
                 server,
                 tool,

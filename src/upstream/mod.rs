@@ -17,9 +17,11 @@
 pub mod catalog;
 pub mod config;
 pub mod connection;
+pub mod frame_id;
 pub mod manager;
 pub mod naming;
 pub mod process;
+pub mod stdio_transport;
 pub mod supervisor;
 
 pub use catalog::{Catalog, CatalogTool};
