@@ -87,7 +87,7 @@ pub struct ServerStatus {
     /// `stdio` or `http`.
     pub transport: &'static str,
     pub state: ServerState,
-    /// Tools in the catalog (0 unless ready).
+    /// Tools in the catalog: while down, those of the last connection.
     pub tool_count: usize,
     /// Why the last attempt failed or the last connection was lost.
     pub last_error: Option<String>,
@@ -253,12 +253,7 @@ impl Upstreams {
             state: down.state,
             last_error: down.last_error,
         })?;
-        let tool = live
-            .tools
-            .iter()
-            .find(|t| t.name == name)
-            .map(|t| t.tool.clone())
-            .ok_or_else(unknown)?;
+        let tool = slot.upstream_tool(name).ok_or_else(unknown)?;
         let mut params = CallToolRequestParams::new(tool.clone());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);

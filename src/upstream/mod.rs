@@ -11,8 +11,9 @@
 //! - [`manager`]: [`Upstreams`], the handle the MCP server and the sandbox proxy use
 //!
 //! While a server is down (failed, or reconnecting after its connection was lost) its
-//! tools are out of the catalog, and a call to one of its names fails at once with
-//! [`UpstreamError::Unavailable`], which says why.
+//! last known tools stay in the catalog, and a call to one of them fails at once with
+//! [`UpstreamError::Unavailable`], which says why ("upstream server "memory" is
+//! reconnecting: ...").
 
 pub mod catalog;
 pub mod config;
