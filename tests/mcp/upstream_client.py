@@ -395,6 +395,51 @@ except codebox.ToolError as e:
         await anyio.sleep(1)
 
 
+async def memory_status(s):
+    r = await s.call_tool("list_servers", {})
+    return {x["name"]: x for x in r.structured_content["servers"]}["memory"]
+
+
+@case
+async def a_reconnecting_upstream_keeps_its_tools_and_calls_say_so(s, w):
+    serve_pid = w.serve_pid
+    marker = "server-memory/dist/index.js"
+    before = await memory_status(s)
+    assert before["status"] == "ready", before
+    # The first kill reconnects at once (the server was up long enough); the second,
+    # right after, waits out the backoff (1 s), which is the window looked at here.
+    for round in range(2):
+        pid = upstream_pid(serve_pid, marker)
+        assert pid, "the memory upstream is not running"
+        os.kill(pid, signal.SIGKILL)
+        if round == 0:
+            deadline = time.monotonic() + 60
+            while upstream_pid(serve_pid, marker) in (None, pid) or (await memory_status(s))["status"] != "ready":
+                assert time.monotonic() < deadline, "memory did not come back"
+                await anyio.sleep(0.05)
+    seen, errors = set(), []
+    code = ("import codebox\ntry:\n    codebox.call_tool('memory__read_graph', {})\n    print('ok')\n"
+            "except codebox.ToolError as e:\n    print('ToolError:', e)")
+    deadline = time.monotonic() + 60
+    while True:
+        status = await memory_status(s)
+        seen.add(status["status"])
+        assert status["tool_count"] == before["tool_count"], status
+        r = await s.call_tool("search_tools", {"query": "read graph", "server": "memory", "detail": "name"})
+        names = [t["name"] for t in (r.structured_content or {}).get("tools", [])]
+        assert "memory__read_graph" in names, r
+        r, sc = await run(s, "python", code)
+        out = sc.get("stdout", "")
+        assert "no tool named" not in out, sc
+        if out.startswith("ToolError:"):
+            errors.append(out)
+            assert "memory" in out and ("reconnecting" in out or "failed" in out), sc
+        if status["status"] == "ready" and out.strip() == "ok":
+            break
+        assert time.monotonic() < deadline, (seen, errors)
+    assert "reconnecting" in seen, (seen, errors)
+
+
 async def main():
     passed = failed = 0
     w = World()
