@@ -92,6 +92,8 @@ async def main():
             g.write(text.replace('memory = "512M"', f'memory = "{SANDBOX_MEMORY}"'))
         env = server_env()
         env["CODEBOX_MCP_CONFIG"] = config
+        if "GLIBC_TUNABLES" in os.environ:  # to compare malloc settings
+            env["GLIBC_TUNABLES"] = os.environ["GLIBC_TUNABLES"]
         params = StdioServerParameters(command=CODEBOX, args=["serve", "--profile", profile], env=env)
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as s:
@@ -100,12 +102,16 @@ async def main():
                 # Warm both runtimes up.
                 await s.call_tool("execute_python", {"code": "print(1)"})
                 await s.call_tool("execute_typescript", {"code": "console.log(1)"})
+                idle = status_kb(pid, "VmRSS")
+                print(f"supervisor RSS idle: {idle // 1024} MB", flush=True)
                 for language, code in (("typescript", TS), ("python", PY)):
                     inside, total = await run(s, language, code)
                     print(f"{MB} MB to {language}: {inside:.2f} s in the sandbox's call, "
                           f"{total:.2f} s execution round trip", flush=True)
                 await anyio.sleep(1)
                 before = status_kb(pid, "VmRSS")
+                print(f"supervisor RSS after one result to each language: {before // 1024} MB (peak "
+                      f"{status_kb(pid, 'VmHWM') // 1024} MB)", flush=True)
                 # Resets VmHWM (the peak) to the current RSS.
                 with open(f"/proc/{pid}/clear_refs", "w") as f:
                     f.write("5")
