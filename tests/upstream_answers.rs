@@ -11,7 +11,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use codebox::upstream::{ServerState, UpstreamError, UpstreamOptions, Upstreams};
+use codebox::upstream::{
+    ServerConfig, ServerState, TransportConfig, UpstreamError, UpstreamOptions, Upstreams,
+};
 use serde_json::json;
 
 use support::*;
@@ -162,6 +164,87 @@ async fn an_oversized_answer_without_an_id_fails_at_once_and_the_server_is_recon
     echo_works(&u, "back").await;
     let s = status(&u, "hostile");
     shutdown_and_check(&u, &[pid, s.pid.unwrap()]).await;
+}
+
+/// hostile_server.py over streamable HTTP, stopped on drop.
+struct HttpHostile(std::process::Child);
+
+impl HttpHostile {
+    fn start(fx: &Fixtures) -> (HttpHostile, ServerConfig) {
+        let script = fx.tmp.path().join("hostile_http.py");
+        std::fs::write(&script, include_str!("upstream/hostile_server.py")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(&fx.python)
+            .arg(&script)
+            .args(["--http", &port.to_string()])
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + PATIENCE;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the HTTP server did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let config = ServerConfig {
+            name: "hostile".into(),
+            transport: TransportConfig::Http {
+                url: format!("http://127.0.0.1:{port}/mcp").parse().unwrap(),
+                headers: Default::default(),
+            },
+        };
+        (HttpHostile(child), config)
+    }
+}
+
+impl Drop for HttpHostile {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_http_answers_fail_at_once_naming_the_limit() {
+    let Some(fx) = fixtures("oversized_http_answers_fail_at_once_naming_the_limit") else {
+        return;
+    };
+    let (_server, config) = HttpHostile::start(&fx);
+    let u = Upstreams::start(vec![config], small_limit()).await;
+    let first = status(&u, "hostile");
+    assert_eq!(first.state, ServerState::Ready, "{first:?}");
+    // A JSON body: rmcp reads at most 16 MiB of it, whatever max_message_bytes says.
+    let (r, _) = call(&u, "big", json!({"bytes": 1000})).await;
+    assert_eq!(r.unwrap().len(), 1000);
+    let (r, _) = call(&u, "big", json!({"bytes": 2 * LIMIT})).await;
+    assert_eq!(r.unwrap().len(), 2 * LIMIT);
+    bad(
+        &u,
+        "big",
+        json!({"bytes": 17 << 20}),
+        "HTTP response body over the limit of 16 MiB (16777216 bytes)",
+    )
+    .await;
+    echo_works(&u, "after a big body").await;
+    // An SSE event over max_message_bytes ends the connection: the call fails at once
+    // and the server is reconnected.
+    let (r, _) = call(&u, "big", json!({"bytes": 1000, "sse": true})).await;
+    assert_eq!(r.unwrap().len(), 1000);
+    bad(
+        &u,
+        "big",
+        json!({"bytes": 2 * LIMIT, "sse": true}),
+        "went away",
+    )
+    .await;
+    wait_until(&u, "the server is back", |u| {
+        status(u, "hostile").state == ServerState::Ready
+    })
+    .await;
+    echo_works(&u, "after a big event").await;
+    u.shutdown().await;
 }
 
 /// Runs futures concurrently (tokio::spawn needs 'static; these borrow nothing).

@@ -245,6 +245,26 @@ where
     }
 }
 
+/// The limit an HTTP upstream's answer went over, if that is why `err` happened: rmcp
+/// refuses a JSON response body over 16 MiB (its own fixed limit) before reading it all.
+pub fn http_body_limit(err: &ServiceError) -> Option<usize> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    // ServiceError does not give its transport error as a source: start below it.
+    let ServiceError::TransportSend(err) = err else {
+        return None;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(StreamableHttpError::<reqwest::Error>::ResponseBodyTooLarge { max_size }) =
+            e.downcast_ref()
+        {
+            return Some(*max_size);
+        }
+        source = e.source();
+    }
+    None
+}
+
 fn describe_exit(status: &std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {

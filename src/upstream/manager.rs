@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::catalog::Catalog;
 use super::config::ServerConfig;
+use super::connection;
 use super::naming;
 use super::stdio_transport::transport_failure;
 use super::supervisor::{self, Shared};
@@ -305,15 +306,26 @@ impl Upstreams {
             Ok(Err(ServiceError::TransportClosed)) => {
                 Err(UpstreamError::ConnectionLost { server, tool })
             }
-            Ok(Err(e)) => {
-                // Maybe the server is gone without the transport noticing (HTTP).
-                live.suspect.notify_one();
-                Err(UpstreamError::Transport {
+            Ok(Err(e)) => match connection::http_body_limit(&e) {
+                Some(limit) => Err(UpstreamError::BadAnswer {
                     server,
                     tool,
-                    message: super::error_chain(&e),
-                })
-            }
+                    reason: format!(
+                        "the server sent an HTTP response body over the limit of {} for one \
+                         upstream message; it was dropped",
+                        super::stdio_transport::size(limit)
+                    ),
+                }),
+                None => {
+                    // Maybe the server is gone without the transport noticing (HTTP).
+                    live.suspect.notify_one();
+                    Err(UpstreamError::Transport {
+                        server,
+                        tool,
+                        message: super::error_chain(&e),
+                    })
+                }
+            },
         };
         if let Err(err) = &outcome {
             tracing::warn!(%err, "upstream tool call failed");

@@ -11,13 +11,20 @@ Tools (all take optional `bytes` and `id_last`):
 - `pid`: this process's pid
 
 With `HOSTILE_BANNER=1` it prints a line that is not JSON before anything else.
+
+`hostile_server.py --http PORT` serves the same over streamable HTTP at
+http://127.0.0.1:PORT/mcp, without sessions: each answer is the POST's response body,
+as `application/json`, or as one `text/event-stream` event when the call has `sse`.
 """
 
 import json
 import os
 import sys
+import threading
 
 out = sys.stdout.buffer
+# Lines of the answer being built (HTTP mode collects them per request).
+local = threading.local()
 
 TOOLS = ["echo", "big", "bad_utf8", "not_jsonrpc", "unknown_id", "big_noid", "pid"]
 SCHEMA = {
@@ -26,11 +33,16 @@ SCHEMA = {
         "text": {"type": "string"},
         "bytes": {"type": "integer"},
         "id_last": {"type": "boolean"},
+        "sse": {"type": "boolean"},
     },
 }
 
 
 def write(raw: bytes):
+    lines = getattr(local, "lines", None)
+    if lines is not None:
+        lines.append(raw)
+        return
     out.write(raw + b"\n")
     out.flush()
 
@@ -72,34 +84,84 @@ def call(rid, name, args):
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "no such tool"}})
 
 
-def main():
+def handle(msg):
+    method, rid = msg.get("method"), msg.get("id")
+    if rid is None:
+        return
+    if method == "initialize":
+        answer(
+            rid,
+            {
+                "protocolVersion": msg["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "hostile", "version": "1"},
+            },
+        )
+    elif method == "tools/list":
+        tools = [{"name": t, "description": f"hostile {t}", "inputSchema": SCHEMA} for t in TOOLS]
+        answer(rid, {"tools": tools})
+    elif method == "tools/call":
+        params = msg.get("params") or {}
+        call(rid, params.get("name"), params.get("arguments") or {})
+    else:
+        answer(rid, {})
+
+def stdio():
     if os.environ.get("HOSTILE_BANNER") == "1":
         write(b"hostile server starting")
     for line in sys.stdin.buffer:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        method, rid = msg.get("method"), msg.get("id")
-        if rid is None:
-            continue
-        if method == "initialize":
-            answer(
-                rid,
-                {
-                    "protocolVersion": msg["params"]["protocolVersion"],
-                    "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "hostile", "version": "1"},
-                },
-            )
-        elif method == "tools/list":
-            tools = [{"name": t, "description": f"hostile {t}", "inputSchema": SCHEMA} for t in TOOLS]
-            answer(rid, {"tools": tools})
-        elif method == "tools/call":
-            params = msg.get("params") or {}
-            call(rid, params.get("name"), params.get("arguments") or {})
-        else:
-            answer(rid, {})
+        if line.strip():
+            handle(json.loads(line))
+
+
+def http(port):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            local.lines = []
+            try:
+                handle(msg)
+                lines = local.lines
+            finally:
+                local.lines = None
+            if not lines:
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            args = (msg.get("params") or {}).get("arguments") or {}
+            if args.get("sse"):
+                body = b"".join(b"event: message\ndata: " + l + b"\n\n" for l in lines)
+                kind = "text/event-stream"
+            else:
+                body, kind = lines[-1], "application/json"
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            self.send_response(405)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_DELETE = do_GET
+
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            pass  # clients hang up on answers they refuse
+
+    Server(("127.0.0.1", port), Handler).serve_forever()
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--http"]:
+        http(int(sys.argv[2]))
+    else:
+        stdio()
