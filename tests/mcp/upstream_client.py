@@ -460,8 +460,12 @@ async def a_reconnecting_upstream_keeps_its_tools_and_calls_say_so(s, w):
         seen.add(status["status"])
         assert status["tool_count"] == before["tool_count"], status
         r = await s.call_tool("search_tools", {"query": "read graph", "server": "memory", "detail": "name"})
-        names = [t["name"] for t in (r.structured_content or {}).get("tools", [])]
-        assert "memory__read_graph" in names, r
+        found = {t["name"]: t for t in (r.structured_content or {}).get("tools", [])}
+        assert "memory__read_graph" in found, r
+        marked = found["memory__read_graph"].get("server_status")
+        assert marked in (None, "reconnecting", "failed"), found
+        if marked:
+            seen.add("marked " + marked)
         r, sc = await run(s, "python", code)
         out = sc.get("stdout", "")
         assert "no tool named" not in out, sc
@@ -472,6 +476,7 @@ async def a_reconnecting_upstream_keeps_its_tools_and_calls_say_so(s, w):
             break
         assert time.monotonic() < deadline, (seen, errors)
     assert "reconnecting" in seen, (seen, errors)
+    assert "marked reconnecting" in seen, (seen, errors)
 
 
 async def main():
