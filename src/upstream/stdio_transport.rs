@@ -238,11 +238,11 @@ where
 
     fn oversized(&self, bytes: Option<usize>) -> String {
         let size_now = match bytes {
-            Some(b) => format!("a message of {b} bytes"),
+            Some(b) => format!("a message of {b} bytes,"),
             None => "a message".to_string(),
         };
         format!(
-            "the server sent {size_now}, over the limit of {} for one upstream message; it was dropped",
+            "the server sent {size_now} over the limit of {} for one upstream message; it was dropped",
             size(self.limit)
         )
     }
