@@ -368,8 +368,12 @@ async fn serve(
             }
         }
     };
-    // Lost: calls fail fast from now on (the tools stay listed), then reap the process.
-    slot.down(ServerState::Reconnecting, None);
+    // Lost: calls fail fast from now on (the tools stay listed), then reap the process
+    // and add how it ended to the reason.
+    slot.down(
+        ServerState::Reconnecting,
+        Some(format!("connection lost: {why}")),
+    );
     shared.publish();
     let exit = connection.close().await;
     let error = format!(
