@@ -117,7 +117,7 @@ class _Channel:
             if end >= 0:
                 break
             self._scanned = len(self._buf)
-            chunk = read(CHANNEL_FD, 4 << 20)
+            chunk = read(CHANNEL_FD, 1 << 20)
             if not chunk:
                 self._closed = "codebox: the tool channel (fd 3) closed"
                 return None
