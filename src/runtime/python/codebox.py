@@ -122,7 +122,8 @@ class _Channel:
                 self._closed = "codebox: the tool channel (fd 3) closed"
                 return None
             self._buf += chunk
-        line = bytes(self._buf[:end])
+        with memoryview(self._buf) as view:  # one copy, not a slice and then bytes()
+            line = bytes(view[:end])
         if end + 1 == len(self._buf):
             self._buf = bytearray()  # gives a large buffer back
         else:
