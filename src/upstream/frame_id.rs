@@ -46,6 +46,12 @@ impl IdScanner {
         self.found.as_ref()
     }
 
+    /// Whether the message began with `{`, as every JSON-RPC message does (a line that
+    /// does not is some other output, such as a banner).
+    pub fn object(&self) -> bool {
+        self.object
+    }
+
     /// Scans a whole message.
     pub fn scan(bytes: &[u8]) -> Option<RequestId> {
         let mut s = IdScanner::new();

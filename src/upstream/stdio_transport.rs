@@ -11,10 +11,11 @@
 //! - a line that is oversized, not UTF-8, not JSON or not a JSON-RPC message fails the
 //!   request it answers at once (a synthetic JSON-RPC error with [`TRANSPORT_ERROR`] and
 //!   the reason: the limit, the byte where UTF-8 breaks, the parse error);
-//! - when such a line has no readable `id`: an oversized or non-UTF-8 one fails every
-//!   request in flight with the reason and ends the connection (the supervisor
-//!   reconnects); a short line that is not JSON at all is logged and skipped, since
-//!   servers print banners to stdout;
+//! - when such a line has no readable `id` but starts like a message (`{`) and is
+//!   oversized or not UTF-8, it fails every request in flight with the reason and ends
+//!   the connection (the supervisor reconnects); any other line without an id (not JSON
+//!   at all, or not starting with `{`) is logged and skipped, since servers print
+//!   banners and logs to stdout;
 //! - a response to no request in flight is logged and dropped.
 //!
 //! The line buffer gives its memory back after a large message, so a connection that
@@ -100,6 +101,8 @@ enum Read {
         id: Option<RequestId>,
         bytes: usize,
         reported: bool,
+        /// It began with `{`.
+        object: bool,
     },
     Eof,
     Io(std::io::Error),
@@ -151,6 +154,7 @@ where
                         id: skip.scanner.id().cloned(),
                         bytes: skip.bytes,
                         reported: skip.reported,
+                        object: skip.scanner.object(),
                     };
                 }
                 if let (false, Some(id)) = (had_id, skip.scanner.id()) {
@@ -174,6 +178,7 @@ where
                         id: scanner.id().cloned(),
                         bytes,
                         reported: false,
+                        object: scanner.object(),
                     };
                 }
                 let id = scanner.id().cloned();
@@ -305,7 +310,7 @@ where
                     "the server sent a message that is not valid UTF-8 (at byte {})",
                     utf8.valid_up_to()
                 ),
-                fatal: true,
+                fatal: body.trim_ascii_start().starts_with(b"{"),
                 prefix,
             };
         }
@@ -327,7 +332,7 @@ where
 struct Unusable {
     id: Option<RequestId>,
     reason: String,
-    /// Without an id, end the connection (else skip the line).
+    /// Without an id, end the connection (else skip the line): it looks like a message.
     fatal: bool,
     prefix: String,
 }
@@ -412,12 +417,16 @@ where
                     id,
                     bytes,
                     reported,
+                    object,
                 } => {
                     let reason = self.oversized(Some(bytes.saturating_sub(1)));
-                    match (id, reported) {
-                        (Some(_), true) => {}
-                        (Some(id), false) => self.fail(&id, &reason),
-                        (None, _) => self.fail_all(&reason),
+                    match (id, reported, object) {
+                        (Some(_), true, _) => {}
+                        (Some(id), false, _) => self.fail(&id, &reason),
+                        (None, _, true) => self.fail_all(&reason),
+                        (None, _, false) => {
+                            tracing::warn!(server = %self.server, reason, "skipping an oversized line from an upstream server that is not a JSON-RPC message")
+                        }
                     }
                 }
                 Read::Eof => return None,

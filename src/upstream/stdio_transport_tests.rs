@@ -201,10 +201,22 @@ async fn an_oversized_line_without_an_id_fails_everything_and_ends() {
 }
 
 #[tokio::test]
+async fn output_that_is_not_a_message_is_skipped_even_oversized_or_not_utf8() {
+    let mut r = rig();
+    r.request(1).await;
+    r.server_writes(b"caf\xe9 latin-1 banner\n").await;
+    r.server_writes(format!("{}\n", "z".repeat(3 * LIMIT)).as_bytes())
+        .await;
+    r.server_writes(&pong(1)).await;
+    r.expect_pong(1).await;
+}
+
+#[tokio::test]
 async fn invalid_utf8_without_an_id_ends_the_connection() {
     let mut r = rig();
     r.request(1).await;
-    r.server_writes(b"\xff\xfe garbage\n").await;
+    r.server_writes(b"{\"jsonrpc\":\"2.0\",\"result\":\"\xff\xfe\"}\n")
+        .await;
     let (id, reason) = r.next_error().await;
     assert_eq!(id, Some(NumberOrString::Number(1)));
     assert!(reason.contains("UTF-8"), "{reason}");
