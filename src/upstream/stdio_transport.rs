@@ -139,7 +139,7 @@ where
             if available.is_empty() {
                 return Read::Eof;
             }
-            let newline = memchr(available);
+            let newline = find_newline(available);
             let take = newline.map_or(available.len(), |i| i + 1);
             let chunk = &available[..take];
             if let Some(skip) = &mut self.skip {
@@ -348,7 +348,7 @@ fn failure(id: RequestId, reason: &str) -> RxJsonRpcMessage<RoleClient> {
     )
 }
 
-fn memchr(bytes: &[u8]) -> Option<usize> {
+fn find_newline(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|&b| b == b'\n')
 }
 
