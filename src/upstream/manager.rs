@@ -34,9 +34,11 @@ pub struct UpstreamOptions {
     pub backoff_max: Duration,
     /// How long a stdio server's process group gets between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
-    /// The largest message taken from a server (a stdio line, an SSE event). A larger
-    /// one is skipped without being buffered, and the call it answered fails at once
-    /// with an error naming this limit (see `stdio_transport`).
+    /// The largest message taken from a server (a stdio line, an SSE event). Over stdio
+    /// a larger one is skipped without being buffered and the call it answered fails at
+    /// once with an error naming this limit (see `stdio_transport`); over HTTP a larger
+    /// SSE event ends rmcp's session (the call fails at once, the server is reconnected),
+    /// and a JSON response body is bounded by rmcp itself at 16 MiB.
     pub max_message_bytes: usize,
 }
 
