@@ -71,6 +71,10 @@ const channel: Channel = g[KEY] ??= {
   waiter: null,
   eof: false,
 };
+// A channel made by an older copy of this file (a rootfs older than the binary) lacks
+// the read buffer's length and scan offset.
+channel.len ??= channel.buf.length;
+channel.scanned ??= 0;
 const { libc, pending } = channel;
 
 /** A tool call that failed: denied, unknown, upstream error or `isError` result. */
