@@ -533,3 +533,67 @@ async fn dropping_the_last_handle_stops_the_servers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reconnecting_server_keeps_its_tools_listed_and_calls_say_why() {
+    let Some(fx) = fixtures("a_reconnecting_server_keeps_its_tools_listed_and_calls_say_why")
+    else {
+        return;
+    };
+    // A backoff long enough to look at the server while it waits to reconnect.
+    let options = UpstreamOptions {
+        backoff_initial: Duration::from_secs(3),
+        backoff_max: Duration::from_secs(60),
+        ..options()
+    };
+    let u = Upstreams::start(vec![fx.memory()], options).await;
+    let first = status(&u, "memory");
+    assert_eq!(first.state, ServerState::Ready, "{first:?}");
+    let pid = first.pid.unwrap();
+    let tools_before: Vec<String> = u.catalog().tools.iter().map(|t| t.name.clone()).collect();
+    assert!(tools_before.contains(&"memory__read_graph".to_string()));
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until(&u, "the loss is noticed", |u| {
+        status(u, "memory").state != ServerState::Ready
+    })
+    .await;
+    let down = status(&u, "memory");
+    assert_eq!(down.state, ServerState::Reconnecting, "{down:?}");
+    assert_eq!(down.tool_count, tools_before.len(), "{down:?}");
+    let tools_now: Vec<String> = u.catalog().tools.iter().map(|t| t.name.clone()).collect();
+    assert_eq!(tools_now, tools_before, "the tools stay listed");
+    let started = Instant::now();
+    let e = u.call("memory__read_graph", None, CALL).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(2), "{e}");
+    assert!(matches!(e, UpstreamError::Unavailable { .. }), "{e}");
+    let message = e.to_string();
+    assert!(
+        message.contains("\"memory\" is reconnecting") && message.contains("connection lost"),
+        "{message}"
+    );
+    // A name the server never had is still unknown.
+    let e = u.call("memory__nope", None, CALL).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            UpstreamError::Unavailable { .. } | UpstreamError::UnknownTool { .. }
+        ),
+        "{e}"
+    );
+
+    wait_until(&u, "the server is back", |u| {
+        let s = status(u, "memory");
+        s.state == ServerState::Ready && s.pid != Some(pid)
+    })
+    .await;
+    let graph = u.call("memory__read_graph", None, CALL).await.unwrap();
+    assert!(text(&graph).contains("entities"), "{graph:?}");
+    let s = status(&u, "memory");
+    shutdown_and_check(&u, &[pid, s.pid.unwrap()]).await;
+    assert!(u.catalog().tools.is_empty(), "tools leave at shutdown");
+}

@@ -437,7 +437,7 @@ impl CodeboxServer {
             cursor: p.cursor,
         };
         let allowed = &self.state.settings.allowed_tools;
-        let page = match self
+        let mut page = match self
             .state
             .backend
             .index()
@@ -446,6 +446,7 @@ impl CodeboxServer {
             Ok(page) => page,
             Err(e) => return Ok(tool_error(format!("invalid arguments: {e}"))),
         };
+        self.mark_down_servers(&mut page.tools);
         let mut text = format!("{} of {} matching tools", page.tools.len(), page.total);
         if let Some(c) = &page.next_cursor {
             text.push_str(&format!(" (more with cursor {c:?})"));
@@ -453,6 +454,9 @@ impl CodeboxServer {
         text.push('\n');
         for t in &page.tools {
             text.push_str(t["name"].as_str().unwrap_or(""));
+            if let Some(state) = t.get("server_status").and_then(|s| s.as_str()) {
+                text.push_str(&format!(" (its server is {state})"));
+            }
             if let Some(d) = t.get("description").and_then(|d| d.as_str()) {
                 text.push_str(": ");
                 text.push_str(d);
@@ -522,6 +526,33 @@ impl CodeboxServer {
     /// The wrapper tree of the current catalog (`None` without upstream tools).
     fn wrapper_dir(&self) -> Option<Arc<wrappers::WrapperDir>> {
         pool_glue::current_wrappers(&self.state.wrappers, &self.state.backend)
+    }
+
+    /// Adds `server_status` to each tool whose server is not ready (its last known tools
+    /// stay listed while it reconnects).
+    fn mark_down_servers(&self, tools: &mut [serde_json::Value]) {
+        let down: std::collections::HashMap<String, String> = self
+            .state
+            .backend
+            .upstreams()
+            .servers()
+            .into_iter()
+            .filter(|s| s.state != crate::upstream::ServerState::Ready)
+            .map(|s| (s.name, s.state.to_string()))
+            .collect();
+        if down.is_empty() {
+            return;
+        }
+        let catalog = self.state.backend.catalog();
+        for t in tools {
+            let server = t["name"]
+                .as_str()
+                .and_then(|n| catalog.get(n))
+                .map(|c| c.server.as_str());
+            if let Some(state) = server.and_then(|s| down.get(s)) {
+                t["server_status"] = serde_json::json!(state);
+            }
+        }
     }
 
     /// The upstream servers as `list_servers` and `health` report them.

@@ -18,7 +18,6 @@ use rmcp::service::{
     ClientInitializeError, NotificationContext, Peer, RoleClient, RunningServiceCancellationToken,
     ServiceError,
 };
-use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ServiceExt};
@@ -29,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::{ServerConfig, TransportConfig};
 use super::manager::UpstreamOptions;
 use super::process::{self, ServerProcess};
+use super::stdio_transport::StdioTransport;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -138,8 +138,8 @@ pub async fn connect(
         TransportConfig::Stdio { command, args, env } => {
             let (process, (stdout, stdin)) =
                 ServerProcess::spawn(&server.name, command, args, env, options.kill_grace)?;
-            let transport = AsyncRwTransport::new_client(stdout, stdin)
-                .with_max_line_length(options.max_message_bytes);
+            let transport =
+                StdioTransport::new(&server.name, stdout, stdin, options.max_message_bytes);
             let outcome = bounded(timeout, stop, handshake(handler, transport)).await;
             (Some(process), outcome)
         }
@@ -243,6 +243,26 @@ where
             Err(Failure::ListTools(e))
         }
     }
+}
+
+/// The limit an HTTP upstream's answer went over, if that is why `err` happened: rmcp
+/// refuses a JSON response body over 16 MiB (its own fixed limit) before reading it all.
+pub fn http_body_limit(err: &ServiceError) -> Option<usize> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    // ServiceError does not give its transport error as a source: start below it.
+    let ServiceError::TransportSend(err) = err else {
+        return None;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(StreamableHttpError::<reqwest::Error>::ResponseBodyTooLarge { max_size }) =
+            e.downcast_ref()
+        {
+            return Some(*max_size);
+        }
+        source = e.source();
+    }
+    None
 }
 
 fn describe_exit(status: &std::process::ExitStatus) -> String {

@@ -19,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::catalog::Catalog;
 use super::config::ServerConfig;
+use super::connection;
 use super::naming;
+use super::stdio_transport::transport_failure;
 use super::supervisor::{self, Shared};
 
 /// Timeouts and backoff for the upstream connections.
@@ -32,8 +34,11 @@ pub struct UpstreamOptions {
     pub backoff_max: Duration,
     /// How long a stdio server's process group gets between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
-    /// The largest message taken from a server (a stdio line, an SSE event). A larger
-    /// one is dropped by rmcp, and the call it answered runs into its timeout.
+    /// The largest message taken from a server (a stdio line, an SSE event). Over stdio
+    /// a larger one is skipped without being buffered and the call it answered fails at
+    /// once with an error naming this limit (see `stdio_transport`); over HTTP a larger
+    /// SSE event ends rmcp's session (the call fails at once, the server is reconnected),
+    /// and a JSON response body is bounded by rmcp itself at 16 MiB.
     pub max_message_bytes: usize,
 }
 
@@ -85,7 +90,7 @@ pub struct ServerStatus {
     /// `stdio` or `http`.
     pub transport: &'static str,
     pub state: ServerState,
-    /// Tools in the catalog (0 unless ready).
+    /// Tools in the catalog: while down, those of the last connection.
     pub tool_count: usize,
     /// Why the last attempt failed or the last connection was lost.
     pub last_error: Option<String>,
@@ -130,6 +135,12 @@ pub enum UpstreamError {
         server: String,
         tool: String,
         message: String,
+    },
+    #[error("upstream server {server:?}: the answer to the call to {tool:?} could not be taken: {reason}")]
+    BadAnswer {
+        server: String,
+        tool: String,
+        reason: String,
     },
     #[error("upstream server {server:?} answered the call to {tool:?} with {what}, which codebox does not support")]
     Unsupported {
@@ -245,12 +256,7 @@ impl Upstreams {
             state: down.state,
             last_error: down.last_error,
         })?;
-        let tool = live
-            .tools
-            .iter()
-            .find(|t| t.name == name)
-            .map(|t| t.tool.clone())
-            .ok_or_else(unknown)?;
+        let tool = slot.upstream_tool(name).ok_or_else(unknown)?;
         let mut params = CallToolRequestParams::new(tool.clone());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
@@ -285,6 +291,13 @@ impl Upstreams {
                 tool,
                 what: "an unknown kind of result",
             }),
+            Ok(Err(ServiceError::McpError(e))) if transport_failure(&e).is_some() => {
+                Err(UpstreamError::BadAnswer {
+                    server,
+                    tool,
+                    reason: e.message.to_string(),
+                })
+            }
             Ok(Err(ServiceError::McpError(e))) => Err(UpstreamError::Rpc {
                 server,
                 tool,
@@ -295,15 +308,26 @@ impl Upstreams {
             Ok(Err(ServiceError::TransportClosed)) => {
                 Err(UpstreamError::ConnectionLost { server, tool })
             }
-            Ok(Err(e)) => {
-                // Maybe the server is gone without the transport noticing (HTTP).
-                live.suspect.notify_one();
-                Err(UpstreamError::Transport {
+            Ok(Err(e)) => match connection::http_body_limit(&e) {
+                Some(limit) => Err(UpstreamError::BadAnswer {
                     server,
                     tool,
-                    message: super::error_chain(&e),
-                })
-            }
+                    reason: format!(
+                        "the server sent an HTTP response body over the limit of {} for one \
+                         upstream message; it was dropped",
+                        super::stdio_transport::size(limit)
+                    ),
+                }),
+                None => {
+                    // Maybe the server is gone without the transport noticing (HTTP).
+                    live.suspect.notify_one();
+                    Err(UpstreamError::Transport {
+                        server,
+                        tool,
+                        message: super::error_chain(&e),
+                    })
+                }
+            },
         };
         if let Err(err) = &outcome {
             tracing::warn!(%err, "upstream tool call failed");

@@ -11,15 +11,18 @@
 //! - [`manager`]: [`Upstreams`], the handle the MCP server and the sandbox proxy use
 //!
 //! While a server is down (failed, or reconnecting after its connection was lost) its
-//! tools are out of the catalog, and a call to one of its names fails at once with
-//! [`UpstreamError::Unavailable`], which says why.
+//! last known tools stay in the catalog, and a call to one of them fails at once with
+//! [`UpstreamError::Unavailable`], which says why ("upstream server "memory" is
+//! reconnecting: ...").
 
 pub mod catalog;
 pub mod config;
 pub mod connection;
+pub mod frame_id;
 pub mod manager;
 pub mod naming;
 pub mod process;
+pub mod stdio_transport;
 pub mod supervisor;
 
 pub use catalog::{Catalog, CatalogTool};

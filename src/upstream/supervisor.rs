@@ -2,7 +2,10 @@
 //!
 //! A supervisor connects its server (within the connect timeout), publishes its tools,
 //! lists them again on `notifications/tools/list_changed`, and when the connection is
-//! lost takes the tools out of the catalog and reconnects. Failed attempts are retried
+//! lost reconnects. A server's last known tools stay in the catalog while it is down
+//! (its status says why: reconnecting, failed), so code and clients keep seeing them and
+//! a call gets "server X is reconnecting" rather than "no tool named"; they leave only at
+//! shutdown, or when a reconnected server lists other tools. Failed attempts are retried
 //! with exponential backoff (`backoff_initial` doubling up to `backoff_max`); a connection
 //! that stayed up for `backoff_max` or longer resets the backoff and is reconnected at
 //! once.
@@ -54,6 +57,8 @@ struct SlotState {
     pid: Option<u32>,
     /// Set while Ready.
     live: Option<Live>,
+    /// The tools of the last connection, kept while the server is down.
+    tools: Vec<CatalogTool>,
 }
 
 /// What a call needs from a ready server.
@@ -63,7 +68,6 @@ pub struct Live {
     pub lost: CancellationToken,
     /// Notified by a call that failed in the transport: the supervisor checks the server.
     pub suspect: Arc<Notify>,
-    pub tools: Vec<CatalogTool>,
 }
 
 /// A server that cannot take a call now, and why.
@@ -89,6 +93,7 @@ impl Shared {
                     attempts: 0,
                     pid: None,
                     live: None,
+                    tools: Vec::new(),
                 }),
             })
             .collect();
@@ -117,13 +122,7 @@ impl Shared {
         let tools = self
             .slots
             .iter()
-            .flat_map(|slot| {
-                lock(&slot.state)
-                    .live
-                    .as_ref()
-                    .map(|live| live.tools.clone())
-                    .unwrap_or_default()
-            })
+            .flat_map(|slot| lock(&slot.state).tools.clone())
             .collect();
         let version = catalog.version + 1;
         *catalog = Arc::new(Catalog { version, tools });
@@ -144,11 +143,20 @@ impl Slot {
             ident: self.ident.clone(),
             transport: self.config.transport.kind(),
             state: s.state,
-            tool_count: s.live.as_ref().map_or(0, |l| l.tools.len()),
+            tool_count: s.tools.len(),
             last_error: s.last_error.clone(),
             attempts: s.attempts,
             pid: s.pid,
         }
+    }
+
+    /// The upstream's own name of the tool exposed as `name`.
+    pub fn upstream_tool(&self, name: &str) -> Option<String> {
+        lock(&self.state)
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.tool.clone())
     }
 
     /// The live connection, or why there is none.
@@ -179,26 +187,23 @@ impl Slot {
         s.state = ServerState::Ready;
         s.last_error = None;
         s.pid = connection.pid();
-        let tools = self.catalog_tools(tools);
-        let count = tools.len();
+        s.tools = self.catalog_tools(tools);
         s.live = Some(Live {
             peer: connection.peer().clone(),
             lost: connection.lost().clone(),
             suspect,
-            tools,
         });
-        count
+        s.tools.len()
     }
 
     fn set_tools(&self, tools: Vec<Tool>) -> usize {
         let tools = self.catalog_tools(tools);
         let count = tools.len();
-        if let Some(live) = &mut lock(&self.state).live {
-            live.tools = tools;
-        }
+        lock(&self.state).tools = tools;
         count
     }
 
+    /// The server cannot take calls; its last known tools stay listed.
     fn down(&self, state: ServerState, error: Option<String>) {
         let mut s = lock(&self.state);
         s.state = state;
@@ -207,6 +212,12 @@ impl Slot {
         if error.is_some() {
             s.last_error = error;
         }
+    }
+
+    /// Shut down: the tools leave the catalog.
+    fn shut_down(&self) {
+        self.down(ServerState::Failed, Some("shut down".into()));
+        lock(&self.state).tools.clear();
     }
 
     /// The upstream tools as catalog entries, named for this server.
@@ -296,7 +307,7 @@ pub async fn supervise(
             backoff = (backoff * 2).min(options.backoff_max);
         }
     }
-    slot.down(ServerState::Failed, Some("shut down".into()));
+    slot.shut_down();
     shared.publish();
 }
 
@@ -325,7 +336,7 @@ async fn serve(
     let why = loop {
         tokio::select! {
             _ = stop.cancelled() => {
-                slot.down(ServerState::Failed, Some("shut down".into()));
+                slot.shut_down();
                 shared.publish();
                 connection.close().await;
                 return false;
@@ -357,8 +368,12 @@ async fn serve(
             }
         }
     };
-    // Lost: out of the catalog first, so calls fail fast, then reap the process.
-    slot.down(ServerState::Reconnecting, None);
+    // Lost: calls fail fast from now on (the tools stay listed), then reap the process
+    // and add how it ended to the reason.
+    slot.down(
+        ServerState::Reconnecting,
+        Some(format!("connection lost: {why}")),
+    );
     shared.publish();
     let exit = connection.close().await;
     let error = format!(

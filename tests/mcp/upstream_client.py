@@ -29,6 +29,7 @@ from helpers import server_env
 CODEBOX = sys.argv[1]
 UPSTREAMS = os.path.abspath(sys.argv[2])
 NODE_MODULES = os.path.join(UPSTREAMS, "node/node_modules/@modelcontextprotocol")
+HOSTILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "upstream", "hostile_server.py")
 CASES = []
 
 
@@ -85,6 +86,8 @@ class World:
                 "time": {"command": "/usr/bin/python3", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
                          "env": {"PYTHONPATH": os.path.join(UPSTREAMS, "python")}},
                 "web": {"type": "http", "url": "http://127.0.0.1:${EVERYTHING_PORT}/mcp"},
+                # Raw JSON-RPC, answers of any size (and bad ones on request).
+                "hostile": {"command": "/usr/bin/python3", "args": [HOSTILE]},
             }}, f)
 
     def server(self, *extra):
@@ -117,7 +120,7 @@ async def list_servers_shows_every_upstream_ready(s, w):
     while True:
         r = await s.call_tool("list_servers", {})
         servers = {x["name"]: x for x in r.structured_content["servers"]}
-        if all(x["status"] == "ready" for x in servers.values()) and len(servers) == 5:
+        if all(x["status"] == "ready" for x in servers.values()) and len(servers) == 6:
             break
         assert time.monotonic() < deadline, servers
         await anyio.sleep(0.5)
@@ -224,7 +227,7 @@ console.error(new TextDecoder().decode(out.stderr));
 """
     r, sc = await run(s, "typescript", code, timeout_ms=120000)
     ok(r, sc)
-    assert sc["stdout"] == "5 0\n", sc
+    assert sc["stdout"] == "6 0\n", sc
 
 
 @case
@@ -393,6 +396,87 @@ except codebox.ToolError as e:
             break
         assert time.monotonic() < deadline, sc
         await anyio.sleep(1)
+
+
+# Sizes around the clients' read sizes and buffer growth, several answers per read.
+SIZES = [0, 1, 4095, 65535, 65536, 65537, 1048575, 1048576, 1048577, 4194305, 5000000, 20000000]
+
+
+@case
+async def results_of_every_size_reach_typescript_and_python_whole(s, w):
+    r, sc = await run(s, "typescript", "import { callMCPTool } from '/servers/client.ts';\n"
+                      f"const sizes = {json.dumps(SIZES)};\n"
+                      "const rs = await Promise.all(sizes.map((bytes) => callMCPTool('hostile__big', { bytes })));\n"
+                      "const bad = rs.filter((r, i) => r !== 'x'.repeat(sizes[i]));\n"
+                      "console.log(rs.map((r) => (r as string).length).join(','), bad.length);",
+                      timeout_ms=120000)
+    ok(r, sc)
+    assert sc["stdout"] == ",".join(map(str, SIZES)) + " 0\n", sc["stdout"][:500]
+    r, sc = await run(s, "python", "import codebox\n"
+                      f"sizes = {SIZES!r}\n"
+                      "rs = [codebox.call_tool('hostile__big', {'bytes': n}) for n in sizes]\n"
+                      "print(','.join(str(len(r)) for r in rs), sum(r != 'x' * n for r, n in zip(rs, sizes)))",
+                      timeout_ms=120000)
+    ok(r, sc)
+    assert sc["stdout"] == ",".join(map(str, SIZES)) + " 0\n", sc["stdout"][:500]
+    # An answer over the upstream limit (64 MiB) fails at once, naming the limit.
+    r, sc = await run(s, "typescript", "import { callMCPTool } from '/servers/client.ts';\n"
+                      "const t = performance.now();\n"
+                      "try { await callMCPTool('hostile__big', { bytes: 70000000 }); console.log('returned'); }\n"
+                      "catch (e) { console.log((e as Error).message, (performance.now() - t) < 30000); }",
+                      timeout_ms=120000)
+    ok(r, sc)
+    assert "over the limit of 64 MiB" in sc["stdout"] and sc["stdout"].endswith("true\n"), sc
+
+
+async def memory_status(s):
+    r = await s.call_tool("list_servers", {})
+    return {x["name"]: x for x in r.structured_content["servers"]}["memory"]
+
+
+@case
+async def a_reconnecting_upstream_keeps_its_tools_and_calls_say_so(s, w):
+    serve_pid = w.serve_pid
+    marker = "server-memory/dist/index.js"
+    before = await memory_status(s)
+    assert before["status"] == "ready", before
+    # The first kill reconnects at once (the server was up long enough); the second,
+    # right after, waits out the backoff (1 s), which is the window looked at here.
+    for round in range(2):
+        pid = upstream_pid(serve_pid, marker)
+        assert pid, "the memory upstream is not running"
+        os.kill(pid, signal.SIGKILL)
+        if round == 0:
+            deadline = time.monotonic() + 60
+            while upstream_pid(serve_pid, marker) in (None, pid) or (await memory_status(s))["status"] != "ready":
+                assert time.monotonic() < deadline, "memory did not come back"
+                await anyio.sleep(0.05)
+    seen, errors = set(), []
+    code = ("import codebox\ntry:\n    codebox.call_tool('memory__read_graph', {})\n    print('ok')\n"
+            "except codebox.ToolError as e:\n    print('ToolError:', e)")
+    deadline = time.monotonic() + 60
+    while True:
+        status = await memory_status(s)
+        seen.add(status["status"])
+        assert status["tool_count"] == before["tool_count"], status
+        r = await s.call_tool("search_tools", {"query": "read graph", "server": "memory", "detail": "name"})
+        found = {t["name"]: t for t in (r.structured_content or {}).get("tools", [])}
+        assert "memory__read_graph" in found, r
+        marked = found["memory__read_graph"].get("server_status")
+        assert marked in (None, "reconnecting", "failed"), found
+        if marked:
+            seen.add("marked " + marked)
+        r, sc = await run(s, "python", code)
+        out = sc.get("stdout", "")
+        assert "no tool named" not in out, sc
+        if out.startswith("ToolError:"):
+            errors.append(out)
+            assert "memory" in out and ("reconnecting" in out or "failed" in out), sc
+        if status["status"] == "ready" and out.strip() == "ok":
+            break
+        assert time.monotonic() < deadline, (seen, errors)
+    assert "reconnecting" in seen, (seen, errors)
+    assert "marked reconnecting" in seen, (seen, errors)
 
 
 async def main():

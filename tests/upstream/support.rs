@@ -14,6 +14,7 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 pub const CALL: Duration = Duration::from_secs(60);
 
 const DYNAMIC_SERVER: &str = include_str!("dynamic_server.py");
+const HOSTILE_SERVER: &str = include_str!("hostile_server.py");
 
 pub fn strict() -> bool {
     std::env::var_os("CODEBOX_TEST_STRICT").is_some_and(|v| v == "1")
@@ -126,6 +127,22 @@ impl Fixtures {
         );
         set_env(&mut s, "PYTHONPATH", &self.pydeps.display().to_string());
         s
+    }
+}
+
+// Only some test binaries use it.
+#[allow(dead_code)]
+impl Fixtures {
+    /// `tests/upstream/hostile_server.py`: raw JSON-RPC that answers badly on request.
+    pub fn hostile(&self) -> ServerConfig {
+        let script = self.tmp.path().join("hostile_server.py");
+        std::fs::write(&script, HOSTILE_SERVER).unwrap();
+        stdio(
+            "hostile",
+            &self.python.display().to_string(),
+            vec![script.display().to_string()],
+            BTreeMap::new(),
+        )
     }
 }
 

@@ -41,7 +41,9 @@ RUN_METHOD = "codebox/run"
 class _Channel:
     def __init__(self):
         self._lock = threading.Lock()
-        self._buf = b""
+        # Read from fd 3 and not taken yet; _buf[:_scanned] holds no newline.
+        self._buf = bytearray()
+        self._scanned = 0
         self._next_id = 1
         self._closed = None
         # codebox/run notifications read while a tool call waited (session mode).
@@ -50,7 +52,8 @@ class _Channel:
     def adopt(self, data):
         """Takes bytes boot.py read past the boot frame: they come before anything unread."""
         with self._lock:
-            self._buf = data + self._buf
+            self._buf[:0] = data
+            self._scanned = 0
 
     def notify(self, method, params):
         """Sends a JSON-RPC notification (no id, no response)."""
@@ -105,14 +108,27 @@ class _Channel:
                 raise ToolError(self._closed) from None
 
     def _read_line(self):
-        """The next line without its newline; None at EOF (the channel is then closed)."""
-        while b"\n" not in self._buf:
+        """The next line without its newline; None at EOF (the channel is then closed).
+
+        Appends to one bytearray and searches only the bytes not searched yet, so a line
+        of n bytes costs O(n) however many reads it takes."""
+        while True:
+            end = self._buf.find(b"\n", self._scanned)
+            if end >= 0:
+                break
+            self._scanned = len(self._buf)
             chunk = read(CHANNEL_FD, 1 << 20)
             if not chunk:
                 self._closed = "codebox: the tool channel (fd 3) closed"
                 return None
             self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
+        with memoryview(self._buf) as view:  # one copy, not a slice and then bytes()
+            line = bytes(view[:end])
+        if end + 1 == len(self._buf):
+            self._buf = bytearray()  # gives a large buffer back
+        else:
+            del self._buf[: end + 1]
+        self._scanned = 0
         return line
 
     def _read_message(self):
