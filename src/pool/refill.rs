@@ -97,7 +97,12 @@ async fn start_one(pool: Arc<Inner>, language: Language, template: Template, gen
                     .spawn_failures
                     .fetch_add(1, Ordering::Relaxed);
                 pool.failed_since_wake.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%language, error = %e, "starting a pooled sandbox failed");
+                if closed {
+                    // Shutting down: the spawner may already be going.
+                    tracing::debug!(%language, error = %e, "a pooled sandbox was not started");
+                } else {
+                    tracing::error!(%language, error = %e, "starting a pooled sandbox failed");
+                }
                 return;
             }
         };

@@ -15,8 +15,12 @@ pub mod slot {
     pub const STDOUT: RawFd = 6;
     pub const STDERR: RawFd = 7;
     pub const CHANNEL: RawFd = 8;
+    /// The read end of the spawning process's lifeline (init only).
+    pub const LIFELINE: RawFd = 9;
+    /// The read end of the sandbox's control pipe (init only).
+    pub const CONTROL: RawFd = 10;
     /// The first descriptor number above the slots.
-    pub const END: RawFd = 9;
+    pub const END: RawFd = 11;
 }
 
 /// The descriptor number the program finds the proxy channel on.

@@ -106,6 +106,7 @@ impl CodeboxServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let s = &self.state;
+        let _unanswered = InFlight::enter(&s.in_flight);
         let entered = Instant::now();
         let client = self.client_of(&ctx);
         // Arguments that parse but are out of range are tool execution errors, not
@@ -187,13 +188,17 @@ impl CodeboxServer {
             ))),
             _ => None,
         };
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let cancel = {
             let ct = ctx.ct.clone();
             let quota_hit = quota_hit.clone();
+            let stopping = s.stopping.clone();
+            let stopped = stopped.clone();
             async move {
                 tokio::select! {
                     _ = ct.cancelled() => {}
                     _ = quota_hit.notified() => {}
+                    _ = stopping.cancelled() => stopped.store(true, Ordering::SeqCst),
                 }
             }
         };
@@ -261,6 +266,19 @@ impl CodeboxServer {
             w.abort();
         }
         let ran_at = entered.elapsed();
+        if stopped.load(Ordering::SeqCst) {
+            s.counters.failed.fetch_add(1, Ordering::Relaxed);
+            self.audit_refused(
+                &client,
+                session_id.as_deref(),
+                language,
+                &params.code,
+                "stopping",
+            );
+            return Ok(tool_error(
+                "the server is stopping: the execution was killed before it finished".into(),
+            ));
+        }
         let (outcome, report, interpreter) = match ran {
             Ok(ran) => ran,
             Err(why) => {
@@ -661,5 +679,21 @@ impl crate::proxy::Redactor for crate::pii::Vault {
 
     fn restore_json(&self, value: &mut serde_json::Value) {
         crate::pii::Vault::restore_json(self, value)
+    }
+}
+
+/// Counts an execute call from its arrival until its answer is returned.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    fn enter(count: &Arc<std::sync::atomic::AtomicUsize>) -> InFlight {
+        count.fetch_add(1, Ordering::SeqCst);
+        InFlight(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

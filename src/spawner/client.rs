@@ -4,14 +4,17 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
+use nix::unistd::Pid;
+use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch, Notify};
 
+use super::factory::{Factory, Forked};
 use super::wire::{self, Request, Response, SpawnSpec};
 use super::{Error, Result};
 use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
@@ -28,22 +31,59 @@ struct Waiters {
     closed: bool,
 }
 
+/// One spawner process: its socket and who waits for what from it.
 struct Inner {
     sock: AsyncFd<OwnedFd>,
-    next_id: AtomicU64,
+    /// Its pid, when known (a spawner from the factory).
+    pid: Option<Pid>,
     waiters: Mutex<Waiters>,
+    /// Notified (once, with a stored permit) when its socket reaches end of file.
+    gone: Notify,
+    /// Shared with the client: set on a deliberate shutdown (nothing to report then).
+    stopping: Arc<AtomicBool>,
 }
 
-/// A handle on the spawner process. Cheap to clone.
+/// What `health` says about the spawner.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SpawnerStatus {
+    /// The current spawner's pid, when known.
+    pub pid: Option<i32>,
+    /// Whether it is being replaced right now.
+    pub replacing: bool,
+    /// How many times a dead spawner was replaced.
+    pub restarts: u64,
+    /// When the last one was replaced (seconds since the Unix epoch).
+    pub last_restart_unix: Option<u64>,
+    /// Why: how the dead spawner ended.
+    pub last_reason: Option<String>,
+}
+
+struct Shared {
+    current: RwLock<Arc<Inner>>,
+    next_id: AtomicU64,
+    stopping: Arc<AtomicBool>,
+    /// Bumped after every replacement.
+    replaced: watch::Sender<u64>,
+    status: Mutex<SpawnerStatus>,
+}
+
+/// A handle on the spawner process. Cheap to clone. With a [`Factory`] (see
+/// [`SpawnerClient::with_factory`]) a spawner that dies is replaced: its sandboxes die
+/// with it (their inits' lifeline and parent-death signal), the factory removes their
+/// cgroups, executions that ran on it get [`Error::Lost`], and later spawns go to the new
+/// one (a spawn asked for meanwhile waits for it).
 #[derive(Clone)]
 pub struct SpawnerClient {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
 }
 
-impl SpawnerClient {
-    /// Wraps the supervisor's end of the spawner socket; must be called inside a tokio
-    /// runtime. Starts the task that routes the spawner's responses.
-    pub fn new(sock: OwnedFd) -> Result<SpawnerClient> {
+/// How long a spawn waits for a dead spawner's replacement.
+const REPLACEMENT_WAIT: Duration = Duration::from_secs(15);
+/// Attempts at forking a replacement before the supervisor gives up and exits.
+const REPLACEMENT_ATTEMPTS: u32 = 3;
+
+impl Inner {
+    fn new(sock: OwnedFd, pid: Option<Pid>, stopping: Arc<AtomicBool>) -> Result<Arc<Inner>> {
         crate::sandbox::set_nonblocking(sock.as_fd(), true).map_err(|source| Error::Io {
             doing: "setting up the spawner socket",
             source,
@@ -55,35 +95,146 @@ impl SpawnerClient {
                 doing: "registering the spawner socket",
                 source: e.into_parts().1,
             })?,
-            next_id: AtomicU64::new(1),
+            pid,
             waiters: Mutex::new(Waiters::default()),
+            gone: Notify::new(),
+            stopping,
         });
         tokio::spawn(read_responses(inner.clone()));
-        Ok(SpawnerClient { inner })
+        Ok(inner)
+    }
+
+    fn closed(&self) -> bool {
+        self.waiters.lock().expect("waiters lock").closed
+    }
+
+    async fn send(&self, req: &Request) -> Result<()> {
+        loop {
+            let mut guard = self.sock.writable().await.map_err(|source| Error::Io {
+                doing: "waiting to write to the spawner",
+                source,
+            })?;
+            match guard.try_io(|s| wire::send(s.get_ref().as_fd(), req, &[])) {
+                Ok(r) => {
+                    return r.map_err(|source| {
+                        if matches!(
+                            source.raw_os_error(),
+                            Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN)
+                        ) {
+                            Error::Gone
+                        } else {
+                            Error::Io {
+                                doing: "writing to the spawner",
+                                source,
+                            }
+                        }
+                    })
+                }
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Sends a request without awaiting (for `Drop`): one non-blocking sendmsg.
+    fn send_now(&self, req: &Request) {
+        let _ = wire::send(self.sock.get_ref().as_fd(), req, &[]);
+    }
+}
+
+impl SpawnerClient {
+    /// Wraps the supervisor's end of the spawner socket; must be called inside a tokio
+    /// runtime. Starts the task that routes the spawner's responses. A spawner that dies
+    /// stays dead: every later spawn fails with [`Error::Gone`].
+    pub fn new(sock: OwnedFd) -> Result<SpawnerClient> {
+        Self::build(sock, None)
+    }
+
+    /// As [`Self::new`], for a spawner from `factory`; when it dies, the factory forks a
+    /// replacement. If that fails [`REPLACEMENT_ATTEMPTS`] times the process exits with
+    /// an error (status 70), for a service manager to restart it: a server that can no
+    /// longer create sandboxes should not look alive.
+    pub fn with_factory(first: Forked, factory: Arc<Factory>) -> Result<SpawnerClient> {
+        let client = Self::build(first.sock, Some(first.pid))?;
+        tokio::spawn(replace_when_dead(Arc::downgrade(&client.shared), factory));
+        Ok(client)
+    }
+
+    fn build(sock: OwnedFd, pid: Option<Pid>) -> Result<SpawnerClient> {
+        let stopping = Arc::new(AtomicBool::new(false));
+        let inner = Inner::new(sock, pid, stopping.clone())?;
+        Ok(SpawnerClient {
+            shared: Arc::new(Shared {
+                current: RwLock::new(inner),
+                next_id: AtomicU64::new(1),
+                stopping,
+                replaced: watch::Sender::new(0),
+                status: Mutex::new(SpawnerStatus {
+                    pid: pid.map(Pid::as_raw),
+                    ..Default::default()
+                }),
+            }),
+        })
+    }
+
+    /// The spawner's state, for `health`.
+    pub fn status(&self) -> SpawnerStatus {
+        self.shared.status.lock().expect("status lock").clone()
+    }
+
+    /// A deliberate shutdown begins: the spawner's end is expected, not reported, and no
+    /// replacement is made.
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+    }
+
+    fn current(&self) -> Arc<Inner> {
+        self.shared.current.read().expect("spawner lock").clone()
+    }
+
+    /// The live spawner; while a dead one is being replaced, waits for the new one.
+    async fn live(&self) -> Result<Arc<Inner>> {
+        let mut replaced = self.shared.replaced.subscribe();
+        let give_up = tokio::time::Instant::now() + REPLACEMENT_WAIT;
+        loop {
+            let inner = self.current();
+            let replacing = self.status().replacing;
+            if !inner.closed() || self.shared.stopping.load(Ordering::SeqCst) {
+                return Ok(inner);
+            }
+            if !replacing && inner.pid.is_none() {
+                return Err(Error::Gone);
+            }
+            match tokio::time::timeout_at(give_up, replaced.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return Err(Error::Gone),
+            }
+        }
     }
 
     /// Asks the spawner for a sandbox running `spec`; resolves once the program runs.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<RemoteSandbox> {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let inner = self.live().await?;
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let (exit_tx, exit_rx) = oneshot::channel();
         {
-            let mut w = self.inner.waiters.lock().expect("waiters lock");
+            let mut w = inner.waiters.lock().expect("waiters lock");
             if w.closed {
                 return Err(Error::Gone);
             }
             w.spawned.insert(id, tx);
             w.exited.insert(id, exit_tx);
         }
-        self.send(&Request::Spawn {
-            id,
-            spec: Box::new(spec),
-        })
-        .await?;
-        let (landlock, cgroups, mut fds) = match rx.await.map_err(|_| Error::Gone)? {
+        inner
+            .send(&Request::Spawn {
+                id,
+                spec: Box::new(spec),
+            })
+            .await?;
+        let (landlock, cgroups, mut fds) = match rx.await.map_err(|_| Error::Lost)? {
             Ok(v) => v,
             Err(message) => {
-                self.inner
+                inner
                     .waiters
                     .lock()
                     .expect("waiters lock")
@@ -101,7 +252,7 @@ impl SpawnerClient {
         let stdout = fds.pop().expect("stdout");
         Ok(RemoteSandbox {
             id,
-            client: self.clone(),
+            spawner: inner,
             stdout: Some(stdout),
             stderr: Some(stderr),
             channel: Some(channel),
@@ -114,48 +265,81 @@ impl SpawnerClient {
             until_gone: Vec::new(),
         })
     }
+}
 
-    /// Kills a sandbox (best effort: it may already be gone).
-    pub async fn kill(&self, id: u64) -> Result<()> {
-        self.send(&Request::Kill { id }).await
-    }
-
-    async fn send(&self, req: &Request) -> Result<()> {
-        loop {
-            let mut guard = self
-                .inner
-                .sock
-                .writable()
+/// Waits for the current spawner's end and has the factory replace it, again and again.
+async fn replace_when_dead(shared: Weak<Shared>, factory: Arc<Factory>) {
+    loop {
+        let Some(inner) = shared
+            .upgrade()
+            .map(|s| s.current.read().expect("lock").clone())
+        else {
+            return;
+        };
+        inner.gone.notified().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        shared.status.lock().expect("status lock").replacing = true;
+        let mut dead = inner.pid;
+        let mut attempt = 0;
+        let forked = loop {
+            attempt += 1;
+            let f = factory.clone();
+            let r = tokio::task::spawn_blocking(move || f.fork_spawner(dead))
                 .await
-                .map_err(|source| Error::Io {
-                    doing: "waiting to write to the spawner",
-                    source,
-                })?;
-            match guard.try_io(|s| wire::send(s.get_ref().as_fd(), req, &[])) {
-                Ok(r) => {
-                    return r.map_err(|source| {
-                        if source.raw_os_error() == Some(libc::EPIPE) {
-                            Error::Gone
-                        } else {
-                            Error::Io {
-                                doing: "writing to the spawner",
-                                source,
-                            }
-                        }
-                    })
+                .unwrap_or_else(|_| Err(Error::Protocol("the factory request panicked")));
+            match r {
+                Ok(forked) => break Ok(forked),
+                Err(e) if attempt < REPLACEMENT_ATTEMPTS => {
+                    tracing::warn!(error = %e, attempt, "forking a new spawner failed; retrying");
+                    // The dead one is reaped by the first request that reached the factory.
+                    dead = None;
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
                 }
-                Err(_would_block) => continue,
+                Err(e) => break Err(e),
+            }
+        };
+        let installed = forked.and_then(|f| {
+            let new = Inner::new(f.sock, Some(f.pid), shared.stopping.clone())?;
+            Ok((f.pid, f.dead, f.cleaned, new))
+        });
+        match installed {
+            Ok((pid, reason, cleaned, new)) => {
+                *shared.current.write().expect("spawner lock") = new;
+                let restarts = {
+                    let mut st = shared.status.lock().expect("status lock");
+                    st.pid = Some(pid.as_raw());
+                    st.replacing = false;
+                    st.restarts += 1;
+                    st.last_restart_unix = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .map(|d| d.as_secs());
+                    st.last_reason = reason.clone().or(Some("its socket closed".into()));
+                    st.restarts
+                };
+                shared.replaced.send_modify(|n| *n += 1);
+                tracing::warn!(
+                    dead = inner.pid.map(Pid::as_raw),
+                    reason = reason.as_deref().unwrap_or("its socket closed"),
+                    new = pid.as_raw(),
+                    cgroups_removed = cleaned,
+                    restarts,
+                    "the spawner process died; its sandboxes were killed and a new spawner started"
+                );
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the spawner process died and cannot be replaced; exiting");
+                eprintln!(
+                    "codebox: the spawner process died and cannot be replaced ({e}); exiting"
+                );
+                std::process::exit(70);
             }
         }
-    }
-
-    /// Sends a kill without awaiting (for `Drop`): one non-blocking sendmsg.
-    fn kill_now(&self, id: u64) {
-        let _ = wire::send(
-            self.inner.sock.get_ref().as_fd(),
-            &Request::Kill { id },
-            &[],
-        );
     }
 }
 
@@ -169,7 +353,9 @@ async fn read_responses(inner: Arc<Inner>) {
             match guard.try_io(|s| wire::recv::<Response>(s.get_ref().as_fd())) {
                 Ok(Ok(m)) => break m,
                 Ok(Err(e)) => {
-                    tracing::error!(?e, "reading from the spawner failed");
+                    if !inner.stopping.load(Ordering::SeqCst) {
+                        tracing::warn!(?e, "reading from the spawner failed");
+                    }
                     break None;
                 }
                 Err(_would_block) => continue,
@@ -201,11 +387,17 @@ async fn read_responses(inner: Arc<Inner>) {
                 }
             }
             None => {
-                // The spawner is gone: fail everyone who waits.
+                // The spawner is gone: fail everyone who waits. Its replacement (if any)
+                // logs the event once; a deliberate shutdown logs nothing.
                 w.closed = true;
                 w.spawned.clear();
                 w.exited.clear();
-                tracing::error!("the spawner process is gone");
+                drop(w);
+                tracing::debug!(
+                    spawner = inner.pid.map(Pid::as_raw),
+                    "the spawner's socket closed"
+                );
+                inner.gone.notify_one();
                 return;
             }
         }
@@ -231,7 +423,8 @@ pub enum Stream {
 /// program ended kills the sandbox.
 pub struct RemoteSandbox {
     id: u64,
-    client: SpawnerClient,
+    /// The spawner that made it (a replaced one stays here, dead).
+    spawner: Arc<Inner>,
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
     channel: Option<OwnedFd>,
@@ -346,7 +539,7 @@ impl RemoteSandbox {
         if self.ended {
             return None;
         }
-        let _ = self.client.kill(self.id).await;
+        let _ = self.spawner.send(&Request::Kill { id: self.id }).await;
         self.ended().await
     }
 
@@ -362,7 +555,16 @@ impl RemoteSandbox {
 
     /// Kills the sandbox without waiting (best effort).
     pub(super) fn kill_now(&self) {
-        self.client.kill_now(self.id);
+        self.spawner.send_now(&Request::Kill { id: self.id });
+    }
+
+    /// Gives the sandbox's init `left` from now before it ends the sandbox itself (see
+    /// `sandbox/lifeline.rs`); best effort, without waiting.
+    pub(super) fn arm_now(&self, left: Duration) {
+        self.spawner.send_now(&Request::Arm {
+            id: self.id,
+            ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+        });
     }
 
     /// The sandbox's end was seen; dropping it need not kill it.
@@ -406,6 +608,8 @@ impl RemoteSandbox {
         // The timeout and the duration count from the code's delivery, which for a pooled
         // sandbox is long after its spawn.
         self.started = Instant::now();
+        // The init's own deadline from now: it ends the sandbox should we not.
+        self.arm_now(crate::sandbox::lifeline::run_deadline(timeout));
         let io = |doing| move |source| Error::Io { doing, source };
         let mut stdout =
             tokio::net::unix::pipe::Receiver::from_owned_fd(self.stdout.take().expect("stdout"))
@@ -514,7 +718,16 @@ impl RemoteSandbox {
                 e = exit_report(&mut self.exited), if ending.is_none() => {
                     exit_seen = true;
                     exited_at.get_or_insert_with(|| self.started.elapsed());
-                    let mut e = e.map_err(|_| Error::Gone)?;
+                    // Resolved: a receiver must not be polled again (oneshot panics with
+                    // "called after complete"), here or in `Drop`.
+                    self.exited = None;
+                    let mut e = match e {
+                        Ok(e) => e,
+                        Err(_) => {
+                            self.ended = true;
+                            return Err(Error::Lost);
+                        }
+                    };
                     // The record was ours to read: the spawner found the pipe empty.
                     if let Some(status) = piped_status.take() {
                         e.status = status;
@@ -523,11 +736,11 @@ impl RemoteSandbox {
                 }
                 _ = tokio::time::sleep_until(deadline), if !timed_out && !cancelled && ending.is_none() => {
                     timed_out = true;
-                    self.client.kill(self.id).await?;
+                    self.spawner.send(&Request::Kill { id: self.id }).await?;
                 }
                 _ = &mut cancel, if !cancelled && !timed_out && ending.is_none() => {
                     cancelled = true;
-                    self.client.kill(self.id).await?;
+                    self.spawner.send(&Request::Kill { id: self.id }).await?;
                 }
             }
         }
@@ -562,7 +775,7 @@ impl RemoteSandbox {
 impl Drop for RemoteSandbox {
     fn drop(&mut self) {
         if !self.ended {
-            self.client.kill_now(self.id);
+            self.kill_now();
         }
         let held = std::mem::take(&mut self.until_gone);
         if let (Some(exited), false, Ok(rt)) = (
@@ -577,7 +790,7 @@ impl Drop for RemoteSandbox {
                 drop(held);
             });
         } else if !self.ended {
-            let mut w = self.client.inner.waiters.lock().expect("waiters lock");
+            let mut w = self.spawner.waiters.lock().expect("waiters lock");
             w.exited.remove(&self.id);
         }
     }
