@@ -153,6 +153,7 @@ fn seqpacket() -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// The factory's loop: answers fork requests until the supervisor closes the socket.
 fn serve(sock: OwnedFd, host: &Host) {
     let mut children: BTreeSet<i32> = BTreeSet::new();
+    let mut generation: u32 = 0;
     loop {
         let ask = match wire::recv::<Ask>(sock.as_fd()) {
             Ok(Some((ask, _))) => ask,
@@ -167,7 +168,8 @@ fn serve(sock: OwnedFd, host: &Host) {
             Some(pid) => (Some(bury(Pid::from_raw(pid))), clean(host)),
             None => (None, 0),
         };
-        let answer = match fork_one(&sock, host) {
+        generation = generation.wrapping_add(1);
+        let answer = match fork_one(&sock, host, generation) {
             Ok((pid, theirs)) => {
                 children.insert(pid.as_raw());
                 let answer = Answer::Forked {
@@ -194,7 +196,11 @@ fn serve(sock: OwnedFd, host: &Host) {
 }
 
 /// Forks one spawner; returns its pid and the supervisor's end of its socket.
-fn fork_one(factory_sock: &OwnedFd, host: &Host) -> std::io::Result<(Pid, OwnedFd)> {
+fn fork_one(
+    factory_sock: &OwnedFd,
+    host: &Host,
+    generation: u32,
+) -> std::io::Result<(Pid, OwnedFd)> {
     let (theirs, spawners) = seqpacket()?;
     // SAFETY: the factory is single-threaded (forked from a single-threaded supervisor,
     // it never starts a thread), so the child may run ordinary code; it ends with _exit.
@@ -206,6 +212,7 @@ fn fork_one(factory_sock: &OwnedFd, host: &Host) -> std::io::Result<(Pid, OwnedF
             // SAFETY: closing a descriptor this (child) process owns; the OwnedFd copy in
             // the parent's frames is never dropped here (the child ends in _exit).
             unsafe { libc::close(factory_sock.as_raw_fd()) };
+            crate::sandbox::cgroup::start_sequence(generation);
             server::serve(spawners, host);
             // SAFETY: ends the spawner without running atexit handlers.
             unsafe { libc::_exit(0) }

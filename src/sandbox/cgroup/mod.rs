@@ -332,6 +332,13 @@ pub struct Hierarchy {
 /// Sequence numbers for sandbox cgroup names, per process.
 static SEQ: AtomicU64 = AtomicU64::new(1);
 
+/// Starts this process's cgroup name sequence at `generation << 32`: spawners forked one
+/// after another from the same factory share the owner part of their cgroup names, and
+/// must not reuse each other's sequence numbers.
+pub fn start_sequence(generation: u32) {
+    SEQ.store((u64::from(generation) << 32).max(1), Ordering::Relaxed);
+}
+
 /// The cgroup hierarchies of this process, discovered once; creates sandbox cgroups.
 #[derive(Debug)]
 pub struct CgroupManager {
