@@ -451,3 +451,87 @@ fn sigterm_on_stdio_drains_answers_and_exits_with_stdin_open() {
         "a normal shutdown logs no ERROR: {log}"
     );
 }
+
+#[test]
+fn a_spawner_that_cannot_be_replaced_ends_the_server_with_a_clear_error() {
+    if !sandbox_available("a_spawner_that_cannot_be_replaced_ends_the_server_with_a_clear_error") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut server = Server::start(&["--pool-size", "1"]);
+    let owner = server.pid();
+    let spawner = server.spawner_pid();
+    start_spinners(&mut server);
+    // The factory is the server's only child; without it no spawner can be forked.
+    let factory = children_of(owner);
+    assert_eq!(factory.len(), 1, "the server's children: {factory:?}");
+    sigkill(factory[0]);
+    sigkill(spawner);
+    let status = server
+        .exited_within(Duration::from_secs(30))
+        .expect("the server exits when it cannot get a spawner");
+    assert_eq!(status.code(), Some(70), "{status:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        server.log().contains("cannot be replaced"),
+        "{}",
+        server.log()
+    );
+    wait_until("the sandboxes die", DEATH_BOUND, || {
+        sandbox_processes(owner).is_empty()
+    });
+    // Nobody was left to remove their (now empty) cgroups; the next start of codebox
+    // would. Remove them so the test leaves nothing behind.
+    for dir in sandbox_cgroups(owner) {
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+#[test]
+fn a_killed_cli_takes_its_sandbox_along() {
+    if !sandbox_available("a_killed_cli_takes_its_sandbox_along") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cli = Command::new(common::codebox_bin())
+        .args(["run", "--timeout", "5m", "python", "-c", SPIN])
+        .env("CODEBOX_ROOTFS", common::rootfs_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("codebox run starts");
+    let owner = cli.id() as i32;
+    wait_until("the program spins", Duration::from_secs(30), || {
+        spinning(owner) >= 1
+    });
+    cli.kill().expect("SIGKILL codebox run");
+    cli.wait().expect("reap codebox run");
+    wait_until("the sandbox dies with its supervisor", DEATH_BOUND, || {
+        sandbox_processes(owner).is_empty()
+    });
+    // Its empty cgroup is left for the next codebox start to remove (a killed process
+    // runs no clean-up); remove it here so the test leaves nothing behind.
+    for dir in sandbox_cgroups(owner) {
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+/// Pids whose parent is `pid`.
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+        if ppid == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
