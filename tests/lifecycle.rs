@@ -303,6 +303,19 @@ fn a_killed_spawner_takes_its_sandboxes_along_and_is_replaced() {
     let mut server = Server::start(&["--pool-size", "1"]);
     let owner = server.pid();
     let old_spawner = server.spawner_pid();
+    // A Ctrl-C or a service manager's SIGTERM to every process is the server's to handle
+    // (drain): the spawner and the factory ignore it.
+    for pid in [old_spawner, children_of(owner)[0]] {
+        for sig in [
+            nix::sys::signal::Signal::SIGINT,
+            nix::sys::signal::Signal::SIGTERM,
+            nix::sys::signal::Signal::SIGHUP,
+        ] {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal");
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.health()["spawner"]["restarts"], 0);
     let (pooled, cold) = start_spinners(&mut server);
     let before = sandbox_cgroups(owner);
     assert!(before.len() >= 2, "no sandbox cgroups found: {before:?}");
@@ -327,6 +340,23 @@ fn a_killed_spawner_takes_its_sandboxes_along_and_is_replaced() {
     let id = server.execute("print(6 * 7)", 30_000);
     let a = server.answer(id, Duration::from_secs(60));
     assert_eq!(a["result"]["structuredContent"]["stdout"], "42\n", "{a:#}");
+    // The program does not inherit the spawner's ignored stop signals.
+    let id = server.execute(
+        "print(next(l for l in open('/proc/self/status') if l.startswith('SigIgn')).split()[1])",
+        30_000,
+    );
+    let a = server.answer(id, Duration::from_secs(60));
+    let ignored = a["result"]["structuredContent"]["stdout"]
+        .as_str()
+        .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no SigIgn: {a:#}"));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        assert_eq!(
+            ignored & (1 << (sig - 1)),
+            0,
+            "signal {sig} ignored: {ignored:x}"
+        );
+    }
     let h = server.health();
     assert_eq!(h["spawner"]["restarts"], 1, "{h:#}");
     assert_ne!(h["spawner"]["pid"], json!(old_spawner), "{h:#}");

@@ -79,6 +79,13 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
     }
     check(fds::close_from(slot::END), Stage::ArrangeFds, 0);
 
+    // 1b. Default dispositions for the signals a spawner ignores (an ignored signal stays
+    //     ignored across exec): the program gets what a fresh process has.
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: signal(2) with SIG_DFL installs no handler code.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+
     // 2. (The parent-death signal is set in step 4b: a credential change clears it.)
 
     // 3. Wait until the supervisor has written our uid/gid maps. End of file instead of a

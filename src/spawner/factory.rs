@@ -96,6 +96,7 @@ impl Factory {
             ForkResult::Child => {
                 drop(ours);
                 super::detach_stdio();
+                super::ignore_stop_signals();
                 serve(theirs, host);
                 // SAFETY: ends the factory without running the supervisor's atexit handlers.
                 unsafe { libc::_exit(0) }

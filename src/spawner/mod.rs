@@ -56,6 +56,21 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// The signals that ask a process to stop, which the spawner and the factory ignore.
+pub(crate) const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// The spawner and the factory ignore [`STOP_SIGNALS`]: a Ctrl-C reaches the whole
+/// foreground process group, and a service manager may signal every process of the
+/// service; either would end them before the supervisor drained (and a dead spawner is
+/// then "replaced" during a shutdown). They end when the supervisor's socket closes. The
+/// sandbox init restores the default dispositions (`sandbox/init.rs`, step 1b).
+fn ignore_stop_signals() {
+    for sig in STOP_SIGNALS {
+        // SAFETY: signal(2) with SIG_IGN installs no handler code.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+}
+
 /// stdin/stdout belong to the supervisor's MCP transport: a process forked from it holds
 /// no copy of them (a client waiting for the server's stdout to close would wait for it).
 fn detach_stdio() {
@@ -95,6 +110,7 @@ pub unsafe fn start(host: &Host) -> Result<(Pid, OwnedFd)> {
             // cgroups behind. (Only the supervisor holds `ours`: it was dropped here
             // before any sandbox was forked.)
             detach_stdio();
+            ignore_stop_signals();
             server::serve(theirs, host);
             // SAFETY: ends the spawner without running the supervisor's atexit handlers.
             unsafe { libc::_exit(0) }
