@@ -22,8 +22,8 @@
 //! pipe, with the time left as the timeout. Single-threaded, no allocation.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::sync::OnceLock;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::fds::{self, slot};
@@ -57,17 +57,28 @@ fn last_record(buf: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(rec.try_into().ok()?))
 }
 
+/// This process's lifeline: (the pid that made it, read end, write end).
+static LIFELINE: Mutex<Option<(u32, OwnedFd, OwnedFd)>> = Mutex::new(None);
+
 /// The read end of this process's lifeline (created on first use; the write end is kept
-/// open, close-on-exec, for the life of the process and never handed to anyone).
-pub fn read_end() -> io::Result<BorrowedFd<'static>> {
-    static LIFELINE: OnceLock<(OwnedFd, OwnedFd)> = OnceLock::new();
-    if let Some((r, _)) = LIFELINE.get() {
-        return Ok(r.as_fd());
+/// open, close-on-exec, for the life of the process and never handed to anyone). A
+/// process forked from one that had a lifeline drops its copy of that one and makes its
+/// own: otherwise the parent's sandboxes would outlive the parent as long as the child
+/// lives, and the child's would outlive the child as long as the parent lives.
+pub fn read_end() -> io::Result<RawFd> {
+    let mut lifeline = LIFELINE.lock().unwrap_or_else(|e| e.into_inner());
+    let me = std::process::id();
+    match &*lifeline {
+        Some((pid, r, _)) if *pid == me => Ok(r.as_raw_fd()),
+        _ => {
+            // Dropping an inherited pair closes only this process's copies.
+            *lifeline = None;
+            let (r, w) = fds::pipe()?;
+            let raw = r.as_raw_fd();
+            *lifeline = Some((me, r, w));
+            Ok(raw)
+        }
     }
-    let pair = fds::pipe()?;
-    // A racing first use would leave one spare pipe behind; spawning is single-threaded.
-    let (r, _) = LIFELINE.get_or_init(|| pair);
-    Ok(r.as_fd())
 }
 
 /// Whether the lifeline in `fd` has been cut (every write end closed).
@@ -260,6 +271,13 @@ mod tests {
         let t = Duration::from_secs(5);
         assert!(run_deadline(t) > t);
         assert_eq!(run_deadline(Duration::MAX), Duration::MAX);
+    }
+
+    #[test]
+    fn one_lifeline_per_process() {
+        let a = read_end().unwrap();
+        assert_eq!(read_end().unwrap(), a);
+        assert!(!cut(a));
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         stdout: stdout_w.as_raw_fd(),
         stderr: stderr_w.as_raw_fd(),
         channel: channel_child.as_raw_fd(),
-        lifeline: lifeline.as_raw_fd(),
+        lifeline,
         control: control_r.as_raw_fd(),
         cgroup_tasks: TasksFds::of(&tasks),
     };

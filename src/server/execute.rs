@@ -392,7 +392,7 @@ impl CodeboxServer {
             }
             None => {
                 let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
-                    tracing::error!(?e, "spawning a sandbox failed");
+                    log_spawn_failure(&e);
                     format!("the sandbox could not be created: {e}")
                 })?;
                 (sandbox, SandboxStart::Cold)
@@ -442,7 +442,7 @@ impl CodeboxServer {
                 let proxy =
                     ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
                 let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
-                    tracing::error!(?e, "spawning a keep-alive sandbox failed");
+                    log_spawn_failure(&e);
                     format!("the sandbox could not be created: {e}")
                 })?;
                 let frame = runtime::session_boot_frame(code, &c.files);
@@ -695,5 +695,15 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A spawn lost with its spawner is part of that event, which the spawner client logs
+/// once; any other spawn failure is an error of its own.
+fn log_spawn_failure(e: &crate::spawner::Error) {
+    if matches!(e, crate::spawner::Error::Lost) {
+        tracing::debug!(error = %e, "a spawn was lost with its spawner");
+    } else {
+        tracing::error!(?e, "spawning a sandbox failed");
     }
 }

@@ -5,16 +5,17 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use nix::unistd::Pid;
-use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, watch, Notify};
 
 use super::factory::{Factory, Forked};
+pub use super::restart::SpawnerStatus;
+use super::restart::{replace_when_dead, REPLACEMENT_WAIT};
 use super::wire::{self, Request, Response, SpawnSpec};
 use super::{Error, Result};
 use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
@@ -32,39 +33,24 @@ struct Waiters {
 }
 
 /// One spawner process: its socket and who waits for what from it.
-struct Inner {
+pub(super) struct Inner {
     sock: AsyncFd<OwnedFd>,
     /// Its pid, when known (a spawner from the factory).
-    pid: Option<Pid>,
+    pub(super) pid: Option<Pid>,
     waiters: Mutex<Waiters>,
     /// Notified (once, with a stored permit) when its socket reaches end of file.
-    gone: Notify,
+    pub(super) gone: Notify,
     /// Shared with the client: set on a deliberate shutdown (nothing to report then).
     stopping: Arc<AtomicBool>,
 }
 
-/// What `health` says about the spawner.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct SpawnerStatus {
-    /// The current spawner's pid, when known.
-    pub pid: Option<i32>,
-    /// Whether it is being replaced right now.
-    pub replacing: bool,
-    /// How many times a dead spawner was replaced.
-    pub restarts: u64,
-    /// When the last one was replaced (seconds since the Unix epoch).
-    pub last_restart_unix: Option<u64>,
-    /// Why: how the dead spawner ended.
-    pub last_reason: Option<String>,
-}
-
-struct Shared {
-    current: RwLock<Arc<Inner>>,
+pub(super) struct Shared {
+    pub(super) current: RwLock<Arc<Inner>>,
     next_id: AtomicU64,
-    stopping: Arc<AtomicBool>,
+    pub(super) stopping: Arc<AtomicBool>,
     /// Bumped after every replacement.
-    replaced: watch::Sender<u64>,
-    status: Mutex<SpawnerStatus>,
+    pub(super) replaced: watch::Sender<u64>,
+    pub(super) status: Mutex<SpawnerStatus>,
 }
 
 /// A handle on the spawner process. Cheap to clone. With a [`Factory`] (see
@@ -77,13 +63,12 @@ pub struct SpawnerClient {
     shared: Arc<Shared>,
 }
 
-/// How long a spawn waits for a dead spawner's replacement.
-const REPLACEMENT_WAIT: Duration = Duration::from_secs(15);
-/// Attempts at forking a replacement before the supervisor gives up and exits.
-const REPLACEMENT_ATTEMPTS: u32 = 3;
-
 impl Inner {
-    fn new(sock: OwnedFd, pid: Option<Pid>, stopping: Arc<AtomicBool>) -> Result<Arc<Inner>> {
+    pub(super) fn new(
+        sock: OwnedFd,
+        pid: Option<Pid>,
+        stopping: Arc<AtomicBool>,
+    ) -> Result<Arc<Inner>> {
         crate::sandbox::set_nonblocking(sock.as_fd(), true).map_err(|source| Error::Io {
             doing: "setting up the spawner socket",
             source,
@@ -264,82 +249,6 @@ impl SpawnerClient {
             ended: false,
             until_gone: Vec::new(),
         })
-    }
-}
-
-/// Waits for the current spawner's end and has the factory replace it, again and again.
-async fn replace_when_dead(shared: Weak<Shared>, factory: Arc<Factory>) {
-    loop {
-        let Some(inner) = shared
-            .upgrade()
-            .map(|s| s.current.read().expect("lock").clone())
-        else {
-            return;
-        };
-        inner.gone.notified().await;
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        if shared.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        shared.status.lock().expect("status lock").replacing = true;
-        let mut dead = inner.pid;
-        let mut attempt = 0;
-        let forked = loop {
-            attempt += 1;
-            let f = factory.clone();
-            let r = tokio::task::spawn_blocking(move || f.fork_spawner(dead))
-                .await
-                .unwrap_or_else(|_| Err(Error::Protocol("the factory request panicked")));
-            match r {
-                Ok(forked) => break Ok(forked),
-                Err(e) if attempt < REPLACEMENT_ATTEMPTS => {
-                    tracing::warn!(error = %e, attempt, "forking a new spawner failed; retrying");
-                    // The dead one is reaped by the first request that reached the factory.
-                    dead = None;
-                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        let installed = forked.and_then(|f| {
-            let new = Inner::new(f.sock, Some(f.pid), shared.stopping.clone())?;
-            Ok((f.pid, f.dead, f.cleaned, new))
-        });
-        match installed {
-            Ok((pid, reason, cleaned, new)) => {
-                *shared.current.write().expect("spawner lock") = new;
-                let restarts = {
-                    let mut st = shared.status.lock().expect("status lock");
-                    st.pid = Some(pid.as_raw());
-                    st.replacing = false;
-                    st.restarts += 1;
-                    st.last_restart_unix = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .ok()
-                        .map(|d| d.as_secs());
-                    st.last_reason = reason.clone().or(Some("its socket closed".into()));
-                    st.restarts
-                };
-                shared.replaced.send_modify(|n| *n += 1);
-                tracing::warn!(
-                    dead = inner.pid.map(Pid::as_raw),
-                    reason = reason.as_deref().unwrap_or("its socket closed"),
-                    new = pid.as_raw(),
-                    cgroups_removed = cleaned,
-                    restarts,
-                    "the spawner process died; its sandboxes were killed and a new spawner started"
-                );
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "the spawner process died and cannot be replaced; exiting");
-                eprintln!(
-                    "codebox: the spawner process died and cannot be replaced ({e}); exiting"
-                );
-                std::process::exit(70);
-            }
-        }
     }
 }
 

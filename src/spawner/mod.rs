@@ -11,12 +11,14 @@
 //! - [`server`]: the spawner's loop; it keeps each sandbox's `Watch` and reports exits
 //! - [`client`]: the supervisor's async side and [`RemoteSandbox`]; it replaces a dead
 //!   spawner with a new one from the [`factory`] (`serve`)
-//! - [`factory`]: the single-threaded process that forks spawners, and why
+//! - [`factory`]: the single-threaded process that forks spawners, and why; `restart.rs`:
+//!   the client's task that replaces a dead spawner through it
 //! - [`live`]: a keep-alive sandbox that runs one program after another ([`LiveSandbox`])
 
 pub mod client;
 pub mod factory;
 pub mod live;
+mod restart;
 pub mod server;
 pub mod wire;
 
