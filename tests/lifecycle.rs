@@ -233,7 +233,7 @@ fn sandbox_cgroups(owner: i32) -> BTreeSet<String> {
     found
 }
 
-/// Host pids of the processes in the server's sandboxes (by their cgroup).
+/// Host pids of the live processes in the server's sandboxes (by their cgroup).
 fn sandbox_processes(owner: i32) -> Vec<i32> {
     let marker = format!("/codebox-{owner}-");
     let mut found = Vec::new();
@@ -241,8 +241,12 @@ fn sandbox_processes(owner: i32) -> Vec<i32> {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
+        // A zombie is dead: its reaping is up to whichever process inherited it (the
+        // host's init, for an orphaned sandbox init), which may take its time.
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')));
         if let Ok(cg) = std::fs::read_to_string(entry.path().join("cgroup")) {
-            if cg.contains(&marker) {
+            if cg.contains(&marker) && !zombie {
                 found.push(pid);
             }
         }
@@ -250,15 +254,25 @@ fn sandbox_processes(owner: i32) -> Vec<i32> {
     found
 }
 
-/// Processes of the server's sandboxes that are running (state R): spinning loops.
+/// Live processes of the server's sandboxes that have used over 0.7 s of CPU: the
+/// spinning loops (an interpreter starting up for the pool uses far less).
 fn spinning(owner: i32) -> usize {
+    // SAFETY: sysconf takes an integer.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     sandbox_processes(owner)
         .into_iter()
         .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                s.rsplit_once(") ")
-                    .is_some_and(|(_, rest)| rest.starts_with('R'))
-            })
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let Some((_, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            // After the command: state is field 3 of stat, utime 14 and stime 15.
+            let cpu = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+            let used = cpu(11).unwrap_or(0) + cpu(12).unwrap_or(0);
+            fields.first() != Some(&"Z") && used * 10 > ticks * 7
         })
         .count()
 }
@@ -320,21 +334,29 @@ fn a_killed_spawner_takes_its_sandboxes_along_and_is_replaced() {
     let before = sandbox_cgroups(owner);
     assert!(before.len() >= 2, "no sandbox cgroups found: {before:?}");
 
+    let killed = Instant::now();
     sigkill(old_spawner);
 
+    // Every process of the old sandboxes is gone, and so are their cgroups.
+    wait_until("the spinning sandboxes die", DEATH_BOUND, || {
+        spinning(owner) == 0
+    });
+    let died = killed.elapsed();
     // Both executions are answered with an error naming the loss.
     for id in [pooled, cold] {
         let a = server.answer(id, DEATH_BOUND);
         assert!(is_error_with(&a, "spawner"), "answer: {a:#}");
     }
-    // Every process of the old sandboxes is gone, and so are their cgroups.
-    wait_until("the spinning sandboxes die", DEATH_BOUND, || {
-        spinning(owner) == 0
-    });
+    let answered = killed.elapsed();
     wait_until(
         "the dead spawner's cgroups are removed",
         DEATH_BOUND,
         || sandbox_cgroups(owner).is_disjoint(&before),
+    );
+    eprintln!(
+        "measured: spawner SIGKILL -> sandboxes stopped spinning {died:?}, both answered \
+         {answered:?}, old cgroups gone {:?}",
+        killed.elapsed()
     );
     // A new spawner serves the next execution; health tells the story.
     let id = server.execute("print(6 * 7)", 30_000);
@@ -398,14 +420,21 @@ fn a_killed_server_takes_its_sandboxes_along() {
         if also_the_spawner {
             sigkill(spawner);
         }
+        let killed = Instant::now();
         sigkill(owner);
         let _ = server.child.wait();
         wait_until("the sandboxes die with the server", DEATH_BOUND, || {
             sandbox_processes(owner).is_empty()
         });
+        let died = killed.elapsed();
         wait_until("no cgroup of the server is left", DEATH_BOUND, || {
             sandbox_cgroups(owner).is_empty()
         });
+        eprintln!(
+            "measured: server SIGKILL (spawner too: {also_the_spawner}) -> sandboxes gone \
+             {died:?}, cgroups gone {:?}",
+            killed.elapsed()
+        );
     }
 }
 
@@ -420,8 +449,17 @@ fn a_stopped_server_cannot_stretch_a_timeout() {
     server.until_pool_ready();
     // Pooled, then cold: each sandbox's init knows the run's deadline (armed at the
     // code's delivery), so it ends the run even though the server's timer cannot fire.
-    for _ in 0..2 {
-        let id = server.execute(SPIN, 2_000);
+    // The second run asks for a session: the pool does not serve it (a workspace), so it
+    // runs in a sandbox started for it.
+    for session in [None, Some("new")] {
+        let mut arguments = json!({"code": SPIN, "timeout_ms": 5_000});
+        if let Some(s) = session {
+            arguments["session"] = json!(s);
+        }
+        let id = server.send(
+            "tools/call",
+            json!({"name": "execute_python", "arguments": arguments}),
+        );
         wait_until("a sandbox spins", Duration::from_secs(30), || {
             spinning(owner) >= 1
         });
@@ -430,6 +468,7 @@ fn a_stopped_server_cannot_stretch_a_timeout() {
             nix::sys::signal::Signal::SIGSTOP,
         );
         stop.expect("SIGSTOP the server");
+        let stopped = Instant::now();
         let waited = std::panic::catch_unwind(|| {
             wait_until(
                 "the sandbox ends itself while the server is stopped",
@@ -437,6 +476,11 @@ fn a_stopped_server_cannot_stretch_a_timeout() {
                 || spinning(owner) == 0,
             )
         });
+        eprintln!(
+            "measured: 5 s timeout, {} sandbox, server stopped -> it ended {:?} after the stop",
+            if session.is_some() { "cold" } else { "pooled" },
+            stopped.elapsed()
+        );
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(owner),
             nix::sys::signal::Signal::SIGCONT,
@@ -464,13 +508,19 @@ fn sigterm_on_stdio_drains_answers_and_exits_with_stdin_open() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .expect("SIGTERM");
+    let termed = Instant::now();
     // stdin stays open (`server.stdin` is held): the process must exit anyway.
     for id in [pooled, cold] {
         let a = server.answer(id, Duration::from_secs(20));
         assert!(is_error_with(&a, "server is stopping"), "answer: {a:#}");
     }
+    let answered = termed.elapsed();
     let status = server.exited_within(Duration::from_secs(20));
     assert!(status.is_some(), "the server did not exit with stdin open");
+    eprintln!(
+        "measured: SIGTERM with a 1 s drain bound -> answered {answered:?}, exited {:?}",
+        termed.elapsed()
+    );
     assert!(server.stdin.is_some());
     assert!(sandbox_processes(owner).is_empty());
     assert_eq!(sandbox_cgroups(owner), BTreeSet::new());
@@ -564,4 +614,47 @@ fn children_of(pid: i32) -> Vec<i32> {
         }
     }
     found
+}
+
+#[test]
+fn sandboxes_die_with_their_spawner_on_their_own() {
+    if !sandbox_available("sandboxes_die_with_their_spawner_on_their_own") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut server = Server::start(&["--pool-size", "1"]);
+    let owner = server.pid();
+    let spawner = server.spawner_pid();
+    let factory = children_of(owner)[0];
+    let (pooled, cold) = start_spinners(&mut server);
+    // Nobody may help: the server and the factory are stopped, so only the sandboxes'
+    // own parent-death signal and lifeline can end them.
+    let signal = |pid: i32, sig| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal");
+    };
+    signal(owner, nix::sys::signal::Signal::SIGSTOP);
+    signal(factory, nix::sys::signal::Signal::SIGSTOP);
+    let killed = Instant::now();
+    sigkill(spawner);
+    let waited = std::panic::catch_unwind(|| {
+        wait_until("the sandboxes die on their own", DEATH_BOUND, || {
+            sandbox_processes(owner).is_empty()
+        })
+    });
+    eprintln!(
+        "measured: spawner SIGKILL, server and factory stopped -> sandboxes gone {:?}",
+        killed.elapsed()
+    );
+    signal(factory, nix::sys::signal::Signal::SIGCONT);
+    signal(owner, nix::sys::signal::Signal::SIGCONT);
+    if let Err(e) = waited {
+        std::panic::resume_unwind(e);
+    }
+    for id in [pooled, cold] {
+        let a = server.answer(id, DEATH_BOUND);
+        assert!(is_error_with(&a, "spawner"), "answer: {a:#}");
+    }
+    drop(server.stdin.take());
+    assert!(server.exited_within(Duration::from_secs(30)).is_some());
+    assert_eq!(sandbox_cgroups(owner), BTreeSet::new());
 }
