@@ -4,8 +4,8 @@
 //! does the privileged part of the setup with the capabilities it holds in its new user
 //! namespace. Then it forks the program (pid 2), reaps everything, reports the program's
 //! status and exits; or it exits early when its deadline passes or the process that
-//! spawned it is gone (`lifeline.rs`). Its exit makes the kernel kill whatever else is left in the pid
-//! namespace, so nothing the program started outlives the program.
+//! spawned it is gone (`lifeline.rs`). Its exit makes the kernel kill whatever else is
+//! left in the pid namespace, so nothing the program started outlives the program.
 //!
 //! Every failure is reported as a [`report`] record on the errors pipe, followed by
 //! `_exit(127)`; nothing here returns.

@@ -66,6 +66,8 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
     let (stderr_r, stderr_w) = fds::pipe().map_err(fd_err("stderr pipe"))?;
     let (channel, channel_child) = fds::socketpair().map_err(fd_err("fd-3 socketpair"))?;
     let (control_r, control_w) = fds::pipe().map_err(fd_err("control pipe"))?;
+    // An arm never blocks the (single-threaded) spawning process.
+    fds::set_nonblocking(control_w.as_fd(), true).map_err(fd_err("control pipe"))?;
     let lifeline = lifeline::read_end().map_err(fd_err("lifeline pipe"))?;
     let child_fds = ChildFds {
         sync: sync_r.as_raw_fd(),

@@ -48,6 +48,8 @@ pub(super) struct Shared {
     pub(super) current: RwLock<Arc<Inner>>,
     next_id: AtomicU64,
     pub(super) stopping: Arc<AtomicBool>,
+    /// Whether a dead spawner is replaced (a client made with a factory).
+    replaceable: AtomicBool,
     /// Bumped after every replacement.
     pub(super) replaced: watch::Sender<u64>,
     pub(super) status: Mutex<SpawnerStatus>,
@@ -135,11 +137,12 @@ impl SpawnerClient {
     }
 
     /// As [`Self::new`], for a spawner from `factory`; when it dies, the factory forks a
-    /// replacement. If that fails [`REPLACEMENT_ATTEMPTS`] times the process exits with
+    /// replacement. If that fails three times the process exits with
     /// an error (status 70), for a service manager to restart it: a server that can no
     /// longer create sandboxes should not look alive.
     pub fn with_factory(first: Forked, factory: Arc<Factory>) -> Result<SpawnerClient> {
         let client = Self::build(first.sock, Some(first.pid))?;
+        client.shared.replaceable.store(true, Ordering::SeqCst);
         tokio::spawn(replace_when_dead(Arc::downgrade(&client.shared), factory));
         Ok(client)
     }
@@ -152,6 +155,7 @@ impl SpawnerClient {
                 current: RwLock::new(inner),
                 next_id: AtomicU64::new(1),
                 stopping,
+                replaceable: AtomicBool::new(false),
                 replaced: watch::Sender::new(0),
                 status: Mutex::new(SpawnerStatus {
                     pid: pid.map(Pid::as_raw),
@@ -182,11 +186,10 @@ impl SpawnerClient {
         let give_up = tokio::time::Instant::now() + REPLACEMENT_WAIT;
         loop {
             let inner = self.current();
-            let replacing = self.status().replacing;
             if !inner.closed() || self.shared.stopping.load(Ordering::SeqCst) {
                 return Ok(inner);
             }
-            if !replacing && inner.pid.is_none() {
+            if !self.shared.replaceable.load(Ordering::SeqCst) {
                 return Err(Error::Gone);
             }
             match tokio::time::timeout_at(give_up, replaced.changed()).await {
