@@ -562,9 +562,7 @@ fn a_spawner_that_cannot_be_replaced_ends_the_server_with_a_clear_error() {
     });
     // Nobody was left to remove their (now empty) cgroups; the next start of codebox
     // would. Remove them so the test leaves nothing behind.
-    for dir in sandbox_cgroups(owner) {
-        let _ = std::fs::remove_dir(&dir);
-    }
+    remove_left_cgroups(owner);
 }
 
 #[test]
@@ -591,9 +589,7 @@ fn a_killed_cli_takes_its_sandbox_along() {
     });
     // Its empty cgroup is left for the next codebox start to remove (a killed process
     // runs no clean-up); remove it here so the test leaves nothing behind.
-    for dir in sandbox_cgroups(owner) {
-        let _ = std::fs::remove_dir(&dir);
-    }
+    remove_left_cgroups(owner);
 }
 
 /// Pids whose parent is `pid`.
@@ -657,4 +653,14 @@ fn sandboxes_die_with_their_spawner_on_their_own() {
     drop(server.stdin.take());
     assert!(server.exited_within(Duration::from_secs(30)).is_some());
     assert_eq!(sandbox_cgroups(owner), BTreeSet::new());
+}
+
+/// Removes the (empty) sandbox cgroups a killed `owner` left, waiting for them to empty.
+fn remove_left_cgroups(owner: i32) {
+    wait_until("the left cgroups can be removed", DEATH_BOUND, || {
+        for dir in sandbox_cgroups(owner) {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        sandbox_cgroups(owner).is_empty()
+    });
 }
