@@ -450,11 +450,16 @@ fn a_stopped_server_cannot_stretch_a_timeout() {
     // Pooled, then cold: each sandbox's init knows the run's deadline (armed at the
     // code's delivery), so it ends the run even though the server's timer cannot fire.
     // The second run asks for a session: the pool does not serve it (a workspace), so it
-    // runs in a sandbox started for it.
-    for session in [None, Some("new")] {
+    // runs in a sandbox started for it. The third keeps a session's interpreter alive
+    // (armed per run, not per sandbox).
+    for (kind, extra) in [
+        ("pooled", json!({})),
+        ("cold", json!({"session": "new"})),
+        ("keep-alive", json!({"session": "new", "keep_alive": true})),
+    ] {
         let mut arguments = json!({"code": SPIN, "timeout_ms": 5_000});
-        if let Some(s) = session {
-            arguments["session"] = json!(s);
+        for (k, v) in extra.as_object().unwrap() {
+            arguments[k] = v.clone();
         }
         let id = server.send(
             "tools/call",
@@ -478,7 +483,7 @@ fn a_stopped_server_cannot_stretch_a_timeout() {
         });
         eprintln!(
             "measured: 5 s timeout, {} sandbox, server stopped -> it ended {:?} after the stop",
-            if session.is_some() { "cold" } else { "pooled" },
+            kind,
             stopped.elapsed()
         );
         nix::sys::signal::kill(
