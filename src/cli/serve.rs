@@ -25,7 +25,8 @@ use codebox::sandbox::IdMapping;
 use codebox::server::http::{self, HttpOptions};
 use codebox::server::{CodeboxServer, Settings};
 use codebox::session::SessionLimits;
-use codebox::spawner::{self, SpawnerClient};
+use codebox::spawner::factory::Factory;
+use codebox::spawner::SpawnerClient;
 use codebox::units::{parse_duration, parse_size};
 use codebox::upstream::{self, UpstreamOptions, Upstreams};
 
@@ -330,8 +331,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     // SAFETY: no thread exists yet: the tokio runtime is built below, after the fork.
-    let (spawner_pid, sock) = unsafe { spawner::start(&host) }?;
-    tracing::info!(spawner = spawner_pid.as_raw(), profile = %profile.name, "spawner started");
+    let factory = std::sync::Arc::new(unsafe { Factory::start(&host) }?);
+    // The factory forks the spawners, this first one included (see spawner/factory.rs).
+    let first = factory.fork_spawner(None)?;
+    tracing::info!(spawner = first.pid.as_raw(), factory = factory.pid().as_raw(), profile = %profile.name, "spawner started");
+    let factory_pid = factory.pid();
 
     let (mcp_path, mcp_named) = &args.mcp_config;
     let upstream_servers = without_self(upstream::config::load(
@@ -376,20 +380,27 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?;
     let drain = args.drain_timeout;
     rt.block_on(async move {
-        let client = SpawnerClient::new(sock)?;
+        let client = SpawnerClient::with_factory(first, factory)?;
         let upstreams = Upstreams::start(upstream_servers, UpstreamOptions::default()).await;
-        let server = CodeboxServer::new(client, settings, report.checks, upstreams.clone())?;
+        let server =
+            CodeboxServer::new(client.clone(), settings, report.checks, upstreams.clone())?;
         let result = serve_until_done(server.clone(), args, drain).await;
+        client.stop();
         server.shutdown().await;
         upstreams.shutdown().await;
         result
     })?;
-    // Dropping the runtime closes the spawner socket: the spawner kills whatever still
-    // runs, removes every cgroup and exits.
-    drop(rt);
-    let _ = nix::sys::wait::waitpid(spawner_pid, None);
+    // Dropping the runtime closes the spawner's and the factory's sockets: the spawner
+    // kills whatever still runs, removes every cgroup and exits; the factory waits for it.
+    // Tasks still blocked (a stdin read while the client keeps stdin open) are not waited
+    // for.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let _ = nix::sys::wait::waitpid(factory_pid, None);
     Ok(ExitCode::SUCCESS)
 }
+
+/// After the drain bound: how long killed executions have to be answered.
+const ANSWER_BOUND: Duration = Duration::from_secs(5);
 
 /// Serves MCP (stdio, or HTTP with `--http`) until the client leaves or a signal's drain
 /// is over.
@@ -418,11 +429,24 @@ async fn serve_until_done(
             let deadline = tokio::time::Instant::now() + drain;
             // A request accepted just before the signal may not hold its slot yet.
             tokio::time::sleep(Duration::from_millis(100)).await;
-            while server.running() > 0 && tokio::time::Instant::now() < deadline {
+            let busy = |s: &CodeboxServer| s.running() > 0 || s.unanswered() > 0;
+            while busy(&server) && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            if server.running() > 0 {
-                tracing::warn!(?drain, "drain bound reached; killing what still runs");
+            if busy(&server) {
+                tracing::warn!(
+                    ?drain,
+                    running = server.running(),
+                    "drain bound reached; killing what still runs"
+                );
+                // Each killed execution is answered "the server is stopping"; give the
+                // answers a moment to be written before the transport closes.
+                server.kill_running();
+                let answered_by = tokio::time::Instant::now() + ANSWER_BOUND;
+                while server.unanswered() > 0 && tokio::time::Instant::now() < answered_by {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     };

@@ -31,7 +31,7 @@ pub(super) async fn hold(
         ending = warm.sandbox.ended() => {
             tracing::debug!(%language, sandbox = id, ?ending, "pooled sandbox ended while idle");
             if let Some(pool) = pool.upgrade() {
-                pool.died_idle(language, id);
+                pool.died_idle(language, id, ending.is_none());
             }
         }
     }

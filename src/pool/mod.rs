@@ -352,15 +352,20 @@ impl Inner {
         self.state.lock().expect("pool state lock")
     }
 
-    /// A holder's sandbox died while waiting: forget its slot and refill.
-    fn died_idle(&self, language: Language, id: u64) {
+    /// A holder's sandbox died while waiting: forget its slot and refill. `with_spawner`:
+    /// its spawner died (that event is logged once, by the spawner client).
+    fn died_idle(&self, language: Language, id: u64, with_spawner: bool) {
         let mut st = self.lock();
         if let Some(shelf) = st.shelves.get_mut(&language) {
             let before = shelf.idle.len();
             shelf.idle.retain(|s| s.id != id);
             if shelf.idle.len() < before {
                 shelf.counters.died_idle.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%language, sandbox = id, "a pooled sandbox died while idle; replacing it");
+                if with_spawner {
+                    tracing::debug!(%language, sandbox = id, "a pooled sandbox died with its spawner; replacing it");
+                } else {
+                    tracing::warn!(%language, sandbox = id, "a pooled sandbox died while idle; replacing it");
+                }
             }
         }
         drop(st);

@@ -97,7 +97,13 @@ async fn start_one(pool: Arc<Inner>, language: Language, template: Template, gen
                     .spawn_failures
                     .fetch_add(1, Ordering::Relaxed);
                 pool.failed_since_wake.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%language, error = %e, "starting a pooled sandbox failed");
+                if closed || matches!(e, crate::spawner::Error::Lost) {
+                    // Shutting down (the spawner may already be going), or the spawner
+                    // died: its replacement logs that once.
+                    tracing::debug!(%language, error = %e, "a pooled sandbox was not started");
+                } else {
+                    tracing::error!(%language, error = %e, "starting a pooled sandbox failed");
+                }
                 return;
             }
         };

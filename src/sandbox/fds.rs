@@ -15,11 +15,15 @@ pub mod slot {
     pub const STDOUT: RawFd = 6;
     pub const STDERR: RawFd = 7;
     pub const CHANNEL: RawFd = 8;
+    /// The read end of the spawning process's lifeline (init only).
+    pub const LIFELINE: RawFd = 9;
+    /// The read end of the sandbox's control pipe (init only).
+    pub const CONTROL: RawFd = 10;
     /// A session's workspace mount (detached), when the sandbox has one; attached at
     /// `/workspace` by the mount plan and closed there.
-    pub const WORKSPACE: RawFd = 9;
+    pub const WORKSPACE: RawFd = 11;
     /// The first descriptor number above the slots.
-    pub const END: RawFd = 10;
+    pub const END: RawFd = 12;
 }
 
 /// The descriptor number the program finds the proxy channel on.

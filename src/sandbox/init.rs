@@ -3,20 +3,21 @@
 //! It runs right after `clone3`, as a single-threaded copy of the spawning process, and
 //! does the privileged part of the setup with the capabilities it holds in its new user
 //! namespace. Then it forks the program (pid 2), reaps everything, reports the program's
-//! status and exits. Its exit makes the kernel kill whatever else is left in the pid
-//! namespace, so nothing the program started outlives the program.
+//! status and exits; or it exits early when its deadline passes or the process that
+//! spawned it is gone (`lifeline.rs`). Its exit makes the kernel kill whatever else is
+//! left in the pid namespace, so nothing the program started outlives the program.
 //!
 //! Every failure is reported as a [`report`] record on the errors pipe, followed by
 //! `_exit(127)`; nothing here returns.
 
 use std::os::fd::{BorrowedFd, RawFd};
 
-use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{ForkResult, Gid, Uid};
 
 use super::cgroup::TasksFds;
 use super::fds::{self, slot};
 use super::idmap::SANDBOX_ID;
+use super::lifeline;
 use super::mounts;
 use super::plan::MountPlan;
 use super::program;
@@ -33,6 +34,10 @@ pub struct ChildFds {
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub channel: RawFd,
+    /// The read end of the spawning process's lifeline (see `lifeline.rs`).
+    pub lifeline: RawFd,
+    /// The read end of this sandbox's control pipe (deadline records).
+    pub control: RawFd,
     /// A detached workspace mount to attach at `/workspace`, or -1.
     pub workspace: RawFd,
     /// The `tasks` files of the sandbox's v1 cgroups, opened by the parent (see
@@ -63,19 +68,25 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
         (fds.stdout, slot::STDOUT),
         (fds.stderr, slot::STDERR),
         (fds.channel, slot::CHANNEL),
+        (fds.lifeline, slot::LIFELINE),
+        (fds.control, slot::CONTROL),
         (fds.workspace, slot::WORKSPACE),
     ];
-    let used = if fds.workspace >= 0 { 7 } else { 6 };
+    let used = if fds.workspace >= 0 { 9 } else { 8 };
     if fds::arrange(&pairs[..used], 64).is_err() {
         // SAFETY: _exit is async-signal-safe and skips the parent's copied destructors.
         unsafe { libc::_exit(126) }
     }
     check(fds::close_from(slot::END), Stage::ArrangeFds, 0);
 
-    // 2. Die with the supervisor.
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
-    let r = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-    check(errno_result(r), Stage::ParentDeathSignal, 0);
+    // 1b. Default dispositions for the signals a spawner ignores (an ignored signal stays
+    //     ignored across exec): the program gets what a fresh process has.
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: signal(2) with SIG_DFL installs no handler code.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+
+    // 2. (The parent-death signal is set in step 4b: a credential change clears it.)
 
     // 3. Wait until the supervisor has written our uid/gid maps. End of file instead of a
     //    byte means it gave up on us.
@@ -119,6 +130,19 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
         Stage::RaiseCaps,
         0,
     );
+
+    // 4b. Die with the spawning process, now that no credential change follows (the
+    //     kernel clears the parent-death signal on every uid/gid change). Then check it
+    //     is still there: if it died before the signal was set, nothing would arrive. In
+    //     a new pid namespace getppid() reads 0, so the lifeline tells (see lifeline.rs);
+    //     the loop in step 11 keeps watching it.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
+    let r = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    check(errno_result(r), Stage::ParentDeathSignal, 0);
+    if lifeline::cut(slot::LIFELINE) {
+        // SAFETY: _exit ends the init; nobody is left to report to.
+        unsafe { libc::_exit(0) }
+    }
 
     // 5. Keep the program (same uid) from ptracing us or reading our /proc entries.
     // SAFETY: prctl(PR_SET_DUMPABLE) takes integers only.
@@ -172,17 +196,13 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
         unsafe { libc::close(fd) };
     }
 
-    // 11. Reap until the program itself ends; orphans it leaves are reaped on the way.
-    let status = loop {
-        match waitpid(None, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == child => break ProgramStatus::Exited(code),
-            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
-                break ProgramStatus::Signaled(sig as i32)
-            }
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            // No child left at all: the program is gone without a status we could see.
-            Err(_) => break ProgramStatus::Signaled(libc::SIGKILL),
-        }
+    // 11. Reap until the program itself ends (orphans it leaves are reaped on the way),
+    //     the deadline passes or the spawning process is gone.
+    let status = match lifeline::watch(child.as_raw()) {
+        lifeline::End::Program(status) => status,
+        lifeline::End::Deadline => ProgramStatus::Signaled(libc::SIGKILL),
+        // SAFETY: _exit ends the init; the kernel kills the rest of the namespace.
+        lifeline::End::Orphaned => unsafe { libc::_exit(0) },
     };
 
     // 12. Report and exit; the kernel kills every process still in the namespace.

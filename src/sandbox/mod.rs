@@ -18,6 +18,7 @@ pub mod idmap;
 pub mod idmapped;
 mod init;
 pub mod landlock;
+pub mod lifeline;
 mod mounts;
 pub mod plan;
 mod program;
@@ -72,6 +73,8 @@ pub struct Watch {
     pidfd: OwnedFd,
     status: OwnedFd,
     cgroup: Option<cgroup::SandboxCgroup>,
+    /// Deadlines for the init (see `lifeline.rs`).
+    control: lifeline::Control,
     reaped: bool,
 }
 
@@ -117,6 +120,16 @@ impl Watch {
     /// Whichever reader takes the record first has it; the other sees end of file.
     pub fn status_reader(&self) -> std::io::Result<OwnedFd> {
         self.status.try_clone()
+    }
+
+    /// Gives the sandbox `left` from now; then its init ends it, whether or not this
+    /// process is still there to (see `lifeline.rs`). Until first armed a sandbox may
+    /// live [`lifeline::IDLE_LIFETIME`].
+    pub fn arm(&self, left: std::time::Duration) -> Result<()> {
+        self.control.arm(left).map_err(|source| Error::Io {
+            doing: "arming the sandbox's deadline",
+            source,
+        })
     }
 
     /// The init's pidfd: readable once the sandbox has ended.

@@ -1,7 +1,7 @@
 //! The program process (pid 2): the last, unprivileged steps before `execve`.
 //!
-//! In order: new session, parent-death signal, stdio and fd 3, close everything else,
-//! rlimits, drop every capability, `no_new_privs`, landlock, working directory, seccomp,
+//! In order: new session, stdio and fd 3, close everything else, rlimits, drop every
+//! capability, `no_new_privs`, parent-death signal, landlock, working directory, seccomp,
 //! exec. Seccomp goes last so that none of the setup calls needs to be allowed by it.
 
 use nix::sys::resource::{setrlimit, Resource};
@@ -15,10 +15,7 @@ pub fn run(spec: &SandboxSpec) -> ! {
     // 1. No controlling terminal, own process group.
     check(nix::unistd::setsid(), Stage::Setsid, 0);
 
-    // 2. Die with the init.
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
-    let r = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-    check(errno_result(r), Stage::ParentDeathSignal, 0);
+    // 2. (The parent-death signal is set in step 7b, after the capability changes.)
 
     // 3. stdin stays /dev/null (set by the init); stdout, stderr and the proxy channel
     //    go to 1, 2 and 3. The errors pipe stays in its slot, close-on-exec.
@@ -75,6 +72,16 @@ pub fn run(spec: &SandboxSpec) -> ! {
     // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes integers only.
     let r = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
     check(errno_result(r), Stage::NoNewPrivs, 0);
+
+    // 7b. Die with the init, set after the last credential change (capabilities
+    //     included), which would clear it. The init is pid 1 here: any other parent means
+    //     it died before the signal was set (its death kills the namespace anyway).
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
+    let r = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    check(errno_result(r), Stage::ParentDeathSignal, 1);
+    if nix::unistd::getppid().as_raw() != 1 {
+        report::fail(errors_fd(), Stage::ParentDeathSignal, 2, libc::ESRCH)
+    }
 
     // 8. Landlock: filesystem, TCP and scope restrictions, reported to the supervisor.
     if let Some(mode) = spec.policy.landlock {

@@ -3,7 +3,8 @@
 //! 1. Create the cgroup with its limits and open its v1 `tasks` files; plan everything
 //!    (mount plan, program image) while still single-threaded parent code.
 //! 2. Create the pipes: sync (parent → init), errors (init/program → parent), status
-//!    (init → parent), stdout, stderr, and the fd-3 socketpair.
+//!    (init → parent), control (parent → init: deadlines), stdout, stderr, and the fd-3
+//!    socketpair; the init also gets this process's lifeline (see `lifeline.rs`).
 //! 3. `clone3` into new user, mount, pid, net, ipc, uts and cgroup namespaces (on v2
 //!    straight into the cgroup); the init's first act is to join its v1 hierarchies.
 //! 4. Write the child's `setgroups`, `uid_map` and `gid_map`, then release it.
@@ -23,6 +24,7 @@ use super::clone::{clone_into_namespaces, Forked, NAMESPACES};
 use super::error::{Error, Result};
 use super::fds;
 use super::init::{self, ChildFds};
+use super::lifeline;
 use super::plan::{LockedFlags, MountPlan};
 use super::report::{self, SetupFailure, Stage, FAILURE_LEN};
 use super::spec::{Limits, SandboxSpec};
@@ -63,6 +65,10 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
     let (stdout_r, stdout_w) = fds::pipe().map_err(fd_err("stdout pipe"))?;
     let (stderr_r, stderr_w) = fds::pipe().map_err(fd_err("stderr pipe"))?;
     let (channel, channel_child) = fds::socketpair().map_err(fd_err("fd-3 socketpair"))?;
+    let (control_r, control_w) = fds::pipe().map_err(fd_err("control pipe"))?;
+    // An arm never blocks the (single-threaded) spawning process.
+    fds::set_nonblocking(control_w.as_fd(), true).map_err(fd_err("control pipe"))?;
+    let lifeline = lifeline::read_end().map_err(fd_err("lifeline pipe"))?;
     let child_fds = ChildFds {
         sync: sync_r.as_raw_fd(),
         errors: errors_w.as_raw_fd(),
@@ -70,6 +76,8 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         stdout: stdout_w.as_raw_fd(),
         stderr: stderr_w.as_raw_fd(),
         channel: channel_child.as_raw_fd(),
+        lifeline,
+        control: control_r.as_raw_fd(),
         workspace: spec.workspace_mount.unwrap_or(-1),
         cgroup_tasks: TasksFds::of(&tasks),
     };
@@ -98,6 +106,7 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         stdout_w,
         stderr_w,
         channel_child,
+        control_r,
         tasks,
     ));
     let clone_us = sw.lap_us();
@@ -113,6 +122,7 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
             pidfd,
             status: status_r,
             cgroup,
+            control: lifeline::Control::new(control_w),
             reaped: false,
         },
         started: Instant::now(),

@@ -103,6 +103,13 @@ impl Sandbox {
             fds::set_nonblocking(fd, true).map_err(io("setting up the output pipes"))?;
         }
         let deadline = self.started + limits.timeout;
+        // The init ends the sandbox a little after our timer would, should we not.
+        if let Err(e) = self
+            .watch
+            .arm(super::lifeline::run_deadline(limits.timeout))
+        {
+            tracing::warn!(?e, "arming the sandbox's own deadline failed");
+        }
         let mut stdout = Captured::default();
         let mut stderr = Captured::default();
         let (mut out_open, mut err_open, mut exited) = (true, true, false);

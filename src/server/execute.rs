@@ -104,6 +104,7 @@ impl CodeboxServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let s = &self.state;
+        let _unanswered = InFlight::enter(&s.in_flight);
         let entered = Instant::now();
         let client = self.client_of(&ctx);
         // Arguments that parse but are out of range are tool execution errors, not
@@ -198,7 +199,20 @@ impl CodeboxServer {
             },
             None => (None, None),
         };
-        let cancel = ctx.ct.clone().cancelled_owned();
+        // The execution ends early on the client's cancel or when the server stops (the
+        // drain bound); the latter is answered "the server is stopping".
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cancel = {
+            let ct = ctx.ct.clone();
+            let stopping = s.stopping.clone();
+            let stopped = stopped.clone();
+            async move {
+                tokio::select! {
+                    _ = ct.cancelled() => {}
+                    _ = stopping.cancelled() => stopped.store(true, Ordering::SeqCst),
+                }
+            }
+        };
 
         let wrappers = self.wrapper_dir();
         let skills = match self.skills_dir_for(&client, session.is_some()).await {
@@ -265,6 +279,19 @@ impl CodeboxServer {
             let _ = f.await;
         }
         let ran_at = entered.elapsed();
+        if stopped.load(Ordering::SeqCst) {
+            s.counters.failed.fetch_add(1, Ordering::Relaxed);
+            self.audit_refused(
+                &client,
+                session_id.as_deref(),
+                language,
+                &params.code,
+                "stopping",
+            );
+            return Ok(tool_error(
+                "the server is stopping: the execution was killed before it finished".into(),
+            ));
+        }
         let (outcome, report, interpreter) = match ran {
             Ok(ran) => ran,
             Err(why) => {
@@ -379,7 +406,7 @@ impl CodeboxServer {
             }
             None => {
                 let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
-                    tracing::error!(?e, "spawning a sandbox failed");
+                    log_spawn_failure(&e);
                     format!("the sandbox could not be created: {e}")
                 })?;
                 (sandbox, SandboxStart::Cold)
@@ -429,7 +456,7 @@ impl CodeboxServer {
                 let proxy =
                     ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
                 let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
-                    tracing::error!(?e, "spawning a keep-alive sandbox failed");
+                    log_spawn_failure(&e);
                     format!("the sandbox could not be created: {e}")
                 })?;
                 let frame = runtime::session_boot_frame(code, &c.files);
@@ -646,5 +673,31 @@ impl crate::proxy::Redactor for crate::pii::Vault {
 
     fn restore_json(&self, value: &mut serde_json::Value) {
         crate::pii::Vault::restore_json(self, value)
+    }
+}
+
+/// Counts an execute call from its arrival until its answer is returned.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    fn enter(count: &Arc<std::sync::atomic::AtomicUsize>) -> InFlight {
+        count.fetch_add(1, Ordering::SeqCst);
+        InFlight(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A spawn lost with its spawner is part of that event, which the spawner client logs
+/// once; any other spawn failure is an error of its own.
+fn log_spawn_failure(e: &crate::spawner::Error) {
+    if matches!(e, crate::spawner::Error::Lost) {
+        tracing::debug!(error = %e, "a spawn was lost with its spawner");
+    } else {
+        tracing::error!(?e, "spawning a sandbox failed");
     }
 }

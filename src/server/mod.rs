@@ -132,6 +132,11 @@ struct State {
     skills_error: Option<String>,
     /// Sandboxes started ahead of demand (`None` when `pool_size` is 0).
     pool: Option<WarmPool>,
+    /// Cancelled when a shutdown's drain bound is reached: running executions are killed
+    /// and answered "the server is stopping".
+    stopping: tokio_util::sync::CancellationToken,
+    /// Execute calls between arrival and answer.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// One MCP connection's own state.
@@ -263,6 +268,8 @@ impl CodeboxServer {
             skills,
             skills_error,
             pool,
+            stopping: tokio_util::sync::CancellationToken::new(),
+            in_flight: Arc::default(),
         });
         pool_glue::follow_catalog(Arc::downgrade(&state));
         // Idle sessions expire in the background.
@@ -316,6 +323,17 @@ impl CodeboxServer {
     /// Executions running now.
     pub fn running(&self) -> usize {
         self.state.admission.running()
+    }
+
+    /// The drain bound is reached: kills every running execution; each is answered with
+    /// an error result saying the server is stopping.
+    pub fn kill_running(&self) {
+        self.state.stopping.cancel();
+    }
+
+    /// Execute calls not yet answered (they may still wait for admission).
+    pub fn unanswered(&self) -> usize {
+        self.state.in_flight.load(Ordering::SeqCst)
     }
 
     /// Ends every session (killing live interpreters, removing workspaces) and empties
@@ -384,6 +402,7 @@ impl CodeboxServer {
             "queue_depth": s.admission.waiting(),
             "concurrency": s.settings.concurrency,
             "pool": pool_glue::health(s.pool.as_ref()),
+            "spawner": s.spawner.status(),
             "sessions": {
                 "open": open_sessions,
                 "live_interpreters": live_interpreters,

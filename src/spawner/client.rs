@@ -4,14 +4,18 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch, Notify};
 
+use super::factory::{Factory, Forked};
+pub use super::restart::SpawnerStatus;
+use super::restart::{replace_when_dead, REPLACEMENT_WAIT};
 use super::wire::{self, Request, Response, SpawnSpec};
 use super::{Error, Result};
 use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
@@ -28,22 +32,45 @@ struct Waiters {
     closed: bool,
 }
 
-struct Inner {
+/// One spawner process: its socket and who waits for what from it.
+pub(super) struct Inner {
     sock: AsyncFd<OwnedFd>,
-    next_id: AtomicU64,
+    /// Its pid, when known (a spawner from the factory).
+    pub(super) pid: Option<Pid>,
     waiters: Mutex<Waiters>,
+    /// Notified (once, with a stored permit) when its socket reaches end of file.
+    pub(super) gone: Notify,
+    /// Shared with the client: set on a deliberate shutdown (nothing to report then).
+    stopping: Arc<AtomicBool>,
 }
 
-/// A handle on the spawner process. Cheap to clone.
+pub(super) struct Shared {
+    pub(super) current: RwLock<Arc<Inner>>,
+    next_id: AtomicU64,
+    pub(super) stopping: Arc<AtomicBool>,
+    /// Whether a dead spawner is replaced (a client made with a factory).
+    replaceable: AtomicBool,
+    /// Bumped after every replacement.
+    pub(super) replaced: watch::Sender<u64>,
+    pub(super) status: Mutex<SpawnerStatus>,
+}
+
+/// A handle on the spawner process. Cheap to clone. With a [`Factory`] (see
+/// [`SpawnerClient::with_factory`]) a spawner that dies is replaced: its sandboxes die
+/// with it (their inits' lifeline and parent-death signal), the factory removes their
+/// cgroups, executions that ran on it get [`Error::Lost`], and later spawns go to the new
+/// one (a spawn asked for meanwhile waits for it).
 #[derive(Clone)]
 pub struct SpawnerClient {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
 }
 
-impl SpawnerClient {
-    /// Wraps the supervisor's end of the spawner socket; must be called inside a tokio
-    /// runtime. Starts the task that routes the spawner's responses.
-    pub fn new(sock: OwnedFd) -> Result<SpawnerClient> {
+impl Inner {
+    pub(super) fn new(
+        sock: OwnedFd,
+        pid: Option<Pid>,
+        stopping: Arc<AtomicBool>,
+    ) -> Result<Arc<Inner>> {
         crate::sandbox::set_nonblocking(sock.as_fd(), true).map_err(|source| Error::Io {
             doing: "setting up the spawner socket",
             source,
@@ -55,20 +82,136 @@ impl SpawnerClient {
                 doing: "registering the spawner socket",
                 source: e.into_parts().1,
             })?,
-            next_id: AtomicU64::new(1),
+            pid,
             waiters: Mutex::new(Waiters::default()),
+            gone: Notify::new(),
+            stopping,
         });
         tokio::spawn(read_responses(inner.clone()));
-        Ok(SpawnerClient { inner })
+        Ok(inner)
+    }
+
+    fn closed(&self) -> bool {
+        self.waiters.lock().expect("waiters lock").closed
+    }
+
+    async fn send(&self, req: &Request) -> Result<()> {
+        self.send_with(req, &[]).await
+    }
+
+    /// Sends `req` with descriptors (which must stay open until this returns).
+    async fn send_with(&self, req: &Request, fds: &[std::os::fd::RawFd]) -> Result<()> {
+        loop {
+            let mut guard = self.sock.writable().await.map_err(|source| Error::Io {
+                doing: "waiting to write to the spawner",
+                source,
+            })?;
+            match guard.try_io(|s| wire::send(s.get_ref().as_fd(), req, fds)) {
+                Ok(r) => {
+                    return r.map_err(|source| {
+                        if matches!(
+                            source.raw_os_error(),
+                            Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN)
+                        ) {
+                            Error::Gone
+                        } else {
+                            Error::Io {
+                                doing: "writing to the spawner",
+                                source,
+                            }
+                        }
+                    })
+                }
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Sends a request without awaiting (for `Drop`): one non-blocking sendmsg.
+    fn send_now(&self, req: &Request) {
+        let _ = wire::send(self.sock.get_ref().as_fd(), req, &[]);
+    }
+}
+
+impl SpawnerClient {
+    /// Wraps the supervisor's end of the spawner socket; must be called inside a tokio
+    /// runtime. Starts the task that routes the spawner's responses. A spawner that dies
+    /// stays dead: every later spawn fails with [`Error::Gone`].
+    pub fn new(sock: OwnedFd) -> Result<SpawnerClient> {
+        Self::build(sock, None)
+    }
+
+    /// As [`Self::new`], for a spawner from `factory`; when it dies, the factory forks a
+    /// replacement. If that fails three times the process exits with
+    /// an error (status 70), for a service manager to restart it: a server that can no
+    /// longer create sandboxes should not look alive.
+    pub fn with_factory(first: Forked, factory: Arc<Factory>) -> Result<SpawnerClient> {
+        let client = Self::build(first.sock, Some(first.pid))?;
+        client.shared.replaceable.store(true, Ordering::SeqCst);
+        tokio::spawn(replace_when_dead(Arc::downgrade(&client.shared), factory));
+        Ok(client)
+    }
+
+    fn build(sock: OwnedFd, pid: Option<Pid>) -> Result<SpawnerClient> {
+        let stopping = Arc::new(AtomicBool::new(false));
+        let inner = Inner::new(sock, pid, stopping.clone())?;
+        Ok(SpawnerClient {
+            shared: Arc::new(Shared {
+                current: RwLock::new(inner),
+                next_id: AtomicU64::new(1),
+                stopping,
+                replaceable: AtomicBool::new(false),
+                replaced: watch::Sender::new(0),
+                status: Mutex::new(SpawnerStatus {
+                    pid: pid.map(Pid::as_raw),
+                    ..Default::default()
+                }),
+            }),
+        })
+    }
+
+    /// The spawner's state, for `health`.
+    pub fn status(&self) -> SpawnerStatus {
+        self.shared.status.lock().expect("status lock").clone()
+    }
+
+    /// A deliberate shutdown begins: the spawner's end is expected, not reported, and no
+    /// replacement is made.
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+    }
+
+    fn current(&self) -> Arc<Inner> {
+        self.shared.current.read().expect("spawner lock").clone()
+    }
+
+    /// The live spawner; while a dead one is being replaced, waits for the new one.
+    async fn live(&self) -> Result<Arc<Inner>> {
+        let mut replaced = self.shared.replaced.subscribe();
+        let give_up = tokio::time::Instant::now() + REPLACEMENT_WAIT;
+        loop {
+            let inner = self.current();
+            if !inner.closed() || self.shared.stopping.load(Ordering::SeqCst) {
+                return Ok(inner);
+            }
+            if !self.shared.replaceable.load(Ordering::SeqCst) {
+                return Err(Error::Gone);
+            }
+            match tokio::time::timeout_at(give_up, replaced.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return Err(Error::Gone),
+            }
+        }
     }
 
     /// Asks the spawner for a sandbox running `spec`; resolves once the program runs.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<RemoteSandbox> {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let inner = self.live().await?;
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let (exit_tx, exit_rx) = oneshot::channel();
         {
-            let mut w = self.inner.waiters.lock().expect("waiters lock");
+            let mut w = inner.waiters.lock().expect("waiters lock");
             if w.closed {
                 return Err(Error::Gone);
             }
@@ -79,18 +222,19 @@ impl SpawnerClient {
             .workspace_mount
             .as_ref()
             .map(|m| std::os::fd::AsRawFd::as_raw_fd(&*m.0));
-        self.send_with(
-            &Request::Spawn {
-                id,
-                spec: Box::new(spec.clone()),
-            },
-            mount.as_slice(),
-        )
-        .await?;
-        let (landlock, cgroups, mut fds) = match rx.await.map_err(|_| Error::Gone)? {
+        inner
+            .send_with(
+                &Request::Spawn {
+                    id,
+                    spec: Box::new(spec),
+                },
+                mount.as_slice(),
+            )
+            .await?;
+        let (landlock, cgroups, mut fds) = match rx.await.map_err(|_| Error::Lost)? {
             Ok(v) => v,
             Err(message) => {
-                self.inner
+                inner
                     .waiters
                     .lock()
                     .expect("waiters lock")
@@ -108,7 +252,7 @@ impl SpawnerClient {
         let stdout = fds.pop().expect("stdout");
         Ok(RemoteSandbox {
             id,
-            client: self.clone(),
+            spawner: inner,
             stdout: Some(stdout),
             stderr: Some(stderr),
             channel: Some(channel),
@@ -120,54 +264,6 @@ impl SpawnerClient {
             ended: false,
             until_gone: Vec::new(),
         })
-    }
-
-    /// Kills a sandbox (best effort: it may already be gone).
-    pub async fn kill(&self, id: u64) -> Result<()> {
-        self.send(&Request::Kill { id }).await
-    }
-
-    async fn send(&self, req: &Request) -> Result<()> {
-        self.send_with(req, &[]).await
-    }
-
-    /// Sends `req` with descriptors (which must stay open until this returns).
-    async fn send_with(&self, req: &Request, fds: &[std::os::fd::RawFd]) -> Result<()> {
-        loop {
-            let mut guard = self
-                .inner
-                .sock
-                .writable()
-                .await
-                .map_err(|source| Error::Io {
-                    doing: "waiting to write to the spawner",
-                    source,
-                })?;
-            match guard.try_io(|s| wire::send(s.get_ref().as_fd(), req, fds)) {
-                Ok(r) => {
-                    return r.map_err(|source| {
-                        if source.raw_os_error() == Some(libc::EPIPE) {
-                            Error::Gone
-                        } else {
-                            Error::Io {
-                                doing: "writing to the spawner",
-                                source,
-                            }
-                        }
-                    })
-                }
-                Err(_would_block) => continue,
-            }
-        }
-    }
-
-    /// Sends a kill without awaiting (for `Drop`): one non-blocking sendmsg.
-    fn kill_now(&self, id: u64) {
-        let _ = wire::send(
-            self.inner.sock.get_ref().as_fd(),
-            &Request::Kill { id },
-            &[],
-        );
     }
 }
 
@@ -181,7 +277,9 @@ async fn read_responses(inner: Arc<Inner>) {
             match guard.try_io(|s| wire::recv::<Response>(s.get_ref().as_fd())) {
                 Ok(Ok(m)) => break m,
                 Ok(Err(e)) => {
-                    tracing::error!(?e, "reading from the spawner failed");
+                    if !inner.stopping.load(Ordering::SeqCst) {
+                        tracing::warn!(?e, "reading from the spawner failed");
+                    }
                     break None;
                 }
                 Err(_would_block) => continue,
@@ -213,11 +311,17 @@ async fn read_responses(inner: Arc<Inner>) {
                 }
             }
             None => {
-                // The spawner is gone: fail everyone who waits.
+                // The spawner is gone: fail everyone who waits. Its replacement (if any)
+                // logs the event once; a deliberate shutdown logs nothing.
                 w.closed = true;
                 w.spawned.clear();
                 w.exited.clear();
-                tracing::error!("the spawner process is gone");
+                drop(w);
+                tracing::debug!(
+                    spawner = inner.pid.map(Pid::as_raw),
+                    "the spawner's socket closed"
+                );
+                inner.gone.notify_one();
                 return;
             }
         }
@@ -243,7 +347,8 @@ pub enum Stream {
 /// program ended kills the sandbox.
 pub struct RemoteSandbox {
     id: u64,
-    client: SpawnerClient,
+    /// The spawner that made it (a replaced one stays here, dead).
+    spawner: Arc<Inner>,
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
     channel: Option<OwnedFd>,
@@ -358,7 +463,7 @@ impl RemoteSandbox {
         if self.ended {
             return None;
         }
-        let _ = self.client.kill(self.id).await;
+        let _ = self.spawner.send(&Request::Kill { id: self.id }).await;
         self.ended().await
     }
 
@@ -374,7 +479,16 @@ impl RemoteSandbox {
 
     /// Kills the sandbox without waiting (best effort).
     pub(super) fn kill_now(&self) {
-        self.client.kill_now(self.id);
+        self.spawner.send_now(&Request::Kill { id: self.id });
+    }
+
+    /// Gives the sandbox's init `left` from now before it ends the sandbox itself (see
+    /// `sandbox/lifeline.rs`); best effort, without waiting.
+    pub(super) fn arm_now(&self, left: Duration) {
+        self.spawner.send_now(&Request::Arm {
+            id: self.id,
+            ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+        });
     }
 
     /// The sandbox's end was seen; dropping it need not kill it.
@@ -418,6 +532,8 @@ impl RemoteSandbox {
         // The timeout and the duration count from the code's delivery, which for a pooled
         // sandbox is long after its spawn.
         self.started = Instant::now();
+        // The init's own deadline from now: it ends the sandbox should we not.
+        self.arm_now(crate::sandbox::lifeline::run_deadline(timeout));
         let io = |doing| move |source| Error::Io { doing, source };
         let mut stdout =
             tokio::net::unix::pipe::Receiver::from_owned_fd(self.stdout.take().expect("stdout"))
@@ -526,7 +642,16 @@ impl RemoteSandbox {
                 e = exit_report(&mut self.exited), if ending.is_none() => {
                     exit_seen = true;
                     exited_at.get_or_insert_with(|| self.started.elapsed());
-                    let mut e = e.map_err(|_| Error::Gone)?;
+                    // Resolved: a receiver must not be polled again (oneshot panics with
+                    // "called after complete"), here or in `Drop`.
+                    self.exited = None;
+                    let mut e = match e {
+                        Ok(e) => e,
+                        Err(_) => {
+                            self.ended = true;
+                            return Err(Error::Lost);
+                        }
+                    };
                     // The record was ours to read: the spawner found the pipe empty.
                     if let Some(status) = piped_status.take() {
                         e.status = status;
@@ -535,11 +660,11 @@ impl RemoteSandbox {
                 }
                 _ = tokio::time::sleep_until(deadline), if !timed_out && !cancelled && ending.is_none() => {
                     timed_out = true;
-                    self.client.kill(self.id).await?;
+                    self.spawner.send(&Request::Kill { id: self.id }).await?;
                 }
                 _ = &mut cancel, if !cancelled && !timed_out && ending.is_none() => {
                     cancelled = true;
-                    self.client.kill(self.id).await?;
+                    self.spawner.send(&Request::Kill { id: self.id }).await?;
                 }
             }
         }
@@ -574,7 +699,7 @@ impl RemoteSandbox {
 impl Drop for RemoteSandbox {
     fn drop(&mut self) {
         if !self.ended {
-            self.client.kill_now(self.id);
+            self.kill_now();
         }
         let held = std::mem::take(&mut self.until_gone);
         if let (Some(exited), false, Ok(rt)) = (
@@ -589,7 +714,7 @@ impl Drop for RemoteSandbox {
                 drop(held);
             });
         } else if !self.ended {
-            let mut w = self.client.inner.waiters.lock().expect("waiters lock");
+            let mut w = self.spawner.waiters.lock().expect("waiters lock");
             w.exited.remove(&self.id);
         }
     }

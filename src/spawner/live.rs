@@ -146,6 +146,9 @@ impl LiveSandbox {
             None => {}
         }
         let deadline = tokio::time::Instant::from_std(started + timeout);
+        // The init's own deadline for this run (see sandbox/lifeline.rs).
+        self.sandbox
+            .arm_now(crate::sandbox::lifeline::run_deadline(timeout));
         let (mut out, mut err) = (Captured::default(), Captured::default());
         let mut obuf = vec![0u8; 64 * 1024];
         let mut ebuf = vec![0u8; 64 * 1024];
@@ -182,8 +185,15 @@ impl LiveSandbox {
                     }
                 },
                 e = &mut self.exited => {
-                    let ending = e.map_err(|_| Error::Gone)?;
+                    // Resolved either way: never poll the receiver again.
                     self.sandbox.mark_ended();
+                    let ending = match e {
+                        Ok(ending) => ending,
+                        Err(_) => {
+                            self.ended = Some(Ending::default());
+                            return Err(Error::Lost);
+                        }
+                    };
                     self.ended = Some(ending.clone());
                     break RunEnd::Exited(ending);
                 }
@@ -214,6 +224,11 @@ impl LiveSandbox {
             }
         })
         .await;
+        if matches!(end, RunEnd::Done { .. }) {
+            // Between runs the interpreter idles: bounded again by the idle lifetime.
+            self.sandbox
+                .arm_now(crate::sandbox::lifeline::IDLE_LIFETIME);
+        }
         Ok(LiveRun {
             end,
             stdout: out,
@@ -227,10 +242,18 @@ impl LiveSandbox {
         if let Some(ending) = &self.ended {
             return Ok(ending.clone());
         }
-        let ending = (&mut self.exited).await.map_err(|_| Error::Gone)?;
+        let got = (&mut self.exited).await;
         self.sandbox.mark_ended();
-        self.ended = Some(ending.clone());
-        Ok(ending)
+        match got {
+            Ok(ending) => {
+                self.ended = Some(ending.clone());
+                Ok(ending)
+            }
+            Err(_) => {
+                self.ended = Some(Ending::default());
+                Err(Error::Lost)
+            }
+        }
     }
 }
 

@@ -65,6 +65,13 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                         }
                     }
                 }
+                Ok(Some((Request::Arm { id, ms }, _))) => {
+                    if let Some(w) = live.get(&id) {
+                        if let Err(e) = w.arm(std::time::Duration::from_millis(ms)) {
+                            tracing::warn!(?e, id, "arming a sandbox failed");
+                        }
+                    }
+                }
                 Ok(None) => break,
                 Err(e) => {
                     tracing::error!(?e, "bad spawner request");

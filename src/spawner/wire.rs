@@ -1,7 +1,7 @@
 //! The spawner protocol: JSON messages over a `SOCK_SEQPACKET` socketpair (one message
 //! per record, so no framing), with file descriptors passed as `SCM_RIGHTS`.
 //!
-//! supervisor → spawner: [`Request::Spawn`], [`Request::Kill`]
+//! supervisor → spawner: [`Request::Spawn`], [`Request::Kill`], [`Request::Arm`]
 //! spawner → supervisor: [`Response::Spawned`] (+ stdout, stderr, channel fds),
 //! [`Response::Failed`], [`Response::Exited`]
 
@@ -56,8 +56,18 @@ impl PartialEq for MountFd {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    Spawn { id: u64, spec: Box<SpawnSpec> },
-    Kill { id: u64 },
+    Spawn {
+        id: u64,
+        spec: Box<SpawnSpec>,
+    },
+    Kill {
+        id: u64,
+    },
+    /// Gives the sandbox's init `ms` from now before it ends the sandbox itself.
+    Arm {
+        id: u64,
+        ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -341,6 +341,42 @@ async def main():
             print(f"FAILED  sigterm_drains_running_executions: {e!r}", flush=True)
             failed += 1
 
+        try:
+            bound_proc, bound = start("--http", "127.0.0.1:0", "--drain-timeout", "1s",
+                                      "--pool-size", "1")
+            async with streamable_http_client(f"{bound}/mcp", terminate_on_close=False) as (read, write):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    results = []
+                    running = anyio.Event()
+
+                    async def on_progress(progress, total, message):
+                        running.set()
+
+                    async def spinning_call():
+                        results.append(await s.call_tool(
+                            "execute_python",
+                            {"code": "print('spinning', flush=True)\nwhile True: pass",
+                             "timeout_ms": 300000},
+                            progress_callback=on_progress))
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(spinning_call)
+                        with anyio.fail_after(30):
+                            await running.wait()
+                        bound_proc.send_signal(signal.SIGTERM)
+                    r = results[0]
+                    assert r.is_error, r
+                    assert "server is stopping" in r.content[0].text, r
+            assert bound_proc.wait(timeout=20) == 0
+            log = bound_proc.stderr.read()
+            assert not [l for l in log.splitlines() if "ERROR" in l], log
+            print("ok      sigterm_kills_at_the_drain_bound_and_answers", flush=True)
+            passed += 1
+        except Exception as e:  # noqa: BLE001
+            print(f"FAILED  sigterm_kills_at_the_drain_bound_and_answers: {e!r}", flush=True)
+            failed += 1
+
         def sigterm_stops_cleanly():
             live = [p for p in SERVERS if p.poll() is None]
             for p in live:

@@ -332,6 +332,13 @@ pub struct Hierarchy {
 /// Sequence numbers for sandbox cgroup names, per process.
 static SEQ: AtomicU64 = AtomicU64::new(1);
 
+/// Starts this process's cgroup name sequence at `generation << 32`: spawners forked one
+/// after another from the same factory share the owner part of their cgroup names, and
+/// must not reuse each other's sequence numbers.
+pub fn start_sequence(generation: u32) {
+    SEQ.store((u64::from(generation) << 32).max(1), Ordering::Relaxed);
+}
+
 /// The cgroup hierarchies of this process, discovered once; creates sandbox cgroups.
 #[derive(Debug)]
 pub struct CgroupManager {
@@ -550,8 +557,33 @@ impl CgroupManager {
         first_err.map_or(Ok(removed), Err)
     }
 
+    /// Kills and removes every sandbox cgroup this supervisor created (through any of its
+    /// spawner processes). Only for a moment when no spawner of this supervisor runs: the
+    /// spawner factory calls it after reaping a dead spawner and before forking the next,
+    /// and after the last one exited. Returns how many it removed.
+    pub fn remove_owned(&self) -> Result<usize> {
+        let mut removed = 0;
+        let mut first_err = None;
+        for cg in self.matching(|owner| owner == self.owner)? {
+            let name = cg.name.clone();
+            match cg.remove() {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::error!(?e, cgroup = %name, "removing a dead spawner's cgroup failed");
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(removed), Err)
+    }
+
     /// The stale sandbox cgroups, as handles (dropping one removes it).
     fn stale(&self) -> Result<Vec<SandboxCgroup>> {
+        self.matching(|owner| !naming::owner_alive(&self.proc_root, owner))
+    }
+
+    /// The sandbox cgroups whose owner passes `keep`, as handles (dropping one removes it).
+    fn matching(&self, keep: impl Fn(naming::Owner) -> bool) -> Result<Vec<SandboxCgroup>> {
         let mut found: BTreeMap<String, SandboxCgroup> = BTreeMap::new();
         for (version, base, controllers) in self.bases() {
             let entries = match std::fs::read_dir(base) {
@@ -570,9 +602,7 @@ impl CgroupManager {
                 let Some(owner) = naming::parse_name(&name) else {
                     continue;
                 };
-                if !dirent.file_type().is_ok_and(|t| t.is_dir())
-                    || naming::owner_alive(&self.proc_root, owner)
-                {
+                if !dirent.file_type().is_ok_and(|t| t.is_dir()) || !keep(owner) {
                     continue;
                 }
                 let cg = found.entry(name.clone()).or_insert_with(|| SandboxCgroup {

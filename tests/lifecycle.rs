@@ -1,0 +1,671 @@
+//! A sandbox's limits must not depend on the supervisor staying alive, and the server must
+//! survive its spawner's death: SIGKILL the spawner, the server, or both while sandboxes
+//! spin (pooled and cold, with a 5 s and a long timeout); stop the server so only the
+//! sandbox's own deadline is left; SIGTERM a stdio server whose stdin stays open.
+//!
+//! Every test drives a real `codebox serve` over stdio with raw JSON-RPC (a reader thread
+//! collects the answers) and finds the sandboxes through the host's cgroups
+//! (`codebox-<server pid>-…` below this process's own), so it runs as root and rootless.
+//! Deaths are asserted within generous bounds, never latencies.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::sandbox_available;
+
+/// The tests here each start servers with their own sandboxes; one at a time keeps the
+/// machine (and the counts) calm.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Generous bound for "dies promptly".
+const DEATH_BOUND: Duration = Duration::from_secs(15);
+
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    answers: mpsc::Receiver<Value>,
+    pending: HashMap<u64, Value>,
+    next_id: u64,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(common::codebox_bin())
+            .arg("serve")
+            .args(extra)
+            .env("CODEBOX_ROOTFS", common::rootfs_dir())
+            .env("RUST_LOG", "codebox=info")
+            // A directory without `.mcp.json`: no upstream servers.
+            .current_dir(common::rootfs_dir())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("codebox serve starts");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let (tx, answers) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if v.get("id").is_some() && tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut err = child.stderr.take().expect("stderr");
+        let log = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut server = Server {
+            child,
+            stdin,
+            answers,
+            pending: HashMap::new(),
+            next_id: 0,
+            stderr,
+        };
+        let id = server.send(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "codebox-lifecycle-tests", "version": "0"}}),
+        );
+        server.answer(id, Duration::from_secs(60));
+        server.notify("notifications/initialized");
+        server
+    }
+
+    fn write(&mut self, msg: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{msg}").expect("write to codebox serve");
+        stdin.flush().expect("flush");
+    }
+
+    fn notify(&mut self, method: &str) {
+        self.write(&json!({"jsonrpc": "2.0", "method": method}));
+    }
+
+    /// Sends a request; its answer is collected by [`Self::answer`].
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    fn try_answer(&mut self, id: u64, within: Duration) -> Option<Value> {
+        let until = Instant::now() + within;
+        loop {
+            if let Some(v) = self.pending.remove(&id) {
+                return Some(v);
+            }
+            let left = until.checked_duration_since(Instant::now())?;
+            match self.answers.recv_timeout(left) {
+                Ok(v) => {
+                    let got = v["id"].as_u64().unwrap_or_default();
+                    self.pending.insert(got, v);
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn answer(&mut self, id: u64, within: Duration) -> Value {
+        self.try_answer(id, within)
+            .unwrap_or_else(|| panic!("no answer to request {id} within {within:?}"))
+    }
+
+    fn execute(&mut self, code: &str, timeout_ms: u64) -> u64 {
+        self.send(
+            "tools/call",
+            json!({"name": "execute_python",
+                   "arguments": {"code": code, "timeout_ms": timeout_ms}}),
+        )
+    }
+
+    fn health(&mut self) -> Value {
+        let id = self.send("tools/call", json!({"name": "health", "arguments": {}}));
+        let r = self.answer(id, Duration::from_secs(30));
+        r["result"]["structuredContent"].clone()
+    }
+
+    fn until_pool_ready(&mut self) {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            let h = self.health();
+            let python = &h["pool"]["languages"]["python"];
+            if python["idle"].as_u64().unwrap_or(0) >= 1 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the pool never got a ready python sandbox");
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn spawner_pid(&mut self) -> i32 {
+        let h = self.health();
+        h["spawner"]["pid"]
+            .as_i64()
+            .expect("health names the spawner") as i32
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits for the server to exit, up to `within`; its exit status.
+    fn exited_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn sigkill(pid: i32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL");
+}
+
+/// Sandbox cgroups of the server `owner` (below this process's own cgroups), by path.
+fn sandbox_cgroups(owner: i32) -> BTreeSet<String> {
+    let prefix = format!("codebox-{owner}-");
+    let mut found = BTreeSet::new();
+    let mut stack: Vec<std::path::PathBuf> =
+        match codebox::sandbox::cgroup::CgroupManager::discover_host() {
+            Ok(m) => m.hierarchies().into_iter().map(|h| h.base).collect(),
+            Err(e) => panic!("cannot find this process's cgroups: {e}"),
+        };
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                    found.insert(e.path().display().to_string());
+                }
+                stack.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// Host pids of the live processes in the server's sandboxes (by their cgroup).
+fn sandbox_processes(owner: i32) -> Vec<i32> {
+    let marker = format!("/codebox-{owner}-");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // A zombie is dead: its reaping is up to whichever process inherited it (the
+        // host's init, for an orphaned sandbox init), which may take its time.
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')));
+        if let Ok(cg) = std::fs::read_to_string(entry.path().join("cgroup")) {
+            if cg.contains(&marker) && !zombie {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Live processes of the server's sandboxes that have used over 0.7 s of CPU: the
+/// spinning loops (an interpreter starting up for the pool uses far less).
+fn spinning(owner: i32) -> usize {
+    // SAFETY: sysconf takes an integer.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    sandbox_processes(owner)
+        .into_iter()
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let Some((_, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            // After the command: state is field 3 of stat, utime 14 and stime 15.
+            let cpu = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+            let used = cpu(11).unwrap_or(0) + cpu(12).unwrap_or(0);
+            fields.first() != Some(&"Z") && used * 10 > ticks * 7
+        })
+        .count()
+}
+
+fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let until = Instant::now() + within;
+    while !ok() {
+        assert!(Instant::now() < until, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const SPIN: &str = "while True: pass";
+
+/// One pooled spinner with a 5 s timeout and one cold one with a long timeout; returns
+/// their request ids once both spin.
+fn start_spinners(server: &mut Server) -> (u64, u64) {
+    server.until_pool_ready();
+    // The pool holds one python sandbox: the first call takes it, the second is cold.
+    let pooled = server.execute(SPIN, 5_000);
+    let cold = server.execute(SPIN, 300_000);
+    let owner = server.pid();
+    wait_until("two sandboxes spin", Duration::from_secs(30), || {
+        spinning(owner) >= 2
+    });
+    (pooled, cold)
+}
+
+fn is_error_with(answer: &Value, words: &str) -> bool {
+    answer["result"]["isError"] == json!(true)
+        && answer["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(words))
+}
+
+#[test]
+fn a_killed_spawner_takes_its_sandboxes_along_and_is_replaced() {
+    if !sandbox_available("a_killed_spawner_takes_its_sandboxes_along_and_is_replaced") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut server = Server::start(&["--pool-size", "1"]);
+    let owner = server.pid();
+    let old_spawner = server.spawner_pid();
+    // A Ctrl-C or a service manager's SIGTERM to every process is the server's to handle
+    // (drain): the spawner and the factory ignore it.
+    for pid in [old_spawner, children_of(owner)[0]] {
+        for sig in [
+            nix::sys::signal::Signal::SIGINT,
+            nix::sys::signal::Signal::SIGTERM,
+            nix::sys::signal::Signal::SIGHUP,
+        ] {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal");
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.health()["spawner"]["restarts"], 0);
+    let (pooled, cold) = start_spinners(&mut server);
+    let before = sandbox_cgroups(owner);
+    assert!(before.len() >= 2, "no sandbox cgroups found: {before:?}");
+
+    let killed = Instant::now();
+    sigkill(old_spawner);
+
+    // Every process of the old sandboxes is gone, and so are their cgroups.
+    wait_until("the spinning sandboxes die", DEATH_BOUND, || {
+        spinning(owner) == 0
+    });
+    let died = killed.elapsed();
+    // Both executions are answered with an error naming the loss.
+    for id in [pooled, cold] {
+        let a = server.answer(id, DEATH_BOUND);
+        assert!(is_error_with(&a, "spawner"), "answer: {a:#}");
+    }
+    let answered = killed.elapsed();
+    wait_until(
+        "the dead spawner's cgroups are removed",
+        DEATH_BOUND,
+        || sandbox_cgroups(owner).is_disjoint(&before),
+    );
+    eprintln!(
+        "measured: spawner SIGKILL -> sandboxes stopped spinning {died:?}, both answered \
+         {answered:?}, old cgroups gone {:?}",
+        killed.elapsed()
+    );
+    // A new spawner serves the next execution; health tells the story.
+    let id = server.execute("print(6 * 7)", 30_000);
+    let a = server.answer(id, Duration::from_secs(60));
+    assert_eq!(a["result"]["structuredContent"]["stdout"], "42\n", "{a:#}");
+    // The program does not inherit the spawner's ignored stop signals.
+    let id = server.execute(
+        "print(next(l for l in open('/proc/self/status') if l.startswith('SigIgn')).split()[1])",
+        30_000,
+    );
+    let a = server.answer(id, Duration::from_secs(60));
+    let ignored = a["result"]["structuredContent"]["stdout"]
+        .as_str()
+        .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no SigIgn: {a:#}"));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        assert_eq!(
+            ignored & (1 << (sig - 1)),
+            0,
+            "signal {sig} ignored: {ignored:x}"
+        );
+    }
+    let h = server.health();
+    assert_eq!(h["spawner"]["restarts"], 1, "{h:#}");
+    assert_ne!(h["spawner"]["pid"], json!(old_spawner), "{h:#}");
+    assert!(
+        h["spawner"]["last_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("SIGKILL")),
+        "{h:#}"
+    );
+    // The pool refills from the new spawner.
+    server.until_pool_ready();
+    let log = server.log();
+    assert_eq!(
+        log.matches("a new spawner started").count(),
+        1,
+        "one log line per event: {log}"
+    );
+    assert!(!log.lines().any(|l| l.contains("ERROR")), "{log}");
+    assert!(!log.contains("called after complete"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+
+    // A clean exit afterwards leaves nothing behind.
+    drop(server.stdin.take());
+    assert!(server.exited_within(Duration::from_secs(30)).is_some());
+    assert_eq!(sandbox_cgroups(owner), BTreeSet::new());
+}
+
+#[test]
+fn a_killed_server_takes_its_sandboxes_along() {
+    if !sandbox_available("a_killed_server_takes_its_sandboxes_along") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for also_the_spawner in [false, true] {
+        let mut server = Server::start(&["--pool-size", "1"]);
+        let owner = server.pid();
+        let spawner = server.spawner_pid();
+        start_spinners(&mut server);
+        if also_the_spawner {
+            sigkill(spawner);
+        }
+        let killed = Instant::now();
+        sigkill(owner);
+        let _ = server.child.wait();
+        wait_until("the sandboxes die with the server", DEATH_BOUND, || {
+            sandbox_processes(owner).is_empty()
+        });
+        let died = killed.elapsed();
+        wait_until("no cgroup of the server is left", DEATH_BOUND, || {
+            sandbox_cgroups(owner).is_empty()
+        });
+        eprintln!(
+            "measured: server SIGKILL (spawner too: {also_the_spawner}) -> sandboxes gone \
+             {died:?}, cgroups gone {:?}",
+            killed.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_stopped_server_cannot_stretch_a_timeout() {
+    if !sandbox_available("a_stopped_server_cannot_stretch_a_timeout") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut server = Server::start(&["--pool-size", "1"]);
+    let owner = server.pid();
+    server.until_pool_ready();
+    // Pooled, then cold: each sandbox's init knows the run's deadline (armed at the
+    // code's delivery), so it ends the run even though the server's timer cannot fire.
+    // The second run asks for a session: the pool does not serve it (a workspace), so it
+    // runs in a sandbox started for it. The third keeps a session's interpreter alive
+    // (armed per run, not per sandbox).
+    for (kind, extra) in [
+        ("pooled", json!({})),
+        ("cold", json!({"session": "new"})),
+        ("keep-alive", json!({"session": "new", "keep_alive": true})),
+    ] {
+        let mut arguments = json!({"code": SPIN, "timeout_ms": 5_000});
+        for (k, v) in extra.as_object().unwrap() {
+            arguments[k] = v.clone();
+        }
+        let id = server.send(
+            "tools/call",
+            json!({"name": "execute_python", "arguments": arguments}),
+        );
+        wait_until("a sandbox spins", Duration::from_secs(30), || {
+            spinning(owner) >= 1
+        });
+        let stop = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(owner),
+            nix::sys::signal::Signal::SIGSTOP,
+        );
+        stop.expect("SIGSTOP the server");
+        let stopped = Instant::now();
+        let waited = std::panic::catch_unwind(|| {
+            wait_until(
+                "the sandbox ends itself while the server is stopped",
+                DEATH_BOUND,
+                || spinning(owner) == 0,
+            )
+        });
+        eprintln!(
+            "measured: 5 s timeout, {} sandbox, server stopped -> it ended {:?} after the stop",
+            kind,
+            stopped.elapsed()
+        );
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(owner),
+            nix::sys::signal::Signal::SIGCONT,
+        )
+        .expect("SIGCONT the server");
+        if let Err(e) = waited {
+            std::panic::resume_unwind(e);
+        }
+        let a = server.answer(id, Duration::from_secs(30));
+        assert!(a["result"].is_object(), "{a:#}");
+    }
+}
+
+#[test]
+fn sigterm_on_stdio_drains_answers_and_exits_with_stdin_open() {
+    if !sandbox_available("sigterm_on_stdio_drains_answers_and_exits_with_stdin_open") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut server = Server::start(&["--pool-size", "1", "--drain-timeout", "1s"]);
+    let owner = server.pid();
+    let (pooled, cold) = start_spinners(&mut server);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(owner),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let termed = Instant::now();
+    // stdin stays open (`server.stdin` is held): the process must exit anyway.
+    for id in [pooled, cold] {
+        let a = server.answer(id, Duration::from_secs(20));
+        assert!(is_error_with(&a, "server is stopping"), "answer: {a:#}");
+    }
+    let answered = termed.elapsed();
+    let status = server.exited_within(Duration::from_secs(20));
+    assert!(status.is_some(), "the server did not exit with stdin open");
+    eprintln!(
+        "measured: SIGTERM with a 1 s drain bound -> answered {answered:?}, exited {:?}",
+        termed.elapsed()
+    );
+    assert!(server.stdin.is_some());
+    assert!(sandbox_processes(owner).is_empty());
+    assert_eq!(sandbox_cgroups(owner), BTreeSet::new());
+    std::thread::sleep(Duration::from_millis(200));
+    let log = server.log();
+    assert!(
+        !log.lines().any(|l| l.contains("ERROR")),
+        "a normal shutdown logs no ERROR: {log}"
+    );
+}
+
+#[test]
+fn a_spawner_that_cannot_be_replaced_ends_the_server_with_a_clear_error() {
+    if !sandbox_available("a_spawner_that_cannot_be_replaced_ends_the_server_with_a_clear_error") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut server = Server::start(&["--pool-size", "1"]);
+    let owner = server.pid();
+    let spawner = server.spawner_pid();
+    start_spinners(&mut server);
+    // The factory is the server's only child; without it no spawner can be forked.
+    let factory = children_of(owner);
+    assert_eq!(factory.len(), 1, "the server's children: {factory:?}");
+    sigkill(factory[0]);
+    sigkill(spawner);
+    let status = server
+        .exited_within(Duration::from_secs(30))
+        .expect("the server exits when it cannot get a spawner");
+    assert_eq!(status.code(), Some(70), "{status:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        server.log().contains("cannot be replaced"),
+        "{}",
+        server.log()
+    );
+    wait_until("the sandboxes die", DEATH_BOUND, || {
+        sandbox_processes(owner).is_empty()
+    });
+    // Nobody was left to remove their (now empty) cgroups; the next start of codebox
+    // would. Remove them so the test leaves nothing behind.
+    remove_left_cgroups(owner);
+}
+
+#[test]
+fn a_killed_cli_takes_its_sandbox_along() {
+    if !sandbox_available("a_killed_cli_takes_its_sandbox_along") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cli = Command::new(common::codebox_bin())
+        .args(["run", "--timeout", "5m", "python", "-c", SPIN])
+        .env("CODEBOX_ROOTFS", common::rootfs_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("codebox run starts");
+    let owner = cli.id() as i32;
+    wait_until("the program spins", Duration::from_secs(30), || {
+        spinning(owner) >= 1
+    });
+    cli.kill().expect("SIGKILL codebox run");
+    cli.wait().expect("reap codebox run");
+    wait_until("the sandbox dies with its supervisor", DEATH_BOUND, || {
+        sandbox_processes(owner).is_empty()
+    });
+    // Its empty cgroup is left for the next codebox start to remove (a killed process
+    // runs no clean-up); remove it here so the test leaves nothing behind.
+    remove_left_cgroups(owner);
+}
+
+/// Pids whose parent is `pid`.
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+        if ppid == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+#[test]
+fn sandboxes_die_with_their_spawner_on_their_own() {
+    if !sandbox_available("sandboxes_die_with_their_spawner_on_their_own") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut server = Server::start(&["--pool-size", "1"]);
+    let owner = server.pid();
+    let spawner = server.spawner_pid();
+    let factory = children_of(owner)[0];
+    let (pooled, cold) = start_spinners(&mut server);
+    // Nobody may help: the server and the factory are stopped, so only the sandboxes'
+    // own parent-death signal and lifeline can end them.
+    let signal = |pid: i32, sig| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal");
+    };
+    signal(owner, nix::sys::signal::Signal::SIGSTOP);
+    signal(factory, nix::sys::signal::Signal::SIGSTOP);
+    let killed = Instant::now();
+    sigkill(spawner);
+    let waited = std::panic::catch_unwind(|| {
+        wait_until("the sandboxes die on their own", DEATH_BOUND, || {
+            sandbox_processes(owner).is_empty()
+        })
+    });
+    eprintln!(
+        "measured: spawner SIGKILL, server and factory stopped -> sandboxes gone {:?}",
+        killed.elapsed()
+    );
+    signal(factory, nix::sys::signal::Signal::SIGCONT);
+    signal(owner, nix::sys::signal::Signal::SIGCONT);
+    if let Err(e) = waited {
+        std::panic::resume_unwind(e);
+    }
+    for id in [pooled, cold] {
+        let a = server.answer(id, DEATH_BOUND);
+        assert!(is_error_with(&a, "spawner"), "answer: {a:#}");
+    }
+    drop(server.stdin.take());
+    assert!(server.exited_within(Duration::from_secs(30)).is_some());
+    assert_eq!(sandbox_cgroups(owner), BTreeSet::new());
+}
+
+/// Removes the (empty) sandbox cgroups a killed `owner` left, waiting for them to empty.
+fn remove_left_cgroups(owner: i32) {
+    wait_until("the left cgroups can be removed", DEATH_BOUND, || {
+        for dir in sandbox_cgroups(owner) {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        sandbox_cgroups(owner).is_empty()
+    });
+}
