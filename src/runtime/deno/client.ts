@@ -10,6 +10,13 @@
 // FFI with a non-blocking (threaded) read that is only outstanding while a call waits:
 // a program with no call in flight can exit.
 //
+// Writes never block the event loop: a request goes out with one `send(MSG_DONTWAIT)`
+// when nothing is queued, and whatever the socket does not take then waits in an ordered
+// queue written by a threaded `write`. The supervisor stops reading fd 3 while the
+// answers it queued for us are unread (src/proxy/session.rs); a write that blocked the
+// event loop would then keep our reader from ever taking them — a deadlock of
+// `Promise.all` over many large calls.
+//
 // The same file is also /opt/codebox/deno/client.ts; the channel's state lives on
 // globalThis, so however many copies are imported there is one reader and one id space.
 //
@@ -77,6 +84,38 @@ channel.len ??= channel.buf.length;
 channel.scanned ??= 0;
 const { libc, pending } = channel;
 
+/** The write side: a non-blocking send, and an ordered queue for what it did not take. */
+type Output = {
+  lib: Deno.DynamicLibrary<{
+    send: { parameters: ["i32", "buffer", "usize", "i32"]; result: "isize" };
+    writeThreaded: {
+      name: "write";
+      parameters: ["i32", "buffer", "usize"];
+      result: "isize";
+      nonblocking: true;
+    };
+  }>;
+  queue: Uint8Array[];
+  busy: boolean;
+};
+const OUTPUT_KEY = Symbol.for("codebox.channel.output");
+const go = globalThis as unknown as { [OUTPUT_KEY]?: Output };
+const output: Output = go[OUTPUT_KEY] ??= {
+  lib: Deno.dlopen("libc.so.6", {
+    send: { parameters: ["i32", "buffer", "usize", "i32"], result: "isize" },
+    writeThreaded: {
+      name: "write",
+      parameters: ["i32", "buffer", "usize"],
+      result: "isize",
+      nonblocking: true,
+    },
+  } as const),
+  queue: [],
+  busy: false,
+};
+const MSG_DONTWAIT = 0x40;
+const MSG_NOSIGNAL = 0x4000;
+
 /** A tool call that failed: denied, unknown, upstream error or `isError` result. */
 export class ToolError extends Error {
   constructor(
@@ -93,6 +132,7 @@ export class ToolError extends Error {
 
 const encoder = new TextEncoder();
 
+/** Blocking write of a whole message; only when nothing is queued (see `enqueue`). */
 function writeAll(bytes: Uint8Array) {
   let off = 0;
   let failures = 0;
@@ -103,6 +143,39 @@ function writeAll(bytes: Uint8Array) {
     } else if (++failures > 100) {
       throw new ToolError("codebox: the tool channel (fd 3) is closed");
     }
+  }
+}
+
+/** Sends a whole message without ever blocking the event loop; messages keep their order. */
+function enqueue(bytes: Uint8Array) {
+  if (!output.busy && output.queue.length === 0) {
+    const n = Number(
+      output.lib.symbols.send(CHANNEL_FD, bytes, BigInt(bytes.length), MSG_DONTWAIT | MSG_NOSIGNAL),
+    );
+    if (n === bytes.length) return;
+    if (n > 0) bytes = bytes.subarray(n);
+  }
+  output.queue.push(bytes);
+  if (!output.busy) flushQueue();
+}
+
+// Writes the queue in order on a worker thread; the event loop (and our reader) runs on.
+async function flushQueue() {
+  output.busy = true;
+  let failures = 0;
+  try {
+    while (output.queue.length > 0) {
+      const head = output.queue[0];
+      const n = Number(await output.lib.symbols.writeThreaded(CHANNEL_FD, head, BigInt(head.length)));
+      if (n === head.length) output.queue.shift();
+      else if (n > 0) output.queue[0] = head.subarray(n);
+      else if (++failures > 100) {
+        output.queue.length = 0;
+        failAll("codebox: the tool channel (fd 3) is closed");
+      }
+    }
+  } finally {
+    output.busy = false;
   }
 }
 
@@ -247,7 +320,11 @@ export function nextControl(): Promise<Message | null> {
 
 /** Sends a JSON-RPC notification (no id, no response) over fd 3. */
 export function notify(method: string, params: Record<string, unknown>) {
-  writeAll(encoder.encode(JSON.stringify({ jsonrpc: "2.0", method, params }) + "\n"));
+  const bytes = encoder.encode(JSON.stringify({ jsonrpc: "2.0", method, params }) + "\n");
+  // Behind queued requests when there are any (a line must not interleave with another);
+  // otherwise at once, so a closed channel throws here.
+  if (output.busy || output.queue.length > 0) enqueue(bytes);
+  else writeAll(bytes);
 }
 
 /** Sends one JSON-RPC request over fd 3 and waits for its response. */
@@ -255,7 +332,7 @@ export function request(method: string, params: Record<string, unknown>): Promis
   if (channel.closed) return Promise.reject(new ToolError(channel.closed));
   const id = channel.nextId++;
   const promise = new Promise<unknown>((resolve, reject) => pending.set(id, { resolve, reject }));
-  writeAll(encoder.encode(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n"));
+  enqueue(encoder.encode(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n"));
   if (!channel.reading) readLoop();
   return promise;
 }
