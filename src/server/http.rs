@@ -59,6 +59,9 @@ pub enum Error {
     },
 }
 
+/// After shutdown is asked for, how long POST responses may take to be written out.
+const ANSWERS_OUT_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// HTTP listener settings.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
@@ -121,6 +124,7 @@ pub async fn serve(
             .collect(),
     );
     let owners = super::session_owners::Owners::new(sessions);
+    let posts = super::http_answers::PostsInFlight::default();
     let mcp = Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(
@@ -131,6 +135,10 @@ pub async fn serve(
             owners,
             super::session_owners::enforce,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            posts.clone(),
+            super::http_answers::count_posts,
+        ))
         // The last layer runs first: no body is read before the token is checked.
         .layer(axum::middleware::from_fn_with_state(tokens, require_bearer));
     let app = Router::new().route("/healthz", get(healthz)).merge(mcp);
@@ -138,6 +146,18 @@ pub async fn serve(
     // On shutdown no connection is accepted and every connection closes once its
     // response in flight is done; sessions (and the SSE streams of calls still running)
     // stay until the caller stops waiting for this future.
+    // Answers already produced are written before the listener closes (bounded): a
+    // client whose answer stream broke would try to resume it against a closed port.
+    let shutdown = async move {
+        shutdown.await;
+        if !posts.wait_idle(ANSWERS_OUT_BOUND).await {
+            tracing::warn!(
+                unfinished = posts.count(),
+                bound_s = ANSWERS_OUT_BOUND.as_secs(),
+                "closing with POST responses still being written"
+            );
+        }
+    };
     super::http_conn::serve(listener, app, options.limits.clone(), shutdown).await;
     ct.cancel();
     Ok(())

@@ -25,6 +25,7 @@ mod execute;
 mod extra_resources;
 pub mod framing;
 pub mod http;
+mod http_answers;
 pub mod http_conn;
 mod model_facing;
 mod pool_glue;
