@@ -222,6 +222,75 @@ print("stdin", os.readlink("/proc/self/fd/0"))
     assert!(out.contains("stdin /dev/null"), "{out}");
 }
 
+/// Nothing the spawning process has open reaches the sandbox init either: `codebox run`
+/// inherits a pipe at fd 11, a number the init's slots use only with a workspace mount.
+/// (In a spawner that number held the init's own sync write end, so the init could wait
+/// forever for a release that never comes.)
+#[test]
+fn no_descriptor_of_the_spawning_process_reaches_the_init() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    if !sandbox_available("no_descriptor_of_the_spawning_process_reaches_the_init") {
+        return;
+    }
+    let mark = marker("init-fds");
+    let (head, tail) = mark.split_at(mark.len() / 2);
+    let (_r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    let ino = nix::sys::stat::fstat(&w).unwrap().st_ino;
+    let wfd = w.as_raw_fd();
+    // The marker is only whole in the argv of the program's exec, not in codebox's.
+    let code = format!(
+        "import os, sys\nos.execv(sys.executable, [sys.executable, '-c', \
+         'import time; time.sleep(6)', '{head}' + '{tail}'])"
+    );
+    let mut cmd = std::process::Command::new(codebox_bin());
+    cmd.args(["run", "--json", "python", "-c", &code])
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: dup2 is async-signal-safe; it clears close-on-exec on fd 11 only.
+    unsafe {
+        cmd.pre_exec(move || match libc::dup2(wfd, 11) {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let program = loop {
+        if let Some(&pid) = processes_with_marker(&mark).first() {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let status = std::fs::read_to_string(format!("/proc/{program}/status")).unwrap();
+    let init: i32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap();
+    let mut held = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{init}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let fd: i32 = e.file_name().to_string_lossy().parse().unwrap();
+        let link = std::fs::read_link(e.path()).map(|l| l.display().to_string());
+        held.push((fd, link.unwrap_or_default()));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let leaked = format!("pipe:[{ino}]");
+    assert!(
+        held.iter().all(|(fd, link)| *fd < 11 && *link != leaked),
+        "the init holds {held:?} (the spawning process's fd 11 is {leaked})"
+    );
+}
+
 #[test]
 fn environment_is_small_and_fixed() {
     if !sandbox_available("environment_is_small_and_fixed") {
