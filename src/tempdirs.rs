@@ -59,4 +59,25 @@ mod tests {
         assert!(mine.exists());
         assert!(other.exists(), "another prefix is left alone");
     }
+
+    /// Anyone may create `/tmp/<prefix><dead pid>-x`: a directory another user made is
+    /// neither emptied nor removed, whatever it holds.
+    #[test]
+    fn a_directory_planted_by_another_user_is_left_alone() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root to make a directory owned by another user");
+            return;
+        }
+        let base = tempfile::tempdir().unwrap();
+        let planted = base.path().join("x-999999999-planted");
+        std::fs::create_dir_all(planted.join("sub")).unwrap();
+        std::fs::write(planted.join("sub/theirs"), "x").unwrap();
+        for p in [&planted, &planted.join("sub"), &planted.join("sub/theirs")] {
+            std::os::unix::fs::lchown(p, Some(65534), Some(65534)).unwrap();
+        }
+        let left = crate::session::disk::remove_tree(&planted).unwrap_err();
+        assert!(left.to_string().contains("not by us"), "{left}");
+        remove_of_dead_processes(base.path(), "x-");
+        assert!(planted.join("sub/theirs").exists());
+    }
 }

@@ -222,6 +222,157 @@ print("stdin", os.readlink("/proc/self/fd/0"))
     assert!(out.contains("stdin /dev/null"), "{out}");
 }
 
+/// Nothing the spawning process has open reaches the sandbox init either: `codebox run`
+/// inherits a pipe at fd 11, a number the init's slots use only with a workspace mount.
+/// (In a spawner that number held the init's own sync write end, so the init could wait
+/// forever for a release that never comes.)
+#[test]
+fn no_descriptor_of_the_spawning_process_reaches_the_init() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    if !sandbox_available("no_descriptor_of_the_spawning_process_reaches_the_init") {
+        return;
+    }
+    let mark = marker("init-fds");
+    let (head, tail) = mark.split_at(mark.len() / 2);
+    let (_r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    let ino = nix::sys::stat::fstat(&w).unwrap().st_ino;
+    let wfd = w.as_raw_fd();
+    // The marker is only whole in the argv of the program's exec, not in codebox's.
+    let code = format!(
+        "import os, sys\nos.execv(sys.executable, [sys.executable, '-c', \
+         'import time; time.sleep(6)', '{head}' + '{tail}'])"
+    );
+    let mut cmd = std::process::Command::new(codebox_bin());
+    cmd.args(["run", "--json", "python", "-c", &code])
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: dup2 is async-signal-safe; it clears close-on-exec on fd 11 only.
+    unsafe {
+        cmd.pre_exec(move || match libc::dup2(wfd, 11) {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let program = loop {
+        if let Some(&pid) = processes_with_marker(&mark).first() {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let status = std::fs::read_to_string(format!("/proc/{program}/status")).unwrap();
+    let init: i32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap();
+    let mut held = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{init}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let fd: i32 = e.file_name().to_string_lossy().parse().unwrap();
+        let link = std::fs::read_link(e.path()).map(|l| l.display().to_string());
+        held.push((fd, link.unwrap_or_default()));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let leaked = format!("pipe:[{ino}]");
+    assert!(
+        held.iter().all(|(fd, link)| *fd < 11 && *link != leaked),
+        "the init holds {held:?} (the spawning process's fd 11 is {leaked})"
+    );
+}
+
+/// A session's `/workspace` is a filesystem the workspace keeper made and each run
+/// attaches a copy of: its flags are not locked the way the mounts copied from the host
+/// are, so they must come out of the keeper right and the program must have no way to
+/// change them (remount, `mount_setattr`, the new mount API, a user namespace of its
+/// own). Hostile code in a real session tries each; a second session sees none of it.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_session_workspace_keeps_its_flags_and_stays_its_own() {
+    use serde_json::json;
+    if !sandbox_available("a_session_workspace_keeps_its_flags_and_stays_its_own") {
+        return;
+    }
+    let hostile = r##"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def res(r):
+    return "ok" if r == 0 else "refused"
+for l in open("/proc/self/mountinfo"):
+    if l.split()[4] == "/workspace":
+        print("opts", l.split()[5], l.split(" - ")[1].split()[2])
+# MS_REMOUNT | MS_BIND without MS_NOEXEC/MS_NOSUID/MS_NODEV: drop them.
+print("remount", res(libc.mount(None, b"/workspace", None, 0x20 | 0x1000, None)))
+class Attr(ctypes.Structure):
+    _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64),
+                ("prop", ctypes.c_uint64), ("userns", ctypes.c_uint64)]
+a = Attr(0, 0x2 | 0x4 | 0x8, 0, 0)  # clear NOSUID | NODEV | NOEXEC
+print("mount_setattr", res(libc.syscall(442, -100, b"/workspace", 0, ctypes.byref(a), 32)))
+print("open_tree", res(0 if libc.syscall(428, -100, b"/workspace", 1) >= 0 else -1))
+print("fsopen", res(0 if libc.syscall(430, b"tmpfs", 0) >= 0 else -1))
+print("unshare", res(libc.unshare(0x10000000 | 0x00020000)))
+with open("/workspace/run.sh", "w") as f:
+    f.write("#!/bin/sh\necho ran\n")
+os.chmod("/workspace/run.sh", 0o4755)
+try:
+    os.execv("/workspace/run.sh", ["run.sh"])
+except OSError as e:
+    print("exec refused", e.errno)
+"##;
+    let mut server = pooled::Server::start();
+    let call = |server: &mut pooled::Server, args: serde_json::Value| {
+        let r = server.request(
+            "tools/call",
+            json!({"name": "execute_python", "arguments": args}),
+        );
+        r["result"]["structuredContent"].clone()
+    };
+    let first = call(&mut server, json!({"code": hostile, "session": "new"}));
+    let out = first["stdout"].as_str().unwrap_or_default().to_string();
+    assert_eq!(first["exit_code"], 0, "{first:#}");
+    let opts = out
+        .lines()
+        .find(|l| l.starts_with("opts "))
+        .expect("/workspace mounted");
+    for flag in ["rw", "nosuid", "nodev", "noexec", "size=", "nr_inodes="] {
+        assert!(opts.contains(flag), "/workspace lacks {flag}: {out}");
+    }
+    for attempt in ["remount", "mount_setattr", "open_tree", "fsopen", "unshare"] {
+        assert!(
+            out.contains(&format!("{attempt} refused")),
+            "{attempt} was not refused: {out}"
+        );
+    }
+    assert!(out.contains("exec refused 13"), "{out}");
+    // The flags are the same on the next run's copy; another session sees nothing.
+    let id = first["session"]["id"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
+    let again = call(&mut server, json!({"code": hostile, "session": id}));
+    let out = again["stdout"].as_str().unwrap_or_default();
+    assert!(
+        out.contains("noexec") && out.contains("exec refused 13"),
+        "{out}"
+    );
+    let other = call(
+        &mut server,
+        json!({"code": "import os; print(sorted(os.listdir('/workspace')))", "session": "new"}),
+    );
+    assert_eq!(other["stdout"], "[]\n", "{other:#}");
+    server.kill();
+}
+
 #[test]
 fn environment_is_small_and_fixed() {
     if !sandbox_available("environment_is_small_and_fixed") {

@@ -77,7 +77,16 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
         // SAFETY: _exit is async-signal-safe and skips the parent's copied destructors.
         unsafe { libc::_exit(126) }
     }
-    check(fds::close_from(slot::END), Stage::ArrangeFds, 0);
+    // The slots are contiguous from SYNC: close from the first one left unused (WORKSPACE
+    // when there is no workspace mount), or whatever the spawning process had open at
+    // that number would stay open here (its sync write end, say: the read in step 3
+    // would then never see end of file).
+    const _: () = assert!(slot::END == slot::SYNC + 9 && slot::WORKSPACE == slot::SYNC + 8);
+    check(
+        fds::close_from(slot::SYNC + used as RawFd),
+        Stage::ArrangeFds,
+        0,
+    );
 
     // 1b. Default dispositions for the signals a spawner ignores (an ignored signal stays
     //     ignored across exec): the program gets what a fresh process has.

@@ -238,7 +238,10 @@ fn remove_at(
 }
 
 /// Removes a whole directory tree at `path` (a dead supervisor's directory); symlinks in
-/// it are removed, never followed. A missing `path` is not an error.
+/// it are removed, never followed. A missing `path` is not an error. A directory this
+/// process's user does not own is left alone: in a shared directory such as `/tmp`
+/// anyone can plant one under a supervisor's name, and a root supervisor must not empty
+/// (or spend its start-up walking) a tree someone else made.
 pub fn remove_tree(path: &Path) -> Result<(), Leftover> {
     let mut left = Leftover::default();
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
@@ -264,6 +267,18 @@ pub fn remove_tree(path: &Path) -> Result<(), Leftover> {
             return Err(left);
         }
     };
+    match nix::sys::stat::fstat(dir.as_fd()) {
+        Ok(st) if st.st_uid == nix::unistd::geteuid().as_raw() => {}
+        Ok(st) => {
+            let e = std::io::Error::other(format!("owned by uid {}, not by us", st.st_uid));
+            left.add(path.display().to_string(), e);
+            return Err(left);
+        }
+        Err(e) => {
+            left.add(path.display().to_string(), e);
+            return Err(left);
+        }
+    }
     let _ = fchmod(dir.as_fd(), Mode::from_bits_truncate(0o700));
     remove_contents(dir.as_fd())?;
     drop(dir);
