@@ -72,6 +72,38 @@ pub enum MountStep {
     PivotRoot { new_root: PathBuf },
 }
 
+/// In words, for error messages: `bind /a on /b`, `tmpfs on /tmp` ...
+impl std::fmt::Display for MountStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MountStep::MakeRootPrivate => f.write_str("making / private"),
+            MountStep::Bind { source, target } => {
+                write!(f, "bind {} on {}", source.display(), target.display())
+            }
+            MountStep::Remount { target, .. } => write!(f, "remount {}", target.display()),
+            MountStep::Proc { target } => write!(f, "proc on {}", target.display()),
+            MountStep::Tmpfs { target, .. } => write!(f, "tmpfs on {}", target.display()),
+            MountStep::Mkdir { path, .. } => write!(f, "mkdir {}", path.display()),
+            MountStep::CreateFile { path } => write!(f, "create {}", path.display()),
+            MountStep::BindDevice { source, target } => {
+                write!(
+                    f,
+                    "bind device {} on {}",
+                    source.display(),
+                    target.display()
+                )
+            }
+            MountStep::Symlink { target, link } => {
+                write!(f, "symlink {} -> {}", link.display(), target.display())
+            }
+            MountStep::AttachMount { target, .. } => {
+                write!(f, "attach the workspace mount on {}", target.display())
+            }
+            MountStep::PivotRoot { new_root } => write!(f, "pivot_root to {}", new_root.display()),
+        }
+    }
+}
+
 /// Flags for every writable mount.
 pub const WRITABLE_FLAGS: MsFlags = MsFlags::MS_NOSUID
     .union(MsFlags::MS_NODEV)
@@ -249,6 +281,19 @@ mod tests {
 
     fn position(steps: &[MountStep], pred: impl Fn(&MountStep) -> bool) -> usize {
         steps.iter().position(pred).expect("step present")
+    }
+
+    #[test]
+    fn steps_read_as_words_in_messages() {
+        let step = MountStep::Bind {
+            source: "/srv/ws".into(),
+            target: "/new/workspace".into(),
+        };
+        assert_eq!(step.to_string(), "bind /srv/ws on /new/workspace");
+        for step in plan(Some("/srv/ws")) {
+            let text = step.to_string();
+            assert!(!text.contains('{') && !text.contains("\""), "{text}");
+        }
     }
 
     #[test]

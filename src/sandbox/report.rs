@@ -119,7 +119,7 @@ impl fmt::Display for SetupFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.stage.describe())?;
         if let Some(step) = &self.mount_step {
-            write!(f, " ({step:?})")?;
+            write!(f, " ({step})")?;
         }
         if self.stage == Stage::JoinCgroup {
             write!(f, " (v1 hierarchy #{})", self.detail)?;

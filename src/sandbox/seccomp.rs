@@ -53,7 +53,7 @@ pub enum Error {
     },
     #[error("seccomp policy {policy} is invalid: {problem}")]
     PolicyInvalid { policy: String, problem: String },
-    #[error("seccomp policy {policy} does not compile for {arch:?}")]
+    #[error("seccomp policy {policy} does not compile for {}", arch_name(arch))]
     Compile {
         policy: String,
         arch: TargetArch,
@@ -232,6 +232,15 @@ impl fmt::Debug for CompiledFilter {
             .field("policy", &self.policy)
             .field("instructions", &self.program.len())
             .finish()
+    }
+}
+
+/// The architecture as `uname -m` spells it, for messages.
+fn arch_name(arch: &TargetArch) -> &'static str {
+    match arch {
+        TargetArch::x86_64 => "x86_64",
+        TargetArch::aarch64 => "aarch64",
+        TargetArch::riscv64 => "riscv64",
     }
 }
 
