@@ -154,6 +154,75 @@ refused!(af_inet6_socket_is_refused, "EPERM", "probe(41, 10, 1, 0)");
 refused!(af_vsock_socket_is_refused, "EPERM", "probe(41, 40, 1, 0)");
 refused!(af_netlink_socket_is_refused, "EPERM", "probe(41, 16, 3, 0)");
 
+// Set-user-id and set-group-id modes: never made, on any file (a bound host directory would
+// keep them). `F` is an existing file, `N` a new name, both in /tmp; AT_FDCWD is -100.
+macro_rules! setid_refused {
+    ($name:ident, $errno:literal, $call:literal) => {
+        refused!(
+            $name,
+            $errno,
+            concat!(
+                "F = ctypes.create_string_buffer(b'/tmp/f'); open('/tmp/f', 'w').close()\n",
+                "N = ctypes.create_string_buffer(b'/tmp/n')\n",
+                "f, n = ctypes.addressof(F), ctypes.addressof(N)\n",
+                $call
+            )
+        );
+    };
+}
+setid_refused!(chmod_setuid_is_refused, "EPERM", "probe(90, f, 0o4755)");
+setid_refused!(
+    fchmod_setgid_is_refused,
+    "EPERM",
+    "probe(91, os.open('/tmp/f', os.O_RDONLY), 0o2755)"
+);
+setid_refused!(
+    fchmodat_setuid_is_refused,
+    "EPERM",
+    "probe(268, -100, f, 0o6755, 0)"
+);
+setid_refused!(
+    fchmodat2_setgid_is_refused,
+    "EPERM",
+    "probe(452, -100, f, 0o2700, 0)"
+);
+setid_refused!(
+    open_creating_setuid_is_refused,
+    "EPERM",
+    "probe(2, n, 0o101, 0o4755)"
+);
+setid_refused!(
+    openat_creating_setgid_is_refused,
+    "EPERM",
+    "probe(257, -100, n, 0o101, 0o2755)"
+);
+setid_refused!(creat_setuid_is_refused, "EPERM", "probe(85, n, 0o4700)");
+setid_refused!(
+    mknodat_setuid_file_is_refused,
+    "EPERM",
+    "probe(259, -100, n, 0o104755, 0)"
+);
+setid_refused!(openat2_is_enosys, "ENOSYS", "probe(437, -100, f, 0, 0)");
+
+#[test]
+fn files_without_set_id_bits_are_made_and_changed_as_usual() {
+    let name = "files_without_set_id_bits_are_made_and_changed_as_usual";
+    if !sandbox_available(name) {
+        return;
+    }
+    let v = python(
+        "F = ctypes.create_string_buffer(b'/tmp/f'); open('/tmp/f', 'w').close()\n\
+         N = ctypes.create_string_buffer(b'/tmp/n')\n\
+         probe(90, ctypes.addressof(F), 0o1777)\n\
+         probe(257, -100, ctypes.addressof(N), 0o101, 0o755)\n\
+         print(oct(os.stat('/tmp/f').st_mode), oct(os.stat('/tmp/n').st_mode))",
+        &[],
+    );
+    let out = v["stdout"].as_str().unwrap_or("");
+    assert!(!out.contains("RESULT -1"), "{name}: {v:#}");
+    assert!(out.contains("0o101777 0o100755"), "{name}: {v:#}");
+}
+
 #[test]
 fn unix_sockets_and_normal_calls_still_work() {
     if !sandbox_available("unix_sockets_and_normal_calls_still_work") {

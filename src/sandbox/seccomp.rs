@@ -235,6 +235,34 @@ impl fmt::Debug for CompiledFilter {
     }
 }
 
+/// x86_64 system calls the newer architectures never had (their libc uses the `*at`
+/// forms, which the policies also name). A rule for one of them is kept on x86_64 only;
+/// seccompiler would refuse the name elsewhere.
+const X86_64_ONLY_SYSCALLS: &[&str] = &["chmod", "open", "creat", "mknod"];
+
+/// `json` with the rules for [`X86_64_ONLY_SYSCALLS`] removed when `arch` has no such
+/// calls; unchanged on x86_64.
+fn without_legacy_syscalls(
+    json: &[u8],
+    arch: TargetArch,
+) -> std::result::Result<std::borrow::Cow<'_, [u8]>, serde_json::Error> {
+    if matches!(arch, TargetArch::x86_64) {
+        return Ok(std::borrow::Cow::Borrowed(json));
+    }
+    let mut doc: serde_json::Value = serde_json::from_slice(json)?;
+    if let Some(filters) = doc.as_object_mut() {
+        for filter in filters.values_mut() {
+            if let Some(rules) = filter.get_mut("filter").and_then(|f| f.as_array_mut()) {
+                rules.retain(|rule| {
+                    let name = rule.get("syscall").and_then(|n| n.as_str());
+                    !name.is_some_and(|n| X86_64_ONLY_SYSCALLS.contains(&n))
+                });
+            }
+        }
+    }
+    serde_json::to_vec(&doc).map(std::borrow::Cow::Owned)
+}
+
 /// The architecture as `uname -m` spells it, for messages.
 fn arch_name(arch: &TargetArch) -> &'static str {
     match arch {
@@ -273,7 +301,11 @@ fn compile(policy: &str, json: &[u8], arch: TargetArch) -> Result<Vec<libc::sock
         arch,
         source,
     };
-    let mut by_name = seccompiler::compile_from_json(json, arch).map_err(compile_error)?;
+    let json = without_legacy_syscalls(json, arch).map_err(|source| Error::PolicyJson {
+        policy: policy.into(),
+        source,
+    })?;
+    let mut by_name = seccompiler::compile_from_json(&json[..], arch).map_err(compile_error)?;
     let mut filters = Vec::new();
     for (action, _) in doc.filters() {
         let program = by_name.remove(action.filter_name()).ok_or_else(|| {

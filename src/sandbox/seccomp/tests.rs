@@ -765,3 +765,24 @@ fn profile_names_round_trip() {
 fn kill_signal_is_sigsys() {
     assert_eq!(SECCOMP_KILL_SIGNAL, 31);
 }
+
+#[test]
+fn x86_64_only_calls_are_kept_on_x86_64_and_dropped_elsewhere() {
+    let json = br#"{"eperm": {"mismatch_action": "allow", "match_action": {"errno": 1},
+        "filter": [{"syscall": "chmod"}, {"syscall": "fchmodat"}, {"syscall": "open"}]}}"#;
+    let names = |bytes: &[u8]| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        v["eperm"]["filter"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["syscall"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let same = super::without_legacy_syscalls(json, TargetArch::x86_64).unwrap();
+    assert_eq!(names(&same), ["chmod", "fchmodat", "open"]);
+    for arch in [TargetArch::aarch64, TargetArch::riscv64] {
+        let kept = super::without_legacy_syscalls(json, arch).unwrap();
+        assert_eq!(names(&kept), ["fchmodat"], "{arch:?}");
+    }
+}
