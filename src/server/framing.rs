@@ -110,7 +110,7 @@ pub fn check(message: &[u8]) -> Result<(), Refusal> {
         }
         refusal
     })?;
-    check_value(&value)
+    check_value(&value, text)
 }
 
 /// The top-level `id` of a JSON object too deep to parse whole: serde_json skips the
@@ -127,8 +127,11 @@ fn shallow_id(text: &str) -> Option<Value> {
     }
 }
 
-/// The JSON-RPC checks of a parsed message (see the module docs).
-fn check_value(value: &Value) -> Result<(), Refusal> {
+/// The JSON-RPC checks of a parsed message (see the module docs). What rmcp will make
+/// of it is read from `text`, the way rmcp reads it: a `Value` keeps the last of
+/// duplicate keys where rmcp's typed parse refuses them (and answers `id: null`).
+fn check_value(value: &Value, text: &str) -> Result<(), Refusal> {
+    let rmcp_parse = || serde_json::from_str::<ClientJsonRpcMessage>(text);
     let invalid = |id: &Value, why: &str| {
         Refusal::new(
             INVALID_REQUEST,
@@ -154,7 +157,7 @@ fn check_value(value: &Value) -> Result<(), Refusal> {
     let answer_id = id.clone().unwrap_or(Value::Null);
     let Some(method) = obj.get("method") else {
         // A response to one of our requests, or nothing rmcp can read.
-        return match ClientJsonRpcMessage::deserialize(value) {
+        return match rmcp_parse() {
             Ok(_) => Ok(()),
             Err(e) => Err(invalid(&answer_id, &bounded(&e.to_string()))),
         };
@@ -199,14 +202,14 @@ fn check_value(value: &Value) -> Result<(), Refusal> {
         )));
     }
     if notification {
-        return match ClientJsonRpcMessage::deserialize(value) {
+        return match rmcp_parse() {
             Ok(_) => Ok(()),
             Err(e) => refuse(invalid(&Value::Null, &bounded(&e.to_string()))),
         };
     }
     // A known method whose params do not fit falls through to rmcp's catch-all request
     // (or fails to parse at all): that is a params error of that method.
-    match ClientJsonRpcMessage::deserialize(value) {
+    match rmcp_parse() {
         Ok(ClientJsonRpcMessage::Request(r)) => match &r.request {
             ClientRequest::CustomRequest(_) => match typed_params_error(method, params) {
                 Some(why) => refuse(invalid_params(why)),
@@ -367,6 +370,42 @@ mod tests {
         assert!(refusal(r#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#).notification);
         check(br#"{"jsonrpc":"2.0","method":"notifications/whatever"}"#).unwrap();
         check(br#"{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":"m"}}"#).unwrap();
+    }
+
+    /// A `Value` keeps the last of duplicate keys; rmcp's typed parse refuses them and
+    /// answers `id: null`, so the check reads the text as rmcp does and answers with
+    /// the id.
+    #[test]
+    fn duplicate_keys_are_refused_as_rmcp_would_with_the_id() {
+        for msg in [
+            r#"{"jsonrpc":"2.0","id":7,"method":"ping","method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+        ] {
+            // rmcp refuses the text, though the `Value` of it reads as a message.
+            assert!(
+                serde_json::from_str::<ClientJsonRpcMessage>(msg).is_err(),
+                "{msg}"
+            );
+            let value: Value = serde_json::from_str(msg).unwrap();
+            assert!(ClientJsonRpcMessage::deserialize(&value).is_ok());
+            let r = refusal(msg);
+            assert_eq!(r.id, json!(7), "{msg}: {r:?}");
+            assert!(
+                [INVALID_REQUEST, INVALID_PARAMS].contains(&r.code),
+                "{msg}: {r:?}"
+            );
+        }
+        // Duplicate keys inside params are rmcp's to take (the last wins).
+        for msg in [
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"a","arguments":{"x":1,"x":2}}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<ClientJsonRpcMessage>(msg).is_ok(),
+                "{msg}"
+            );
+            check(msg.as_bytes()).unwrap();
+        }
     }
 
     #[test]
