@@ -429,6 +429,21 @@ async def results_of_every_size_reach_typescript_and_python_whole(s, w):
     assert "over the limit of 64 MiB" in sc["stdout"] and sc["stdout"].endswith("true\n"), sc
 
 
+@case
+async def promise_all_past_the_answer_queue_does_not_deadlock(s, w):
+    # 1000 calls at once, 50 MB of answers: more than the proxy queues (16 MiB) while the
+    # program still has requests to write. The client used to write them all before
+    # reading any answer, and both sides waited until the timeout.
+    r, sc = await run(s, "typescript", "import { callMCPTool } from '/servers/client.ts';\n"
+                      "const pad = 'y'.repeat(400);\n"
+                      "const rs = await Promise.all(Array.from({ length: 1000 }, "
+                      "() => callMCPTool('hostile__big', { bytes: 50000, pad })));\n"
+                      "console.log(rs.length, rs.every((r) => (r as string).length === 50000));",
+                      timeout_ms=60000)
+    ok(r, sc)
+    assert sc["stdout"] == "1000 true\n" and not sc.get("tool_channel_error"), sc
+
+
 async def memory_status(s):
     r = await s.call_tool("list_servers", {})
     return {x["name"]: x for x in r.structured_content["servers"]}["memory"]

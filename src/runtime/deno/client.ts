@@ -49,6 +49,8 @@ type Channel = {
   waiter: ((message: Message | null) => void) | null;
   /** fd 3 reached EOF. */
   eof: boolean;
+  /** Requests not written yet: at most MAX_WRITTEN are written and unanswered. */
+  backlog: Uint8Array[];
 };
 
 const RUN_METHOD = "codebox/run";
@@ -70,11 +72,13 @@ const channel: Channel = g[KEY] ??= {
   controls: [],
   waiter: null,
   eof: false,
+  backlog: [],
 };
 // A channel made by an older copy of this file (a rootfs older than the binary) lacks
 // the read buffer's length and scan offset.
 channel.len ??= channel.buf.length;
 channel.scanned ??= 0;
+channel.backlog ??= [];
 const { libc, pending } = channel;
 
 /** A tool call that failed: denied, unknown, upstream error or `isError` result. */
@@ -110,6 +114,34 @@ function failAll(why: string) {
   channel.closed = why;
   for (const p of pending.values()) p.reject(new ToolError(why));
   pending.clear();
+  channel.backlog = [];
+}
+
+// Requests written to fd 3 and not answered yet, at most (the proxy handles 16 at once by
+// default). Writes are synchronous: a program that wrote every request of a large
+// Promise.all before reading any answer blocked in its own write once the proxy, its
+// answer queue full of answers nobody read, stopped reading; both then waited until the
+// run's timeout. The rest wait in `backlog` and are written as answers come in.
+const MAX_WRITTEN = 16;
+
+/** Written and unanswered requests: every pending call whose request is not queued. */
+function written(): number {
+  return pending.size - channel.backlog.length;
+}
+
+/** Writes queued requests while fewer than MAX_WRITTEN are unanswered. */
+function flushBacklog() {
+  const { backlog } = channel;
+  let sent = 0;
+  while (sent < backlog.length && pending.size - (backlog.length - sent) < MAX_WRITTEN) {
+    try {
+      writeAll(backlog[sent++]);
+    } catch (e) {
+      failAll((e as Error).message);
+      return;
+    }
+  }
+  if (sent > 0) channel.backlog = backlog.slice(sent);
 }
 
 const decoder = new TextDecoder();
@@ -141,6 +173,7 @@ function dispatch(line: Uint8Array) {
   pending.delete(msg.id!);
   if (msg.error) p.reject(new ToolError(msg.error.message, msg.error.code));
   else p.resolve(msg.result);
+  if (channel.backlog.length > 0) flushBacklog();
 }
 
 // The read buffer grows by doubling and each line is scanned for its newline once, so a
@@ -254,8 +287,14 @@ export function notify(method: string, params: Record<string, unknown>) {
 export function request(method: string, params: Record<string, unknown>): Promise<unknown> {
   if (channel.closed) return Promise.reject(new ToolError(channel.closed));
   const id = channel.nextId++;
+  const line = encoder.encode(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n");
+  // Counted before this call joins `pending`.
+  if (channel.backlog.length > 0 || written() >= MAX_WRITTEN) {
+    channel.backlog.push(line);
+  } else {
+    writeAll(line);
+  }
   const promise = new Promise<unknown>((resolve, reject) => pending.set(id, { resolve, reject }));
-  writeAll(encoder.encode(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n"));
   if (!channel.reading) readLoop();
   return promise;
 }
