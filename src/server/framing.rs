@@ -24,6 +24,11 @@ use serde_json::{json, Value};
 /// Largest JSON-RPC message accepted, on stdio and over HTTP.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Most memory parsing one message may take, as [`crate::proxy::parse_cost`] estimates
+/// it: a 16 MiB message of `[0,0,…]` parsed into some 1.9 GB (a `Value` per two bytes,
+/// twice: here and in rmcp). Code and file contents are strings, which cost their size.
+pub const MAX_PARSE_COST: usize = 64 * 1024 * 1024;
+
 /// Longest string `id` accepted (it comes back in every answer).
 pub const MAX_ID_BYTES: usize = 1024;
 
@@ -101,6 +106,18 @@ pub fn check(message: &[u8]) -> Result<(), Refusal> {
     })?;
     if text.trim().is_empty() {
         return Ok(());
+    }
+    let cost = crate::proxy::parse_cost(text);
+    if cost > MAX_PARSE_COST {
+        let mut refusal = parse_error(format!(
+            "Parse error: the message would take about {} MiB of memory to parse; the limit is {} MiB (send large data as strings)",
+            cost >> 20,
+            MAX_PARSE_COST >> 20
+        ));
+        if let Some(id) = shallow_id(text) {
+            refusal.id = id;
+        }
+        return Err(refusal);
     }
     // serde_json's default recursion limit (128 levels), the one rmcp parses with.
     let value: Value = serde_json::from_str(text).map_err(|e| {
@@ -406,6 +423,24 @@ mod tests {
             );
             check(msg.as_bytes()).unwrap();
         }
+    }
+
+    /// A message whose parse would amplify its size many times is refused before it is
+    /// parsed, with its id; as large a message of strings passes.
+    #[test]
+    fn messages_that_parse_into_gigabytes_are_refused_unparsed() {
+        let zeros = format!("[{}0]", "0,".repeat(4 << 20));
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"execute_python","arguments":{{"code":"1","x":{zeros}}}}}}}"#
+        );
+        let r = refusal(&msg);
+        assert_eq!((r.code, r.id.clone()), (PARSE_ERROR, json!(3)));
+        assert!(r.message.contains("MiB of memory"), "{}", r.message);
+        let code = "x".repeat(15 << 20);
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"execute_python","arguments":{{"code":"{code}"}}}}}}"#
+        );
+        check(msg.as_bytes()).unwrap();
     }
 
     #[test]
