@@ -62,6 +62,11 @@ async fn read_input<R: AsyncBufRead + Unpin>(
                 break;
             }
         };
+        // rmcp takes a line that starts with a UTF-8 byte order mark (some Windows tools
+        // write one); the parser here does not, so it goes before the check.
+        if line.starts_with(b"\xef\xbb\xbf") {
+            line.drain(..3);
+        }
         let checked = if too_long {
             Err(Refusal {
                 code: PARSE_ERROR,
@@ -214,6 +219,20 @@ mod tests {
         assert_eq!(answers[0]["id"], 1);
         assert_eq!(answers[1]["error"]["code"], -32602);
         assert_eq!(answers[1]["id"], "r2");
+    }
+
+    /// rmcp reads a line after a byte order mark; so does the guard, instead of
+    /// answering it with a parse error.
+    #[tokio::test]
+    async fn a_byte_order_mark_is_not_a_parse_error() {
+        let (forwarded, out) =
+            through_guard(b"\xef\xbb\xbf{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
+                .await;
+        assert_eq!(
+            forwarded,
+            ["{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"]
+        );
+        assert_eq!(out, ["{\"from\":\"rmcp\"}"], "{out:?}");
     }
 
     /// A client that sends bad lines and never reads stdout: the guard stops reading
