@@ -31,7 +31,7 @@
 //! body_timeout = "30s"            # a request's body must arrive within this
 //! idle_timeout = "60s"            # a connection with no byte either way is closed
 //! max_connections = 256           # open connections, in total
-//! max_connections_per_peer = 64   # open connections from one IP address
+//! max_connections_per_peer = 64   # open connections from one IPv4 address or IPv6 /64
 //! ```
 
 use std::path::{Path, PathBuf};

@@ -69,6 +69,9 @@ use crate::upstream::catalog::Catalog;
 
 pub use allowlist::AllowList;
 pub use methods::{search_query, MAX_QUERY_BYTES};
+/// What parsing a JSON text into a `serde_json::Value` may take (the server's message
+/// checks bound it too).
+pub(crate) use session::parse_cost;
 pub use session::{ProxySession, MAX_ID_BYTES};
 pub use upstream_backend::IndexedUpstreams;
 

@@ -59,7 +59,7 @@ const VALUE_COST: usize = 64;
 /// What parsing the JSON `raw` into a `serde_json::Value` may take, in bytes: its text
 /// plus a bound per container and per value (`{"a":0}` costs 8 bytes of text and some
 /// 700 parsed, so a budget of text alone would let 16 MiB of them take a gigabyte).
-pub(super) fn parse_cost(raw: &str) -> usize {
+pub(crate) fn parse_cost(raw: &str) -> usize {
     let (mut containers, mut values) = (0usize, 1usize);
     let (mut in_string, mut escaped) = (false, false);
     for &b in raw.as_bytes() {

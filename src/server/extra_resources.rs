@@ -23,12 +23,37 @@ pub const SESSIONS_PREFIX: &str = "codebox://sessions/";
 const MAX_RESOURCE_BYTES: u64 = super::render::WIRE_BUDGET as u64;
 /// Workspace entries listed per session.
 const MAX_LISTED: usize = 200;
+/// Serialized bytes of the skills and workspace files one `resources/list` lists: 200
+/// workspace paths of 4 KiB each made a 1.6 MB answer, more than a client accepts in one
+/// message (see `render::WIRE_BUDGET`); the rest of the budget is the servers' wrappers'.
+const LIST_BUDGET: usize = super::render::WIRE_BUDGET / 2;
+
+/// The resources listed so far, and what they take on the wire.
+#[derive(Default)]
+struct Listing {
+    items: Vec<Resource>,
+    bytes: usize,
+    left_out: usize,
+}
+
+impl Listing {
+    /// Adds `r` if it fits in [`LIST_BUDGET`]; counts it as left out otherwise.
+    fn push(&mut self, r: Resource) {
+        let size = serde_json::to_vec(&r).map_or(usize::MAX, |v| v.len() + 1);
+        if self.left_out == 0 && self.bytes.saturating_add(size) <= LIST_BUDGET {
+            self.bytes += size;
+            self.items.push(r);
+        } else {
+            self.left_out += 1;
+        }
+    }
+}
 
 impl CodeboxServer {
     /// The caller's skills' files and the caller's workspace files.
     pub(super) fn extra_resources(&self, client: &str) -> Vec<Resource> {
         let pii = self.state.settings.pii_mode != PiiMode::Off;
-        let mut out = Vec::new();
+        let mut out = Listing::default();
         if let Some(store) = &self.state.skills {
             for skill in store.list(client, None).unwrap_or_default() {
                 let name = &skill.summary.name;
@@ -62,7 +87,15 @@ impl CodeboxServer {
                 out.push(r);
             }
         }
-        out
+        if out.left_out > 0 {
+            tracing::info!(
+                listed = out.items.len(),
+                left_out = out.left_out,
+                budget = LIST_BUDGET,
+                "resources/list left out skills or workspace files to fit in one message"
+            );
+        }
+        out.items
     }
 
     /// Reads a skills or sessions resource: `None` when `uri` is neither.
@@ -171,6 +204,35 @@ fn percent_decoded(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Long workspace paths (and control bytes, escaped six-fold) stop the listing at its
+    /// budget; what fits is listed in order.
+    #[test]
+    fn the_listing_stays_within_its_budget() {
+        let mut l = Listing::default();
+        let long = format!("{}\u{1}", "d/".repeat(2000));
+        for i in 0..200 {
+            l.push(Resource::new(
+                format!("{SESSIONS_PREFIX}s/workspace/{long}{i}"),
+                long.clone(),
+            ));
+        }
+        assert!(l.left_out > 0 && !l.items.is_empty(), "{}", l.left_out);
+        assert_eq!(l.items.len() + l.left_out, 200);
+        let wire = serde_json::to_vec(&l.items).unwrap().len();
+        assert!(wire <= LIST_BUDGET, "{wire}");
+        // Small entries all fit.
+        let mut l = Listing::default();
+        for i in 0..200 {
+            l.push(Resource::new(
+                format!("{SKILLS_PREFIX}s{i}/SKILL.md"),
+                "x".to_string(),
+            ));
+        }
+        assert_eq!((l.items.len(), l.left_out), (200, 0));
+    }
+
     #[test]
     fn percent_escapes_decode() {
         assert_eq!(super::percent_decoded("%5BEMAIL_1%5D.txt"), "[EMAIL_1].txt");

@@ -24,6 +24,11 @@ use serde_json::{json, Value};
 /// Largest JSON-RPC message accepted, on stdio and over HTTP.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Most memory parsing one message may take, as [`crate::proxy::parse_cost`] estimates
+/// it: a 16 MiB message of `[0,0,…]` parsed into some 1.9 GB (a `Value` per two bytes,
+/// twice: here and in rmcp). Code and file contents are strings, which cost their size.
+pub const MAX_PARSE_COST: usize = 64 * 1024 * 1024;
+
 /// Longest string `id` accepted (it comes back in every answer).
 pub const MAX_ID_BYTES: usize = 1024;
 
@@ -102,6 +107,18 @@ pub fn check(message: &[u8]) -> Result<(), Refusal> {
     if text.trim().is_empty() {
         return Ok(());
     }
+    let cost = crate::proxy::parse_cost(text);
+    if cost > MAX_PARSE_COST {
+        let mut refusal = parse_error(format!(
+            "Parse error: the message would take about {} MiB of memory to parse; the limit is {} MiB (send large data as strings)",
+            cost >> 20,
+            MAX_PARSE_COST >> 20
+        ));
+        if let Some(id) = shallow_id(text) {
+            refusal.id = id;
+        }
+        return Err(refusal);
+    }
     // serde_json's default recursion limit (128 levels), the one rmcp parses with.
     let value: Value = serde_json::from_str(text).map_err(|e| {
         let mut refusal = parse_error(format!("Parse error: {}", bounded(&e.to_string())));
@@ -110,7 +127,7 @@ pub fn check(message: &[u8]) -> Result<(), Refusal> {
         }
         refusal
     })?;
-    check_value(&value)
+    check_value(&value, text)
 }
 
 /// The top-level `id` of a JSON object too deep to parse whole: serde_json skips the
@@ -127,8 +144,11 @@ fn shallow_id(text: &str) -> Option<Value> {
     }
 }
 
-/// The JSON-RPC checks of a parsed message (see the module docs).
-fn check_value(value: &Value) -> Result<(), Refusal> {
+/// The JSON-RPC checks of a parsed message (see the module docs). What rmcp will make
+/// of it is read from `text`, the way rmcp reads it: a `Value` keeps the last of
+/// duplicate keys where rmcp's typed parse refuses them (and answers `id: null`).
+fn check_value(value: &Value, text: &str) -> Result<(), Refusal> {
+    let rmcp_parse = || serde_json::from_str::<ClientJsonRpcMessage>(text);
     let invalid = |id: &Value, why: &str| {
         Refusal::new(
             INVALID_REQUEST,
@@ -154,7 +174,7 @@ fn check_value(value: &Value) -> Result<(), Refusal> {
     let answer_id = id.clone().unwrap_or(Value::Null);
     let Some(method) = obj.get("method") else {
         // A response to one of our requests, or nothing rmcp can read.
-        return match ClientJsonRpcMessage::deserialize(value) {
+        return match rmcp_parse() {
             Ok(_) => Ok(()),
             Err(e) => Err(invalid(&answer_id, &bounded(&e.to_string()))),
         };
@@ -199,14 +219,14 @@ fn check_value(value: &Value) -> Result<(), Refusal> {
         )));
     }
     if notification {
-        return match ClientJsonRpcMessage::deserialize(value) {
+        return match rmcp_parse() {
             Ok(_) => Ok(()),
             Err(e) => refuse(invalid(&Value::Null, &bounded(&e.to_string()))),
         };
     }
     // A known method whose params do not fit falls through to rmcp's catch-all request
     // (or fails to parse at all): that is a params error of that method.
-    match ClientJsonRpcMessage::deserialize(value) {
+    match rmcp_parse() {
         Ok(ClientJsonRpcMessage::Request(r)) => match &r.request {
             ClientRequest::CustomRequest(_) => match typed_params_error(method, params) {
                 Some(why) => refuse(invalid_params(why)),
@@ -367,6 +387,60 @@ mod tests {
         assert!(refusal(r#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#).notification);
         check(br#"{"jsonrpc":"2.0","method":"notifications/whatever"}"#).unwrap();
         check(br#"{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":"m"}}"#).unwrap();
+    }
+
+    /// A `Value` keeps the last of duplicate keys; rmcp's typed parse refuses them and
+    /// answers `id: null`, so the check reads the text as rmcp does and answers with
+    /// the id.
+    #[test]
+    fn duplicate_keys_are_refused_as_rmcp_would_with_the_id() {
+        for msg in [
+            r#"{"jsonrpc":"2.0","id":7,"method":"ping","method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+        ] {
+            // rmcp refuses the text, though the `Value` of it reads as a message.
+            assert!(
+                serde_json::from_str::<ClientJsonRpcMessage>(msg).is_err(),
+                "{msg}"
+            );
+            let value: Value = serde_json::from_str(msg).unwrap();
+            assert!(ClientJsonRpcMessage::deserialize(&value).is_ok());
+            let r = refusal(msg);
+            assert_eq!(r.id, json!(7), "{msg}: {r:?}");
+            assert!(
+                [INVALID_REQUEST, INVALID_PARAMS].contains(&r.code),
+                "{msg}: {r:?}"
+            );
+        }
+        // Duplicate keys inside params are rmcp's to take (the last wins).
+        for msg in [
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"a","arguments":{"x":1,"x":2}}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<ClientJsonRpcMessage>(msg).is_ok(),
+                "{msg}"
+            );
+            check(msg.as_bytes()).unwrap();
+        }
+    }
+
+    /// A message whose parse would amplify its size many times is refused before it is
+    /// parsed, with its id; as large a message of strings passes.
+    #[test]
+    fn messages_that_parse_into_gigabytes_are_refused_unparsed() {
+        let zeros = format!("[{}0]", "0,".repeat(4 << 20));
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"execute_python","arguments":{{"code":"1","x":{zeros}}}}}}}"#
+        );
+        let r = refusal(&msg);
+        assert_eq!((r.code, r.id.clone()), (PARSE_ERROR, json!(3)));
+        assert!(r.message.contains("MiB of memory"), "{}", r.message);
+        let code = "x".repeat(15 << 20);
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"execute_python","arguments":{{"code":"{code}"}}}}}}"#
+        );
+        check(msg.as_bytes()).unwrap();
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! - A POST body goes through [`framing::check`](super::framing::check) before rmcp sees
 //!   it: one that is not a JSON-RPC message gets 400 with the JSON-RPC error (with the
 //!   request's id when readable), one over 16 MiB 413, one that does not arrive within
-//!   the body timeout 408.
+//!   the body timeout 408. Bodies are parsed (here, then by rmcp) under one budget of
+//!   estimated parse memory, [`PARSE_BUDGET`]: a request waits while others use it.
 //! - Connections (caps, header and idle timeouts) are [`super::http_conn`]'s.
 
 use std::future::Future;
@@ -128,7 +129,10 @@ pub async fn serve(
     let mcp = Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(
-            options.limits.body_timeout,
+            BodyCheck {
+                timeout: options.limits.body_timeout,
+                parsing: Arc::new(tokio::sync::Semaphore::new(PARSE_BUDGET >> 10)),
+            },
             require_json_body,
         ))
         .layer(axum::middleware::from_fn_with_state(
@@ -205,10 +209,27 @@ async fn require_bearer(State(tokens): State<Tokens>, mut req: Request, next: Ne
     }
 }
 
+/// Estimated memory (see [`crate::proxy::parse_cost`]) the POST bodies being parsed at
+/// once may take: each message is parsed here and again by rmcp, and one of 16 MiB took
+/// 1.9 GB before per-message costs were bounded; four messages at the per-message bound
+/// ([`super::framing::MAX_PARSE_COST`]) fill it.
+pub const PARSE_BUDGET: usize = 256 * 1024 * 1024;
+
+/// The body checks' settings.
+#[derive(Clone)]
+struct BodyCheck {
+    timeout: std::time::Duration,
+    /// [`PARSE_BUDGET`] in KiB.
+    parsing: Arc<tokio::sync::Semaphore>,
+}
+
 /// 400/413 with a JSON-RPC error body unless a POST body is a JSON-RPC message of a sane
 /// size (see [`framing::check`](super::framing::check)).
 async fn require_json_body(
-    State(body_timeout): State<std::time::Duration>,
+    State(BodyCheck {
+        timeout: body_timeout,
+        parsing,
+    }): State<BodyCheck>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -251,6 +272,18 @@ async fn require_json_body(
             parse_error("Parse error: the body is empty".into()),
         );
     }
+    // Held while the body is parsed here and by rmcp (which answers with a stream as
+    // soon as it has the message, so this is not held while a call runs).
+    let cost = std::str::from_utf8(&bytes)
+        .map_or(bytes.len(), crate::proxy::parse_cost)
+        .min(super::framing::MAX_PARSE_COST);
+    let units = u32::try_from(cost.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+    let Ok(_parsing) = parsing.acquire_many_owned(units).await else {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            parse_error("Parse error: the server is stopping".into()),
+        );
+    };
     if let Err(refusal) = check(&bytes) {
         return refuse(StatusCode::BAD_REQUEST, refusal);
     }

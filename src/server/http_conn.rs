@@ -7,7 +7,8 @@
 //! builder in our own loop:
 //!
 //! - at most [`ConnLimits::max_connections`] open at once, and
-//!   [`ConnLimits::max_connections_per_peer`] from one IP address; a connection over
+//!   [`ConnLimits::max_connections_per_peer`] from one peer (an IPv4 address, plain or
+//!   IPv4-mapped, or an IPv6 /64: see [`peer_key`]); a connection over
 //!   either cap is answered `503` at once (best effort, without reading it) and closed;
 //! - its request headers must be complete within [`ConnLimits::header_timeout`]
 //!   (hyper's header-read timeout: a deadline, so trickling does not extend it). hyper
@@ -95,6 +96,20 @@ impl Drop for Slot {
     }
 }
 
+/// The address a connection counts against for the per-peer cap: an IPv4 address
+/// (also when it arrives IPv4-mapped on a dual-stack socket), or an IPv6 address's /64,
+/// the smallest block a host is given (one host can use all of its 2^64 addresses, so a
+/// cap per address would not bound it).
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
+
 /// A slot for a new connection from `peer`, or why there is none.
 fn admit(
     counts: &Arc<Mutex<Counts>>,
@@ -143,7 +158,7 @@ pub async fn serve(
                 }
             },
         };
-        let slot = match admit(&counts, peer.ip(), &limits) {
+        let slot = match admit(&counts, peer_key(peer.ip()), &limits) {
             Ok(slot) => slot,
             Err(cap) => {
                 tracing::warn!(%peer, cap, "connection refused: too many open connections");
@@ -325,6 +340,29 @@ mod tests {
         assert_eq!(admit(&counts, b, &limits).err(), Some("max_connections"));
         drop(a1);
         let _b2 = admit(&counts, b, &limits).unwrap();
+    }
+
+    #[test]
+    fn one_host_counts_once_whatever_its_address_form() {
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let limits = ConnLimits {
+            max_connections_per_peer: 2,
+            ..ConnLimits::default()
+        };
+        let key = |s: &str| peer_key(s.parse().unwrap());
+        // IPv4 and the same address IPv4-mapped (a dual-stack listener's form).
+        let _a = admit(&counts, key("192.0.2.7"), &limits).unwrap();
+        let _b = admit(&counts, key("::ffff:192.0.2.7"), &limits).unwrap();
+        assert!(admit(&counts, key("::ffff:c000:207"), &limits).is_err());
+        // Addresses of one IPv6 /64 are one peer; another /64 is another.
+        let _c = admit(&counts, key("2001:db8:1:2::1"), &limits).unwrap();
+        let _d = admit(&counts, key("2001:db8:1:2:ffff::9"), &limits).unwrap();
+        assert_eq!(
+            admit(&counts, key("2001:db8:1:2:abcd:1:2:3"), &limits).err(),
+            Some("max_connections_per_peer")
+        );
+        let _e = admit(&counts, key("2001:db8:1:3::1"), &limits).unwrap();
+        assert_eq!(key("::1"), key("::1"));
     }
 
     /// Reads until the server closes; `None` if it is still open after `secs`.

@@ -8,6 +8,13 @@
 //! unknown session gets (404 `Not Found: Session not found`), so it learns nothing about
 //! which ids exist. Without tokens (loopback only) every caller is the same client.
 //!
+//! A client holds at most [`MAX_SESSIONS_PER_CLIENT`] sessions at once: every session
+//! is a server value with its own tool router and token vault that rmcp keeps for 5
+//! minutes after its last request, so without a cap one token (or anyone on loopback)
+//! could grow the server's memory with a loop of `initialize` requests. A session over
+//! the cap is closed as soon as rmcp made it, and the `initialize` is answered 429 with
+//! a JSON-RPC error saying to end (DELETE) sessions no longer used.
+//!
 //! A DELETE that ends a session is answered 200 instead of rmcp's 202 (the official
 //! Python SDK logs anything but 200 and 204 as a failed termination).
 
@@ -24,6 +31,10 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use super::client::ClientName;
 
 const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Most sessions one client (one token; everyone on loopback without tokens) holds at
+/// once. An MCP client keeps one; a test suite or a pool of agents a few dozen.
+pub const MAX_SESSIONS_PER_CLIENT: usize = 128;
 
 /// Session ids and the client that created each (`None`: no tokens are configured).
 #[derive(Clone)]
@@ -49,6 +60,44 @@ impl Owners {
         self.lock().get(id).is_some_and(|owner| owner == client)
     }
 
+    /// Records a new session of `client` unless it already holds `cap` live ones (then
+    /// `false`, and the session is not recorded).
+    async fn admit(&self, id: String, client: Option<ClientName>, cap: usize) -> bool {
+        let held = |owners: &HashMap<String, Option<ClientName>>| -> Vec<String> {
+            owners
+                .iter()
+                .filter(|(_, owner)| **owner == client)
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        let mine = held(&self.lock());
+        if mine.len() >= cap {
+            // Some may have ended (idle, or closed by the server): forget those first.
+            let mut gone = Vec::new();
+            for id in mine {
+                if !self.is_live(&id).await {
+                    gone.push(id);
+                }
+            }
+            let mut owners = self.lock();
+            for id in gone {
+                owners.remove(&id);
+            }
+            if held(&owners).len() >= cap {
+                return false;
+            }
+        }
+        self.insert(id, client).await;
+        true
+    }
+
+    async fn is_live(&self, id: &str) -> bool {
+        self.sessions
+            .has_session(&id.to_string().into())
+            .await
+            .unwrap_or(true)
+    }
+
     /// Records a new session; now and then forgets sessions rmcp has ended (idle or
     /// closed by the server), so the map does not grow with every session ever made.
     async fn insert(&self, id: String, client: Option<ClientName>) {
@@ -61,12 +110,7 @@ impl Owners {
             let ids: Vec<String> = self.lock().keys().cloned().collect();
             let mut gone = Vec::new();
             for id in ids {
-                if !self
-                    .sessions
-                    .has_session(&id.clone().into())
-                    .await
-                    .unwrap_or(true)
-                {
+                if !self.is_live(&id).await {
                     gone.push(id);
                 }
             }
@@ -86,6 +130,23 @@ impl Owners {
 fn unknown_session() -> Response {
     (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
 }
+
+/// The answer to an `initialize` over [`MAX_SESSIONS_PER_CLIENT`].
+fn too_many_sessions() -> Response {
+    let error = super::framing::Refusal {
+        code: TOO_MANY_SESSIONS,
+        id: serde_json::Value::Null,
+        message: format!(
+            "this client already holds {MAX_SESSIONS_PER_CLIENT} MCP sessions; end (DELETE) \
+             sessions it no longer uses, or wait for idle ones to expire"
+        ),
+        notification: false,
+    };
+    (StatusCode::TOO_MANY_REQUESTS, axum::Json(error.to_json())).into_response()
+}
+
+/// The JSON-RPC error code of [`too_many_sessions`] (implementation-defined range).
+const TOO_MANY_SESSIONS: i64 = -32000;
 
 /// Checks the session a request names against its client; records new sessions.
 pub async fn enforce(State(owners): State<Owners>, req: Request, next: Next) -> Response {
@@ -125,7 +186,20 @@ pub async fn enforce(State(owners): State<Owners>, req: Request, next: Next) -> 
                 .and_then(|v: &HeaderValue| v.to_str().ok())
                 .map(str::to_string);
             if let Some(id) = created {
-                owners.insert(id, client).await;
+                if !owners
+                    .admit(id.clone(), client.clone(), MAX_SESSIONS_PER_CLIENT)
+                    .await
+                {
+                    tracing::warn!(
+                        client = client.as_ref().map(|c| c.0.as_str()),
+                        cap = MAX_SESSIONS_PER_CLIENT,
+                        "a new MCP session was refused: the client holds too many"
+                    );
+                    if let Err(e) = owners.sessions.close_session(&id.into()).await {
+                        tracing::warn!(error = %e, "closing a refused session failed");
+                    }
+                    return too_many_sessions();
+                }
             }
         }
     }
@@ -148,6 +222,32 @@ mod tests {
         assert!(!owners.allows("nope", &alice));
         owners.remove("s1");
         assert!(!owners.allows("s1", &alice));
+    }
+
+    /// A client over its cap gets no new session until one of its own ends; others
+    /// are not affected.
+    #[tokio::test]
+    async fn a_client_holds_at_most_its_cap_of_live_sessions() {
+        use rmcp::transport::streamable_http_server::session::SessionManager;
+        let sessions = Arc::new(LocalSessionManager::default());
+        let owners = Owners::new(sessions.clone());
+        let alice = Some(ClientName("alice".into()));
+        let bob = Some(ClientName("bob".into()));
+        let mut live = Vec::new();
+        for _ in 0..3 {
+            let (id, _transport) = sessions.create_session().await.unwrap();
+            assert!(owners.admit(id.to_string(), alice.clone(), 3).await);
+            live.push((id, _transport));
+        }
+        let (extra, _t) = sessions.create_session().await.unwrap();
+        assert!(!owners.admit(extra.to_string(), alice.clone(), 3).await);
+        assert!(!owners.allows(&extra, &alice));
+        assert!(owners.admit(extra.to_string(), bob.clone(), 3).await);
+        // One of alice's ends: she may open another.
+        sessions.close_session(&live[0].0).await.unwrap();
+        let (next, _t2) = sessions.create_session().await.unwrap();
+        assert!(owners.admit(next.to_string(), alice.clone(), 3).await);
+        assert!(!owners.allows(&live[0].0, &alice));
     }
 
     #[tokio::test]

@@ -19,6 +19,10 @@ use crate::line_reader::read_line_capped;
 /// In-memory pipe capacity between the guard and rmcp.
 const PIPE_BYTES: usize = 256 * 1024;
 
+/// Error answers waiting for stdout: when the client does not read them, the guard stops
+/// reading its input (as rmcp does with its own answers) rather than queue them all.
+const QUEUED_ERRORS: usize = 64;
+
 /// Guards the process's stdin and stdout; returns the (reader, writer) pair to give rmcp.
 pub fn stdio() -> (
     impl AsyncRead + Send + Unpin,
@@ -35,7 +39,7 @@ where
 {
     let (rmcp_in, to_rmcp) = tokio::io::duplex(PIPE_BYTES);
     let (rmcp_out, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
-    let (errors_tx, errors_rx) = mpsc::unbounded_channel();
+    let (errors_tx, errors_rx) = mpsc::channel(QUEUED_ERRORS);
     tokio::spawn(read_input(BufReader::new(input), to_rmcp, errors_tx));
     tokio::spawn(write_output(BufReader::new(from_rmcp), output, errors_rx));
     (rmcp_in, rmcp_out)
@@ -45,7 +49,7 @@ where
 async fn read_input<R: AsyncBufRead + Unpin>(
     mut input: R,
     mut to_rmcp: tokio::io::DuplexStream,
-    errors: mpsc::UnboundedSender<String>,
+    errors: mpsc::Sender<String>,
 ) {
     let mut line = Vec::new();
     loop {
@@ -58,6 +62,11 @@ async fn read_input<R: AsyncBufRead + Unpin>(
                 break;
             }
         };
+        // rmcp takes a line that starts with a UTF-8 byte order mark (some Windows tools
+        // write one); the parser here does not, so it goes before the check.
+        if line.starts_with(b"\xef\xbb\xbf") {
+            line.drain(..3);
+        }
         let checked = if too_long {
             Err(Refusal {
                 code: PARSE_ERROR,
@@ -83,8 +92,10 @@ async fn read_input<R: AsyncBufRead + Unpin>(
                     bytes = line.len(),
                     "malformed JSON-RPC message on stdin"
                 );
-                if !refusal.notification {
-                    let _ = errors.send(refusal.to_json().to_string());
+                if !refusal.notification
+                    && errors.send(refusal.to_json().to_string()).await.is_err()
+                {
+                    break;
                 }
             }
         }
@@ -97,7 +108,7 @@ async fn read_input<R: AsyncBufRead + Unpin>(
 async fn write_output<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
     mut from_rmcp: R,
     mut output: W,
-    mut errors: mpsc::UnboundedReceiver<String>,
+    mut errors: mpsc::Receiver<String>,
 ) {
     let mut line = Vec::new();
     let mut errors_open = true;
@@ -208,6 +219,40 @@ mod tests {
         assert_eq!(answers[0]["id"], 1);
         assert_eq!(answers[1]["error"]["code"], -32602);
         assert_eq!(answers[1]["id"], "r2");
+    }
+
+    /// rmcp reads a line after a byte order mark; so does the guard, instead of
+    /// answering it with a parse error.
+    #[tokio::test]
+    async fn a_byte_order_mark_is_not_a_parse_error() {
+        let (forwarded, out) =
+            through_guard(b"\xef\xbb\xbf{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
+                .await;
+        assert_eq!(
+            forwarded,
+            ["{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"]
+        );
+        assert_eq!(out, ["{\"from\":\"rmcp\"}"], "{out:?}");
+    }
+
+    /// A client that sends bad lines and never reads stdout: the guard stops reading
+    /// its input once a few answers wait, instead of queuing an answer per line.
+    #[tokio::test]
+    async fn unread_error_answers_hold_the_input_back() {
+        let (mut client_end, server_in) = tokio::io::duplex(64 * 1024);
+        let (server_out, _never_read) = tokio::io::duplex(1024);
+        let (_rmcp_in, _rmcp_out) = guard(server_in, server_out);
+        // 120 KB: twice the input pipe, far more than the answers that may wait.
+        let bad = "x\n".repeat(60_000);
+        let wrote = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            client_end.write_all(bad.as_bytes()),
+        )
+        .await;
+        assert!(
+            wrote.is_err(),
+            "every bad line was taken in, its answer queued"
+        );
     }
 
     #[tokio::test]

@@ -16,7 +16,10 @@
 //!   the connection (the supervisor reconnects); any other line without an id (not JSON
 //!   at all, or not starting with `{`) is logged and skipped, since servers print
 //!   banners and logs to stdout;
-//! - a response to no request in flight is logged and dropped.
+//! - a response to no request in flight is logged and dropped;
+//! - a line whose parse would take more memory than [`parse_limit`] allows (a 16 MB
+//!   answer of `[0,0,…]` took the supervisor to a 1 GB peak) is not parsed: it fails the
+//!   request it answers like an oversized one.
 //!
 //! The line buffer gives its memory back after a large message, so a connection that
 //! once carried 50 MB does not keep 50 MB.
@@ -42,6 +45,14 @@ const READ_BUFFER: usize = 256 << 10;
 const KEEP_BUFFER: usize = 1 << 20;
 /// How much of a skipped line is quoted in the log.
 const LOG_PREFIX: usize = 200;
+
+/// The most memory parsing one line from the server may take (estimated by
+/// [`crate::proxy::parse_cost`]) for a line limit of `limit` bytes: four times the limit
+/// (text costs its size; an answer of many small values several times it), at least
+/// 64 MiB.
+pub fn parse_limit(limit: usize) -> usize {
+    limit.saturating_mul(4).max(64 << 20)
+}
 
 /// Whether `error` was made up by this transport, and its reason.
 pub fn transport_failure(error: &ErrorData) -> Option<&str> {
@@ -72,6 +83,8 @@ pub struct StdioTransport<R, W> {
     server: String,
     read: BufReader<R>,
     limit: usize,
+    /// See [`parse_limit`].
+    cost_limit: usize,
     line: Vec<u8>,
     /// Set while the rest of an oversized line is skipped.
     skip: Option<Skip>,
@@ -119,6 +132,7 @@ where
             server: server.to_string(),
             read: BufReader::with_capacity(READ_BUFFER, read),
             limit,
+            cost_limit: parse_limit(limit),
             line: Vec::new(),
             skip: None,
             queued: VecDeque::new(),
@@ -261,10 +275,23 @@ where
             self.release_line();
             return None;
         }
-        let parsed = serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(body);
-        let outcome = match parsed {
-            Ok(message) => Ok(message),
-            Err(e) => Err(self.why_unusable(body, &e)),
+        let cost = std::str::from_utf8(body).map_or(0, crate::proxy::parse_cost);
+        let outcome = if cost > self.cost_limit {
+            Err(Unusable {
+                id: IdScanner::scan(body),
+                reason: format!(
+                    "the server sent a message that would take about {} MiB of memory to parse, over the limit of {} for one upstream message; it was dropped",
+                    cost >> 20,
+                    size(self.cost_limit)
+                ),
+                fatal: body.trim_ascii_start().starts_with(b"{"),
+                prefix: String::from_utf8_lossy(&body[..body.len().min(LOG_PREFIX)]).into_owned(),
+            })
+        } else {
+            match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(body) {
+                Ok(message) => Ok(message),
+                Err(e) => Err(self.why_unusable(body, &e)),
+            }
         };
         self.release_line();
         match outcome {

@@ -246,3 +246,25 @@ fn sizes_read_well() {
     assert_eq!(size(1000), "1000 bytes");
     assert_eq!(size(4096), "4 KiB (4096 bytes)");
 }
+
+/// An answer that would parse into far more memory than its size (a value per two
+/// bytes) fails its call unparsed, naming the limit; the next answer is taken.
+#[tokio::test]
+async fn answers_that_parse_into_much_more_than_their_size_fail_unparsed() {
+    let mut r = rig();
+    r.t.cost_limit = 8000;
+    r.request(7).await;
+    let zeros = vec!["0"; 400].join(",");
+    let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"z\":[{zeros}]}}}}\n");
+    assert!(line.len() < LIMIT);
+    r.server_writes(line.as_bytes()).await;
+    let (id, reason) = r.next_error().await;
+    assert_eq!(id, Some(NumberOrString::Number(7)));
+    assert!(reason.contains("of memory to parse"), "{reason}");
+    r.request(8).await;
+    r.server_writes(&pong(8)).await;
+    r.expect_pong(8).await;
+    // Text costs its size: the production limit is never below 64 MiB.
+    assert_eq!(parse_limit(1000), 64 << 20);
+    assert_eq!(parse_limit(64 << 20), 256 << 20);
+}

@@ -167,6 +167,25 @@ async def resources_list_tokenizes_workspace_file_names(s, w):
     await s.call_tool("close_session", {"session": sid})
 
 
+@case
+async def resources_list_of_long_workspace_paths_fits_one_message(s, w):
+    # 35 files under a 3.5 KB directory path of control bytes (each escaped as six in
+    # JSON): listed whole, 1.5 MB, more than a client accepts in one message. The
+    # listing stops at its budget instead.
+    code = ("import os\nd = '/'.join(['\\x01' * 250] * 14)\nos.makedirs(d)\n"
+            "for i in range(35):\n    open(os.path.join(d, 'f%03d' % i + '\\x01' * 200), 'w').write('x')\n")
+    r, sc = await run(s, "python", code, session="new")
+    ok(r, sc)
+    sid = sc["session"]["id"]
+    try:
+        listed = await s.list_resources()
+        size = len(json.dumps(listed.model_dump(mode="json", by_alias=True, exclude_none=True)))
+        ours = [x for x in listed.resources if f"/{sid}/" in str(x.uri)]
+        assert size < 1_000_000 and 0 < len(ours) < 35, (size, len(ours))
+    finally:
+        await s.call_tool("close_session", {"session": sid})
+
+
 # --- skills -------------------------------------------------------------------------
 
 @case

@@ -186,6 +186,38 @@ async def sessions_belong_to_their_client(base):
     assert status == 404, status
 
 
+def sessions_per_client_are_capped(base):
+    """One token holds at most 128 sessions: the next initialize gets 429 (a JSON-RPC
+    error), other clients are not affected, and ending a session makes room."""
+    url = f"{base}/mcp"
+    opened = []
+    refused = None
+    for _ in range(200):
+        status, headers, body = rpc(url, INIT, "bob-token")
+        if status != 200:
+            refused = (status, body)
+            break
+        opened.append(headers["mcp-session-id"])
+    try:
+        assert refused is not None, f"{len(opened)} sessions opened without a cap"
+        assert len(opened) <= 128, len(opened)
+        status, body = refused
+        error = json.loads(body)["error"]
+        assert status == 429 and "128 MCP sessions" in error["message"], (status, body)
+        status, _, _ = rpc(url, INIT, "alice-token")
+        assert status == 200, status
+        status, _, _ = rpc(url, None, "bob-token", opened.pop(), method="DELETE")
+        assert status == 200, status
+        status, headers, _ = rpc(url, INIT, "bob-token")
+        assert status == 200, status
+        opened.append(headers["mcp-session-id"])
+    finally:
+        for sid in opened:
+            rpc(url, None, "bob-token", sid, method="DELETE")
+    status, _, _ = rpc(url, INIT, "bob-token")
+    assert status == 200, status
+
+
 async def large_outputs_fit_the_sdk(base):
     """600 kB and 5 MB of output: the SDK accepts the result (it refuses events over 1 MiB)."""
     async with streamable_http_client(f"{base}/mcp") as (read, write):
@@ -280,6 +312,8 @@ async def main():
         except Exception as e:  # noqa: BLE001
             print(f"FAILED  sessions_belong_to_their_client: {e!r}", flush=True)
             failed += 1
+
+        report("sessions_per_client_are_capped", lambda: sessions_per_client_are_capped(two))
 
         # A listener that is not on loopback: 0.0.0.0, reached through 127.0.0.1.
         def no_token_no_start():

@@ -391,6 +391,31 @@ def http_connections_over_the_caps_get_503():
 
 
 @case
+def http_bodies_that_parse_into_gigabytes_are_refused_unparsed():
+    # 16 MiB of `[0,0,…]` in the arguments: its parse took the server to a 1.9 GB peak.
+    h = Http()
+    try:
+        def peak_kib():
+            with open(f"/proc/{h.p.pid}/status") as f:
+                return int(next(l for l in f if l.startswith("VmHWM:")).split()[1])
+        before = peak_kib()
+        zeros = b"0," * ((8 << 20) - 200)
+        body = (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"execute_python",'
+                b'"arguments":{"code":"1","x":[' + zeros + b'0]}}}')
+        status, _, raw = h.post(body)
+        m = json.loads(raw)
+        assert status == 400 and m["id"] == 5 and m["error"]["code"] == -32700, (status, raw[:300])
+        assert "MiB of memory" in m["error"]["message"], m
+        grew = (peak_kib() - before) >> 10
+        assert grew < 200, f"the server's peak grew by {grew} MiB"
+        # The session still works.
+        _, m = h.rpc(call(6, "print('still here')"))
+        assert m["result"]["structuredContent"]["stdout"] == "still here\n", m
+    finally:
+        h.close()
+
+
+@case
 def protocol_errors_carry_the_id_and_echo_bounded():
     s = Stdio()
     h = Http()

@@ -447,6 +447,40 @@ async def typescript_pipelines_many_large_calls_without_deadlock(s, w):
     assert sc["stdout"] == "300\n", sc["stdout"][:500]
 
 
+@case
+async def promise_all_past_the_answer_queue_does_not_deadlock(s, w):
+    # 1000 calls at once, 50 MB of answers: more than the proxy queues (16 MiB) while the
+    # program still has requests to write. The client used to write them all before
+    # reading any answer, and both sides waited until the timeout.
+    r, sc = await run(s, "typescript", "import { callMCPTool } from '/servers/client.ts';\n"
+                      "const pad = 'y'.repeat(400);\n"
+                      "const rs = await Promise.all(Array.from({ length: 1000 }, "
+                      "() => callMCPTool('hostile__big', { bytes: 50000, pad })));\n"
+                      "console.log(rs.length, rs.every((r) => (r as string).length === 50000));",
+                      timeout_ms=60000)
+    ok(r, sc)
+    assert sc["stdout"] == "1000 true\n" and not sc.get("tool_channel_error"), sc
+
+
+@case
+async def answers_that_parse_into_gigabytes_fail_unparsed(s, w):
+    # 16 MB of `[0,0,…]` as structuredContent: the supervisor's peak went past 1 GB.
+    def peak_kib():
+        with open(f"/proc/{w.serve_pid}/status") as f:
+            return int(next(l for l in f if l.startswith("VmHWM:")).split()[1])
+    before = peak_kib()
+    r, sc = await run(s, "typescript", "import { callMCPTool } from '/servers/client.ts';\n"
+                      "try { await callMCPTool('hostile__zeros', { bytes: 16000000 }); console.log('returned'); }\n"
+                      "catch (e) { console.log((e as Error).message); }\n"
+                      "console.log(JSON.stringify(await callMCPTool('hostile__zeros', { bytes: 20 })));",
+                      timeout_ms=60000)
+    ok(r, sc)
+    assert "of memory to parse" in sc["stdout"], sc
+    assert sc["stdout"].endswith('{"zeros":[0,0,0,0,0,0,0,0,0,0]}\n'), sc
+    grew = (peak_kib() - before) >> 10
+    assert grew < 300, f"the supervisor's peak grew by {grew} MiB"
+
+
 async def memory_status(s):
     r = await s.call_tool("list_servers", {})
     return {x["name"]: x for x in r.structured_content["servers"]}["memory"]

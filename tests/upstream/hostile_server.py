@@ -9,6 +9,8 @@ Tools (all take optional `bytes` and `id_last`):
 - `unknown_id`: first an answer to an id nobody asked for, then the real answer
 - `big_noid(bytes)`: an oversized line without any id, and no answer
 - `pid`: this process's pid
+- `zeros(bytes)`: structuredContent `{"zeros": [0, 0, ...]}` of about `bytes` bytes (a
+  small answer on the wire that parses into a value per two bytes)
 
 With `HOSTILE_BANNER=1` it prints a line that is not JSON before anything else.
 
@@ -26,7 +28,7 @@ out = sys.stdout.buffer
 # Lines of the answer being built (HTTP mode collects them per request).
 local = threading.local()
 
-TOOLS = ["echo", "big", "bad_utf8", "not_jsonrpc", "unknown_id", "big_noid", "pid"]
+TOOLS = ["echo", "big", "bad_utf8", "not_jsonrpc", "unknown_id", "big_noid", "pid", "zeros"]
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -80,6 +82,10 @@ def call(rid, name, args):
         send({"jsonrpc": "2.0", "result": text_result("y" * n)})
     elif name == "pid":
         answer(rid, text_result(str(os.getpid())))
+    elif name == "zeros":
+        head = json.dumps({"jsonrpc": "2.0", "id": rid}).encode()[:-1]
+        body = b",".join([b"0"] * max(1, n // 2))
+        write(head + b',"result":{"content":[],"structuredContent":{"zeros":[' + body + b"]}}}")
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "no such tool"}})
 
