@@ -278,7 +278,7 @@ mod tests {
         assert_eq!(f.stage, Stage::Mount);
         assert_eq!(f.mount_step, Some(plan[1].clone()));
         assert_eq!(f.errno, libc::EPERM);
-        assert!(f.to_string().starts_with("mounting (Proc"));
+        assert_eq!(f.to_string(), "mounting (proc on /r/proc)");
     }
 
     #[test]
