@@ -507,39 +507,6 @@ fn codebox_cgroups() -> Vec<String> {
     sandbox_cgroups(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
 }
 
-/// Sandbox cgroups (`codebox-<supervisor pid>-…`) whose supervisor pid passes `which`,
-/// below this process's own cgroups: the `codebox` processes this test starts create
-/// theirs there. Other processes' cgroups are none of its business.
-fn sandbox_cgroups(which: impl Fn(i32) -> bool) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack: Vec<std::path::PathBuf> =
-        match codebox::sandbox::cgroup::CgroupManager::discover_host() {
-            Ok(m) => m.hierarchies().into_iter().map(|h| h.base).collect(),
-            Err(e) => panic!("cannot find this process's cgroups: {e}"),
-        };
-    while let Some(dir) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with("codebox-")
-                    && !name.starts_with("codebox-delegated")
-                    && !name.starts_with("codebox-supervisor")
-                {
-                    let pid: Option<i32> = name.split('-').nth(1).and_then(|p| p.parse().ok());
-                    if pid.is_some_and(&which) {
-                        found.push(e.path().display().to_string());
-                    }
-                }
-                stack.push(e.path());
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn workspace_symlinks_to_the_host_are_not_followed_by_the_supervisor() {
     if !sandbox_available("workspace_symlinks_to_the_host_are_not_followed_by_the_supervisor") {

@@ -210,27 +210,9 @@ fn sigkill(pid: i32) {
 
 /// Sandbox cgroups of the server `owner` (below this process's own cgroups), by path.
 fn sandbox_cgroups(owner: i32) -> BTreeSet<String> {
-    let prefix = format!("codebox-{owner}-");
-    let mut found = BTreeSet::new();
-    let mut stack: Vec<std::path::PathBuf> =
-        match codebox::sandbox::cgroup::CgroupManager::discover_host() {
-            Ok(m) => m.hierarchies().into_iter().map(|h| h.base).collect(),
-            Err(e) => panic!("cannot find this process's cgroups: {e}"),
-        };
-    while let Some(dir) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                if e.file_name().to_string_lossy().starts_with(&prefix) {
-                    found.insert(e.path().display().to_string());
-                }
-                stack.push(e.path());
-            }
-        }
-    }
-    found
+    common::sandbox_cgroups(|pid| pid == owner)
+        .into_iter()
+        .collect()
 }
 
 /// Host pids of the live processes in the server's sandboxes (by their cgroup).

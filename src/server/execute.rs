@@ -279,32 +279,27 @@ impl CodeboxServer {
             let _ = f.await;
         }
         let ran_at = entered.elapsed();
-        if stopped.load(Ordering::SeqCst) {
+        // An execution that ended without a result: counted, audited, answered.
+        let unfinished = |category: &str, why: String| {
             s.counters.failed.fetch_add(1, Ordering::Relaxed);
             self.audit_refused(
                 &client,
                 session_id.as_deref(),
                 language,
                 &params.code,
-                "stopping",
+                category,
             );
-            return Ok(tool_error(
+            Ok(tool_error(why))
+        };
+        if stopped.load(Ordering::SeqCst) {
+            return unfinished(
+                "stopping",
                 "the server is stopping: the execution was killed before it finished".into(),
-            ));
+            );
         }
         let (outcome, report, interpreter) = match ran {
             Ok(ran) => ran,
-            Err(why) => {
-                s.counters.failed.fetch_add(1, Ordering::Relaxed);
-                self.audit_refused(
-                    &client,
-                    session_id.as_deref(),
-                    language,
-                    &params.code,
-                    "error",
-                );
-                return Ok(tool_error(why));
-            }
+            Err(why) => return unfinished("error", why),
         };
         let mut result = execution::result_from(language, None, true, outcome);
         result.tool_calls = report.tool_calls;
