@@ -85,7 +85,7 @@ fn main() {
                 } else {
                     None
                 },
-                allow_network: false,
+                network: codebox::sandbox::NetworkAccess::None,
                 seccomp: if c.seccomp {
                     profile.policy.seccomp.clone()
                 } else {

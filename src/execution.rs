@@ -210,6 +210,7 @@ impl Host {
             workspace_mount: None,
             servers: None,
             skills: None,
+            trust: None,
             program,
             limits: limits.clone(),
             id_mapping: self.id_mapping,

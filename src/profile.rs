@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::sandbox::seccomp::{CompiledFilter, SeccompProfile};
-use crate::sandbox::{LandlockMode, Limits, SecurityPolicy};
+use crate::sandbox::{LandlockMode, Limits, NetworkAccess, SecurityPolicy};
 use crate::units::{parse_duration, parse_size};
 
 /// Profiles shipped with codebox: (name, TOML).
@@ -181,7 +181,11 @@ impl Profile {
                 } else {
                     LandlockMode::BestEffort
                 }),
-                allow_network: file.network.enabled,
+                network: if file.network.enabled {
+                    NetworkAccess::Loopback
+                } else {
+                    NetworkAccess::None
+                },
                 seccomp: Some(filter),
             },
         })
@@ -200,9 +204,9 @@ mod tests {
         assert_eq!(d.limits.cpu_millicores, Some(1000));
         assert_eq!(d.limits.timeout, Duration::from_secs(30));
         assert_eq!(d.seccomp, SeccompProfile::Default);
-        assert!(!d.policy.allow_network);
+        assert_eq!(d.policy.network, NetworkAccess::None);
         let n = Profile::load("network").unwrap();
-        assert!(n.policy.allow_network);
+        assert_eq!(n.policy.network, NetworkAccess::Loopback);
         assert_eq!(n.seccomp, SeccompProfile::Network);
     }
 

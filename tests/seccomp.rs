@@ -326,6 +326,71 @@ fn socket_mptcp() -> i64 {
     socket(libc::AF_INET, libc::IPPROTO_MPTCP)
 }
 
+fn socket_typed(domain: libc::c_int, ty: libc::c_int, protocol: libc::c_int) -> i64 {
+    // SAFETY: socket takes integers only.
+    let r = unsafe { libc::syscall(libc::SYS_socket, domain, ty, protocol) };
+    if r >= 0 {
+        // SAFETY: the socket we just created.
+        unsafe { libc::close(r as libc::c_int) };
+    }
+    ret(r)
+}
+fn socket_udp() -> i64 {
+    socket_typed(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+}
+fn socket_udp6() -> i64 {
+    socket_typed(libc::AF_INET6, libc::SOCK_DGRAM, 0)
+}
+fn socket_ping() -> i64 {
+    socket_typed(libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_ICMP)
+}
+fn socket_raw() -> i64 {
+    socket_typed(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_TCP)
+}
+fn socket_sctp_stream() -> i64 {
+    socket_typed(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_SCTP)
+}
+fn socket_tcp_nonblock_cloexec() -> i64 {
+    socket_typed(
+        libc::AF_INET6,
+        libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        libc::IPPROTO_TCP,
+    )
+}
+/// A TCP Fast Open send: connect and send in one call, outside connect(2). To the host's
+/// discard port on loopback; whatever the kernel answers unfiltered, the filter's EPERM
+/// comes before it.
+fn sendto_fastopen() -> i64 {
+    // SAFETY: socket takes integers only.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+    if fd < 0 {
+        return ret(fd as i64);
+    }
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 9u16.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a one-byte buffer and a sockaddr_in on this stack frame, with their sizes.
+    let r = unsafe {
+        libc::sendto(
+            fd,
+            b"x".as_ptr().cast(),
+            1,
+            libc::MSG_FASTOPEN | libc::MSG_DONTWAIT,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    let r = ret(r as i64);
+    // SAFETY: the socket we created above.
+    unsafe { libc::close(fd) };
+    r
+}
+
 /// An ioctl request as the 64-bit register value (`Ioctl` is `c_ulong` on glibc and
 /// `c_int` on musl).
 #[allow(clippy::unnecessary_cast)]
@@ -442,7 +507,7 @@ fn int80_getpid() -> i64 {
 #[rustfmt::skip]
 fn probes() -> Vec<Probe> {
     use Expect::*;
-    use SeccompProfile::{Default as D, Network as N};
+    use SeccompProfile::{Default as D, Egress as E, Network as N};
     const EPERM: Expect = Errno(libc::EPERM);
     const ENOSYS: Expect = Errno(libc::ENOSYS);
     const EBADF: Expect = Errno(libc::EBADF);
@@ -465,6 +530,16 @@ fn probes() -> Vec<Probe> {
         p("socket_netlink_refused",              N, socket_netlink,           EPERM,  Some(Ok)),
         p("socket_vsock_refused",                N, socket_vsock,             EPERM,  None),
         p("socket_mptcp_refused",                N, socket_mptcp,             EPERM,  None),
+        p("socket_tcp_allowed_by_egress",        E, socket_inet,              Ok,     None),
+        p("socket_tcp6_flags_allowed_by_egress", E, socket_tcp_nonblock_cloexec, Ok,  None),
+        p("socket_udp_refused_by_egress",        E, socket_udp,               EPERM,  None),
+        p("socket_udp6_refused_by_egress",       E, socket_udp6,              EPERM,  None),
+        p("socket_ping_refused_by_egress",       E, socket_ping,              EPERM,  None),
+        p("socket_raw_refused_by_egress",        E, socket_raw,               EPERM,  None),
+        p("socket_sctp_refused_by_egress",       E, socket_sctp_stream,       EPERM,  None),
+        p("socket_netlink_refused_by_egress",    E, socket_netlink,           EPERM,  Some(Ok)),
+        p("socket_udp_allowed_by_network",       N, socket_udp,               Ok,     None),
+        p("sendto_fastopen_refused_by_egress",   E, sendto_fastopen,          EPERM,  None),
         p("ioctl_tiocsti_refused",               D, ioctl_tiocsti,            EPERM,  Some(EBADF)),
         p("ioctl_tiocsti_high_bits_refused",     D, ioctl_tiocsti_high_bits,  EPERM,  Some(EBADF)),
         p("ioctl_tioclinux_refused",             N, ioctl_tioclinux,          EPERM,  Some(EBADF)),
@@ -593,11 +668,11 @@ fn python_under(profile: SeccompProfile) -> Result<Completion, Failed> {
     let out = run_filtered(cmd, profile)?;
     let inet = match profile {
         SeccompProfile::Default => "inet refused 1",
-        SeccompProfile::Network => "inet allowed",
+        SeccompProfile::Network | SeccompProfile::Egress => "inet allowed",
     };
     let child_inet = match profile {
         SeccompProfile::Default => "child inet refused",
-        SeccompProfile::Network => "child inet allowed",
+        SeccompProfile::Network | SeccompProfile::Egress => "child inet allowed",
     };
     for want in [
         "thread ok",
@@ -655,7 +730,7 @@ fn deno_under(profile: SeccompProfile) -> Result<Completion, Failed> {
     let out = run_filtered(cmd, profile)?;
     let inet = match profile {
         SeccompProfile::Default => "inet refused PermissionDenied",
-        SeccompProfile::Network => "inet allowed",
+        SeccompProfile::Network | SeccompProfile::Egress => "inet allowed",
     };
     for want in ["write 1", "worker 42", "child 7", inet] {
         if !out.lines().any(|l| l == want) {

@@ -22,6 +22,49 @@ use crate::sandbox::{Program, Result};
 /// Where the runtime files live inside the sandbox.
 pub const RUNTIME_DIR: &str = "/opt/codebox";
 
+/// The port of the egress listener inside every proxy-mode sandbox's own network
+/// namespace (one listener per namespace, so one fixed port serves them all).
+pub const EGRESS_PORT: u16 = 3128;
+
+/// Where the egress trust bundle is bound inside the sandbox.
+pub const TRUST_DIR: &str = "/etc/codebox";
+
+/// The trust bundle's path inside the sandbox: the host's CA roots and codebox's own CA.
+pub const TRUST_BUNDLE: &str = "/etc/codebox/ca-bundle.pem";
+
+/// The environment that points a program's HTTP clients at the egress proxy (`port` on
+/// 127.0.0.1) and, with a trust bundle, at the CA roots that include codebox's own CA.
+/// Upper- and lower-case forms: Python's urllib and requests take either, curl-style
+/// tools only the lower-case `http_proxy`, Deno the upper-case ones. `NO_PROXY` stays
+/// unset: nothing is reachable but the proxy anyway.
+pub fn egress_env(port: u16, trust_bundle: bool) -> Vec<(&'static str, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut env: Vec<(&'static str, String)> = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ]
+    .into_iter()
+    .map(|k| (k, url.clone()))
+    .collect();
+    if trust_bundle {
+        // OpenSSL (CPython's ssl), requests, curl, Deno, and Node-compatible packages.
+        for k in [
+            "SSL_CERT_FILE",
+            "REQUESTS_CA_BUNDLE",
+            "CURL_CA_BUNDLE",
+            "DENO_CERT",
+            "NODE_EXTRA_CA_CERTS",
+        ] {
+            env.push((k, TRUST_BUNDLE.to_string()));
+        }
+    }
+    env
+}
+
 /// Largest program accepted, in bytes.
 pub const MAX_CODE_BYTES: usize = 1024 * 1024;
 
@@ -158,6 +201,25 @@ mod tests {
             assert!(env.iter().any(|e| e == "HOME=/workspace"));
             assert!(env.len() <= 8, "{env:?}");
             assert_eq!(p.cwd.to_str().unwrap(), "/workspace");
+            assert!(
+                !env.iter().any(|e| e.to_lowercase().contains("proxy")),
+                "{env:?}"
+            );
         }
+    }
+
+    #[test]
+    fn egress_environment_points_at_the_proxy_and_the_bundle() {
+        let env = egress_env(3128, true);
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        for k in ["HTTP_PROXY", "https_proxy", "ALL_PROXY"] {
+            assert_eq!(get(k), Some("http://127.0.0.1:3128"), "{k}");
+        }
+        assert_eq!(get("SSL_CERT_FILE"), Some(TRUST_BUNDLE));
+        assert_eq!(get("DENO_CERT"), Some(TRUST_BUNDLE));
+        assert_eq!(get("NO_PROXY"), None);
+        assert!(TRUST_BUNDLE.starts_with(TRUST_DIR));
+        let bare = egress_env(3128, false);
+        assert!(!bare.iter().any(|(k, _)| *k == "SSL_CERT_FILE"));
     }
 }

@@ -22,8 +22,11 @@ pub mod slot {
     /// A session's workspace mount (detached), when the sandbox has one; attached at
     /// `/workspace` by the mount plan and closed there.
     pub const WORKSPACE: RawFd = 11;
+    /// The init's end of the socketpair the egress listener is handed over on (proxy
+    /// mode only, see `netns.rs`); closed once it is sent.
+    pub const EGRESS: RawFd = 12;
     /// The first descriptor number above the slots.
-    pub const END: RawFd = 12;
+    pub const END: RawFd = 13;
 }
 
 /// The descriptor number the program finds the proxy channel on.

@@ -19,10 +19,11 @@ use super::fds::{self, slot};
 use super::idmap::SANDBOX_ID;
 use super::lifeline;
 use super::mounts;
+use super::netns;
 use super::plan::MountPlan;
 use super::program;
 use super::report::{self, caps_io, check, errno_result, errors_fd, ProgramStatus, Stage};
-use super::spec::SandboxSpec;
+use super::spec::{NetworkAccess, SandboxSpec};
 use super::syscalls::Linux;
 
 /// The child's ends of the pipes and socketpair, as inherited from the parent.
@@ -40,6 +41,8 @@ pub struct ChildFds {
     pub control: RawFd,
     /// A detached workspace mount to attach at `/workspace`, or -1.
     pub workspace: RawFd,
+    /// The socket to hand the egress listener over on (proxy mode), or -1.
+    pub egress: RawFd,
     /// The `tasks` files of the sandbox's v1 cgroups, opened by the parent (see
     /// `cgroup/join.rs`); closed in step 0.
     pub cgroup_tasks: TasksFds,
@@ -61,7 +64,7 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
     // 1. Put the inherited descriptors into fixed slots and close everything else the
     //    spawning process had open, so no host descriptor reaches the sandbox. Until the
     //    errors pipe is in its slot, failures can only be signalled by the exit status.
-    let pairs = [
+    let fixed = [
         (fds.sync, slot::SYNC),
         (fds.errors, slot::ERRORS),
         (fds.status, slot::STATUS),
@@ -70,23 +73,32 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
         (fds.channel, slot::CHANNEL),
         (fds.lifeline, slot::LIFELINE),
         (fds.control, slot::CONTROL),
-        (fds.workspace, slot::WORKSPACE),
     ];
-    let used = if fds.workspace >= 0 { 9 } else { 8 };
+    let mut pairs = [(-1, -1); 10];
+    pairs[..fixed.len()].copy_from_slice(&fixed);
+    let mut used = fixed.len();
+    for (fd, target) in [(fds.workspace, slot::WORKSPACE), (fds.egress, slot::EGRESS)] {
+        if fd >= 0 {
+            pairs[used] = (fd, target);
+            used += 1;
+        }
+    }
     if fds::arrange(&pairs[..used], 64).is_err() {
         // SAFETY: _exit is async-signal-safe and skips the parent's copied destructors.
         unsafe { libc::_exit(126) }
     }
-    // The slots are contiguous from SYNC: close from the first one left unused (WORKSPACE
-    // when there is no workspace mount), or whatever the spawning process had open at
-    // that number would stay open here (its sync write end, say: the read in step 3
-    // would then never see end of file).
-    const _: () = assert!(slot::END == slot::SYNC + 9 && slot::WORKSPACE == slot::SYNC + 8);
-    check(
-        fds::close_from(slot::SYNC + used as RawFd),
-        Stage::ArrangeFds,
-        0,
-    );
+    // Close everything above the slots, and the optional slots left unused: whatever the
+    // spawning process had open at such a number would stay open here otherwise (its sync
+    // write end, say: the read in step 3 would then never see end of file).
+    const _: () = assert!(slot::END == slot::EGRESS + 1 && slot::EGRESS == slot::WORKSPACE + 1);
+    check(fds::close_from(slot::END), Stage::ArrangeFds, 0);
+    for (fd, unused_slot) in [(fds.workspace, slot::WORKSPACE), (fds.egress, slot::EGRESS)] {
+        if fd < 0 {
+            // SAFETY: closing a descriptor number this process does not use (EBADF when
+            // nothing is open there, which is fine).
+            unsafe { libc::close(unused_slot) };
+        }
+    }
 
     // 1b. Default dispositions for the signals a spawner ignores (an ignored signal stays
     //     ignored across exec): the program gets what a fresh process has.
@@ -165,6 +177,22 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
 
     // 7. Our own hostname in our own UTS namespace.
     check(nix::unistd::sethostname(&spec.hostname), Stage::Hostname, 0);
+
+    // 7b. Proxy mode: `lo` up and the egress listener on 127.0.0.1:port, handed to the
+    //     spawning process; this process keeps no copy, so the program (forked below)
+    //     can connect to it but never accept on it (see netns.rs).
+    if let NetworkAccess::Proxy { port } = spec.policy.network {
+        check(netns::loopback_up(), Stage::LoopbackUp, 0);
+        let listener = check(netns::listen_on_loopback(port), Stage::EgressListener, 0);
+        check(
+            netns::send_fd(slot::EGRESS, std::os::fd::AsRawFd::as_raw_fd(&listener)),
+            Stage::EgressListener,
+            1,
+        );
+        drop(listener);
+        // SAFETY: closing the handover socket this process owns and no longer needs.
+        unsafe { libc::close(slot::EGRESS) };
+    }
 
     // 8. Drop the host terminal (or whatever stdio the supervisor had).
     let null = check(

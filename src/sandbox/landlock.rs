@@ -1,6 +1,7 @@
 //! Landlock: the program may read and execute the rootfs, read and write only its scratch
-//! space, and (ABI ≥ 4) make no TCP bind or connect; (ABI ≥ 6) it may not reach abstract
-//! unix sockets or signal processes outside its own domain, such as the sandbox init.
+//! space, and (ABI ≥ 4) make no TCP bind, and no TCP connect except, in proxy mode, to
+//! the egress port; (ABI ≥ 6) it may not reach abstract unix sockets or signal processes
+//! outside its own domain, such as the sandbox init.
 //!
 //! Applied by the program process after `no_new_privs` and before seccomp, with paths as
 //! the sandbox sees them (after `pivot_root`). Best effort by default: the kernel enforces
@@ -9,9 +10,15 @@
 //! enforce all of it fails the sandbox setup.
 
 use landlock::{
-    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
+    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
 };
+
+use super::spec::NetworkAccess;
+
+/// The first Landlock ABI with TCP rules (bind and connect by port): what proxy mode
+/// needs for its one way out.
+pub const NET_ABI: u32 = 4;
 
 /// The Landlock ABI the ruleset is written for: every filesystem right, TCP, and scopes.
 pub const TARGET_ABI: ABI = ABI::V6;
@@ -72,7 +79,7 @@ impl LandlockStatus {
 /// Restricts the calling process (and everything it execs or forks).
 pub fn restrict_self(
     mode: LandlockMode,
-    allow_network: bool,
+    network: NetworkAccess,
 ) -> Result<LandlockStatus, RulesetError> {
     let abi = TARGET_ABI;
     let compat = match mode {
@@ -82,18 +89,24 @@ pub fn restrict_self(
     let mut ruleset = Ruleset::default()
         .set_compatibility(compat)
         .handle_access(AccessFs::from_all(abi))?;
-    if !allow_network {
-        // Handled with no rule: every TCP bind and connect is denied.
+    if network != NetworkAccess::Loopback {
+        // Handled: every TCP bind and connect is denied but what a rule below allows.
         ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
     }
     let device_access = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
-    let status = ruleset
+    let mut created = ruleset
         .scope(Scope::AbstractUnixSocket | Scope::Signal)?
         .create()?
         .add_rules(path_beneath_rules(READ_EXEC, AccessFs::from_read(abi)))?
         .add_rules(path_beneath_rules(READ_WRITE, AccessFs::from_all(abi)))?
-        .add_rules(path_beneath_rules(DEVICES, device_access))?
-        .restrict_self()?;
+        .add_rules(path_beneath_rules(DEVICES, device_access))?;
+    if let NetworkAccess::Proxy { port } = network {
+        // The one way out: connect to the egress port (any address, but the namespace's
+        // only listener on it is the supervisor's, on 127.0.0.1). No bind rule: the
+        // program cannot listen, nor take a port of its own before connecting.
+        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
+    }
+    let status = created.restrict_self()?;
     Ok(match status.ruleset {
         RulesetStatus::FullyEnforced => LandlockStatus::FullyEnforced,
         RulesetStatus::PartiallyEnforced => LandlockStatus::PartiallyEnforced,

@@ -20,6 +20,7 @@ mod init;
 pub mod landlock;
 pub mod lifeline;
 mod mounts;
+mod netns;
 pub mod plan;
 mod program;
 pub mod report;
@@ -42,7 +43,7 @@ pub use idmap::IdMapping;
 pub use landlock::{LandlockMode, LandlockStatus};
 pub use report::ProgramStatus;
 pub use spawn::{cgroup_limits, spawn};
-pub use spec::{Limits, Program, SandboxSpec, SecurityPolicy};
+pub use spec::{Limits, NetworkAccess, Program, SandboxSpec, SecurityPolicy};
 pub use supervise::{Captured, Discard, Outcome, OutputSink};
 
 /// The program's I/O, as the supervisor uses it.
@@ -54,6 +55,10 @@ pub struct SandboxIo {
     pub channel: OwnedFd,
     /// What landlock enforced, as the program process reported before its exec.
     pub landlock: Option<LandlockStatus>,
+    /// Proxy mode: the egress listener, bound on 127.0.0.1 inside the sandbox's network
+    /// namespace by its init, which kept no copy. Whoever holds it serves the program's
+    /// only way out (`egress::Egress::start`).
+    pub egress: Option<OwnedFd>,
 }
 
 /// How a sandbox ended, as seen by whoever reaps it.

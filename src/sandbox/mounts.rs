@@ -93,6 +93,7 @@ mod tests {
             workspace_mount: None,
             servers: None,
             skills: None,
+            trust: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),

@@ -15,6 +15,8 @@
 //!   `session/keeper.rs`), a host directory bound read-write, or a private tmpfs
 //! - `/servers`   the generated tool wrappers, when there are upstreams, and `/skills` the
 //!   saved skills: host directories bound read-only, nosuid, nodev, noexec
+//! - `/etc/codebox` in proxy mode, the egress trust bundle (`ca-bundle.pem`: the host's
+//!   CA roots and codebox's own CA): a host directory bound the same way
 //!
 //! Every writable mount is nosuid, nodev and noexec.
 
@@ -226,7 +228,11 @@ impl MountPlan {
             }),
         }
         // Generated wrappers and saved skills: read by the sandbox, never written.
-        for (dir, target) in [(&spec.servers, "servers"), (&spec.skills, "skills")] {
+        for (dir, target) in [
+            (&spec.servers, "servers"),
+            (&spec.skills, "skills"),
+            (&spec.trust, "etc/codebox"),
+        ] {
             if let Some(dir) = dir {
                 steps.push(MountStep::Bind {
                     source: dir.clone(),
@@ -267,6 +273,7 @@ mod tests {
             workspace_mount: None,
             servers: None,
             skills: None,
+            trust: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),
@@ -445,39 +452,50 @@ mod tests {
     }
 
     #[test]
-    fn servers_are_bound_read_only_and_noexec_before_the_root_is_sealed() {
-        let mut s = spec(None);
-        s.servers = Some("/gen/servers".into());
-        let steps = MountPlan::for_spec(&s, LockedFlags::default()).steps;
-        let bind = steps
-            .iter()
-            .position(|st| {
-                st == &MountStep::Bind {
-                    source: "/gen/servers".into(),
-                    target: "/r/servers".into(),
-                }
-            })
-            .expect("servers bound");
-        assert_eq!(
-            steps[bind + 1],
-            MountStep::Remount {
-                target: "/r/servers".into(),
-                flags: MsFlags::MS_RDONLY
-                    | MsFlags::MS_NOSUID
-                    | MsFlags::MS_NODEV
-                    | MsFlags::MS_NOEXEC,
+    fn read_only_binds_are_read_only_and_noexec_before_the_root_is_sealed() {
+        for (field, source, target) in [
+            ("servers", "/gen/servers", "/r/servers"),
+            ("skills", "/gen/skills", "/r/skills"),
+            ("trust", "/state/egress-trust", "/r/etc/codebox"),
+        ] {
+            let mut s = spec(None);
+            let dir = Some(PathBuf::from(source));
+            match field {
+                "servers" => s.servers = dir,
+                "skills" => s.skills = dir,
+                _ => s.trust = dir,
             }
-        );
-        let seal = steps
-            .iter()
-            .position(
-                |st| matches!(st, MountStep::Remount { target, .. } if target == Path::new("/r")),
-            )
-            .unwrap();
-        assert!(bind < seal);
-        assert!(!plan(None).iter().any(
-            |st| matches!(st, MountStep::Bind { target, .. } if target == Path::new("/r/servers"))
-        ));
+            let steps = MountPlan::for_spec(&s, LockedFlags::default()).steps;
+            let bind = steps
+                .iter()
+                .position(|st| {
+                    st == &MountStep::Bind {
+                        source: source.into(),
+                        target: target.into(),
+                    }
+                })
+                .unwrap_or_else(|| panic!("{field} bound"));
+            assert_eq!(
+                steps[bind + 1],
+                MountStep::Remount {
+                    target: target.into(),
+                    flags: MsFlags::MS_RDONLY
+                        | MsFlags::MS_NOSUID
+                        | MsFlags::MS_NODEV
+                        | MsFlags::MS_NOEXEC,
+                }
+            );
+            let seal = steps
+                .iter()
+                .position(
+                    |st| matches!(st, MountStep::Remount { target, .. } if target == Path::new("/r")),
+                )
+                .unwrap();
+            assert!(bind < seal);
+            assert!(!plan(None).iter().any(
+                |st| matches!(st, MountStep::Bind { target: t, .. } if t == Path::new(target))
+            ));
+        }
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub fn run(spec: &SandboxSpec) -> ! {
 
     // 8. Landlock: filesystem, TCP and scope restrictions, reported to the supervisor.
     if let Some(mode) = spec.policy.landlock {
-        match super::landlock::restrict_self(mode, spec.policy.allow_network) {
+        match super::landlock::restrict_self(mode, spec.policy.network) {
             Ok(status) => report::info(errors_fd(), report::Info::Landlock(status)),
             Err(_) if mode == super::landlock::LandlockMode::BestEffort => report::info(
                 errors_fd(),

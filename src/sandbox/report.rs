@@ -39,10 +39,12 @@ pub enum Stage {
     Seccomp,
     CgroupNamespace,
     JoinCgroup,
+    LoopbackUp,
+    EgressListener,
 }
 
 impl Stage {
-    const ALL: [Stage; 24] = [
+    const ALL: [Stage; 26] = [
         Stage::ArrangeFds,
         Stage::ParentDeathSignal,
         Stage::WaitForParent,
@@ -67,6 +69,8 @@ impl Stage {
         Stage::Seccomp,
         Stage::CgroupNamespace,
         Stage::JoinCgroup,
+        Stage::LoopbackUp,
+        Stage::EgressListener,
     ];
 
     fn from_u32(v: u32) -> Option<Stage> {
@@ -99,6 +103,10 @@ impl Stage {
             Stage::Seccomp => "installing the seccomp filter",
             Stage::CgroupNamespace => "entering a cgroup namespace rooted at the sandbox cgroup",
             Stage::JoinCgroup => "moving the sandbox init into its v1 cgroup (writing 0 to tasks)",
+            Stage::LoopbackUp => "bringing up the loopback interface for the egress proxy",
+            Stage::EgressListener => {
+                "binding the egress listener on 127.0.0.1 and handing it to the supervisor"
+            }
         }
     }
 }

@@ -75,7 +75,7 @@ pub enum Error {
         #[source]
         source: seccompiler::BackendError,
     },
-    #[error("unknown seccomp profile {0:?}: expected default or network")]
+    #[error("unknown seccomp profile {0:?}: expected default, network or egress")]
     UnknownProfile(String),
 }
 
@@ -92,15 +92,23 @@ pub enum SeccompProfile {
     Default,
     /// As `Default`, plus `AF_INET` and `AF_INET6` sockets.
     Network,
+    /// As `Network`, but only TCP (no UDP, raw, ICMP or SCTP sockets) and no TCP Fast
+    /// Open sends: the proxy mode's filter, where the only way out is TCP to one port.
+    Egress,
 }
 
 impl SeccompProfile {
-    pub const ALL: [SeccompProfile; 2] = [SeccompProfile::Default, SeccompProfile::Network];
+    pub const ALL: [SeccompProfile; 3] = [
+        SeccompProfile::Default,
+        SeccompProfile::Network,
+        SeccompProfile::Egress,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             SeccompProfile::Default => "default",
             SeccompProfile::Network => "network",
+            SeccompProfile::Egress => "egress",
         }
     }
 
@@ -115,6 +123,10 @@ impl SeccompProfile {
                 env!("CARGO_MANIFEST_DIR"),
                 "/policies/seccomp/network.json"
             )),
+            SeccompProfile::Egress => include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/policies/seccomp/egress.json"
+            )),
         }
     }
 
@@ -122,6 +134,7 @@ impl SeccompProfile {
         match self {
             SeccompProfile::Default => 0,
             SeccompProfile::Network => 1,
+            SeccompProfile::Egress => 2,
         }
     }
 }
@@ -150,7 +163,8 @@ pub struct CompiledFilter {
 }
 
 /// One compiled program per profile, built on first use.
-static COMPILED: [OnceLock<CompiledFilter>; 2] = [OnceLock::new(), OnceLock::new()];
+static COMPILED: [OnceLock<CompiledFilter>; 3] =
+    [OnceLock::new(), OnceLock::new(), OnceLock::new()];
 
 impl CompiledFilter {
     /// The filter of a built-in profile. The first call per profile and process compiles

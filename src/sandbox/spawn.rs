@@ -25,9 +25,10 @@ use super::error::{Error, Result};
 use super::fds;
 use super::init::{self, ChildFds};
 use super::lifeline;
+use super::netns;
 use super::plan::{LockedFlags, MountPlan};
 use super::report::{self, SetupFailure, Stage, FAILURE_LEN};
-use super::spec::{Limits, SandboxSpec};
+use super::spec::{Limits, NetworkAccess, SandboxSpec};
 use super::{Sandbox, SandboxIo, Watch};
 use crate::stopwatch::Stopwatch;
 
@@ -69,6 +70,13 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
     // An arm never blocks the (single-threaded) spawning process.
     fds::set_nonblocking(control_w.as_fd(), true).map_err(fd_err("control pipe"))?;
     let lifeline = lifeline::read_end().map_err(fd_err("lifeline pipe"))?;
+    // Proxy mode: the init hands the egress listener over on this pair (see netns.rs).
+    let egress_pair = match spec.policy.network {
+        NetworkAccess::Proxy { .. } => {
+            Some(fds::socketpair().map_err(fd_err("egress handover socketpair"))?)
+        }
+        _ => None,
+    };
     let child_fds = ChildFds {
         sync: sync_r.as_raw_fd(),
         errors: errors_w.as_raw_fd(),
@@ -79,6 +87,9 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         lifeline,
         control: control_r.as_raw_fd(),
         workspace: spec.workspace_mount.unwrap_or(-1),
+        egress: egress_pair
+            .as_ref()
+            .map_or(-1, |(_, child)| child.as_raw_fd()),
         cgroup_tasks: TasksFds::of(&tasks),
     };
     let pipes_us = sw.lap_us();
@@ -109,6 +120,7 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         control_r,
         tasks,
     ));
+    let egress_handover = egress_pair.map(|(ours, _child)| ours);
     let clone_us = sw.lap_us();
     let mut sandbox = Sandbox {
         io: SandboxIo {
@@ -116,6 +128,7 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
             stderr: stderr_r,
             channel,
             landlock: None,
+            egress: None,
         },
         watch: Watch {
             pid,
@@ -187,7 +200,21 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         "spawn steps"
     );
     match got {
-        0 => Ok(sandbox.started_now()),
+        0 => {
+            if let Some(handover) = &egress_handover {
+                match netns::receive_fd(handover.as_fd()) {
+                    Ok(listener) => sandbox.io.egress = Some(listener),
+                    Err(source) => {
+                        tracing::error!(?source, pid = pid.as_raw(), "no egress listener");
+                        return Err(Error::Io {
+                            doing: "receiving the egress listener from the sandbox init",
+                            source,
+                        });
+                    }
+                }
+            }
+            Ok(sandbox.started_now())
+        }
         FAILURE_LEN => {
             let failure = report::decode_failure(&record, &plan.steps);
             Err(setup_error(sandbox, failure))

@@ -58,6 +58,20 @@ impl Default for Limits {
     }
 }
 
+/// What the program may do with the network namespace it gets (always its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkAccess {
+    /// No TCP at all (landlock), no IP sockets (the seccomp profile); `lo` stays down.
+    None,
+    /// IP sockets and TCP inside the namespace, whose only interface (`lo`) is down.
+    Loopback,
+    /// The egress proxy's way out: the init brings `lo` up and binds a listening socket
+    /// on `127.0.0.1:port`, which it hands to the spawning process and keeps no copy of;
+    /// landlock lets the program connect to that port and nowhere else, and bind none.
+    Proxy { port: u16 },
+}
+
 /// The kernel policy layers applied to the program.
 ///
 /// Profiles always set both layers. `None` exists only so `benches/layers.rs` can measure
@@ -65,18 +79,31 @@ impl Default for Limits {
 #[derive(Debug, Clone)]
 pub struct SecurityPolicy {
     pub landlock: Option<LandlockMode>,
-    /// Whether TCP is allowed by landlock (seccomp has its own network profile).
-    pub allow_network: bool,
+    /// What landlock lets the program do over TCP, and how the init sets up the network
+    /// namespace (seccomp's side is the filter's own: `network` and `egress` allow IP
+    /// sockets).
+    pub network: NetworkAccess,
     /// The seccomp filter installed last before exec, compiled before any fork.
     pub seccomp: Option<CompiledFilter>,
 }
 
 impl SecurityPolicy {
+    /// Turns this policy into proxy mode on `port`: the egress listener in the network
+    /// namespace, landlock's one connect rule, and the egress seccomp filter (TCP only)
+    /// in place of the profile's (a seccomp-less policy stays seccomp-less: benches only).
+    pub fn with_egress(&mut self, port: u16) -> std::result::Result<(), super::seccomp::Error> {
+        self.network = NetworkAccess::Proxy { port };
+        if self.seccomp.is_some() {
+            self.seccomp = Some(CompiledFilter::for_profile(SeccompProfile::Egress)?);
+        }
+        Ok(())
+    }
+
     /// The default profile's policy: best-effort landlock, no network, default filter.
     pub fn default_profile() -> std::result::Result<Self, super::seccomp::Error> {
         Ok(SecurityPolicy {
             landlock: Some(LandlockMode::BestEffort),
-            allow_network: false,
+            network: NetworkAccess::None,
             seccomp: Some(CompiledFilter::for_profile(SeccompProfile::Default)?),
         })
     }
@@ -110,6 +137,25 @@ impl Program {
     }
 }
 
+impl Program {
+    /// Adds (or replaces) environment variables.
+    pub fn set_env<K: AsRef<str>, V: AsRef<str>>(&mut self, vars: &[(K, V)]) -> Result<()> {
+        for (k, v) in vars {
+            let (k, v) = (k.as_ref(), v.as_ref());
+            if k.is_empty() || k.contains('=') {
+                return Err(Error::InvalidSpec(format!("bad environment name {k:?}")));
+            }
+            let entry = CString::new(format!("{k}={v}"))
+                .map_err(|_| Error::InvalidSpec(format!("NUL byte in ${k}")))?;
+            let prefix = format!("{k}=");
+            self.env
+                .retain(|e| !e.as_bytes().starts_with(prefix.as_bytes()));
+            self.env.push(entry);
+        }
+        Ok(())
+    }
+}
+
 /// Everything needed to create one sandbox.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {
@@ -124,6 +170,9 @@ pub struct SandboxSpec {
     pub servers: Option<PathBuf>,
     /// Host directory of saved skills, bound read-only at `/skills`.
     pub skills: Option<PathBuf>,
+    /// Host directory holding the egress trust bundle (`ca-bundle.pem`), bound read-only
+    /// at `/etc/codebox`.
+    pub trust: Option<PathBuf>,
     pub program: Program,
     pub limits: Limits,
     pub id_mapping: IdMapping,
@@ -144,6 +193,7 @@ impl SandboxSpec {
             ("workspace", &self.workspace),
             ("servers", &self.servers),
             ("skills", &self.skills),
+            ("trust", &self.trust),
         ] {
             if let Some(dir) = dir {
                 if !dir.is_absolute() {
@@ -178,6 +228,21 @@ impl SandboxSpec {
                 "the sandbox user may not map to host root (id 0)".into(),
             ));
         }
+        if let NetworkAccess::Proxy { port } = self.policy.network {
+            if port == 0 {
+                return Err(Error::InvalidSpec("the egress port must not be 0".into()));
+            }
+            // The listening socket is the program's only way out; a filter without IP
+            // sockets would make it useless, one with UDP would add another.
+            if let Some(filter) = &self.policy.seccomp {
+                if filter.policy() != super::seccomp::SeccompProfile::Egress.name() {
+                    return Err(Error::InvalidSpec(format!(
+                        "proxy network access needs the egress seccomp policy, not {}",
+                        filter.policy()
+                    )));
+                }
+            }
+        }
         if self.limits.timeout.is_zero() {
             return Err(Error::InvalidSpec("timeout must be positive".into()));
         }
@@ -196,6 +261,7 @@ mod tests {
             workspace_mount: None,
             servers: None,
             skills: None,
+            trust: None,
             program: Program::new(
                 "/usr/bin/python3",
                 &["python3"],
@@ -239,6 +305,32 @@ mod tests {
             s.hostname = h.to_string();
             assert!(s.validate().is_err(), "{h:?}");
         }
+    }
+
+    #[test]
+    fn proxy_access_needs_the_egress_filter_and_a_port() {
+        use super::super::seccomp::{CompiledFilter, SeccompProfile};
+        let mut s = spec();
+        s.policy.network = NetworkAccess::Proxy { port: 3128 };
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("egress seccomp policy"), "{err}");
+        s.policy.seccomp = Some(CompiledFilter::for_profile(SeccompProfile::Egress).unwrap());
+        s.validate().unwrap();
+        s.policy.network = NetworkAccess::Proxy { port: 0 };
+        assert!(s.validate().is_err());
+        let mut s = spec();
+        s.trust = Some("relative".into());
+        assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn environment_is_set_once_per_name() {
+        let mut p = Program::new("/bin/x", &[], &[("A", "1"), ("AB", "2")], "/").unwrap();
+        p.set_env(&[("A", "3"), ("C", "4")]).unwrap();
+        let env: Vec<_> = p.env.iter().map(|e| e.to_str().unwrap()).collect();
+        assert_eq!(env, ["AB=2", "A=3", "C=4"]);
+        assert!(p.set_env(&[("X=Y", "1")]).is_err());
+        assert!(p.set_env(&[("X", "a\0b")]).is_err());
     }
 
     #[test]

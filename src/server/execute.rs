@@ -225,6 +225,7 @@ impl CodeboxServer {
             limits: c.limits.clone(),
             workspace: None,
             workspace_mount,
+            egress: None,
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills,
         };

@@ -22,7 +22,10 @@ use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
 
 /// What the spawner answered: the landlock status, the cgroup's directories and the
 /// program's descriptors, or why the spawn failed.
-type SpawnReply = std::result::Result<(Option<LandlockStatus>, Vec<PathBuf>, Vec<OwnedFd>), String>;
+/// A spawned sandbox's landlock status, cgroup directories, whether the egress listener
+/// came along, and its descriptors; or the spawner's error.
+type SpawnReply =
+    std::result::Result<(Option<LandlockStatus>, Vec<PathBuf>, bool, Vec<OwnedFd>), String>;
 
 #[derive(Default)]
 struct Waiters {
@@ -231,7 +234,7 @@ impl SpawnerClient {
                 mount.as_slice(),
             )
             .await?;
-        let (landlock, cgroups, mut fds) = match rx.await.map_err(|_| Error::Lost)? {
+        let (landlock, cgroups, has_egress, mut fds) = match rx.await.map_err(|_| Error::Lost)? {
             Ok(v) => v,
             Err(message) => {
                 inner
@@ -243,9 +246,10 @@ impl SpawnerClient {
                 return Err(Error::Spawn { message });
             }
         };
-        if fds.len() != wire::SPAWNED_FDS {
-            return Err(Error::Protocol("spawned without its four descriptors"));
+        if fds.len() != wire::SPAWNED_FDS + usize::from(has_egress) {
+            return Err(Error::Protocol("spawned without its descriptors"));
         }
+        let egress = if has_egress { fds.pop() } else { None };
         let status = fds.pop().expect("status");
         let channel = fds.pop().expect("channel");
         let stderr = fds.pop().expect("stderr");
@@ -257,6 +261,7 @@ impl SpawnerClient {
             stderr: Some(stderr),
             channel: Some(channel),
             status: Some(status),
+            egress,
             landlock,
             cgroups,
             exited: Some(exit_rx),
@@ -292,11 +297,12 @@ async fn read_responses(inner: Arc<Inner>) {
                     id,
                     landlock,
                     cgroups,
+                    egress,
                 },
                 fds,
             )) => {
                 if let Some(tx) = w.spawned.remove(&id) {
-                    let _ = tx.send(Ok((landlock, cgroups, fds)));
+                    let _ = tx.send(Ok((landlock, cgroups, egress, fds)));
                 }
             }
             Some((Response::Failed { id, error }, _)) => {
@@ -356,6 +362,9 @@ pub struct RemoteSandbox {
     /// reports it, without waiting for the spawner to reap the sandbox and remove its
     /// cgroup (about a millisecond, more while the spawner is busy starting another).
     status: Option<OwnedFd>,
+    /// Proxy mode: the egress listener in the sandbox's network namespace (see
+    /// [`RemoteSandbox::take_egress_listener`]).
+    egress: Option<OwnedFd>,
     landlock: Option<LandlockStatus>,
     cgroups: Vec<PathBuf>,
     exited: Option<oneshot::Receiver<Ending>>,
@@ -373,6 +382,13 @@ impl RemoteSandbox {
 
     pub fn landlock(&self) -> Option<LandlockStatus> {
         self.landlock
+    }
+
+    /// Proxy mode: the listening socket on 127.0.0.1 inside the sandbox's network
+    /// namespace, for the egress proxy to serve (once). Dropped with the sandbox if nobody
+    /// takes it: then the program's connections are refused.
+    pub fn take_egress_listener(&mut self) -> Option<OwnedFd> {
+        self.egress.take()
     }
 
     /// The memory the sandbox's cgroup holds now, in bytes (`memory.current` on v2,

@@ -118,18 +118,20 @@ fn spawn_one(
             return None;
         }
     };
-    let fds = [
+    let mut fds = vec![
         io.stdout.as_raw_fd(),
         io.stderr.as_raw_fd(),
         io.channel.as_raw_fd(),
         status.as_raw_fd(),
     ];
+    fds.extend(io.egress.as_ref().map(AsRawFd::as_raw_fd));
     let sent = wire::send(
         sock.as_fd(),
         &Response::Spawned {
             id,
             landlock: io.landlock,
             cgroups: watch.cgroup_paths(),
+            egress: io.egress.is_some(),
         },
         &fds,
     );
@@ -151,7 +153,7 @@ fn build(
     spec: &SpawnSpec,
     mount: Option<std::os::fd::RawFd>,
 ) -> Result<SandboxSpec, String> {
-    let policy = match policies.get(&spec.profile) {
+    let mut policy = match policies.get(&spec.profile) {
         Some(p) => p.clone(),
         None => {
             let p = Profile::load(&spec.profile)
@@ -161,13 +163,30 @@ fn build(
             p
         }
     };
+    let mut program = spec.language.program().map_err(|e| e.to_string())?;
+    let trust = match &spec.egress {
+        Some(egress) => {
+            policy
+                .with_egress(crate::runtime::EGRESS_PORT)
+                .map_err(|e| e.to_string())?;
+            program
+                .set_env(&crate::runtime::egress_env(
+                    crate::runtime::EGRESS_PORT,
+                    egress.trust.is_some(),
+                ))
+                .map_err(|e| e.to_string())?;
+            egress.trust.clone()
+        }
+        None => None,
+    };
     Ok(SandboxSpec {
         rootfs: host.rootfs.path.clone(),
         workspace: spec.workspace.clone(),
         workspace_mount: mount,
         servers: spec.servers.clone(),
         skills: spec.skills.clone(),
-        program: spec.language.program().map_err(|e| e.to_string())?,
+        trust,
+        program,
         limits: spec.limits.clone(),
         id_mapping: host.id_mapping,
         hostname: "codebox".into(),

@@ -18,8 +18,10 @@ use crate::sandbox::{Ending, LandlockStatus, Limits};
 /// Largest message either side sends.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 /// Descriptors passed with [`Response::Spawned`]: stdout, stderr, channel, and a reader of
-/// the init's status pipe.
+/// the init's status pipe; then, in proxy mode, the egress listener.
 pub const SPAWNED_FDS: usize = 4;
+/// The most descriptors a [`Response::Spawned`] carries.
+pub const MAX_SPAWNED_FDS: usize = SPAWNED_FDS + 1;
 
 /// What to run; the spawner resolves the profile and the program itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +43,17 @@ pub struct SpawnSpec {
     /// Travels as a descriptor with the [`Request::Spawn`], not in its JSON.
     #[serde(skip)]
     pub workspace_mount: Option<MountFd>,
+    /// Proxy mode: the sandbox gets the egress listener (handed back with
+    /// [`Response::Spawned`]), the proxy environment and, when given, the trust bundle.
+    #[serde(default)]
+    pub egress: Option<SpawnEgress>,
+}
+
+/// What a proxy-mode sandbox needs beyond its profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnEgress {
+    /// Host directory holding `ca-bundle.pem`, bound read-only at `/etc/codebox`.
+    pub trust: Option<PathBuf>,
 }
 
 /// A detached mount shared by the specs that carry it; equal only to itself.
@@ -79,6 +92,9 @@ pub enum Response {
         /// The host directories of the sandbox's cgroup, for reading its memory use.
         #[serde(default)]
         cgroups: Vec<PathBuf>,
+        /// The egress listener follows the four descriptors.
+        #[serde(default)]
+        egress: bool,
     },
     Failed {
         id: u64,
@@ -114,7 +130,7 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
     sock: BorrowedFd<'_>,
 ) -> std::io::Result<Option<(T, Vec<OwnedFd>)>> {
     let mut buf = vec![0u8; MAX_MESSAGE];
-    let mut cmsg = nix::cmsg_space!([RawFd; SPAWNED_FDS]);
+    let mut cmsg = nix::cmsg_space!([RawFd; MAX_SPAWNED_FDS]);
     let (len, fds) = loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
         match recvmsg::<()>(
@@ -175,6 +191,7 @@ mod tests {
                 id: 7,
                 landlock: Some(LandlockStatus::FullyEnforced),
                 cgroups: vec![],
+                egress: false,
             },
             &[r.as_raw_fd(), w.as_raw_fd()],
         )

@@ -225,6 +225,124 @@ fn network_differs_from_default_only_in_socket_families() {
 }
 
 #[test]
+fn egress_is_network_plus_tcp_only_and_no_fast_open() {
+    // Everything the network profile refuses, egress refuses too; what it adds is rules
+    // on socket (type, protocol) and on the three send calls that can carry MSG_FASTOPEN.
+    let (n, e): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_str(SeccompProfile::Network.policy_json()).unwrap(),
+        serde_json::from_str(SeccompProfile::Egress.policy_json()).unwrap(),
+    );
+    let others = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v["eperm"]["filter"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                !["socket", "sendto", "sendmsg", "sendmmsg"]
+                    .contains(&r["syscall"].as_str().unwrap())
+            })
+            .cloned()
+            .collect()
+    };
+    assert_eq!(others(&n), others(&e));
+    assert_eq!(n["enosys"], e["enosys"]);
+}
+
+#[test]
+fn egress_sockets_are_tcp_only() {
+    use SeccompProfile::Egress;
+    let s = |domain: i32, ty: i32, protocol: i32| {
+        verdict(
+            Egress,
+            libc::SYS_socket,
+            &[domain as u64, ty as u64, protocol as u64],
+        )
+    };
+    let stream_flags = [
+        0,
+        libc::SOCK_NONBLOCK,
+        libc::SOCK_CLOEXEC,
+        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+    ];
+    for domain in [libc::AF_INET, libc::AF_INET6] {
+        for flags in stream_flags {
+            let ty = libc::SOCK_STREAM | flags;
+            assert_eq!(s(domain, ty, 0), ALLOW, "{domain} {ty:#x}");
+            assert_eq!(s(domain, ty, libc::IPPROTO_TCP), ALLOW, "{domain} {ty:#x}");
+            for protocol in [
+                libc::IPPROTO_SCTP,
+                libc::IPPROTO_MPTCP,
+                libc::IPPROTO_UDP,
+                255,
+            ] {
+                assert_eq!(
+                    s(domain, ty, protocol),
+                    EPERM,
+                    "{domain} {ty:#x} {protocol}"
+                );
+            }
+        }
+        for ty in [
+            libc::SOCK_DGRAM,
+            libc::SOCK_RAW,
+            libc::SOCK_SEQPACKET,
+            libc::SOCK_RDM,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK,
+            6,  // SOCK_DCCP
+            10, // SOCK_PACKET
+        ] {
+            assert_eq!(s(domain, ty, 0), EPERM, "{domain} type {ty:#x}");
+        }
+        // ICMP "ping" sockets are datagram sockets.
+        assert_eq!(s(domain, libc::SOCK_DGRAM, libc::IPPROTO_ICMP), EPERM);
+    }
+    // AF_UNIX keeps every type (the runtimes use datagram and seqpacket pairs).
+    assert_eq!(s(libc::AF_UNIX, libc::SOCK_DGRAM, 0), ALLOW);
+    assert_eq!(s(libc::AF_NETLINK, libc::SOCK_RAW, 0), EPERM);
+    // High bits of the int arguments are not looked at by the kernel and not by us.
+    assert_eq!(
+        verdict(
+            Egress,
+            libc::SYS_socket,
+            &[libc::AF_INET as u64, (1 << 32) | libc::SOCK_DGRAM as u64, 0]
+        ),
+        EPERM
+    );
+    // The network profile keeps UDP: it has no egress port to protect.
+    assert_eq!(
+        verdict(
+            SeccompProfile::Network,
+            libc::SYS_socket,
+            &[libc::AF_INET as u64, libc::SOCK_DGRAM as u64, 0]
+        ),
+        ALLOW
+    );
+}
+
+#[test]
+fn egress_refuses_fast_open_sends() {
+    use SeccompProfile::Egress;
+    let fastopen = libc::MSG_FASTOPEN as u64;
+    let other = (libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) as u64;
+    for (nr, index) in [
+        (libc::SYS_sendto, 3),
+        (libc::SYS_sendmsg, 2),
+        (libc::SYS_sendmmsg, 3),
+    ] {
+        let mut args = [3u64, 0, 1, 0, 0, 0];
+        args[index] = fastopen | other;
+        assert_eq!(verdict(Egress, nr, &args), EPERM, "{nr}");
+        args[index] = other;
+        assert_eq!(verdict(Egress, nr, &args), ALLOW, "{nr}");
+        args[index] = fastopen;
+        for p in [SeccompProfile::Default, SeccompProfile::Network] {
+            assert_eq!(verdict(p, nr, &args), ALLOW, "{p} {nr}");
+        }
+    }
+}
+
+#[test]
 fn every_required_syscall_is_refused_with_its_action() {
     let table = policy_syscall_numbers();
     for p in SeccompProfile::ALL {

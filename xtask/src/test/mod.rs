@@ -23,23 +23,33 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 const HELP: &str = "\
-cargo xtask test [--no-lint] [--no-rootless]
+cargo xtask test [--no-lint] [--no-rootless] [--rootless-only NAME]
 
 Runs everything CI runs: host packages (as root), the rootfs, fmt and clippy, the whole
 test suite, the integration tests again as an unprivileged user (when run as root), and
 `cargo bench --no-run`.
 
-  --no-lint       skip cargo fmt --check and cargo clippy
-  --no-rootless   skip the unprivileged-user pass
+  --no-lint             skip cargo fmt --check and cargo clippy
+  --no-rootless         skip the unprivileged-user pass
+  --rootless-only NAME  as root: only the unprivileged-user pass, of the integration-test
+                        binaries whose name contains NAME (for working on one of them)
 ";
 
 pub fn run(args: &[OsString]) -> Result<()> {
     let mut lint = true;
     let mut rootless = true;
-    for a in args {
+    let mut rootless_only: Option<String> = None;
+    let mut args = args.iter();
+    while let Some(a) = args.next() {
         match a.to_str() {
             Some("--no-lint") => lint = false,
             Some("--no-rootless") => rootless = false,
+            Some("--rootless-only") => {
+                let name = args.next().and_then(|n| n.to_str()).context(
+                    "--rootless-only needs the name (or part of it) of an integration-test binary",
+                )?;
+                rootless_only = Some(name.to_string());
+            }
             Some("-h" | "--help") => {
                 print!("{HELP}");
                 return Ok(());
@@ -63,6 +73,16 @@ pub fn run(args: &[OsString]) -> Result<()> {
 
     step("upstream MCP servers (test fixtures)");
     let upstreams = host::ensure_upstream_servers(&root)?;
+
+    if let Some(name) = rootless_only {
+        if !is_root {
+            bail!("--rootless-only runs tests as another user: run it as root");
+        }
+        step(&format!(
+            "integration tests matching {name:?} as an unprivileged user"
+        ));
+        return rootless::run(&root, &rootfs, &pydeps, &upstreams, Some(&name));
+    }
 
     if lint {
         step("cargo fmt --check");
@@ -96,7 +116,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
 
     if rootless && is_root {
         step("integration tests as an unprivileged user");
-        rootless::run(&root, &rootfs, &pydeps, &upstreams)?;
+        rootless::run(&root, &rootfs, &pydeps, &upstreams, None)?;
     } else if rootless {
         println!("(already unprivileged: the run above was the rootless pass)");
     }

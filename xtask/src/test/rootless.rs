@@ -14,10 +14,27 @@ use super::{cargo_command, run_checked};
 
 pub const USER: &str = "codebox-test";
 
-pub fn run(root: &Path, rootfs: &Path, pydeps: &Path, upstreams: &Path) -> Result<()> {
+/// Runs every integration-test binary as [`USER`], or those whose file name contains
+/// `only`.
+pub fn run(
+    root: &Path,
+    rootfs: &Path,
+    pydeps: &Path,
+    upstreams: &Path,
+    only: Option<&str>,
+) -> Result<()> {
     ensure_user()?;
     let home = PathBuf::from(format!("/home/{USER}"));
-    let binaries = integration_test_binaries(root)?;
+    let mut binaries = integration_test_binaries(root)?;
+    if let Some(name) = only {
+        binaries.retain(|b| {
+            b.file_name()
+                .is_some_and(|f| f.to_string_lossy().contains(name))
+        });
+        if binaries.is_empty() {
+            bail!("no integration-test binary's name contains {name:?}");
+        }
+    }
     let codebox = root.join("target/debug/codebox");
     let mut paths: Vec<PathBuf> = binaries.clone();
     paths.push(codebox.clone());
