@@ -9,6 +9,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -281,11 +282,15 @@ pub(crate) struct Conn {
     pub end: Arc<OnceLock<String>>,
     /// Cancelled when the client connection ends: stops its upstream drivers.
     pub cancel: CancellationToken,
+    /// Whether a record was made for this connection (one that is ended before its
+    /// first request still gets one).
+    recorded: Arc<AtomicBool>,
 }
 
 impl Conn {
     /// A new record for `target` (or for no host).
     pub fn record(&self, kind: ConnectionKind, target: Option<&Target>) -> PendingRecord {
+        self.recorded.store(true, Ordering::Relaxed);
         let (host, port) = match target {
             Some(t) => (t.host_for_tls(), t.port),
             None => (String::new(), 0),
@@ -309,6 +314,7 @@ async fn serve_client(run: Arc<Run>, stream: TcpStream, _slot: OwnedSemaphorePer
         run,
         activity: Arc::default(),
         end: Arc::default(),
+        recorded: Arc::default(),
     };
     let _stop_drivers = conn.cancel.clone().drop_guard();
     let idle = conn.shared().policy.limits().idle_timeout;
@@ -326,6 +332,13 @@ async fn serve_client(run: Arc<Run>, stream: TcpStream, _slot: OwnedSemaphorePer
     }
     // The records inside `work` take `end` as their reason when they are dropped here.
     drop(work);
+    if !conn.recorded.load(Ordering::Relaxed) {
+        let mut rec = conn.record(ConnectionKind::Invalid, None);
+        rec.deny(
+            conn.end.get().cloned().unwrap_or_default() + " before a whole request head",
+            None,
+        );
+    }
 }
 
 async fn handle(conn: Conn, mut client: Metered<TcpStream>) {

@@ -72,6 +72,7 @@ async fn upstream_tls(
 async fn http_client(conn: &Conn, tls: Upstream) -> Result<SendRequest<Incoming>, String> {
     let (sender, driver) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(MAX_UPSTREAM_HEAD)
+        .max_header_size(MAX_UPSTREAM_HEAD)
         .handshake(TokioIo::new(tls))
         .await
         .map_err(|e| format!("upstream HTTP handshake failed: {e}"))?;
@@ -178,6 +179,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(head_timeout)
         .max_buf_size(conn.shared().policy.limits().max_head_bytes.max(8192))
+        .max_header_size(conn.shared().policy.limits().max_head_bytes)
         .serve_connection(TokioIo::new(tls_client), service)
         .await;
     if let Err(err) = served {

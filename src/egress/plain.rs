@@ -42,6 +42,7 @@ where
         .timer(TokioTimer::new())
         .header_read_timeout(limits.head_timeout)
         .max_buf_size(limits.max_head_bytes.max(8192))
+        .max_header_size(limits.max_head_bytes)
         .serve_connection(TokioIo::new(io), service)
         .await;
     if let Err(err) = served {
@@ -151,6 +152,7 @@ impl Plain {
         );
         let (sender, driver) = match hyper::client::conn::http1::Builder::new()
             .max_buf_size(MAX_UPSTREAM_HEAD)
+            .max_header_size(MAX_UPSTREAM_HEAD)
             .handshake(TokioIo::new(io))
             .await
         {

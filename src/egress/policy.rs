@@ -292,6 +292,12 @@ impl EgressPolicy {
         &self.limits
     }
 
+    /// The same policy with other limits (tests; a caller that sets the head bounds).
+    pub fn with_limits(mut self, limits: Limits) -> EgressPolicy {
+        self.limits = limits;
+        self
+    }
+
     pub fn extra_roots(&self) -> &[PathBuf] {
         &self.extra_roots
     }

@@ -146,7 +146,11 @@ pub fn write_trust_bundle(
         .map_err(io("set the mode of", &dir))?;
     let mut text = String::new();
     for der in roots.system.iter().chain(&roots.extra) {
-        text.push_str(&pem::encode(&pem::Pem::new("CERTIFICATE", der.to_vec())));
+        let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
+        text.push_str(&pem::encode_config(
+            &pem::Pem::new("CERTIFICATE", der.to_vec()),
+            config,
+        ));
     }
     if let Some(ca) = ca_pem {
         text.push_str(
