@@ -16,6 +16,9 @@
 //! - [`server`]: the MCP server (rmcp): execute_python, execute_typescript, health
 //! - [`spawner`]: the single-threaded process that creates sandboxes for the async server
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
+//! - [`egress`]: the egress proxy of `proxy` network mode: host allowlist, SSRF checks,
+//!   credentials added at the boundary (TLS interception by a per-installation CA),
+//!   limits and a record of every connection
 //! - [`proxy`]: the sandbox's tool channel (fd 3): JSON-RPC to upstream tools, checked
 //!   against the execution's allowlist and limits, every call recorded
 //! - [`catalog`]: tool search over the catalog (BM25), pages, and tools at three levels
@@ -44,6 +47,7 @@ pub mod catalog;
 pub mod codegen;
 pub mod config;
 pub mod doctor;
+pub mod egress;
 pub mod execution;
 pub mod line_reader;
 pub mod pii;

@@ -1,0 +1,160 @@
+//! From a decided host to a connected socket: the policy's verdict, resolution on the
+//! supervisor, the address check, and a connection to exactly an address that was
+//! checked (never a second resolution, so DNS rebinding gains nothing), trying them in
+//! order within the connect timeout.
+
+use std::net::SocketAddr;
+
+use http::StatusCode;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::address::canonical;
+use super::engine::Conn;
+use super::head::Refusal;
+use super::limits::human_duration;
+use super::pattern::{Host, Target};
+use super::policy::Verdict;
+use super::record::PendingRecord;
+
+/// A connection to a checked address.
+pub struct Dialed {
+    pub stream: TcpStream,
+    pub addr: SocketAddr,
+}
+
+/// Counts the connection, decides, resolves, checks and connects. The record is filled in
+/// (allowed, rule, address, or why not); a refusal is what the client is told.
+pub async fn open(
+    conn: &Conn,
+    target: &Target,
+    rec: &mut PendingRecord,
+) -> Result<Dialed, Refusal> {
+    let run = &conn.run;
+    let shown = target.to_string();
+    if let Err(limit) = run.budget.open_connection() {
+        rec.deny(format!("limit {limit} reached"), None);
+        return Err(Refusal::limit(&shown, &limit));
+    }
+    let allow_rule = match run.shared.policy.decide(target, &run.narrowing) {
+        Verdict::Allowed { rule } => rule,
+        Verdict::Denied { reason, rule } => {
+            tracing::info!(target = %shown, reason = %reason, "egress denied");
+            let refusal = Refusal::denied(&shown, &reason);
+            rec.deny(reason, rule);
+            return Err(refusal);
+        }
+    };
+    rec.record.rule = Some(allow_rule.clone());
+    let deadline = Instant::now() + run.shared.policy.limits().connect_timeout;
+    let timeout_text = human_duration(run.shared.policy.limits().connect_timeout);
+
+    let resolved: Vec<SocketAddr> = match &target.host {
+        Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
+        Host::Name(name) => {
+            let lookup = run.shared.resolver.resolve(name, target.port);
+            match tokio::time::timeout_at(deadline, lookup).await {
+                Ok(Ok(addrs)) if !addrs.is_empty() => addrs,
+                Ok(Ok(_)) => {
+                    return Err(fail(
+                        rec,
+                        StatusCode::BAD_GATEWAY,
+                        &shown,
+                        "cannot resolve: no addresses".into(),
+                    ))
+                }
+                Ok(Err(e)) => {
+                    tracing::info!(target = %shown, err = %e, "egress: cannot resolve");
+                    return Err(fail(
+                        rec,
+                        StatusCode::BAD_GATEWAY,
+                        &shown,
+                        "cannot resolve".into(),
+                    ));
+                }
+                Err(_) => {
+                    return Err(fail(
+                        rec,
+                        StatusCode::GATEWAY_TIMEOUT,
+                        &shown,
+                        format!("cannot resolve within {timeout_text}"),
+                    ))
+                }
+            }
+        }
+    };
+
+    let mut permitted: Vec<(SocketAddr, Option<String>)> = Vec::new();
+    let mut first_refusal = None;
+    for addr in resolved.into_iter().map(canonical) {
+        if permitted.iter().any(|(a, _)| *a == addr) {
+            continue;
+        }
+        match run.shared.policy.check_address(addr) {
+            Ok(private_rule) => permitted.push((addr, private_rule)),
+            Err(reason) => {
+                tracing::info!(target = %shown, addr = %addr, reason = %reason, "egress: address refused");
+                first_refusal.get_or_insert(reason);
+            }
+        }
+    }
+    if permitted.is_empty() {
+        let reason = first_refusal.unwrap_or_else(|| "no address".into());
+        let refusal = Refusal::denied(&shown, &reason);
+        rec.deny(reason, None);
+        return Err(refusal);
+    }
+
+    let mut last_err = None;
+    for (addr, private_rule) in permitted {
+        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                rec.record.allowed = true;
+                rec.record.address = Some(addr.to_string());
+                if let Some(p) = private_rule {
+                    rec.record.rule = Some(format!("{allow_rule} + allow_private {p}"));
+                }
+                return Ok(Dialed { stream, addr });
+            }
+            Ok(Err(e)) => {
+                tracing::info!(target = %shown, addr = %addr, err = %e, "egress: connect failed");
+                last_err = Some(format!("cannot connect to {addr}: {e}"));
+            }
+            Err(_) => {
+                tracing::info!(target = %shown, addr = %addr, "egress: connect timed out");
+                rec.record.address = Some(addr.to_string());
+                return Err(fail(
+                    rec,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &shown,
+                    format!("connect timed out after {timeout_text}"),
+                ));
+            }
+        }
+    }
+    Err(fail(
+        rec,
+        StatusCode::BAD_GATEWAY,
+        &shown,
+        last_err.unwrap_or_default(),
+    ))
+}
+
+/// Reconnects to an address checked before (a kept-alive upstream that went away).
+pub async fn reconnect(conn: &Conn, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let timeout = conn.run.shared.policy.limits().connect_timeout;
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// A failure after the policy allowed the host: the record stays allowed, with the reason.
+fn fail(rec: &mut PendingRecord, status: StatusCode, shown: &str, reason: String) -> Refusal {
+    rec.record.allowed = true;
+    let refusal = Refusal::failed(status, shown, &reason);
+    rec.reason(reason);
+    refusal
+}

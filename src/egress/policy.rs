@@ -1,0 +1,803 @@
+//! The egress policy: which hosts a program may reach, which non-public addresses, which
+//! credentials the proxy adds, and the per-execution limits; and a request's narrowing.
+//!
+//! Order of a decision: `deny` (first match wins), then `allow`, then every narrowing list
+//! of the request; after resolution every address must be public or named by an
+//! `allow_private` rule.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use serde_json::json;
+
+use super::address::{self, PrivateRule};
+use super::config::{CredentialSection, NetworkSection};
+use super::pattern::{Host, HostPattern, Target};
+use crate::units::{parse_duration, parse_size};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("network.{field}: {reason}")]
+    Invalid { field: String, reason: String },
+    #[error("network: {pattern} is outside the server's allowlist")]
+    OutsideAllowlist { pattern: String },
+    #[error("network: {reason}")]
+    BadRequestPattern { reason: String },
+}
+
+type Result<T> = std::result::Result<T, Error>;
+
+/// Default [`Limits`]; see `NetworkSection` for what each bounds.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 64;
+pub const DEFAULT_MAX_CONCURRENT: u32 = 16;
+pub const DEFAULT_MAX_BYTES_UP: u64 = 64 << 20;
+pub const DEFAULT_MAX_BYTES_DOWN: u64 = 256 << 20;
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A request head must be complete this long after the proxy starts waiting for it.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest request head the proxy reads.
+pub const MAX_HEAD_BYTES: usize = 64 << 10;
+
+/// Per-execution bounds of the egress proxy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub max_connections: u32,
+    pub max_concurrent_connections: u32,
+    pub max_bytes_up: u64,
+    pub max_bytes_down: u64,
+    pub connect_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub head_timeout: Duration,
+    pub max_head_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_concurrent_connections: DEFAULT_MAX_CONCURRENT,
+            max_bytes_up: DEFAULT_MAX_BYTES_UP,
+            max_bytes_down: DEFAULT_MAX_BYTES_DOWN,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            head_timeout: HEAD_TIMEOUT,
+            max_head_bytes: MAX_HEAD_BYTES,
+        }
+    }
+}
+
+/// What a credential adds to a request.
+#[derive(Clone)]
+pub enum Inject {
+    /// Set this header (replacing any the program sent).
+    Header {
+        name: HeaderName,
+        value: HeaderValue,
+    },
+    /// Set this query parameter (replacing any the program sent).
+    Query { name: String, value: String },
+}
+
+/// One resolved `[[network.credentials]]` entry.
+#[derive(Clone)]
+pub struct Credential {
+    pub host: Host,
+    /// `None`: 443, and 80 for plain HTTP.
+    pub port: Option<u16>,
+    pub inject: Inject,
+    pub allow_plain_http: bool,
+    /// What must never reach the sandbox (the secret, the whole header value, the
+    /// percent-encoded query value).
+    secrets: Vec<String>,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("adds", &self.adds())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Credential {
+    /// Whether this credential is for `target`, reached over TLS (a CONNECT) or as plain
+    /// HTTP; without a port in its host it is for 443 over TLS and 80 in plain HTTP.
+    pub fn applies_to(&self, target: &Target, tls: bool) -> bool {
+        self.host == target.host
+            && match self.port {
+                Some(p) => p == target.port,
+                None => target.port == if tls { 443 } else { 80 },
+            }
+    }
+
+    /// What it adds, in words without the value: `header Authorization`, `query key`.
+    pub fn adds(&self) -> String {
+        match &self.inject {
+            Inject::Header { name, .. } => format!("header {name}"),
+            Inject::Query { name, .. } => format!("query {name}"),
+        }
+    }
+}
+
+/// The server's egress policy, checked and with its secrets resolved.
+#[derive(Debug, Clone)]
+pub struct EgressPolicy {
+    allow: Vec<HostPattern>,
+    deny: Vec<HostPattern>,
+    allow_private: Vec<PrivateRule>,
+    credentials: Vec<Credential>,
+    limits: Limits,
+    extra_roots: Vec<PathBuf>,
+}
+
+/// A request's `network` argument, checked against the policy: every list must also match.
+#[derive(Debug, Clone, Default)]
+pub struct Narrowing {
+    lists: Vec<Vec<HostPattern>>,
+}
+
+impl Narrowing {
+    /// No narrowing: the policy alone decides.
+    pub fn none() -> Narrowing {
+        Narrowing::default()
+    }
+
+    fn allows(&self, target: &Target) -> bool {
+        self.lists
+            .iter()
+            .all(|l| l.iter().any(|p| p.matches(target)))
+    }
+}
+
+/// The policy's answer for a host, before resolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed {
+        rule: String,
+    },
+    Denied {
+        reason: String,
+        rule: Option<String>,
+    },
+}
+
+impl EgressPolicy {
+    /// Validates every pattern (a clear error naming the bad entry and why) and resolves
+    /// secrets (`env:VAR`) through `env`.
+    pub fn from_section(
+        section: &NetworkSection,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<EgressPolicy> {
+        let patterns = |field: &str, list: &[String]| -> Result<Vec<HostPattern>> {
+            list.iter()
+                .map(|p| {
+                    HostPattern::parse(p).map_err(|e| Error::Invalid {
+                        field: field.to_string(),
+                        reason: e.to_string(),
+                    })
+                })
+                .collect()
+        };
+        let allow = patterns("allow", &section.allow)?;
+        let deny = patterns("deny", &section.deny)?;
+        let allow_private = section
+            .allow_private
+            .iter()
+            .map(|r| {
+                PrivateRule::parse(r).map_err(|e| Error::Invalid {
+                    field: "allow_private".into(),
+                    reason: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let limits = limits(section)?;
+        let mut credentials = Vec::new();
+        for (i, c) in section.credentials.iter().enumerate() {
+            let cred = credential(c, i, env)?;
+            let as_pattern = HostPattern {
+                host: match &cred.host {
+                    Host::Name(n) => super::pattern::HostMatch::Exact(n.clone()),
+                    Host::Ip(ip) => super::pattern::HostMatch::Ip(*ip),
+                },
+                port: cred.port,
+            };
+            if !allow.iter().any(|a| a.overlaps(&as_pattern)) {
+                return Err(Error::Invalid {
+                    field: format!("credentials[{i}]"),
+                    reason: format!("host {} is not in the allowlist", c.host),
+                });
+            }
+            credentials.push(cred);
+        }
+        Ok(EgressPolicy {
+            allow,
+            deny,
+            allow_private,
+            credentials,
+            limits,
+            extra_roots: section.extra_roots.clone(),
+        })
+    }
+
+    /// A request's `network` argument: host patterns that can only narrow the policy (a
+    /// host must match the server's allow and the request's list; `[]` allows nothing). A
+    /// pattern no allow rule can ever overlap is an error naming it.
+    pub fn narrowed(&self, request: &[String]) -> Result<Narrowing> {
+        let mut list = Vec::with_capacity(request.len());
+        for text in request {
+            let p = HostPattern::parse(text).map_err(|e| Error::BadRequestPattern {
+                reason: e.to_string(),
+            })?;
+            if !self.allow.iter().any(|a| a.overlaps(&p)) {
+                return Err(Error::OutsideAllowlist {
+                    pattern: super::pattern::clip(text),
+                });
+            }
+            list.push(p);
+        }
+        Ok(Narrowing { lists: vec![list] })
+    }
+
+    /// The decision for `target` by name (addresses are checked after resolution).
+    pub fn decide(&self, target: &Target, narrowing: &Narrowing) -> Verdict {
+        if let Some(d) = self.deny.iter().find(|d| d.matches(target)) {
+            return Verdict::Denied {
+                reason: format!("denied by rule {d}"),
+                rule: Some(d.to_string()),
+            };
+        }
+        let Some(rule) = self.allow.iter().find(|a| a.matches(target)) else {
+            return Verdict::Denied {
+                reason: "not in allowlist".into(),
+                rule: None,
+            };
+        };
+        if !narrowing.allows(target) {
+            return Verdict::Denied {
+                reason: "not in this request's network list".into(),
+                rule: None,
+            };
+        }
+        Verdict::Allowed {
+            rule: rule.to_string(),
+        }
+    }
+
+    /// Whether the proxy may connect to `addr` (already canonical): `Ok(rule)` with the
+    /// `allow_private` rule that let a non-public address through, `Err(reason)` if none.
+    pub fn check_address(&self, addr: SocketAddr) -> std::result::Result<Option<String>, String> {
+        match address::non_public(addr.ip()) {
+            None => Ok(None),
+            Some(class) => match self.allow_private.iter().find(|r| r.matches(addr)) {
+                Some(rule) => Ok(Some(rule.to_string())),
+                None => Err(format!("private address {}: {class}", addr.ip())),
+            },
+        }
+    }
+
+    /// The credentials for `target` over TLS (`tls`) or plain HTTP.
+    pub fn credentials_for(&self, target: &Target, tls: bool) -> Vec<&Credential> {
+        self.credentials
+            .iter()
+            .filter(|c| c.applies_to(target, tls))
+            .collect()
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The same policy with other limits (tests; a caller that sets the head bounds).
+    pub fn with_limits(mut self, limits: Limits) -> EgressPolicy {
+        self.limits = limits;
+        self
+    }
+
+    pub fn extra_roots(&self) -> &[PathBuf] {
+        &self.extra_roots
+    }
+
+    /// For `health`: the rules, the credential hosts (never their values) and the limits.
+    pub fn summary(&self) -> serde_json::Value {
+        let strings = |v: &[HostPattern]| v.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let l = &self.limits;
+        json!({
+            "allow": strings(&self.allow),
+            "deny": strings(&self.deny),
+            "allow_private": self.allow_private.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+            "credentials": self.credentials.iter().map(|c| json!({
+                "host": match c.port {
+                    Some(p) => format!("{}:{p}", c.host),
+                    None => c.host.to_string(),
+                },
+                "adds": c.adds(),
+                "allow_plain_http": c.allow_plain_http,
+            })).collect::<Vec<_>>(),
+            "limits": {
+                "max_connections": l.max_connections,
+                "max_concurrent_connections": l.max_concurrent_connections,
+                "max_bytes_up": l.max_bytes_up,
+                "max_bytes_down": l.max_bytes_down,
+                "connect_timeout_ms": l.connect_timeout.as_millis() as u64,
+                "idle_timeout_ms": l.idle_timeout.as_millis() as u64,
+                "head_timeout_ms": l.head_timeout.as_millis() as u64,
+                "max_head_bytes": l.max_head_bytes,
+            },
+        })
+    }
+
+    /// Every configured secret value (and whole header values), for redaction of results.
+    pub fn secret_values(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .credentials
+            .iter()
+            .flat_map(|c| c.secrets.iter().cloned())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    pub fn has_credentials(&self) -> bool {
+        !self.credentials.is_empty()
+    }
+}
+
+fn limits(s: &NetworkSection) -> Result<Limits> {
+    let invalid = |field: &str, reason: String| Error::Invalid {
+        field: field.into(),
+        reason,
+    };
+    let size = |field: &str, v: &Option<String>, default: u64| -> Result<u64> {
+        match v {
+            None => Ok(default),
+            Some(t) => match parse_size(t) {
+                Ok(0) => Err(invalid(field, "must be more than 0".into())),
+                Ok(n) => Ok(n),
+                Err(e) => Err(invalid(field, e)),
+            },
+        }
+    };
+    let duration = |field: &str, v: &Option<String>, default: Duration| -> Result<Duration> {
+        match v {
+            None => Ok(default),
+            Some(t) => parse_duration(t).map_err(|e| invalid(field, e)),
+        }
+    };
+    let count = |field: &str, v: Option<u32>, default: u32| -> Result<u32> {
+        match v {
+            Some(0) => Err(invalid(field, "must be at least 1".into())),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        }
+    };
+    Ok(Limits {
+        max_connections: count(
+            "max_connections",
+            s.max_connections,
+            DEFAULT_MAX_CONNECTIONS,
+        )?,
+        max_concurrent_connections: count(
+            "max_concurrent_connections",
+            s.max_concurrent_connections,
+            DEFAULT_MAX_CONCURRENT,
+        )?,
+        max_bytes_up: size("max_bytes_up", &s.max_bytes_up, DEFAULT_MAX_BYTES_UP)?,
+        max_bytes_down: size("max_bytes_down", &s.max_bytes_down, DEFAULT_MAX_BYTES_DOWN)?,
+        connect_timeout: duration(
+            "connect_timeout",
+            &s.connect_timeout,
+            DEFAULT_CONNECT_TIMEOUT,
+        )?,
+        idle_timeout: duration("idle_timeout", &s.idle_timeout, DEFAULT_IDLE_TIMEOUT)?,
+        head_timeout: HEAD_TIMEOUT,
+        max_head_bytes: MAX_HEAD_BYTES,
+    })
+}
+
+/// Headers a credential may not set: framing, routing and hop-by-hop headers.
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "proxy-connection",
+    "expect",
+    "accept-encoding",
+    "content-encoding",
+];
+
+fn credential(
+    c: &CredentialSection,
+    index: usize,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Credential> {
+    let field = format!("credentials[{index}]");
+    let invalid = |reason: String| Error::Invalid {
+        field: field.clone(),
+        reason,
+    };
+    if c.host.contains('*') {
+        return Err(invalid(format!(
+            "host {:?}: credentials name one exact host (a wildcard would also send the secret to subdomains that serve other people's content)",
+            super::pattern::clip(&c.host)
+        )));
+    }
+    let target = Target::parse_authority(&c.host, Some(0)).map_err(|e| invalid(e.to_string()))?;
+    let port = (target.port != 0).then_some(target.port);
+    let secret = |key: &str, v: Option<&str>| -> Result<Option<String>> {
+        let v = crate::config::resolve_secret(&format!("network.{field}.{key}"), v, env)
+            .map_err(|e| invalid(e.to_string()))?;
+        match v {
+            Some(s) if s.is_empty() => Err(invalid(format!("{key}: the secret is empty"))),
+            other => Ok(other),
+        }
+    };
+    let value = secret("value", c.value.as_deref())?;
+    let bearer = secret("bearer", c.bearer.as_deref())?;
+    let header_value = |text: &str| {
+        HeaderValue::from_str(text).map_err(|_| {
+            invalid("the value is not a valid header value (visible ASCII, no line breaks)".into())
+        })
+    };
+    let (inject, secrets) = match (&c.header, &c.query, value, bearer) {
+        (None, None, None, Some(token)) => {
+            let full = format!("Bearer {token}");
+            let mut v = header_value(&full)?;
+            v.set_sensitive(true);
+            (
+                Inject::Header {
+                    name: http::header::AUTHORIZATION,
+                    value: v,
+                },
+                vec![token, full],
+            )
+        }
+        (Some(name), None, Some(value), None) => {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| invalid(format!("header {name:?} is not a valid header name")))?;
+            if RESERVED_HEADERS.contains(&name.as_str()) {
+                return Err(invalid(format!(
+                    "header {name} is managed by the proxy and cannot carry a credential"
+                )));
+            }
+            let mut v = header_value(&value)?;
+            v.set_sensitive(true);
+            (Inject::Header { name, value: v }, vec![value])
+        }
+        (None, Some(name), Some(value), None) => {
+            if name.is_empty() || name.len() > 100 {
+                return Err(invalid(
+                    "query: the parameter name must be 1-100 characters".into(),
+                ));
+            }
+            let encoded: String = form_urlencoded::byte_serialize(value.as_bytes()).collect();
+            let mut secrets = vec![value.clone()];
+            if encoded != value {
+                secrets.push(encoded);
+            }
+            (
+                Inject::Query {
+                    name: name.clone(),
+                    value,
+                },
+                secrets,
+            )
+        }
+        _ => {
+            return Err(invalid(
+                "give `bearer`, or `header` and `value`, or `query` and `value`".into(),
+            ))
+        }
+    };
+    Ok(Credential {
+        host: target.host,
+        port,
+        inject,
+        allow_plain_http: c.allow_plain_http,
+        secrets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::egress::config::CredentialSection;
+
+    fn section(allow: &[&str], deny: &[&str]) -> NetworkSection {
+        NetworkSection {
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn target(s: &str) -> Target {
+        Target::parse_authority(s, None).unwrap()
+    }
+
+    fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
+        EgressPolicy::from_section(&section(allow, deny), &no_env).unwrap()
+    }
+
+    #[test]
+    fn deny_wins_over_allow() {
+        let p = policy(&["*.example.org", "api.example.com"], &["evil.example.org"]);
+        let n = Narrowing::none();
+        assert_eq!(
+            p.decide(&target("a.example.org:443"), &n),
+            Verdict::Allowed {
+                rule: "*.example.org".into()
+            }
+        );
+        assert_eq!(
+            p.decide(&target("EVIL.example.org.:443"), &n),
+            Verdict::Denied {
+                reason: "denied by rule evil.example.org".into(),
+                rule: Some("evil.example.org".into())
+            }
+        );
+        assert_eq!(
+            p.decide(&target("other.example:443"), &n),
+            Verdict::Denied {
+                reason: "not in allowlist".into(),
+                rule: None
+            }
+        );
+    }
+
+    #[test]
+    fn bad_entries_are_named() {
+        let err = EgressPolicy::from_section(&section(&["ok.example", "a..b"], &[]), &no_env)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "network.allow: \"a..b\" is not a valid host pattern: it has an empty label"
+        );
+        let mut s = section(&["a.example"], &[]);
+        s.allow_private = vec!["localhost".into()];
+        let err = EgressPolicy::from_section(&s, &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("network.allow_private: allow_private entry \"localhost\""),
+            "{err}"
+        );
+        let mut s = section(&["a.example"], &[]);
+        s.max_bytes_down = Some("lots".into());
+        assert!(EgressPolicy::from_section(&s, &no_env)
+            .unwrap_err()
+            .to_string()
+            .contains("max_bytes_down"));
+        s.max_bytes_down = None;
+        s.connect_timeout = Some("0".into());
+        assert!(EgressPolicy::from_section(&s, &no_env).is_err());
+        s.connect_timeout = Some("250ms".into());
+        let p = EgressPolicy::from_section(&s, &no_env).unwrap();
+        assert_eq!(p.limits().connect_timeout, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn narrowing_never_widens() {
+        let p = policy(&["*.example.org", "api.example.com:443"], &[]);
+        let n = p.narrowed(&["a.example.org".into()]).unwrap();
+        assert!(matches!(
+            p.decide(&target("a.example.org:443"), &n),
+            Verdict::Allowed { .. }
+        ));
+        assert_eq!(
+            p.decide(&target("b.example.org:443"), &n),
+            Verdict::Denied {
+                reason: "not in this request's network list".into(),
+                rule: None
+            }
+        );
+        assert!(matches!(
+            p.decide(&target("api.example.com:443"), &n),
+            Verdict::Denied { .. }
+        ));
+
+        // [] allows nothing.
+        let none = p.narrowed(&[]).unwrap();
+        assert!(matches!(
+            p.decide(&target("a.example.org:443"), &none),
+            Verdict::Denied { .. }
+        ));
+
+        // A wider pattern does not widen: `*` narrows to what the server allows anyway.
+        let wide = p.narrowed(&["*".into()]).unwrap();
+        assert!(matches!(
+            p.decide(&target("other.example:443"), &wide),
+            Verdict::Denied { .. }
+        ));
+        assert!(matches!(
+            p.decide(&target("api.example.com:443"), &wide),
+            Verdict::Allowed { .. }
+        ));
+
+        // Outside the allowlist: an error naming it.
+        let err = p.narrowed(&["x.com".into()]).unwrap_err().to_string();
+        assert_eq!(err, "network: x.com is outside the server's allowlist");
+        assert!(
+            p.narrowed(&["example.org".into()]).is_err(),
+            "the apex is not below *.example.org"
+        );
+        assert!(
+            p.narrowed(&["api.example.com:80".into()]).is_err(),
+            "another port"
+        );
+        let err = p.narrowed(&["a..b".into()]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("network: \"a..b\" is not a valid host pattern"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn addresses_need_allow_private() {
+        let mut s = section(&["*"], &[]);
+        s.allow_private = vec!["127.0.0.1:8443".into(), "10.0.0.0/8".into()];
+        let p = EgressPolicy::from_section(&s, &no_env).unwrap();
+        assert_eq!(
+            p.check_address("93.184.216.34:443".parse().unwrap()),
+            Ok(None)
+        );
+        assert_eq!(
+            p.check_address("127.0.0.1:8443".parse().unwrap()),
+            Ok(Some("127.0.0.1:8443".into()))
+        );
+        assert_eq!(
+            p.check_address("127.0.0.1:443".parse().unwrap()),
+            Err("private address 127.0.0.1: loopback".into())
+        );
+        assert_eq!(
+            p.check_address("10.9.9.9:1".parse().unwrap()),
+            Ok(Some("10.0.0.0/8".into()))
+        );
+        assert_eq!(
+            p.check_address("169.254.169.254:80".parse().unwrap()),
+            Err("private address 169.254.169.254: cloud metadata".into())
+        );
+    }
+
+    fn with_credential(
+        c: CredentialSection,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<EgressPolicy> {
+        let mut s = section(&["api.example.com", "*.example.org"], &[]);
+        s.credentials = vec![c];
+        EgressPolicy::from_section(&s, env)
+    }
+
+    #[test]
+    fn credentials_resolve_env_secrets() {
+        let env = crate::config::env_of(&[("API_TOKEN", "s3cr3t-token")]);
+        let p = with_credential(
+            CredentialSection {
+                host: "API.example.com".into(),
+                bearer: Some("env:API_TOKEN".into()),
+                ..Default::default()
+            },
+            &env,
+        )
+        .unwrap();
+        assert!(p.has_credentials());
+        assert_eq!(
+            p.secret_values(),
+            vec![
+                "Bearer s3cr3t-token".to_string(),
+                "s3cr3t-token".to_string()
+            ]
+        );
+        let creds = p.credentials_for(&target("api.example.com:443"), true);
+        assert_eq!(creds.len(), 1);
+        assert!(p
+            .credentials_for(&target("api.example.com:8443"), true)
+            .is_empty());
+        assert!(p
+            .credentials_for(&target("api.example.com:80"), true)
+            .is_empty());
+        assert_eq!(
+            p.credentials_for(&target("api.example.com:80"), false)
+                .len(),
+            1
+        );
+        let summary = p.summary().to_string();
+        assert!(summary.contains("api.example.com"), "{summary}");
+        assert!(!summary.contains("s3cr3t"), "{summary}");
+        assert!(
+            !format!("{p:?}").contains("s3cr3t"),
+            "Debug shows no secret"
+        );
+
+        let err = with_credential(
+            CredentialSection {
+                host: "api.example.com".into(),
+                bearer: Some("env:MISSING".into()),
+                ..Default::default()
+            },
+            &env,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("MISSING") && err.contains("not set"), "{err}");
+    }
+
+    #[test]
+    fn credential_shapes_are_checked() {
+        let env = no_env;
+        let bad = |c: CredentialSection| with_credential(c, &env).unwrap_err().to_string();
+        let ok = |c: CredentialSection| with_credential(c, &env).unwrap();
+        ok(CredentialSection {
+            host: "api.example.com".into(),
+            header: Some("X-Api-Key".into()),
+            value: Some("k-123456".into()),
+            ..Default::default()
+        });
+        let q = ok(CredentialSection {
+            host: "a.example.org:443".into(),
+            query: Some("key".into()),
+            value: Some("a b&c".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            q.secret_values(),
+            vec!["a b&c".to_string(), "a+b%26c".to_string()]
+        );
+        assert!(bad(CredentialSection {
+            host: "*.example.org".into(),
+            bearer: Some("x".into()),
+            ..Default::default()
+        })
+        .contains("one exact host"));
+        assert!(bad(CredentialSection {
+            host: "other.example".into(),
+            bearer: Some("x".into()),
+            ..Default::default()
+        })
+        .contains("not in the allowlist"));
+        assert!(bad(CredentialSection {
+            host: "api.example.com".into(),
+            header: Some("X".into()),
+            bearer: Some("x".into()),
+            ..Default::default()
+        })
+        .contains("give `bearer`"));
+        assert!(bad(CredentialSection {
+            host: "api.example.com".into(),
+            header: Some("Host".into()),
+            value: Some("x".into()),
+            ..Default::default()
+        })
+        .contains("managed by the proxy"));
+        assert!(bad(CredentialSection {
+            host: "api.example.com".into(),
+            header: Some("X-Key".into()),
+            value: Some("a\r\nb".into()),
+            ..Default::default()
+        })
+        .contains("not a valid header value"));
+        assert!(bad(CredentialSection {
+            host: "api.example.com".into(),
+            bearer: Some("".into()),
+            ..Default::default()
+        })
+        .contains("empty"));
+    }
+}
