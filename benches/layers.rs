@@ -99,6 +99,7 @@ fn main() {
                 workspace: None,
                 limits,
                 policy,
+                egress: None,
             };
             let t = Instant::now();
             let r = execution::execute(&host, &request, &mut sandbox::Discard).expect("run");

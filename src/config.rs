@@ -116,6 +116,13 @@ pub struct Config {
     pub audit: Option<crate::audit::AuditConfig>,
     #[serde(default)]
     pub http: HttpConfig,
+    /// `[network]`: the sandboxes' network mode and the egress proxy's policy; replaces
+    /// the profile's `[network]` whole when given.
+    pub network: Option<crate::egress::NetworkSection>,
+    /// Where codebox keeps state of its own: the egress CA and the sandboxes' trust
+    /// bundle (default `$XDG_STATE_HOME/codebox`, `~/.local/state/codebox`; as root
+    /// `/var/lib/codebox`).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// `[pii]`: personal data in what goes back to the model.
@@ -251,6 +258,18 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_TOOL_CALL_TIMEOUT") {
             self.tool_call_timeout = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_STATE_DIR") {
+            self.state_dir = Some(v.into());
+        }
+        if let Some(v) = env("CODEBOX_NETWORK_ALLOW") {
+            // A shorthand for deployments configured by environment: proxy mode with
+            // these hosts allowed (the rest of [network] as the file has it).
+            let mut n = self.network.clone().unwrap_or_default();
+            n.mode = Some(crate::egress::NetworkMode::Proxy);
+            n.enabled = None;
+            n.allow = list(v);
+            self.network = Some(n);
         }
         if let Some(v) = env("CODEBOX_SKILLS_DIR") {
             self.skills_dir = Some(v.into());
@@ -429,6 +448,29 @@ mod tests {
             c.http_token(&env_of(&[("T", "s3")])).unwrap().as_deref(),
             Some("s3")
         );
+    }
+
+    #[test]
+    fn network_section_parses_and_the_environment_can_allow_hosts() {
+        let text = "[network]\nmode = \"proxy\"\nallow = [\"api.example.com\"]\n\
+                    [[network.credentials]]\nhost = \"api.example.com\"\nbearer = \"env:API_TOKEN\"\n";
+        let mut c = Config::parse(text, Path::new("c.toml")).unwrap();
+        let n = c.network.clone().unwrap();
+        assert_eq!(n.mode, Some(crate::egress::NetworkMode::Proxy));
+        assert_eq!(n.credentials.len(), 1);
+        c.apply_env(&env_of(&[
+            ("CODEBOX_NETWORK_ALLOW", "a.example, *.b.example:443"),
+            ("CODEBOX_STATE_DIR", "/srv/codebox"),
+        ]))
+        .unwrap();
+        let n = c.network.unwrap();
+        assert_eq!(n.allow, ["a.example", "*.b.example:443"]);
+        assert_eq!(n.credentials.len(), 1, "the rest of [network] stays");
+        assert_eq!(c.state_dir.as_deref(), Some(Path::new("/srv/codebox")));
+        let e = Config::parse("[network]\nalow = []\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("alow"), "{e}");
     }
 
     #[test]

@@ -82,12 +82,16 @@ pub fn run(profile: &Profile, rootfs_dir: Option<&std::path::Path>, root_host_id
     checks.push(cgroup_check(&cgroups, profile));
     checks.push(seccomp_check(profile));
     checks.push(landlock_check(profile));
+    checks.push(egress_check(profile));
     checks.push(session_workspace_check(root_host_id));
     let rootfs = rootfs_check(rootfs_dir, &mut checks);
     if let Some(rootfs) = rootfs {
         let host = Host::new(rootfs, IdMapping::for_current_process(root_host_id));
         for lang in Language::ALL {
             checks.push(runtime_check(lang, &host, profile));
+        }
+        if let sandbox::NetworkAccess::Proxy { port } = profile.policy.network {
+            checks.push(proxy_sandbox_check(&host, profile, port));
         }
     }
     let ready = !checks.iter().any(Check::blocks);
@@ -345,6 +349,44 @@ fn landlock_check(profile: &Profile) -> Check {
     }
 }
 
+/// Proxy mode's door: landlock's TCP rules (ABI ≥ 4) let the program connect to the
+/// egress port and nowhere else. A hard requirement in proxy mode; information otherwise.
+fn egress_check(profile: &Profile) -> Check {
+    let proxy = matches!(profile.policy.network, sandbox::NetworkAccess::Proxy { .. });
+    let mode = match profile.policy.network {
+        sandbox::NetworkAccess::None => "none",
+        sandbox::NetworkAccess::Loopback => "loopback",
+        sandbox::NetworkAccess::Proxy { .. } => "proxy",
+    };
+    let need = sandbox::landlock::NET_ABI;
+    match sandbox::landlock::kernel_abi() {
+        Some(abi) if abi >= need => Check::new(
+            "egress",
+            Status::Ok,
+            format!(
+                "network mode {mode}; landlock ABI {abi} has TCP port rules: in proxy mode the \
+                 program can connect to the egress proxy's port and nowhere else"
+            ),
+            proxy,
+        ),
+        found => Check::new(
+            "egress",
+            if proxy {
+                Status::Missing
+            } else {
+                Status::Degraded
+            },
+            format!(
+                "network mode {mode}; landlock ABI {} has no TCP port rules (needs {need}): \
+                 proxy mode cannot confine the program to the egress port",
+                found.map_or("none".to_string(), |a| a.to_string())
+            ),
+            proxy,
+        )
+        .fix("a kernel ≥ 6.7 with landlock in the LSM list; or network mode \"none\""),
+    }
+}
+
 fn rootfs_check(dir: Option<&std::path::Path>, checks: &mut Vec<Check>) -> Option<rootfs::Rootfs> {
     let verified = match dir {
         None => Err("no rootfs found".to_string()),
@@ -378,6 +420,75 @@ fn rootfs_check(dir: Option<&std::path::Path>, checks: &mut Vec<Check>) -> Optio
     }
 }
 
+/// A real proxy-mode sandbox: its init hands over the listener, the program connects to
+/// it, and landlock refuses another port. The check accepts on the listener itself (no
+/// proxy): a thread does, after the sandbox was cloned, and is joined before returning.
+fn proxy_sandbox_check(host: &Host, profile: &Profile, port: u16) -> Check {
+    const LAYER: &str = "egress in sandbox";
+    let code = format!(
+        "import socket\nfor p in ({port}, {other}):\n    s = socket.socket()\n    try:\n        \
+         s.connect(('127.0.0.1', p)); print(p, 'connected')\n    except OSError as e:\n        \
+         print(p, 'refused', e.errno)\n",
+        other = port.wrapping_add(1)
+    );
+    let mut program = match Language::Python.program() {
+        Ok(p) => p,
+        Err(e) => return Check::new(LAYER, Status::Missing, e.to_string(), true),
+    };
+    let _ = program.set_env(&crate::runtime::egress_env(port, false));
+    let spec = host.spec(program, None, &profile.limits, &profile.policy);
+    let mut sb = match sandbox::spawn(&spec, host.cgroups.as_ref()) {
+        Ok(sb) => sb,
+        Err(e) => {
+            return Check::new(LAYER, Status::Missing, e.to_string(), true)
+                .fix("see the layers above; run with -v for the failing setup step")
+        }
+    };
+    let Some(listener) = sb.io.egress.take() else {
+        return Check::new(LAYER, Status::Missing, "no egress listener came back", true);
+    };
+    let listener = std::net::TcpListener::from(listener);
+    let accepted = std::thread::spawn(move || {
+        let _ = listener.set_nonblocking(true);
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match listener.accept() {
+                Ok(_) => return true,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        false
+    });
+    let frame = crate::runtime::ephemeral(crate::runtime::boot_frame(&code));
+    let outcome = sb.run_to_completion(&frame, &profile.limits, &mut sandbox::Discard);
+    let accepted = accepted.join().unwrap_or(false);
+    let stdout = match &outcome {
+        Ok(o) => String::from_utf8_lossy(&o.stdout.bytes).into_owned(),
+        Err(e) => return Check::new(LAYER, Status::Missing, e.to_string(), true),
+    };
+    let refused = stdout.contains(&format!(
+        "{} refused {}",
+        port.wrapping_add(1),
+        libc::EACCES
+    ));
+    if accepted && stdout.contains(&format!("{port} connected")) && refused {
+        Check::new(
+            LAYER,
+            Status::Ok,
+            format!("the program reaches 127.0.0.1:{port} (the proxy's listener) and landlock refuses any other port"),
+            true,
+        )
+    } else {
+        Check::new(
+            LAYER,
+            Status::Missing,
+            format!("unexpected: {}", stdout.trim().replace('\n', "; ")),
+            true,
+        )
+        .fix("a kernel ≥ 6.7 with landlock; see `codebox doctor` as root and rootless")
+    }
+}
+
 fn runtime_check(lang: Language, host: &Host, profile: &Profile) -> Check {
     let (code, layer) = match lang {
         Language::Python => (
@@ -395,7 +506,17 @@ fn runtime_check(lang: Language, host: &Host, profile: &Profile) -> Check {
         files: Default::default(),
         workspace: None,
         limits: profile.limits.clone(),
-        policy: profile.policy.clone(),
+        // The runtimes alone; proxy mode has its own check (it needs its listener served).
+        policy: if matches!(profile.policy.network, sandbox::NetworkAccess::Proxy { .. }) {
+            let mut p = profile.clone();
+            match p.set_network(Default::default()) {
+                Ok(()) => p.policy,
+                Err(e) => return Check::new(layer, Status::Missing, e, true),
+            }
+        } else {
+            profile.policy.clone()
+        },
+        egress: None,
     };
     let started = Instant::now();
     let result = execution::execute(host, &request, &mut sandbox::Discard);

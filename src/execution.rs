@@ -25,6 +25,8 @@ pub enum Error {
     Sandbox(#[from] sandbox::Error),
     #[error(transparent)]
     Workspace(#[from] sandbox::idmapped::Error),
+    #[error("proxy mode: {0}")]
+    Egress(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -41,6 +43,26 @@ pub struct ExecutionRequest {
     pub workspace: Option<PathBuf>,
     pub limits: Limits,
     pub policy: SecurityPolicy,
+    /// Proxy mode (`policy.network` is `Proxy`): the egress proxy that serves the
+    /// sandbox's listener, from a thread of this process, for the run.
+    pub egress: Option<EgressForRun>,
+}
+
+/// What a proxy-mode run of [`execute`] needs: the proxy, the request's narrowing and the
+/// trust bundle's directory (bound at `/etc/codebox`).
+#[derive(Clone)]
+pub struct EgressForRun {
+    pub egress: std::sync::Arc<crate::egress::Egress>,
+    pub narrowing: crate::egress::Narrowing,
+    pub trust: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for EgressForRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressForRun")
+            .field("trust", &self.trust)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How it went, in the shape the CLI's `--json` prints and the MCP tools return.
@@ -83,6 +105,10 @@ pub struct ExecutionResult {
     /// their outcomes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls_dropped: Option<crate::proxy::DroppedCalls>,
+    /// Proxy mode: every connection the program made through the egress proxy (host,
+    /// port, allowed or denied and why, bytes each way, duration), and the totals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::egress::EgressReport>,
     /// Why the proxy closed the tool channel early (a malformed or oversized message), or
     /// held it back (the program left the answers to its tool requests unread).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -235,12 +261,31 @@ pub fn execute(
         });
     }
     runtime::validate_files(&request.files)?;
+    let mut program = request.language.program()?;
+    let trust = request.egress.as_ref().and_then(|e| e.trust.clone());
+    match (request.policy.network, &request.egress) {
+        (sandbox::NetworkAccess::Proxy { port }, Some(_)) => {
+            program.set_env(&runtime::egress_env(port, trust.is_some()))?
+        }
+        (sandbox::NetworkAccess::Proxy { .. }, None) => {
+            return Err(Error::Egress(
+                "the policy is in proxy mode but no proxy serves it".into(),
+            ))
+        }
+        (_, Some(_)) => {
+            return Err(Error::Egress(
+                "a proxy was given but the policy is not in proxy mode".into(),
+            ))
+        }
+        _ => {}
+    }
     let mut spec = host.spec(
-        request.language.program()?,
+        program,
         request.workspace.clone(),
         &request.limits,
         &request.policy,
     );
+    spec.trust = trust;
     // As root the sandbox user is an unprivileged host id: the directory is attached
     // through an idmapped mount on which its owner is that id, so the program can write.
     let idmapped = match (&request.workspace, host.id_mapping.privileged) {
@@ -256,14 +301,67 @@ pub fn execute(
         // No host directory is bound: nothing of the sandbox outlives it.
         frame = runtime::ephemeral(frame);
     }
-    let outcome = run_spec(&spec, host, &frame, sink)?;
+    let (outcome, network) = match &request.egress {
+        None => (run_spec(&spec, host, &frame, sink)?, None),
+        Some(egress) => {
+            let (outcome, report) = run_spec_with_egress(&spec, host, &frame, sink, egress)?;
+            (outcome, Some(report))
+        }
+    };
     drop(idmapped);
-    Ok(result_from(
+    let mut result = result_from(
         request.language,
         request.workspace.as_deref(),
         request.policy.landlock.is_some(),
         outcome,
-    ))
+    );
+    result.network = network;
+    Ok(result)
+}
+
+/// [`run_spec`] in proxy mode: once the sandbox exists (cloned while this process is
+/// still single-threaded), a thread with its own async runtime serves the egress
+/// listener until the program has ended; its report comes back with the outcome.
+fn run_spec_with_egress(
+    spec: &SandboxSpec,
+    host: &Host,
+    input: &[u8],
+    sink: &mut dyn OutputSink,
+    egress: &EgressForRun,
+) -> Result<(sandbox::Outcome, crate::egress::EgressReport)> {
+    let mut sandbox = sandbox::spawn(spec, host.cgroups.as_ref())?;
+    let listener = sandbox
+        .io
+        .egress
+        .take()
+        .ok_or_else(|| Error::Egress("the sandbox came without its egress listener".into()))?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = {
+        let egress = egress.clone();
+        std::thread::Builder::new()
+            .name("codebox-egress".into())
+            .spawn(move || -> std::io::Result<crate::egress::EgressReport> {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                Ok(rt.block_on(async move {
+                    let run = egress
+                        .egress
+                        .start(std::net::TcpListener::from(listener), egress.narrowing);
+                    let _ = stopped.await;
+                    run.finish().await
+                }))
+            })
+            .map_err(|e| Error::Egress(format!("cannot start the proxy's thread: {e}")))?
+    };
+    let outcome = sandbox.run_to_completion(input, &spec.limits, sink);
+    let _ = stop.send(());
+    let report = match serving.join() {
+        Ok(Ok(report)) => report,
+        Ok(Err(e)) => return Err(Error::Egress(format!("the proxy's runtime failed: {e}"))),
+        Err(_) => return Err(Error::Egress("the proxy's thread panicked".into())),
+    };
+    Ok((outcome?, report))
 }
 
 /// Runs `program` (a path inside the rootfs, with its argv, environment and working
@@ -359,6 +457,7 @@ pub fn result_from(
         tool_calls: Vec::new(),
         tool_calls_dropped: None,
         tool_channel_error: None,
+        network: None,
         session: None,
         workspace_usage: None,
         workspace_quota_exceeded: false,

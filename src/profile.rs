@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::egress::{NetworkMode, NetworkSection};
 use crate::sandbox::seccomp::{CompiledFilter, SeccompProfile};
 use crate::sandbox::{LandlockMode, Limits, NetworkAccess, SecurityPolicy};
 use crate::units::{parse_duration, parse_size};
@@ -42,6 +43,7 @@ struct File {
     limits: LimitsSection,
     seccomp: SeccompSection,
     landlock: LandlockSection,
+    #[serde(default)]
     network: NetworkSection,
 }
 
@@ -71,12 +73,6 @@ struct LandlockSection {
     required: bool,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NetworkSection {
-    enabled: bool,
-}
-
 /// A loaded, validated profile.
 #[derive(Debug, Clone)]
 pub struct Profile {
@@ -86,9 +82,14 @@ pub struct Profile {
     pub source: String,
     pub description: String,
     pub limits: Limits,
-    /// The seccomp policy (`policies/seccomp/<name>.json`).
+    /// The seccomp policy (`policies/seccomp/<name>.json`) the profile names; proxy mode
+    /// runs under `egress` instead (see [`Profile::set_network`]).
     pub seccomp: SeccompProfile,
     pub policy: SecurityPolicy,
+    /// `[network]` as written (the server's `codebox.toml` may replace it).
+    pub network: NetworkSection,
+    /// The mode `network` asks for.
+    pub network_mode: NetworkMode,
 }
 
 impl Profile {
@@ -169,7 +170,7 @@ impl Profile {
         // Compiled here, once, long before any fork; a broken policy stops the profile.
         let filter = CompiledFilter::for_profile(seccomp)
             .map_err(|e| invalid(format!("seccomp.policy {seccomp}: {e}")))?;
-        Ok(Profile {
+        let mut profile = Profile {
             name: name.to_string(),
             source: name.to_string(),
             description: file.description,
@@ -181,14 +182,62 @@ impl Profile {
                 } else {
                     LandlockMode::BestEffort
                 }),
-                network: if file.network.enabled {
-                    NetworkAccess::Loopback
-                } else {
-                    NetworkAccess::None
-                },
+                network: NetworkAccess::None,
                 seccomp: Some(filter),
             },
-        })
+            network: NetworkSection::default(),
+            network_mode: NetworkMode::None,
+        };
+        profile.set_network(file.network).map_err(invalid)?;
+        Ok(profile)
+    }
+
+    /// Makes `section` this profile's network: the mode and its kernel layers. `none`
+    /// keeps the profile's seccomp policy and denies all TCP (landlock); `loopback` needs
+    /// a policy with IP sockets (`network`); `proxy` runs under the `egress` policy (TCP
+    /// only) with landlock's one connect rule, whatever the profile names. The host rules
+    /// are the egress proxy's business (`egress::EgressPolicy`), checked by the caller.
+    pub fn set_network(&mut self, section: NetworkSection) -> std::result::Result<(), String> {
+        let mode = section.effective_mode().map_err(|e| e.to_string())?;
+        let profile_filter = || {
+            CompiledFilter::for_profile(self.seccomp)
+                .map_err(|e| format!("seccomp.policy {}: {e}", self.seccomp))
+        };
+        let (access, filter) = match mode {
+            NetworkMode::None => (NetworkAccess::None, profile_filter()?),
+            NetworkMode::Loopback => {
+                if self.seccomp == SeccompProfile::Default {
+                    return Err(format!(
+                        "network mode loopback needs IP sockets: set seccomp.policy = \"network\" (it is \"{}\")",
+                        self.seccomp
+                    ));
+                }
+                (NetworkAccess::Loopback, profile_filter()?)
+            }
+            NetworkMode::Proxy => (
+                NetworkAccess::Proxy {
+                    port: crate::runtime::EGRESS_PORT,
+                },
+                CompiledFilter::for_profile(SeccompProfile::Egress)
+                    .map_err(|e| format!("seccomp.policy egress: {e}"))?,
+            ),
+        };
+        if mode != NetworkMode::Proxy
+            && (!section.allow.is_empty()
+                || !section.deny.is_empty()
+                || !section.allow_private.is_empty()
+                || !section.credentials.is_empty())
+        {
+            return Err(format!(
+                "network: allow, deny, allow_private and credentials need mode = \"proxy\" (the mode is {})",
+                mode
+            ));
+        }
+        self.policy.network = access;
+        self.policy.seccomp = Some(filter);
+        self.network = section;
+        self.network_mode = mode;
+        Ok(())
     }
 }
 
@@ -205,9 +254,59 @@ mod tests {
         assert_eq!(d.limits.timeout, Duration::from_secs(30));
         assert_eq!(d.seccomp, SeccompProfile::Default);
         assert_eq!(d.policy.network, NetworkAccess::None);
+        assert_eq!(d.network_mode, NetworkMode::None);
         let n = Profile::load("network").unwrap();
         assert_eq!(n.policy.network, NetworkAccess::Loopback);
         assert_eq!(n.seccomp, SeccompProfile::Network);
+        assert_eq!(n.network_mode, NetworkMode::Loopback);
+    }
+
+    #[test]
+    fn network_modes_bring_their_layers() {
+        let with = |network: &str| {
+            let text = BUILTIN[0].1.split("[network]").next().unwrap().to_string() + network;
+            assert_ne!(
+                text, BUILTIN[0].1,
+                "the default profile's network section moved"
+            );
+            Profile::parse("x", &text)
+        };
+        let p = with("[network]\nmode = \"proxy\"\nallow = [\"api.example.com\"]").unwrap();
+        assert_eq!(p.network_mode, NetworkMode::Proxy);
+        assert_eq!(
+            p.policy.network,
+            NetworkAccess::Proxy {
+                port: crate::runtime::EGRESS_PORT
+            }
+        );
+        assert_eq!(p.policy.seccomp.as_ref().unwrap().policy(), "egress");
+        assert_eq!(p.network.allow, ["api.example.com"]);
+        // A section with no key is mode none.
+        let p = with("[network]").unwrap();
+        assert_eq!(p.policy.network, NetworkAccess::None);
+        // Loopback needs IP sockets from the seccomp policy.
+        let err = with("[network]\nmode = \"loopback\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("seccomp.policy = \"network\""), "{err}");
+        // Host rules without proxy mode would silently do nothing: refused.
+        let err = with("[network]\nallow = [\"x.example\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mode = \"proxy\""), "{err}");
+        let err = with("[network]\nmode = \"none\"\nenabled = false")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not both"), "{err}");
+        let err = with("[network]\nmode = \"everywhere\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("everywhere"), "{err}");
+        // Back from proxy to none: the profile's own filter again.
+        let mut p = with("[network]\nmode = \"proxy\"").unwrap();
+        p.set_network(NetworkSection::default()).unwrap();
+        assert_eq!(p.policy.seccomp.as_ref().unwrap().policy(), "default");
+        assert_eq!(p.policy.network, NetworkAccess::None);
     }
 
     #[test]

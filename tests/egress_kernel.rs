@@ -20,7 +20,7 @@ use codebox::rootfs;
 use codebox::runtime::{self, Language};
 use codebox::sandbox::landlock::{kernel_abi, NET_ABI};
 use codebox::sandbox::{IdMapping, ProgramStatus};
-use codebox::spawner::wire::SpawnEgress;
+use codebox::spawner::wire::SpawnNetwork;
 use codebox::spawner::{self, SpawnSpec, SpawnerClient};
 use libtest_mimic::{Arguments, Failed, Trial};
 
@@ -92,7 +92,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
     RUNTIME.get().expect("runtime").block_on(f)
 }
 
-fn spec(language: Language, egress: Option<SpawnEgress>) -> SpawnSpec {
+fn spec(language: Language, network: Option<SpawnNetwork>) -> SpawnSpec {
     SpawnSpec {
         language,
         profile: "default".into(),
@@ -101,7 +101,7 @@ fn spec(language: Language, egress: Option<SpawnEgress>) -> SpawnSpec {
         servers: None,
         skills: None,
         workspace_mount: None,
-        egress,
+        network,
     }
 }
 
@@ -120,7 +120,7 @@ fn run(language: Language, code: &str, trust: Option<std::path::PathBuf>) -> Res
         let mut sb = CLIENT
             .get()
             .expect("client")
-            .spawn(spec(language, Some(SpawnEgress { trust })))
+            .spawn(spec(language, Some(SpawnNetwork::Proxy { trust })))
             .await
             .map_err(|e| e.to_string())?;
         let listener = sb

@@ -115,7 +115,7 @@ fn spec(language: Language) -> SpawnSpec {
         servers: None,
         skills: None,
         workspace_mount: None,
-        egress: None,
+        network: None,
     }
 }
 

@@ -15,7 +15,7 @@ use crate::rootfs::manifest::hex;
 
 /// One logged event. On its line, the fields sit next to `seq`, `time` and `prev`, with
 /// `"event": "execution"`, `"event": "tool_call"`, `"event": "tool_calls_omitted"` or
-/// `"event": "skill"`.
+/// `"event": "skill"` or `"event": "egress"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 #[allow(
@@ -27,6 +27,7 @@ pub enum AuditEvent {
     ToolCall(ToolCallRecord),
     Skill(SkillRecord),
     ToolCallsOmitted(ToolCallsOmittedRecord),
+    Egress(EgressRecord),
 }
 
 /// One execution, written when it ends (or is refused).
@@ -50,6 +51,14 @@ pub struct ExecutionRecord {
     /// Calls past that cap: counted in a [`ToolCallsOmittedRecord`], not listed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tools_called_omitted: u64,
+    /// Proxy mode: connections through the egress proxy, allowed and denied (each has an
+    /// [`EgressRecord`] up to the cap), and those past the cap.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_allowed: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_denied: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_omitted: u64,
     pub exit_code: Option<i32>,
     /// The signal that killed the program.
     pub signal: Option<i32>,
@@ -91,6 +100,30 @@ pub struct ToolCallRecord {
     /// A category such as `denied`, `upstream` or `timeout`; never the error text, which
     /// may hold PII.
     pub error_kind: Option<String>,
+}
+
+/// One connection of sandboxed code through the egress proxy (proxy mode), allowed or
+/// denied; written when the execution ends. At most the proxy's cap of records per
+/// execution (100); the rest are counted on the execution's line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EgressRecord {
+    pub client: String,
+    pub session: Option<String>,
+    pub host: String,
+    pub port: u16,
+    /// `connect` (a tunnel), `intercept` (TLS terminated to add a credential), `http`,
+    /// or `invalid` (a request the proxy refused unread).
+    pub kind: String,
+    pub allowed: bool,
+    /// Why it was denied or how it ended (names hosts and rules, never a secret).
+    pub reason: Option<String>,
+    pub rule: Option<String>,
+    /// The address connected to.
+    pub address: Option<String>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: f64,
+    pub credential_added: bool,
 }
 
 /// A skill saved or deleted (or a refused attempt). The content is never logged, only

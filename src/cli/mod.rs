@@ -2,6 +2,7 @@
 
 mod audit;
 mod doctor;
+mod egress;
 mod exec;
 mod log_line;
 pub mod out;

@@ -58,6 +58,19 @@ pub struct RunArgs {
     /// When run as root: the unprivileged host uid/gid the sandbox user maps to.
     #[arg(long, default_value_t = DEFAULT_ROOT_HOST_ID)]
     root_host_id: u32,
+    /// Let the program reach HOST (a name, `*.domain`, an IP; optional `:port`, default
+    /// 80 and 443) over HTTP(S) through codebox's egress proxy; repeatable. Turns on the
+    /// profile's proxy mode.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+    /// A non-public address the proxy may connect to (`127.0.0.1:8443`, `10.0.0.0/8`):
+    /// refused otherwise, even for an allowed host; repeatable.
+    #[arg(long = "allow-private", value_name = "ADDR")]
+    allow_private: Vec<String>,
+    /// Where codebox keeps the egress CA and trust bundle [default: $CODEBOX_STATE_DIR,
+    /// $XDG_STATE_HOME/codebox, ~/.local/state/codebox; as root /var/lib/codebox].
+    #[arg(long, env = "CODEBOX_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -81,8 +94,35 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let files = read_files(&args.files)?;
-    let Prepared { profile, host } =
+    let Prepared { mut profile, host } =
         prepare(&args.profile, args.rootfs.as_deref(), args.root_host_id)?;
+    if !args.allow_hosts.is_empty() || !args.allow_private.is_empty() {
+        let mut network = profile.network.clone();
+        network.mode = Some(codebox::egress::NetworkMode::Proxy);
+        network.enabled = None;
+        network.allow.extend(args.allow_hosts.iter().cloned());
+        network
+            .allow_private
+            .extend(args.allow_private.iter().cloned());
+        profile
+            .set_network(network)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let state_dir = args
+        .state_dir
+        .clone()
+        .or_else(super::egress::default_state_dir);
+    let ids = (host.id_mapping.host_uid, host.id_mapping.host_gid);
+    let egress = match super::egress::start(&profile, state_dir.as_deref(), ids)? {
+        (codebox::spawner::wire::SpawnNetwork::Proxy { trust }, Some(egress)) => {
+            Some(execution::EgressForRun {
+                egress,
+                narrowing: codebox::egress::Narrowing::none(),
+                trust,
+            })
+        }
+        _ => None,
+    };
     let mut limits = profile.limits.clone();
     if let Some(t) = args.timeout {
         limits.timeout = t;
@@ -106,6 +146,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         workspace,
         limits,
         policy: profile.policy.clone(),
+        egress,
     };
     let result = if args.json {
         execution::execute(&host, &request, &mut codebox::sandbox::Discard)?

@@ -106,6 +106,9 @@ struct Resolved {
     skills_dir: Option<PathBuf>,
     skills_shared: Option<PathBuf>,
     audit: Option<codebox::audit::AuditConfig>,
+    /// `[network]` of the config, replacing the profile's.
+    network: Option<codebox::egress::NetworkSection>,
+    state_dir: Option<PathBuf>,
 }
 
 /// `$XDG_DATA_HOME/codebox/skills`, else `~/.local/share/codebox/skills`; as root
@@ -190,6 +193,11 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         skills_dir: file.skills_dir.clone().or_else(default_skills_dir),
         skills_shared: file.skills_shared.clone(),
         audit: file.audit.clone(),
+        network: file.network.clone(),
+        state_dir: file
+            .state_dir
+            .clone()
+            .or_else(super::egress::default_state_dir),
         profile: args
             .profile
             .or(file.profile)
@@ -312,7 +320,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             bail!("{addr} is not a loopback address: a bearer token is required (set CODEBOX_HTTP_TOKEN)");
         }
     }
-    let profile = Profile::load(&args.profile)?;
+    let mut profile = Profile::load(&args.profile)?;
+    if let Some(network) = &args.network {
+        profile
+            .set_network(network.clone())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("[network] of the config")?;
+    }
+    let sandbox_ids = IdMapping::for_current_process(args.root_host_id);
+    let (network, egress) = super::egress::start(
+        &profile,
+        args.state_dir.as_deref(),
+        (sandbox_ids.host_uid, sandbox_ids.host_gid),
+    )?;
     let dir = rootfs::locate(args.rootfs.as_deref())?;
     let rootfs = rootfs::verify(&dir, rootfs::default_stamp_dir().as_deref())?;
     let report = doctor::run(&profile, Some(&rootfs.path), args.root_host_id);
@@ -352,8 +372,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )),
         None => None,
     };
-    let sandbox_ids = IdMapping::for_current_process(args.root_host_id);
     let settings = Settings {
+        network,
+        egress,
         concurrency: args.concurrency,
         pool_size: args.pool_size,
         queue: args.queue,

@@ -119,6 +119,11 @@ impl Egress {
         &self.trust_dir
     }
 
+    /// Every configured secret: what results are redacted of.
+    pub fn secrets(&self) -> &Secrets {
+        &self.shared.secrets
+    }
+
     /// The codebox CA certificate (PEM), when the policy has credentials.
     pub fn ca_certificate_pem(&self) -> Option<&str> {
         self.shared.ca.as_ref().map(|c| c.cert_pem())

@@ -401,7 +401,7 @@ mod tests {
             servers: Some("/tmp/codebox-servers-1/v3".into()),
             skills: None,
             workspace_mount: None,
-            egress: None,
+            network: None,
         }
     }
 

@@ -88,17 +88,6 @@ pub struct SecurityPolicy {
 }
 
 impl SecurityPolicy {
-    /// Turns this policy into proxy mode on `port`: the egress listener in the network
-    /// namespace, landlock's one connect rule, and the egress seccomp filter (TCP only)
-    /// in place of the profile's (a seccomp-less policy stays seccomp-less: benches only).
-    pub fn with_egress(&mut self, port: u16) -> std::result::Result<(), super::seccomp::Error> {
-        self.network = NetworkAccess::Proxy { port };
-        if self.seccomp.is_some() {
-            self.seccomp = Some(CompiledFilter::for_profile(SeccompProfile::Egress)?);
-        }
-        Ok(())
-    }
-
     /// The default profile's policy: best-effort landlock, no network, default filter.
     pub fn default_profile() -> std::result::Result<Self, super::seccomp::Error> {
         Ok(SecurityPolicy {

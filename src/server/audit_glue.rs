@@ -95,6 +95,29 @@ impl CodeboxServer {
                 };
                 append(log, AuditEvent::ToolCallsOmitted(record));
             }
+            if let Some(network) = &result.network {
+                for c in &network.connections {
+                    let record = audit::EgressRecord {
+                        client: client.to_string(),
+                        session: session_name(session),
+                        host: c.host.clone(),
+                        port: c.port,
+                        kind: serde_json::to_value(c.kind)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default(),
+                        allowed: c.allowed,
+                        reason: c.reason.clone(),
+                        rule: c.rule.clone(),
+                        address: c.address.clone(),
+                        bytes_up: c.bytes_up,
+                        bytes_down: c.bytes_down,
+                        duration_ms: c.duration_ms,
+                        credential_added: c.credential_added,
+                    };
+                    append(log, AuditEvent::Egress(record));
+                }
+            }
             let outcome = if result.failed() { "failed" } else { "ok" };
             let record = self.execution_record(
                 client,
@@ -145,6 +168,7 @@ impl CodeboxServer {
         result: Option<&ExecutionResult>,
         outcome: &str,
     ) -> audit::ExecutionRecord {
+        let network = result.and_then(|r| r.network.as_ref());
         let mut limits_hit = Vec::new();
         if let Some(r) = result {
             for (hit, name) in [
@@ -154,6 +178,12 @@ impl CodeboxServer {
                 (r.stdout_truncated || r.stderr_truncated, "output"),
                 (r.workspace_quota_exceeded, "workspace_quota"),
                 (r.seccomp_violation, "seccomp"),
+                (
+                    r.network
+                        .as_ref()
+                        .is_some_and(|n| n.limit_reached.is_some()),
+                    "egress",
+                ),
             ] {
                 if hit {
                     limits_hit.push(name.to_string());
@@ -184,6 +214,9 @@ impl CodeboxServer {
             tools_called_omitted: result
                 .and_then(|r| r.tool_calls_dropped.as_ref())
                 .map_or(0, |d| d.count),
+            egress_allowed: network.map_or(0, |n| u64::from(n.allowed)),
+            egress_denied: network.map_or(0, |n| u64::from(n.denied)),
+            egress_omitted: network.map_or(0, |n| n.dropped),
             exit_code: result.and_then(|r| r.exit_code),
             signal: result.and_then(|r| r.signal),
             limits_hit,

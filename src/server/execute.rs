@@ -21,7 +21,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::json;
 
-use super::{tool_error, CodeboxServer, ExecuteParams};
+use super::{egress_glue, tool_error, CodeboxServer, ExecuteParams};
+use crate::egress::{EgressReport, Narrowing};
 use crate::execution::{self, ExecutionResult, SandboxStart};
 use crate::pii::PiiMode;
 use crate::proxy::{AllowList, ProxySession, ToolBackend};
@@ -36,6 +37,20 @@ pub(super) struct Checked {
     pub(super) limits: crate::sandbox::Limits,
     pub(super) allow: AllowList,
     pub(super) pii: PiiMode,
+    /// The hosts the call narrowed the egress allowlist to (`network`).
+    pub(super) narrowing: Narrowing,
+}
+
+/// What running a program gave, before it becomes a result.
+pub(super) struct Ran {
+    pub(super) outcome: Outcome,
+    pub(super) tools: crate::proxy::ProxyReport,
+    /// The egress proxy's report (proxy mode).
+    pub(super) network: Option<EgressReport>,
+    /// Where the sandbox came from (not for a session's live interpreter).
+    pub(super) start: Option<SandboxStart>,
+    /// A live interpreter: `new`, `kept` or `ended`; `none` otherwise.
+    pub(super) interpreter: &'static str,
 }
 
 impl CodeboxServer {
@@ -89,11 +104,13 @@ impl CodeboxServer {
         if params.keep_alive == Some(true) && params.session.is_none() {
             return Err("keep_alive needs a session: pass session \"new\" to start one".into());
         }
+        let narrowing = self.narrowing(params.network.as_deref())?;
         Ok(Checked {
             files,
             limits,
             allow,
             pii,
+            narrowing,
         })
     }
 
@@ -225,7 +242,7 @@ impl CodeboxServer {
             limits: c.limits.clone(),
             workspace: None,
             workspace_mount,
-            egress: None,
+            network: Some(s.settings.network.clone()),
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills,
         };
@@ -247,7 +264,6 @@ impl CodeboxServer {
                 proxy.set_observer(observer);
             }
         };
-        let mut sandbox_start = None;
         let prepared = entered.elapsed();
         let ran = if keep_alive {
             // A session's live interpreter outlives the run; the slot covers the run.
@@ -270,10 +286,6 @@ impl CodeboxServer {
         } else {
             self.run_once(spec, &params.code, &c, admitted, &hooks, cancel, on_output)
                 .await
-                .map(|(o, r, start)| {
-                    sandbox_start = Some(start);
-                    (o, r, "none")
-                })
         };
         drop(tx);
         if let Some(f) = forwarder {
@@ -298,15 +310,20 @@ impl CodeboxServer {
                 "the server is stopping: the execution was killed before it finished".into(),
             );
         }
-        let (outcome, report, interpreter) = match ran {
+        let ran = match ran {
             Ok(ran) => ran,
             Err(why) => return unfinished("error", why),
         };
-        let mut result = execution::result_from(language, None, true, outcome);
-        result.tool_calls = report.tool_calls;
-        result.tool_calls_dropped = report.tool_calls_dropped;
-        result.start = sandbox_start;
-        result.tool_channel_error = report.channel_error;
+        let interpreter = ran.interpreter;
+        let mut result = execution::result_from(language, None, true, ran.outcome);
+        result.tool_calls = ran.tools.tool_calls;
+        result.tool_calls_dropped = ran.tools.tool_calls_dropped;
+        result.start = ran.start;
+        result.tool_channel_error = ran.tools.channel_error;
+        result.network = ran.network;
+        if let Some(egress) = &s.settings.egress {
+            egress_glue::redact_secrets(egress.secrets(), &mut result);
+        }
         if let Some(session) = &session {
             self.settle_workspace(session, start_usage, &mut result);
             result.session = Some(json!({
@@ -372,7 +389,7 @@ impl CodeboxServer {
         hooks: &(dyn Fn(&ProxySession) + Sync),
         cancel: impl std::future::Future<Output = ()>,
         on_output: impl FnMut(Stream, &[u8]),
-    ) -> Result<(Outcome, crate::proxy::ProxyReport, SandboxStart), String> {
+    ) -> Result<Ran, String> {
         let s = &self.state;
         let backend: Arc<dyn ToolBackend> = s.backend.clone();
         let proxy = ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
@@ -411,6 +428,11 @@ impl CodeboxServer {
         // The admission limit bounds the sandboxes that exist, not only the results
         // being computed: the slot is free again once the spawner has removed this one.
         sandbox.hold_until_gone(admitted);
+        let egress = egress_glue::serve(
+            s.settings.egress.as_deref(),
+            sandbox.take_egress_listener(),
+            &c.narrowing,
+        );
         let serve_proxy = proxy.clone();
         let outcome = sandbox
             .run_with_channel(
@@ -421,9 +443,16 @@ impl CodeboxServer {
                 cancel,
                 on_output,
             )
-            .await
-            .map_err(|e| format!("the sandbox failed: {e}"))?;
-        Ok((outcome, proxy.report(), start))
+            .await;
+        let network = egress_glue::finish(egress).await;
+        let outcome = outcome.map_err(|e| format!("the sandbox failed: {e}"))?;
+        Ok(Ran {
+            outcome,
+            tools: proxy.report(),
+            network,
+            start: Some(start),
+            interpreter: "none",
+        })
     }
 
     /// One program in the session's live interpreter of its language (started first if
@@ -440,7 +469,7 @@ impl CodeboxServer {
         hooks: &(dyn Fn(&ProxySession) + Sync),
         cancel: impl std::future::Future<Output = ()>,
         on_output: impl FnMut(Stream, &[u8]),
-    ) -> Result<(Outcome, crate::proxy::ProxyReport, &'static str), String> {
+    ) -> Result<Ran, String> {
         let s = &self.state;
         if slot.as_ref().is_some_and(|l| l.sandbox.has_ended()) {
             *slot = None;
@@ -451,15 +480,17 @@ impl CodeboxServer {
                 let backend: Arc<dyn ToolBackend> = s.backend.clone();
                 let proxy =
                     ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
-                let sandbox = s.spawner.spawn(spec).await.map_err(|e| {
+                let mut sandbox = s.spawner.spawn(spec).await.map_err(|e| {
                     log_spawn_failure(&e);
                     format!("the sandbox could not be created: {e}")
                 })?;
+                let egress_listener = sandbox.take_egress_listener();
                 let frame = runtime::session_boot_frame(code, &c.files);
                 let live = LiveSandbox::start(sandbox, frame, proxy)
                     .map_err(|e| format!("the sandbox failed: {e}"))?;
                 *slot = Some(LiveEntry {
                     sandbox: live,
+                    egress_listener,
                     _servers: wrappers,
                 });
                 (None, "new")
@@ -471,6 +502,11 @@ impl CodeboxServer {
         hooks(&proxy);
         let _ = proxy.take_report();
         let landlock = entry.sandbox.landlock();
+        let egress = egress_glue::serve_again(
+            s.settings.egress.as_deref(),
+            entry.egress_listener.as_ref(),
+            &c.narrowing,
+        )?;
         let run = entry
             .sandbox
             .run(
@@ -482,6 +518,7 @@ impl CodeboxServer {
             )
             .await
             .map_err(|e| format!("the session's interpreter failed: {e}"));
+        let network = egress_glue::finish(egress).await;
         let report = proxy.take_report();
         let run = match run {
             Ok(run) => run,
@@ -514,7 +551,13 @@ impl CodeboxServer {
             landlock,
             cgroup,
         };
-        Ok((outcome, report, interpreter))
+        Ok(Ran {
+            outcome,
+            tools: report,
+            network,
+            start: None,
+            interpreter,
+        })
     }
 
     /// After a session run: the quota verdict and the workspace figures. The kernel

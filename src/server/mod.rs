@@ -21,6 +21,7 @@
 pub mod admission;
 mod audit_glue;
 pub mod client;
+mod egress_glue;
 mod execute;
 mod extra_resources;
 pub mod framing;
@@ -107,6 +108,11 @@ pub struct Settings {
     pub audit: Option<Arc<AuditLog>>,
     /// SHA-256 of the rootfs manifest (audit records name the exact tree).
     pub rootfs_manifest_sha256: Option<String>,
+    /// The network every sandbox is spawned with (the profile's mode, or the config's),
+    /// with the trust bundle in proxy mode.
+    pub network: crate::spawner::wire::SpawnNetwork,
+    /// The egress proxy, in proxy mode.
+    pub egress: Option<Arc<crate::egress::Egress>>,
 }
 
 #[derive(Debug, Default)]
@@ -174,6 +180,9 @@ pub struct ExecuteParams {
     pub keep_alive: Option<bool>,
     /// "output": personal data in output becomes tokens; "strict": hidden from the code too.
     pub pii: Option<String>,
+    /// Hosts the code may reach through the egress proxy: narrows the server's allowlist
+    /// ([] none); refused when the server has no egress.
+    pub network: Option<Vec<String>>,
 }
 
 /// Arguments of `search_tools`.
@@ -229,18 +238,20 @@ impl CodeboxServer {
                 Some("no skills directory is configured (skills_dir)".to_string()),
             ),
             Some(dir) => match ClientSkills::open(dir, settings.skills_shared.as_deref()) {
-                Ok(store) => match reachable_by(dir, settings.sandbox_ids).and_then(|()| {
-                    match &settings.skills_shared {
-                        Some(shared) => reachable_by(shared, settings.sandbox_ids),
-                        None => Ok(()),
+                Ok(store) => {
+                    match reachable_by(dir, settings.sandbox_ids, SKILLS_DIR).and_then(|()| {
+                        match &settings.skills_shared {
+                            Some(shared) => reachable_by(shared, settings.sandbox_ids, SKILLS_DIR),
+                            None => Ok(()),
+                        }
+                    }) {
+                        Ok(()) => (Some(store), None),
+                        Err(why) => {
+                            tracing::error!(dir = %dir.display(), %why, "skills are off");
+                            (None, Some(format!("skills are unavailable: {why}")))
+                        }
                     }
-                }) {
-                    Ok(()) => (Some(store), None),
-                    Err(why) => {
-                        tracing::error!(dir = %dir.display(), %why, "skills are off");
-                        (None, Some(format!("skills are unavailable: {why}")))
-                    }
-                },
+                }
                 Err(e) => {
                     tracing::error!(dir = %dir.display(), error = %e, "cannot open the skills store");
                     (None, Some(format!("the skills store is unavailable: {e}")))
@@ -292,13 +303,18 @@ impl CodeboxServer {
 
     fn with_state(state: Arc<State>) -> Self {
         let vault = Arc::new(Vault::new(state.settings.pii_detector.clone()));
+        let network_mode = state.settings.profile.network_mode;
         CodeboxServer {
             state,
             conn: Arc::new(Connection {
                 id: client::new_connection_id(),
                 vault,
             }),
-            tool_router: Self::all_tools(),
+            tool_router: {
+                let mut router = Self::all_tools();
+                egress_glue::describe_network(&mut router, network_mode);
+                router
+            },
         }
     }
 
@@ -380,7 +396,7 @@ impl CodeboxServer {
     #[tool(
         name = "health",
         description = "codebox's state: version, uptime, isolation layers, executions, queue, \
-                       upstream servers."
+                       network policy, upstream servers."
     )]
     async fn health(&self) -> Result<CallToolResult, McpError> {
         let s = &self.state;
@@ -415,6 +431,7 @@ impl CodeboxServer {
                 "per_minute": s.settings.rate.per_minute.map(|n| n.get()),
                 "concurrent": s.settings.rate.concurrent,
             },
+            "network": egress_glue::health(&s.settings),
             "pii": s.settings.pii_mode,
             "audit": s.settings.audit.as_ref().map(|a| serde_json::to_value(a.status()).unwrap_or_default()),
             "skills": match &s.skills {
@@ -618,10 +635,17 @@ impl CodeboxServer {
     }
 }
 
+/// The setting that names the skills directory, for [`reachable_by`]'s message.
+const SKILLS_DIR: &str = "skills_dir (CODEBOX_SKILLS_DIR)";
+
 /// Whether the sandbox user (host ids `ids`) can pass through every directory above
 /// `dir` and read `dir` itself: the sandbox's init binds it, with the sandbox user's
 /// rights. A directory it cannot reach would make every sandbox fail to start.
-fn reachable_by(dir: &std::path::Path, (uid, gid): (u32, u32)) -> Result<(), String> {
+pub fn reachable_by(
+    dir: &std::path::Path,
+    (uid, gid): (u32, u32),
+    setting: &str,
+) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let dir = dir
         .canonicalize()
@@ -640,7 +664,7 @@ fn reachable_by(dir: &std::path::Path, (uid, gid): (u32, u32)) -> Result<(), Str
         if bits & needed != needed {
             return Err(format!(
                 "the sandbox user (host uid {uid}) cannot reach {}: {} has mode {:o}; set \
-                 skills_dir (CODEBOX_SKILLS_DIR) to a directory it can read",
+                 {setting} to a directory it can read",
                 dir.display(),
                 d.display(),
                 mode & 0o7777
@@ -762,7 +786,7 @@ impl ServerHandler for CodeboxServer {
 
 #[cfg(test)]
 mod tests {
-    use super::reachable_by;
+    use super::{reachable_by, SKILLS_DIR};
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
@@ -784,9 +808,9 @@ mod tests {
         // Someone who owns nothing here.
         let owner = std::fs::metadata(base.path()).unwrap().uid();
         let stranger = (owner + 12345, owner + 12345);
-        reachable_by(&open.join("skills"), stranger).unwrap();
-        let why = reachable_by(&closed.join("skills"), stranger).unwrap_err();
+        reachable_by(&open.join("skills"), stranger, SKILLS_DIR).unwrap();
+        let why = reachable_by(&closed.join("skills"), stranger, SKILLS_DIR).unwrap_err();
         assert!(why.contains("mode 700"), "{why}");
-        reachable_by(&closed.join("skills"), (owner, owner)).unwrap();
+        reachable_by(&closed.join("skills"), (owner, owner), SKILLS_DIR).unwrap();
     }
 }

@@ -32,7 +32,7 @@ pub(super) fn template(
         servers: servers.as_ref().map(|w| w.path().to_path_buf()),
         skills: skills.map(|p| p.to_path_buf()),
         workspace_mount: None,
-        egress: None,
+        network: Some(state_settings.network.clone()),
     };
     Template {
         spec,

@@ -210,6 +210,35 @@ fn text_of(r: &ExecutionResult) -> String {
         text.push_str("--- stderr ---\n");
         text.push_str(&r.stderr);
     }
+    if let Some(n) = &r.network {
+        text.push_str(&network_lines(n));
+    }
+    text
+}
+
+/// Denied connections and a reached limit, in words (the records are in
+/// structuredContent): the model reads why a request failed without digging.
+fn network_lines(n: &crate::egress::EgressReport) -> String {
+    const SHOWN: usize = 5;
+    if n.denied == 0 && n.limit_reached.is_none() {
+        return String::new();
+    }
+    let mut text = format!(
+        "--- network: {} allowed, {} denied ---\n",
+        n.allowed, n.denied
+    );
+    for c in n.connections.iter().filter(|c| !c.allowed).take(SHOWN) {
+        let target = if c.host.is_empty() {
+            "(no host)".to_string()
+        } else {
+            format!("{}:{}", c.host, c.port)
+        };
+        let why = c.reason.as_deref().unwrap_or("denied");
+        text.push_str(&format!("denied {target}: {}\n", bounded_to(why, 300)));
+    }
+    if let Some(limit) = &n.limit_reached {
+        text.push_str(&format!("limit reached: {limit}\n"));
+    }
     text
 }
 
@@ -322,6 +351,7 @@ mod tests {
             tool_calls: Vec::new(),
             tool_calls_dropped: None,
             tool_channel_error: None,
+            network: None,
             start: None,
             session: None,
             workspace_usage: None,

@@ -93,6 +93,9 @@ impl CodeboxServer {
             limits,
             allow: AllowList::none(),
             pii: PiiMode::Off,
+            // A check never needs a host (a TypeScript skill's remote imports stay
+            // unresolved).
+            narrowing: self.no_hosts(),
         };
         let wrappers = self.wrapper_dir();
         // A TypeScript skill's imports are resolved, so it sees the upstream wrappers and
@@ -115,13 +118,13 @@ impl CodeboxServer {
             limits: c.limits.clone(),
             workspace: None,
             workspace_mount: None,
-            egress: None,
+            network: Some(s.settings.network.clone()),
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills,
         };
         let admitted = s.admission.enter().await.map_err(|busy| busy.to_string())?;
         let ct = ctx.ct.clone();
-        let (outcome, _, _) = self
+        let outcome = self
             .run_once(
                 spec,
                 &program,
@@ -131,7 +134,8 @@ impl CodeboxServer {
                 async move { ct.cancelled().await },
                 |_, _| {},
             )
-            .await?;
+            .await?
+            .outcome;
         let stdout = String::from_utf8_lossy(&outcome.stdout.bytes);
         match check::verdict(&stdout) {
             Some(verdict) => Ok(verdict),

@@ -88,6 +88,8 @@ impl Default for SessionLimits {
 /// A live sandbox and what must outlive it (the wrapper tree bound at its `/servers`).
 pub struct LiveEntry {
     pub sandbox: LiveSandbox,
+    /// Proxy mode: the interpreter's egress listener, served anew for each run.
+    pub egress_listener: Option<std::os::fd::OwnedFd>,
     pub _servers: Option<Arc<crate::server::wrappers::WrapperDir>>,
 }
 

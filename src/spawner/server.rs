@@ -12,17 +12,18 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::wire::{self, Request, Response, SpawnSpec};
+use super::wire::{self, Request, Response, SpawnNetwork, SpawnSpec};
+use crate::egress::NetworkSection;
 use crate::execution::Host;
 use crate::profile::Profile;
-use crate::sandbox::{self, SandboxSpec, SecurityPolicy, Watch};
+use crate::sandbox::{self, NetworkAccess, SandboxSpec, Watch};
 
 /// Serves requests on `sock` until the supervisor closes it; returns when every sandbox
 /// is gone.
 pub fn serve(sock: OwnedFd, host: &Host) {
     let mut live: HashMap<u64, Watch> = HashMap::new();
     // Each profile is loaded (and its seccomp filter compiled) once, not per sandbox.
-    let mut policies: HashMap<String, SecurityPolicy> = HashMap::new();
+    let mut profiles: HashMap<String, Profile> = HashMap::new();
     loop {
         let ids: Vec<u64> = live.keys().copied().collect();
         let mut pfds = vec![PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
@@ -54,7 +55,7 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                     // At most one descriptor comes with a spawn: the workspace mount. Ours
                     // closes once the sandbox's init holds its own copy.
                     let mount = fds.first().map(AsRawFd::as_raw_fd);
-                    if let Some(watch) = spawn_one(&sock, host, &mut policies, id, &spec, mount) {
+                    if let Some(watch) = spawn_one(&sock, host, &mut profiles, id, &spec, mount) {
                         live.insert(id, watch);
                     }
                 }
@@ -92,12 +93,12 @@ pub fn serve(sock: OwnedFd, host: &Host) {
 fn spawn_one(
     sock: &OwnedFd,
     host: &Host,
-    policies: &mut HashMap<String, SecurityPolicy>,
+    profiles: &mut HashMap<String, Profile>,
     id: u64,
     spec: &SpawnSpec,
     mount: Option<std::os::fd::RawFd>,
 ) -> Option<Watch> {
-    let sandbox = match build(host, policies, spec, mount).and_then(|s| {
+    let sandbox = match build(host, profiles, spec, mount).and_then(|s| {
         sandbox::spawn(&s, host.cgroups.as_ref())
             .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
     }) {
@@ -149,36 +150,41 @@ fn spawn_one(
 
 fn build(
     host: &Host,
-    policies: &mut HashMap<String, SecurityPolicy>,
+    profiles: &mut HashMap<String, Profile>,
     spec: &SpawnSpec,
     mount: Option<std::os::fd::RawFd>,
 ) -> Result<SandboxSpec, String> {
-    let mut policy = match policies.get(&spec.profile) {
-        Some(p) => p.clone(),
+    let profile = match profiles.get(&spec.profile) {
+        Some(p) => p,
         None => {
-            let p = Profile::load(&spec.profile)
-                .map_err(|e| e.to_string())?
-                .policy;
-            policies.insert(spec.profile.clone(), p.clone());
-            p
+            let p = Profile::load(&spec.profile).map_err(|e| e.to_string())?;
+            profiles.entry(spec.profile.clone()).or_insert(p)
         }
     };
     let mut program = spec.language.program().map_err(|e| e.to_string())?;
-    let trust = match &spec.egress {
-        Some(egress) => {
-            policy
-                .with_egress(crate::runtime::EGRESS_PORT)
-                .map_err(|e| e.to_string())?;
-            program
-                .set_env(&crate::runtime::egress_env(
-                    crate::runtime::EGRESS_PORT,
-                    egress.trust.is_some(),
-                ))
-                .map_err(|e| e.to_string())?;
-            egress.trust.clone()
+    let (policy, trust) = match &spec.network {
+        // The profile's own mode (a proxy-mode profile still gets no trust bundle).
+        None => (profile.policy.clone(), None),
+        Some(network) => {
+            let mut profile = profile.clone();
+            profile
+                .set_network(NetworkSection {
+                    mode: Some(network.mode()),
+                    ..NetworkSection::default()
+                })
+                .map_err(|e| format!("profile {}: {e}", profile.name))?;
+            let trust = match network {
+                SpawnNetwork::Proxy { trust } => trust.clone(),
+                _ => None,
+            };
+            (profile.policy, trust)
         }
-        None => None,
     };
+    if let NetworkAccess::Proxy { port } = policy.network {
+        program
+            .set_env(&crate::runtime::egress_env(port, trust.is_some()))
+            .map_err(|e| e.to_string())?;
+    }
     Ok(SandboxSpec {
         rootfs: host.rootfs.path.clone(),
         workspace: spec.workspace.clone(),

@@ -43,17 +43,33 @@ pub struct SpawnSpec {
     /// Travels as a descriptor with the [`Request::Spawn`], not in its JSON.
     #[serde(skip)]
     pub workspace_mount: Option<MountFd>,
-    /// Proxy mode: the sandbox gets the egress listener (handed back with
+    /// The network mode when it is not the profile's own (a server's `codebox.toml` may
+    /// set it). In proxy mode the sandbox gets the egress listener (handed back with
     /// [`Response::Spawned`]), the proxy environment and, when given, the trust bundle.
     #[serde(default)]
-    pub egress: Option<SpawnEgress>,
+    pub network: Option<SpawnNetwork>,
 }
 
-/// What a proxy-mode sandbox needs beyond its profile.
+/// A sandbox's network mode, with what proxy mode needs beyond the profile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpawnEgress {
-    /// Host directory holding `ca-bundle.pem`, bound read-only at `/etc/codebox`.
-    pub trust: Option<PathBuf>,
+#[serde(rename_all = "snake_case")]
+pub enum SpawnNetwork {
+    None,
+    Loopback,
+    Proxy {
+        /// Host directory holding `ca-bundle.pem`, bound read-only at `/etc/codebox`.
+        trust: Option<PathBuf>,
+    },
+}
+
+impl SpawnNetwork {
+    pub fn mode(&self) -> crate::egress::NetworkMode {
+        match self {
+            SpawnNetwork::None => crate::egress::NetworkMode::None,
+            SpawnNetwork::Loopback => crate::egress::NetworkMode::Loopback,
+            SpawnNetwork::Proxy { .. } => crate::egress::NetworkMode::Proxy,
+        }
+    }
 }
 
 /// A detached mount shared by the specs that carry it; equal only to itself.

@@ -1,0 +1,251 @@
+//! The egress proxy's part in an execution (`crate::egress` is the proxy itself):
+//!
+//! - the network mode every sandbox is spawned with, and the trust bundle it binds;
+//! - a request's `network` argument, which can only narrow the server's allowlist;
+//! - the listener of a proxy-mode sandbox, served for the run and its report taken at the
+//!   end (a keep-alive interpreter's listener is served anew for each run);
+//! - configured secrets redacted from everything an execution returns, whatever the PII
+//!   mode: a secret never enters the sandbox, so one that comes back out got there by a
+//!   way the proxy did not see (an API that reflects a transformed credential, say);
+//! - the execute tools' descriptions and input schema saying what network the code has.
+
+use std::os::fd::OwnedFd;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+
+use super::CodeboxServer;
+use crate::egress::{Egress, EgressReport, EgressRun, Narrowing, NetworkMode, Secrets};
+use crate::execution::ExecutionResult;
+
+impl CodeboxServer {
+    /// The narrowing a call asks for with `network`, or why it is refused.
+    pub(super) fn narrowing(&self, asked: Option<&[String]>) -> Result<Narrowing, String> {
+        let s = &self.state.settings;
+        match (asked, &s.egress) {
+            (None, _) => Ok(Narrowing::none()),
+            (Some(hosts), Some(egress)) => {
+                egress.policy().narrowed(hosts).map_err(|e| e.to_string())
+            }
+            (Some(_), None) => Err(format!(
+                "network: this server's sandboxes have no egress (network mode {}); \
+                 the code cannot reach any host",
+                s.profile.network_mode
+            )),
+        }
+    }
+}
+
+impl CodeboxServer {
+    /// A narrowing that allows no host (for sandboxes that need none).
+    pub(super) fn no_hosts(&self) -> Narrowing {
+        match &self.state.settings.egress {
+            Some(egress) => egress
+                .policy()
+                .narrowed(&[])
+                .expect("an empty list holds no pattern to refuse"),
+            None => Narrowing::none(),
+        }
+    }
+}
+
+/// `health.network`: the mode, and in proxy mode the policy (hosts, never secret values)
+/// and the counters since start.
+pub(super) fn health(settings: &super::Settings) -> serde_json::Value {
+    let mode = serde_json::to_value(settings.profile.network_mode).unwrap_or_default();
+    match &settings.egress {
+        Some(egress) => {
+            let mut v = egress.health();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("mode".into(), mode);
+                o.insert(
+                    "proxy".into(),
+                    format!("http://127.0.0.1:{}", crate::runtime::EGRESS_PORT).into(),
+                );
+            }
+            v
+        }
+        None => serde_json::json!({ "mode": mode }),
+    }
+}
+
+/// Starts the egress proxy on a proxy-mode sandbox's listener, for one run.
+pub(super) fn serve(
+    egress: Option<&Egress>,
+    listener: Option<OwnedFd>,
+    narrowing: &Narrowing,
+) -> Option<EgressRun> {
+    match (egress, listener) {
+        (Some(egress), Some(listener)) => {
+            Some(egress.start(std::net::TcpListener::from(listener), narrowing.clone()))
+        }
+        (None, Some(_)) => {
+            // A proxy-mode sandbox on a server without egress: its connections are
+            // refused when the listener closes here.
+            tracing::warn!("a sandbox came with an egress listener but egress is off");
+            None
+        }
+        (_, None) => None,
+    }
+}
+
+/// A keep-alive interpreter's listener, served for one more run: a copy of the same
+/// socket, so the interpreter keeps its listener between runs (connections made while no
+/// run is on wait in its backlog).
+pub(super) fn serve_again(
+    egress: Option<&Egress>,
+    listener: Option<&OwnedFd>,
+    narrowing: &Narrowing,
+) -> Result<Option<EgressRun>, String> {
+    let copy = match listener {
+        Some(l) => Some(
+            l.try_clone()
+                .map_err(|e| format!("cannot serve the session's egress listener: {e}"))?,
+        ),
+        None => None,
+    };
+    Ok(serve(egress, copy, narrowing))
+}
+
+/// Ends a run's proxy (every connection of it) and returns its report.
+pub(super) async fn finish(run: Option<EgressRun>) -> Option<EgressReport> {
+    match run {
+        Some(run) => Some(run.finish().await),
+        None => None,
+    }
+}
+
+/// Every configured secret replaced in what a result carries back: output, the
+/// connection records' reasons, tool call errors and the channel error.
+pub(super) fn redact_secrets(secrets: &Secrets, r: &mut ExecutionResult) {
+    if secrets.is_empty() {
+        return;
+    }
+    let redact = |text: &mut String| {
+        let out = secrets.redact_all(text.as_bytes());
+        if out != text.as_bytes() {
+            *text = String::from_utf8_lossy(&out).into_owned();
+        }
+    };
+    redact(&mut r.stdout);
+    redact(&mut r.stderr);
+    for call in &mut r.tool_calls {
+        if let Some(e) = &mut call.error {
+            redact(e);
+        }
+    }
+    if let Some(e) = &mut r.tool_channel_error {
+        redact(e);
+    }
+    if let Some(network) = &mut r.network {
+        for c in &mut network.connections {
+            if let Some(reason) = &mut c.reason {
+                redact(reason);
+            }
+        }
+    }
+}
+
+/// Tells the model what network its code has: in proxy mode the execute tools say so in
+/// their description and take `network` (hosts, narrowing the server's allowlist).
+pub(super) fn describe_network(router: &mut ToolRouter<CodeboxServer>, mode: NetworkMode) {
+    if mode != NetworkMode::Proxy {
+        return;
+    }
+    for name in ["execute_python", "execute_typescript"] {
+        let Some(route) = router.map.get_mut(name) else {
+            continue;
+        };
+        let tool = &mut route.attr;
+        if let Some(d) = &tool.description {
+            let d = d
+                .replace(
+                    "(stdlib, no network)",
+                    "(stdlib; HTTP(S) to allowed hosts only, see health)",
+                )
+                .replace(
+                    "(Deno 2, no network, no npm)",
+                    "(Deno 2; fetch to allowed hosts only, see health)",
+                );
+            tool.description = Some(d.into());
+        }
+        let mut schema = (*tool.input_schema).clone();
+        if let Some(serde_json::Value::Object(props)) = schema.get_mut("properties") {
+            props.insert(
+                "network".into(),
+                serde_json::json!({"type": "array", "items": {"type": "string"},
+                    "description": "hosts the code may reach (narrows the allowlist; [] none)"}),
+            );
+        }
+        tool.input_schema = std::sync::Arc::new(schema);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(stdout: &str) -> ExecutionResult {
+        let outcome = crate::sandbox::Outcome {
+            status: Some(crate::sandbox::ProgramStatus::Exited(0)),
+            timed_out: false,
+            stdout: crate::sandbox::Captured {
+                bytes: stdout.as_bytes().to_vec(),
+                truncated: false,
+                total_bytes: stdout.len() as u64,
+            },
+            stderr: Default::default(),
+            duration: std::time::Duration::from_millis(1),
+            landlock: None,
+            cgroup: None,
+        };
+        crate::execution::result_from(crate::runtime::Language::Python, None, false, outcome)
+    }
+
+    #[test]
+    fn secrets_are_redacted_everywhere_a_result_carries_text() {
+        let secrets = Secrets::new(&["s3cr3t-token".to_string()]);
+        let mut r = result("got s3cr3t-token back\n");
+        r.stderr = "Bearer s3cr3t-token".into();
+        r.tool_channel_error = Some("s3cr3t-token".into());
+        let mut rec = crate::egress::ConnectionRecord::new(
+            crate::egress::ConnectionKind::Http,
+            "api.example.com".into(),
+            80,
+        );
+        rec.reason = Some("echo s3cr3t-token".into());
+        r.network = Some(EgressReport {
+            connections: vec![rec],
+            ..Default::default()
+        });
+        redact_secrets(&secrets, &mut r);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(!text.contains("s3cr3t-token"), "{text}");
+        assert!(r.stdout.contains(crate::egress::REDACTED), "{}", r.stdout);
+        // Nothing configured: nothing touched.
+        let mut r = result("plain");
+        redact_secrets(&Secrets::new(&[]), &mut r);
+        assert_eq!(r.stdout, "plain");
+    }
+
+    #[test]
+    fn proxy_mode_adds_network_to_the_execute_tools() {
+        let mut router = CodeboxServer::all_tools();
+        describe_network(&mut router, NetworkMode::None);
+        let t = router.get("execute_python").unwrap().clone();
+        assert!(!t.input_schema["properties"]
+            .as_object()
+            .unwrap()
+            .contains_key("network"));
+        describe_network(&mut router, NetworkMode::Proxy);
+        for name in ["execute_python", "execute_typescript"] {
+            let t = router.get(name).unwrap();
+            assert!(
+                t.input_schema["properties"]["network"].is_object(),
+                "{name}"
+            );
+            let d = t.description.as_deref().unwrap();
+            assert!(d.contains("allowed hosts only"), "{d}");
+            assert!(!d.contains("no network"), "{d}");
+        }
+    }
+}
