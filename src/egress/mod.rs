@@ -22,6 +22,7 @@ mod address;
 mod ca;
 pub mod config;
 mod connect;
+mod credentials;
 mod engine;
 mod forward;
 mod head;
