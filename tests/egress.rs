@@ -417,8 +417,13 @@ async fn malformed_requests_get_a_clear_answer() {
         ),
         (
             b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-            505,
+            400,
             "codebox: HTTP/2 is not supported",
+        ),
+        (
+            b"GET http://api.test/ HTTP/3.0\r\n\r\n",
+            400,
+            "codebox: only HTTP/1.0 and HTTP/1.1",
         ),
         (
             b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n",
@@ -856,6 +861,45 @@ async fn connection_and_byte_limits_are_named() {
         record(&report, "api.test").reason.as_deref(),
         Some("limit max_bytes_down (16K) reached")
     );
+}
+
+#[tokio::test]
+async fn an_upload_past_max_bytes_up_is_cut() {
+    let pki = TestPki::new();
+    let origin = Origin::start(None).await;
+    let port = origin.port();
+    let mut p = proxy(
+        &pki,
+        &format!(
+            "allow = [\"api.test:{port}\"]\nallow_private = [\"127.0.0.1\"]\nmax_bytes_up = \"8K\""
+        ),
+        |_| {},
+    )
+    .await;
+    let mut sender = http_client(TcpStream::connect(p.addr).await.unwrap()).await;
+    let req = http::Request::post(format!("http://api.test:{port}/echo"))
+        .header("host", "api.test")
+        .body(http_body_util::Full::new(bytes::Bytes::from(vec![
+            b'u';
+            100_000
+        ])))
+        .unwrap();
+    let got = send(&mut sender, req).await;
+    match got {
+        Ok(g) => {
+            assert_eq!(g.status, 502, "{}", g.body);
+            assert!(
+                g.body.contains("limit max_bytes_up (8K) reached"),
+                "{}",
+                g.body
+            );
+        }
+        Err(e) => eprintln!("the client saw the connection end: {e}"),
+    }
+    drop(sender);
+    let report = p.finish().await;
+    assert_eq!(report.limit_reached.as_deref(), Some("max_bytes_up (8K)"));
+    assert_eq!(report.bytes_up, 8 << 10);
 }
 
 #[tokio::test]
