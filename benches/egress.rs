@@ -13,7 +13,7 @@
 //! over `direct` from a separate interleaved run printed at the end. Goals on a 2-core
 //! machine: ≤ 0.5 ms over direct for `tunnel`, ≤ 2 ms for `intercept`.
 
-#[path = "../tests/egress_support/mod.rs"]
+#[path = "../tests/egress/support.rs"]
 mod support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
