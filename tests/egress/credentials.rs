@@ -227,3 +227,48 @@ async fn python_urllib_through_the_proxy() {
     let report = p.finish().await;
     assert_eq!(record(&report, "api.test").kind, ConnectionKind::Intercept);
 }
+
+/// curl (OpenSSL's verifier, as Node and most tools use it) through the proxy with only
+/// the sandbox bundle: the intercepted host's leaf must pass a strict X.509 check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_trusts_the_bundle() {
+    if std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipping: no curl on this host");
+        return;
+    }
+    let pki = TestPki::new();
+    let origin = Origin::start(Some(pki.server.clone())).await;
+    let port = origin.port();
+    let mut p = proxy(
+        &pki,
+        &format!(
+            "allow = [\"api.test:{port}\"]\nallow_private = [\"127.0.0.1\"]\n\
+             [[credentials]]\nhost = \"api.test:{port}\"\nheader = \"X-Api-Key\"\nvalue = \"env:TOKEN\"\n"
+        ),
+        |_| {},
+    )
+    .await;
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--proxy"])
+        .arg(format!("http://{}", p.addr))
+        .arg("--cacert")
+        .arg(p.bundle())
+        .arg(format!("https://api.test:{port}/echo"))
+        .env_clear()
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("x-api-key: [REDACTED]"), "{stdout}");
+    assert_eq!(origin.last().header("x-api-key"), Some(SECRET));
+    p.finish().await;
+}
