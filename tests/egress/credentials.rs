@@ -272,3 +272,43 @@ async fn curl_trusts_the_bundle() {
     assert_eq!(origin.last().header("x-api-key"), Some(SECRET));
     p.finish().await;
 }
+
+/// The proxy verifies the upstream before it answers the CONNECT: an origin whose
+/// certificate no trusted root signed is a 502 naming the reason, and no request (with
+/// the secret) is ever sent to it.
+#[tokio::test]
+async fn an_upstream_with_an_untrusted_certificate_gets_no_secret() {
+    let pki = TestPki::new();
+    let stranger = TestPki::new();
+    let origin = Origin::start(Some(stranger.server.clone())).await;
+    let port = origin.port();
+    let mut p = proxy(
+        &pki,
+        &format!(
+            "allow = [\"api.test:{port}\"]\nallow_private = [\"127.0.0.1\"]\n\
+             [[credentials]]\nhost = \"api.test:{port}\"\nbearer = \"env:TOKEN\"\n"
+        ),
+        |_| {},
+    )
+    .await;
+    let answer = connect(p.addr, &format!("api.test:{port}"))
+        .await
+        .unwrap_err();
+    assert_eq!(answer.status, 502);
+    assert!(
+        answer.body.starts_with(&format!(
+            "codebox: egress to api.test:{port} failed (upstream certificate invalid: "
+        )),
+        "{}",
+        answer.body
+    );
+    assert_eq!(origin.count(), 0);
+    let report = p.finish().await;
+    let r = record(&report, "api.test");
+    assert!(r
+        .reason
+        .as_deref()
+        .unwrap()
+        .starts_with("upstream certificate invalid"));
+    assert!(!r.credential_added);
+}

@@ -136,6 +136,7 @@ impl Origin {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
+                let _ = tcp.set_nodelay(true);
                 let seen = seen2.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
