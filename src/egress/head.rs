@@ -328,6 +328,16 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_internationalised_connect_target_becomes_punycode() {
+        match first("CONNECT BÜcher.example.:443 HTTP/1.1\r\n\r\n".as_bytes()).await {
+            Ok(FirstRequest::Connect { target, .. }) => {
+                assert_eq!(target.to_string(), "xn--bcher-kva.example:443")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
     async fn absolute_form_is_passed_on_whole() {
         let req = b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\n\r\n";
         match first(req).await {
