@@ -84,6 +84,11 @@ async fn credentials_reach_the_origin_and_never_the_client() {
     assert!(got.body.contains("authorization: [REDACTED]"), "{all}");
     assert!(got.body.contains("body hello"));
 
+    // The origin ends its connection: the proxy opens a new one to the same checked
+    // address for the next request, the program's connection stays.
+    let got = send(&mut sender, get("/close", "api.test")).await.unwrap();
+    assert_eq!(got.body, "closing\n");
+
     // The secret dripped a byte per chunk: redacted across every boundary.
     let got = send(&mut sender, get("/drip", "api.test")).await.unwrap();
     assert_eq!(got.body, "before [REDACTED] middle [REDACTED] after");
@@ -108,7 +113,7 @@ async fn credentials_reach_the_origin_and_never_the_client() {
     let r = record(&report, "api.test");
     assert_eq!(r.kind, ConnectionKind::Intercept);
     assert!(r.credential_added && r.allowed);
-    assert_eq!(r.requests, Some(3));
+    assert_eq!(r.requests, Some(4));
     assert_eq!(r.status, Some(200), "the upstream's last status");
     assert_eq!(record(&report, "echo.test").kind, ConnectionKind::Connect);
     let json = serde_json::to_string(&report).unwrap();

@@ -223,7 +223,8 @@ fn drip(text: String) -> BoxBody<Bytes, Infallible> {
 
 /// `/echo` (the request back: headers as `x-echo-*` and in the body), `/drip` (the
 /// `authorization` header back a byte at a time), `/redirect?to=URL`, `/big?n=N`,
-/// `/hang` (never answers), `/gzip`, `/huge-head` (a 300 KB header), `/ok`.
+/// `/hang` (never answers), `/gzip`, `/huge-head` (a 300 KB header), `/ok`, `/close` (ends
+/// the connection after answering).
 async fn route(
     req: Request<Incoming>,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -259,6 +260,11 @@ async fn route_full(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Resp
     let mut resp = Response::new(Full::new(Bytes::new()));
     match uri.path() {
         "/ok" => *resp.body_mut() = Full::new(Bytes::from_static(b"ok\n")),
+        "/close" => {
+            resp.headers_mut()
+                .insert(http::header::CONNECTION, "close".parse().unwrap());
+            *resp.body_mut() = Full::new(Bytes::from_static(b"closing\n"));
+        }
         "/echo" => {
             let body = req
                 .into_body()
