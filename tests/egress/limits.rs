@@ -340,3 +340,80 @@ async fn hostile_upstreams_get_a_bounded_answer() {
     );
     p.finish().await;
 }
+
+/// One execution floods its proxy with slow-loris connections and a tunnel to an origin
+/// that never answers; another execution of the same engine is served as usual, and both
+/// finish promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooded_run_does_not_slow_another() {
+    let pki = TestPki::new();
+    let origin = Origin::start(Some(pki.server.clone())).await;
+    let port = origin.port();
+    let mut flooded = proxy(
+        &pki,
+        &format!("allow = [\"api.test:{port}\"]\nallow_private = [\"127.0.0.1\"]"),
+        |_| {},
+    )
+    .await;
+    // A second run of the same engine.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let calm_addr = listener.local_addr().unwrap();
+    let calm = flooded
+        .egress
+        .start(listener, codebox::egress::Narrowing::none());
+
+    let mut flood = Vec::new();
+    for _ in 0..200 {
+        let addr = flooded.addr;
+        flood.push(tokio::spawn(async move {
+            let Ok(mut s) = TcpStream::connect(addr).await else {
+                return;
+            };
+            for b in b"CONNECT api.test:" {
+                if s.write_all(&[*b]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    let tunnel = connect(calm_addr, &format!("api.test:{port}"))
+        .await
+        .unwrap();
+    let tls = tls(tunnel, "api.test", client_tls(&[&pki.ca_pem]))
+        .await
+        .unwrap();
+    let mut sender = http_client(tls).await;
+    let got = send(&mut sender, get("/ok", "api.test")).await.unwrap();
+    assert_eq!(got.status, 200);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "the calm run waited {:?}",
+        started.elapsed()
+    );
+
+    let started = Instant::now();
+    let report = flooded.finish().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        report.limit_reached.as_deref(),
+        Some("max_concurrent_connections (16)")
+    );
+    assert!(
+        report.dropped > 0,
+        "past 100 records are counted: {}",
+        report.dropped
+    );
+    let calm_report = calm.finish().await;
+    assert_eq!((calm_report.allowed, calm_report.denied), (1, 0));
+    for f in flood {
+        f.abort();
+    }
+}
