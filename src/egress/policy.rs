@@ -14,7 +14,7 @@ use serde_json::json;
 use super::address::{self, PrivateRule};
 use super::config::NetworkSection;
 use super::credentials::credential;
-pub use super::credentials::{Credential, Inject};
+pub(crate) use super::credentials::{Credential, Inject};
 use super::pattern::{Host, HostPattern, Target};
 use crate::units::{parse_duration, parse_size};
 
@@ -190,7 +190,7 @@ impl EgressPolicy {
     }
 
     /// The decision for `target` by name (addresses are checked after resolution).
-    pub fn decide(&self, target: &Target, narrowing: &Narrowing) -> Verdict {
+    pub(crate) fn decide(&self, target: &Target, narrowing: &Narrowing) -> Verdict {
         if let Some(d) = self.deny.iter().find(|d| d.matches(target)) {
             return Verdict::Denied {
                 reason: format!("denied by rule {d}"),
@@ -227,7 +227,7 @@ impl EgressPolicy {
     }
 
     /// The credentials for `target` over TLS (`tls`) or plain HTTP.
-    pub fn credentials_for(&self, target: &Target, tls: bool) -> Vec<&Credential> {
+    pub(crate) fn credentials_for(&self, target: &Target, tls: bool) -> Vec<&Credential> {
         self.credentials
             .iter()
             .filter(|c| c.applies_to(target, tls))
