@@ -165,9 +165,11 @@ impl CertAuthority {
 
 /// Makes the CA in a fresh temporary directory and renames it to `dir`.
 fn create(state_dir: &Path, dir: &Path) -> Result<()> {
+    // The state directory itself stays traversable (the sandbox trust bundle lives in
+    // it); the CA directory is 0700 and the key 0600.
     fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
+        .mode(0o755)
         .create(state_dir)
         .map_err(io("create", state_dir))?;
     let tmp = tempfile::Builder::new()

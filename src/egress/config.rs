@@ -96,7 +96,7 @@ impl NetworkSection {
 /// `host` is one exact host name or IP literal, with an optional `:port` (without one: 443,
 /// and 80 when `allow_plain_http`). Wildcards are refused: a secret sent to every subdomain
 /// of a name also reaches subdomains that serve other people's content.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialSection {
     pub host: String,
@@ -112,6 +112,30 @@ pub struct CredentialSection {
     /// `http://` and have the secret sent in clear.
     #[serde(default)]
     pub allow_plain_http: bool,
+}
+
+/// A secret as it may be shown: `env:VAR` references as written, literal values never.
+fn shown(secret: &Option<String>) -> Option<&str> {
+    secret.as_deref().map(|v| {
+        if v.starts_with("env:") {
+            v
+        } else {
+            "<literal, not shown>"
+        }
+    })
+}
+
+impl fmt::Debug for CredentialSection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CredentialSection")
+            .field("host", &self.host)
+            .field("header", &self.header)
+            .field("value", &shown(&self.value))
+            .field("bearer", &shown(&self.bearer))
+            .field("query", &self.query)
+            .field("allow_plain_http", &self.allow_plain_http)
+            .finish()
+    }
 }
 
 #[cfg(test)]
@@ -174,5 +198,18 @@ mod tests {
         assert_eq!(s.credentials[0].bearer.as_deref(), Some("env:API_TOKEN"));
         assert!(!s.credentials[0].allow_plain_http);
         assert_eq!(s.max_connections, Some(8));
+        let shown = format!("{s:?}");
+        assert!(shown.contains("env:API_TOKEN"), "{shown}");
+    }
+
+    #[test]
+    fn debug_never_shows_a_literal_secret() {
+        let s = parse(
+            "[[credentials]]\nhost = \"a.example\"\nheader = \"X-Key\"\nvalue = \"literal-s3cret\"",
+        )
+        .unwrap();
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("literal-s3cret"), "{shown}");
+        assert!(shown.contains("<literal, not shown>"), "{shown}");
     }
 }

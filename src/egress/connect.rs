@@ -102,6 +102,8 @@ pub async fn open(
         let reason = first_refusal.unwrap_or_else(|| "no address".into());
         let refusal = Refusal::denied(&shown, &reason);
         rec.deny(reason, None);
+        // No rule decided this: the lack of an `allow_private` rule did.
+        rec.record.rule = None;
         return Err(refusal);
     }
 

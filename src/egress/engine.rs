@@ -314,6 +314,13 @@ impl Conn {
 }
 
 async fn serve_client(run: Arc<Run>, stream: TcpStream, _slot: OwnedSemaphorePermit) {
+    // Small writes (a CONNECT answer, then TLS records) must not wait for an ACK.
+    if let Err(err) = stream.set_nodelay(true) {
+        tracing::debug!(
+            ?err,
+            "egress: cannot set TCP_NODELAY on a client connection"
+        );
+    }
     let conn = Conn {
         cancel: run.cancel.child_token(),
         run,

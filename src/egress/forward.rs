@@ -42,6 +42,11 @@ pub fn refusal_response(refusal: &Refusal) -> Response<ProxyBody> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    if refusal.status == StatusCode::BAD_REQUEST {
+        // A client that sent something malformed gets no second chance on this connection.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     resp
 }
 

@@ -163,10 +163,9 @@ const PROXY_USAGE: &str =
 
 fn parse(buf: &[u8]) -> Parsed {
     if buf.starts_with(b"PRI * HTTP/2") {
-        return Parsed::Invalid(Refusal {
-            status: StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-            message: "HTTP/2 is not supported by the egress proxy; use HTTP/1.1".into(),
-        });
+        return Parsed::Invalid(Refusal::bad_request(
+            "HTTP/2 is not supported by the egress proxy; use HTTP/1.1",
+        ));
     }
     let mut headers = [httparse::EMPTY_HEADER; 100];
     let mut req = httparse::Request::new(&mut headers);
@@ -177,10 +176,9 @@ fn parse(buf: &[u8]) -> Parsed {
             status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             message: "more than 100 request headers".into(),
         }),
-        Err(httparse::Error::Version) => Parsed::Invalid(Refusal {
-            status: StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-            message: "only HTTP/1.0 and HTTP/1.1 are supported".into(),
-        }),
+        Err(httparse::Error::Version) => Parsed::Invalid(Refusal::bad_request(
+            "only HTTP/1.0 and HTTP/1.1 are supported",
+        )),
         Err(e) => Parsed::Invalid(Refusal::bad_request(format!(
             "malformed request ({e}); {PROXY_USAGE}"
         ))),
@@ -330,6 +328,16 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_internationalised_connect_target_becomes_punycode() {
+        match first("CONNECT BÜcher.example.:443 HTTP/1.1\r\n\r\n".as_bytes()).await {
+            Ok(FirstRequest::Connect { target, .. }) => {
+                assert_eq!(target.to_string(), "xn--bcher-kva.example:443")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
     async fn absolute_form_is_passed_on_whole() {
         let req = b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\n\r\n";
         match first(req).await {
@@ -348,7 +356,7 @@ mod tests {
             r.body()
         );
         let r = refused(first(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await);
-        assert_eq!(r.status, 505);
+        assert_eq!(r.status, 400);
         let r =
             refused(first(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 garbage\r\n\r\n").await);
         assert_eq!(r.status, 400);

@@ -40,23 +40,28 @@ pub const MAX_UPSTREAM_HEAD: usize = 256 << 10;
 
 type Upstream = TlsStream<Metered<TcpStream>>;
 
-/// Opens the proxy's own TLS connection over `tcp` to `target`.
+/// Opens the proxy's own TLS connection over `tcp` to `target`; a failure is the status
+/// to answer (504 for a timeout, else 502) and the reason.
 async fn upstream_tls(
     conn: &Conn,
     target: &Target,
     tcp: Metered<TcpStream>,
-) -> Result<Upstream, String> {
+) -> Result<Upstream, (StatusCode, String)> {
+    let bad = |why: String| (StatusCode::BAD_GATEWAY, why);
     let name = ServerName::try_from(target.host_for_tls())
-        .map_err(|e| format!("invalid server name: {e}"))?;
+        .map_err(|e| bad(format!("invalid server name: {e}")))?;
     let connector = TlsConnector::from(conn.shared().client_tls.clone());
     let timeout = conn.shared().policy.limits().connect_timeout;
     match tokio::time::timeout(timeout, connector.connect(name, tcp)).await {
-        Err(_) => Err(format!(
-            "upstream TLS handshake timed out after {}",
-            human_duration(timeout)
+        Err(_) => Err((
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "upstream TLS handshake timed out after {}",
+                human_duration(timeout)
+            ),
         )),
         Ok(Ok(tls)) => Ok(tls),
-        Ok(Err(e)) => Err(
+        Ok(Err(e)) => Err(bad(
             match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
                 Some(rustls::Error::InvalidCertificate(why)) => {
                     format!("upstream certificate invalid: {why:?}")
@@ -64,7 +69,7 @@ async fn upstream_tls(
                 Some(other) => format!("upstream TLS handshake failed: {other}"),
                 None => format!("upstream TLS handshake failed: {e}"),
             },
-        ),
+        )),
     }
 }
 
@@ -100,13 +105,8 @@ pub async fn serve(
     let shown = target.to_string();
     let tls_up = match upstream_tls(conn, &target, upstream).await {
         Ok(t) => t,
-        Err(reason) => {
+        Err((status, reason)) => {
             tracing::warn!(target = %shown, reason = %reason, "egress: upstream TLS failed");
-            let status = if reason.contains("timed out") {
-                StatusCode::GATEWAY_TIMEOUT
-            } else {
-                StatusCode::BAD_GATEWAY
-            };
             let refusal = Refusal::failed(status, &shown, &reason);
             rec.reason(reason);
             write_refusal(&mut client, &refusal).await;
@@ -264,7 +264,9 @@ impl Intercepted {
             meter,
             self.conn.activity.clone(),
         );
-        let tls = upstream_tls(&self.conn, &self.target, metered).await?;
+        let tls = upstream_tls(&self.conn, &self.target, metered)
+            .await
+            .map_err(|(_, reason)| reason)?;
         http_client(&self.conn, tls).await
     }
 }

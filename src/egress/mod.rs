@@ -11,8 +11,43 @@
 //! (terminating TLS with a certificate of the per-installation CA) so that secrets never
 //! enter the sandbox.
 //!
+//! # What it protects against, and what not
+//!
+//! Protects (given the kernel keeps the program on this one socket):
+//! - reaching a host the policy does not allow, whatever the program writes: the decision
+//!   is on the CONNECT target or the absolute URL, never on a `Host` header; names are
+//!   normalised (case, trailing dot, IDNA) before matching, and numeric-looking names that
+//!   resolvers read as IPv4 addresses are refused;
+//! - SSRF into the host's networks: names resolve on the supervisor and every address is
+//!   checked (loopback, RFC 1918, CGNAT, link-local and the metadata address, ULA,
+//!   multicast, reserved, and IPv4 embedded in mapped/NAT64/6to4 addresses); the proxy
+//!   connects to an address it checked, so DNS rebinding gains nothing;
+//! - request smuggling through the proxy: hyper parses, and the proxy re-frames every
+//!   forwarded request (framing and hop-by-hop headers are dropped);
+//! - a secret in the sandbox: it exists only in the supervisor and on the wire to its host
+//!   (verified TLS, or plain HTTP only where `allow_plain_http` says so); responses from
+//!   that host are redacted (headers and bodies, streaming), compressed ones refused, and
+//!   byte ranges are not requested; records, logs, errors and `health` never hold it;
+//! - one execution starving others: each connection is its own task with head, idle and
+//!   connect timeouts, and each execution has its own connection, concurrency and byte
+//!   budgets.
+//!
+//! Does not protect against:
+//! - what an allowed host does with what the program sends it (exfiltration to an allowed
+//!   host is allowed traffic); a tunnel is opaque, the proxy sees only its size;
+//! - an allowed host that reflects the secret transformed (encoded, split across
+//!   responses by the host's own logic, reversed): redaction finds the configured values
+//!   and their URL encoding, nothing cleverer; credentials should go only to hosts that
+//!   do not echo requests;
+//! - a credentialed host that redirects elsewhere: the client's next connection is
+//!   checked like any other, but whatever that host put in the URL is the program's;
+//! - timing and size side channels, and anything a host with `allow_private` access
+//!   exposes;
+//! - a program that trusts the codebox CA for other purposes: the CA certificate is
+//!   public to sandboxes, its key never leaves `<state_dir>/egress-ca` (0600).
+//!
 //! Layout: `config` (the TOML section), `pattern` (host names and patterns), `address`
-//! (public or not; `allow_private`), `policy` (decisions, narrowing, limits, credentials),
+//! (public or not; `allow_private`), `policy` (decisions, narrowing, limits), `credentials`,
 //! `resolve`, `ca` and `tls` (certificates and TLS configurations), `engine` (shared part,
 //! runs, accept loop), `head` (the first request), `connect` (resolve, check, connect),
 //! `tunnel` (CONNECT), `intercept` (TLS termination), `plain` (absolute-form HTTP),
@@ -22,6 +57,7 @@ mod address;
 mod ca;
 pub mod config;
 mod connect;
+mod credentials;
 mod engine;
 mod forward;
 mod head;
@@ -36,13 +72,41 @@ pub mod resolve;
 mod tls;
 mod tunnel;
 
+pub use ca::Error as CaError;
+pub use config::Error as ConfigError;
 pub use config::{CredentialSection, NetworkMode, NetworkSection};
+pub use engine::Error as EgressError;
 pub use engine::{Egress, EgressOptions, EgressRun};
+pub use policy::Error as PolicyError;
 pub use policy::{EgressPolicy, Limits, Narrowing};
 pub use record::{ConnectionKind, ConnectionRecord, EgressReport};
 pub use redact::{Redactor, Secrets, REDACTED};
 pub use resolve::{Resolve, StaticResolver, SystemResolver};
+pub use tls::Error as TlsError;
 
 /// The proxy's port inside every sandbox's network namespace (one per namespace, so a
 /// fixed port is fine).
 pub const PROXY_PORT: u16 = 3128;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>(_: &T) {}
+
+    /// The integrator keeps an `Egress` in an `Arc` across tasks and finishes runs from
+    /// spawned tasks.
+    #[test]
+    fn types_cross_tasks() {
+        send_sync::<Egress>();
+        send_sync::<EgressRun>();
+        send_sync::<EgressPolicy>();
+        send_sync::<Narrowing>();
+        send_sync::<EgressReport>();
+        fn finish_is_send(run: EgressRun) {
+            send(&run.finish());
+        }
+        let _ = finish_is_send;
+    }
+}

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -135,6 +136,7 @@ impl Origin {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
+                let _ = tcp.set_nodelay(true);
                 let seen = seen2.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
@@ -188,9 +190,57 @@ fn query_value(uri: &http::Uri, key: &str) -> Option<String> {
     })
 }
 
-/// `/echo` (the request back: headers as `x-echo-*` and in the body), `/redirect?to=URL`,
-/// `/big?n=N`, `/hang` (never answers), `/gzip`, `/huge-head` (a 300 KB header), `/ok`.
-async fn route(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Response<Full<Bytes>> {
+/// A body sent one byte per frame, 2 ms apart: a secret in it crosses every chunk boundary.
+struct Drip {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+}
+
+impl hyper::body::Body for Drip {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|b| b.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+fn drip(text: String) -> BoxBody<Bytes, Infallible> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        for b in text.into_bytes() {
+            if tx.send(Bytes::from(vec![b])).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    });
+    Drip { rx }.boxed()
+}
+
+/// `/echo` (the request back: headers as `x-echo-*` and in the body), `/drip` (the
+/// `authorization` header back a byte at a time), `/redirect?to=URL`, `/big?n=N`,
+/// `/hang` (never answers), `/gzip`, `/huge-head` (a 300 KB header), `/ok`, `/close` (ends
+/// the connection after answering).
+async fn route(
+    req: Request<Incoming>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+) -> Response<BoxBody<Bytes, Infallible>> {
+    if req.uri().path() == "/drip" {
+        let auth = req
+            .headers()
+            .get("authorization")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default();
+        return Response::new(drip(format!("before {auth} middle {auth} after")));
+    }
+    route_full(req, seen).await.map(|b| b.boxed())
+}
+
+async fn route_full(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Response<Full<Bytes>> {
     let headers: Vec<(String, String)> = req
         .headers()
         .iter()
@@ -210,6 +260,11 @@ async fn route(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Response<
     let mut resp = Response::new(Full::new(Bytes::new()));
     match uri.path() {
         "/ok" => *resp.body_mut() = Full::new(Bytes::from_static(b"ok\n")),
+        "/close" => {
+            resp.headers_mut()
+                .insert(http::header::CONNECTION, "close".parse().unwrap());
+            *resp.body_mut() = Full::new(Bytes::from_static(b"closing\n"));
+        }
         "/echo" => {
             let body = req
                 .into_body()
