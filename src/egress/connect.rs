@@ -24,8 +24,21 @@ pub struct Dialed {
 }
 
 /// Counts the connection, decides, resolves, checks and connects. The record is filled in
-/// (allowed, rule, address, or why not); a refusal is what the client is told.
+/// (allowed, rule, address, or why not); a refusal is what the client is told, and is
+/// kept for the run's `why` answers (see `why.rs`).
 pub async fn open(
+    conn: &Conn,
+    target: &Target,
+    rec: &mut PendingRecord,
+) -> Result<Dialed, Refusal> {
+    let opened = open_checked(conn, target, rec).await;
+    if let Err(refusal) = &opened {
+        conn.run.refusals.note(&target.to_string(), refusal);
+    }
+    opened
+}
+
+async fn open_checked(
     conn: &Conn,
     target: &Target,
     rec: &mut PendingRecord,

@@ -145,6 +145,7 @@ impl Egress {
             recorder: Arc::default(),
             narrowing,
             cancel: CancellationToken::new(),
+            refusals: Default::default(),
         });
         let accept = tokio::spawn(accept_loop(run.clone(), listener));
         EgressRun {
@@ -171,6 +172,8 @@ pub(crate) struct Run {
     pub recorder: Arc<Recorder>,
     pub narrowing: Narrowing,
     pub cancel: CancellationToken,
+    /// The latest refusals, for [`super::why`].
+    pub refusals: super::why::Refusals,
 }
 
 /// One execution's running proxy; [`EgressRun::finish`] ends it and gives the report.

@@ -38,6 +38,9 @@ pub fn refusal_response(refusal: &Refusal) -> Response<ProxyBody> {
             .boxed(),
     );
     *resp.status_mut() = refusal.status;
+    if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(refusal.reason_phrase()) {
+        resp.extensions_mut().insert(phrase);
+    }
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),

@@ -17,6 +17,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use super::limits::human_duration;
 use super::pattern::{clip, Target};
 
+/// The longest reason phrase a refusal's status line carries.
+pub const MAX_REASON_PHRASE: usize = 300;
+
 /// A refusal the client reads: a status and the text after `codebox: `.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -61,13 +64,35 @@ impl Refusal {
         format!("codebox: {}\n", self.message)
     }
 
+    /// The status line's reason phrase: the same `codebox: ...` text. Clients that show
+    /// only the status line of a failed tunnel (CPython's "Tunnel connection failed: 403
+    /// ...", urllib's "HTTP Error 403: ...") then put the reason into the program's error.
+    /// Printable ASCII only (anything else becomes `?`), at most [`MAX_REASON_PHRASE`].
+    pub fn reason_phrase(&self) -> String {
+        let mut phrase: String = format!("codebox: {}", self.message)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        if phrase.len() > MAX_REASON_PHRASE {
+            phrase.truncate(MAX_REASON_PHRASE - 3);
+            phrase.push_str("...");
+        }
+        phrase
+    }
+
     /// A whole HTTP/1.1 response that closes the connection.
     pub fn to_bytes(&self) -> Vec<u8> {
         let body = self.body();
         format!(
             "HTTP/1.1 {} {}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             self.status.as_u16(),
-            self.status.canonical_reason().unwrap_or(""),
+            self.reason_phrase(),
             body.len()
         )
         .into_bytes()
@@ -381,7 +406,9 @@ mod tests {
         }
         let bytes = Refusal::denied("evil.example:443", "not in allowlist").to_bytes();
         let text = String::from_utf8(bytes).unwrap();
-        assert!(text.starts_with("HTTP/1.1 403 Forbidden\r\n"));
+        assert!(text.starts_with(
+            "HTTP/1.1 403 codebox: egress to evil.example:443 denied (not in allowlist)\r\n"
+        ));
         assert!(text
             .ends_with("\r\n\r\ncodebox: egress to evil.example:443 denied (not in allowlist)\n"));
     }
@@ -402,5 +429,31 @@ mod tests {
         assert_eq!(r.status, 408);
         assert_eq!(r.message, "request head not complete within 10s");
         drop(trickle);
+    }
+}
+
+#[cfg(test)]
+mod reason_phrase_tests {
+    use super::*;
+
+    #[test]
+    fn the_status_line_carries_the_reason_in_printable_ascii() {
+        let r = Refusal::denied("evil.example:443", "not in allowlist");
+        assert_eq!(
+            r.reason_phrase(),
+            "codebox: egress to evil.example:443 denied (not in allowlist)"
+        );
+        let bytes = String::from_utf8(r.to_bytes()).unwrap();
+        assert!(bytes.starts_with(
+            "HTTP/1.1 403 codebox: egress to evil.example:443 denied (not in allowlist)\r\n"
+        ));
+        // No way to end the status line early or smuggle a header.
+        let r = Refusal::bad_request("bad\r\nx-injected: 1\u{7f}é");
+        let phrase = r.reason_phrase();
+        assert!(phrase.bytes().all(|b| b == b' ' || b.is_ascii_graphic()));
+        assert!(!phrase.contains('\r') && !phrase.contains('\n'));
+        let long = Refusal::bad_request("x".repeat(5000));
+        assert_eq!(long.reason_phrase().len(), MAX_REASON_PHRASE);
+        assert!(hyper::ext::ReasonPhrase::try_from(long.reason_phrase()).is_ok());
     }
 }

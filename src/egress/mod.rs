@@ -71,6 +71,7 @@ mod redact;
 pub mod resolve;
 mod tls;
 mod tunnel;
+mod why;
 
 pub use ca::Error as CaError;
 pub use config::Error as ConfigError;
@@ -83,6 +84,7 @@ pub use record::{ConnectionKind, ConnectionRecord, EgressReport};
 pub use redact::{Redactor, Secrets, REDACTED};
 pub use resolve::{Resolve, StaticResolver, SystemResolver};
 pub use tls::Error as TlsError;
+pub use why::WHY_HOST;
 
 /// The proxy's port inside every sandbox's network namespace (one per namespace, so a
 /// fixed port is fine).

@@ -66,6 +66,9 @@ struct Plain {
 impl Plain {
     async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
         let target = match target_of(&req) {
+            Ok(t) if super::why::is_why_host(&t) => {
+                return super::why::answer(&self.conn.run.refusals, req.uri());
+            }
             Ok(t) => t,
             Err(refusal) => {
                 let mut rec = self.conn.record(ConnectionKind::Invalid, None);

@@ -156,6 +156,8 @@ function fullHint(e) {
 // would otherwise happen after the code arrives, on the request path. A cold run, whose
 // code is already there, does not pay for it.
 if (!codeWaiting()) await import("./codebox.ts");
+// Proxy mode: a refused tunnel's reason reaches the program's error (see egress.js).
+if (Deno.env.get("HTTPS_PROXY")) (await import("./egress.js")).install();
 announceReady();
 const { code, session, rest } = receive();
 if (session) {
