@@ -54,6 +54,14 @@ fn hostile_programs_cannot_grow_the_server_or_flood_its_records() {
     );
 }
 
+#[test]
+fn controlled_egress_through_the_python_sdk() {
+    run_client_script(
+        "controlled_egress_through_the_python_sdk",
+        "egress_client.py",
+    );
+}
+
 /// Where `cargo xtask test` installed the upstream MCP servers.
 fn upstreams() -> PathBuf {
     std::env::var_os("CODEBOX_TEST_UPSTREAMS")

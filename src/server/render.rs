@@ -234,7 +234,12 @@ fn network_lines(n: &crate::egress::EgressReport) -> String {
             format!("{}:{}", c.host, c.port)
         };
         let why = c.reason.as_deref().unwrap_or("denied");
-        text.push_str(&format!("denied {target}: {}\n", bounded_to(why, 300)));
+        let why = if why.len() > 300 {
+            bounded_to(why, 300)
+        } else {
+            why.to_string()
+        };
+        text.push_str(&format!("denied {target}: {why}\n"));
     }
     if let Some(limit) = &n.limit_reached {
         text.push_str(&format!("limit reached: {limit}\n"));
