@@ -51,7 +51,8 @@
 //! `resolve`, `ca` and `tls` (certificates and TLS configurations), `engine` (shared part,
 //! runs, accept loop), `head` (the first request), `connect` (resolve, check, connect),
 //! `tunnel` (CONNECT), `intercept` (TLS termination), `plain` (absolute-form HTTP),
-//! `forward` (request and response rewriting), `redact`, `limits`, `record`.
+//! `forward` (request and response rewriting), `redact`, `limits`, `record`, `why` (the
+//! answer a client that hides refusals can ask for).
 
 mod address;
 mod ca;
@@ -88,7 +89,7 @@ pub use why::WHY_HOST;
 
 /// The proxy's port inside every sandbox's network namespace (one per namespace, so a
 /// fixed port is fine).
-pub const PROXY_PORT: u16 = 3128;
+pub const PROXY_PORT: u16 = crate::runtime::EGRESS_PORT;
 
 #[cfg(test)]
 mod tests {
