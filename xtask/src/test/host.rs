@@ -15,6 +15,8 @@ const PACKAGES: &[(&str, &str)] = &[
     // runuser and useradd for the rootless pass.
     ("/usr/sbin/runuser", "util-linux"),
     ("/usr/sbin/useradd", "passwd"),
+    // curl checks the egress proxy's certificates with OpenSSL's verifier (tests/egress).
+    ("/usr/bin/curl", "curl"),
 ];
 
 pub fn is_root() -> bool {
