@@ -33,7 +33,8 @@ fn secret() -> &'static str {
 }
 
 /// The origins (an HTTPS API with a credential, a second HTTPS origin the profile allows
-/// by name but not by address) and the profile, for the whole binary.
+/// by name but not by address) and the profile, for one test (dropped with it, so its
+/// directory goes too).
 struct World {
     _rt: tokio::runtime::Runtime,
     api: Origin,
@@ -41,9 +42,8 @@ struct World {
     dir: tempfile::TempDir,
 }
 
-fn world() -> &'static World {
-    static WORLD: OnceLock<World> = OnceLock::new();
-    WORLD.get_or_init(|| {
+fn world() -> World {
+    {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -84,11 +84,10 @@ fn world() -> &'static World {
             other,
             dir,
         }
-    })
+    }
 }
 
-fn run(language: &str, code: &str) -> Value {
-    let w = world();
+fn run(w: &World, language: &str, code: &str) -> Value {
     let state = w.dir.path().join("state");
     let out = Command::new(codebox_bin())
         .args(["run", "--json", "--profile"])
@@ -183,7 +182,7 @@ fn python_calls_an_allowed_https_api_with_a_credential_it_never_sees() {
     if !sandbox_available("python_calls_an_allowed_https_api_with_a_credential_it_never_sees") {
         return;
     }
-    let w = world();
+    let w = &world();
     let port = w.api.port();
     let code = format!(
         r#"
@@ -203,7 +202,7 @@ print("tunnel", c.getresponse().status)
 "#,
         search = PYTHON_SEARCH
     );
-    let v = run("python", &code);
+    let v = run(w, "python", &code);
     assert_eq!(v["exit_code"], 0, "{v:#}");
     let out = lines(&v);
     assert!(out.contains(&"status 200"), "{v:#}");
@@ -235,7 +234,7 @@ fn typescript_calls_an_allowed_https_api_with_a_credential_it_never_sees() {
     if !sandbox_available("typescript_calls_an_allowed_https_api_with_a_credential_it_never_sees") {
         return;
     }
-    let w = world();
+    let w = &world();
     let port = w.api.port();
     let code = format!(
         r#"
@@ -253,7 +252,7 @@ for (const f of ["/etc/codebox/ca-bundle.pem", "/proc/self/environ", "/proc/self
 console.log("secret found:", JSON.stringify(found));
 "#
     );
-    let v = run("typescript", &code);
+    let v = run(w, "typescript", &code);
     assert_eq!(v["exit_code"], 0, "{v:#}");
     let out = lines(&v);
     assert!(out.contains(&"status 200"), "{v:#}");
@@ -269,7 +268,7 @@ fn refusals_carry_their_reason_to_the_program_and_the_result() {
     if !sandbox_available("refusals_carry_their_reason_to_the_program_and_the_result") {
         return;
     }
-    let w = world();
+    let w = &world();
     let (api, other) = (w.api.port(), w.other.port());
     let code = format!(
         r#"
@@ -287,7 +286,7 @@ get("bare-ip", "https://10.0.0.1/")
 get("redirect", "https://localhost:{api}/redirect?to=https://unlisted.example.com/")
 "#
     );
-    let v = run("python", &code);
+    let v = run(w, "python", &code);
     let out = stdout(&v);
     for (label, reason) in [
         (
@@ -337,7 +336,8 @@ fn typescript_refusals_name_their_reason() {
     if !sandbox_available("typescript_refusals_name_their_reason") {
         return;
     }
-    let other = world().other.port();
+    let w = &world();
+    let other = w.other.port();
     let code = format!(
         r#"
 for (const [label, url] of [["unlisted", "https://unlisted.example.com/"], ["private", "https://localhost:{other}/ok"], ["plain", "http://unlisted.example.com/"]]) {{
@@ -350,7 +350,7 @@ for (const [label, url] of [["unlisted", "https://unlisted.example.com/"], ["pri
 }}
 "#
     );
-    let v = run("typescript", &code);
+    let v = run(w, "typescript", &code);
     let out = stdout(&v);
     for (label, reason) in [
         (
@@ -395,7 +395,7 @@ fn allow_host_on_the_command_line() {
     if !sandbox_available("allow_host_on_the_command_line") {
         return;
     }
-    let w = world();
+    let w = &world();
     let port = w.other.port();
     let state = tempfile::tempdir().unwrap();
     std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -145,6 +145,18 @@ pub(super) fn redact_secrets(secrets: &Secrets, r: &mut ExecutionResult) {
     }
 }
 
+/// `text` with every configured secret replaced (as it is when there are none).
+pub(super) fn without_secrets(settings: &super::Settings, text: String) -> String {
+    match &settings.egress {
+        Some(egress) if !egress.secrets().is_empty() => {
+            let out = egress.secrets().redact_all(text.as_bytes());
+            String::from_utf8(out)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        }
+        _ => text,
+    }
+}
+
 /// Tells the model what network its code has: in proxy mode the execute tools say so in
 /// their description and take `network` (hosts, narrowing the server's allowlist).
 pub(super) fn describe_network(router: &mut ToolRouter<CodeboxServer>, mode: NetworkMode) {

@@ -188,7 +188,13 @@ impl CodeboxServer {
         let redact = (c.pii != PiiMode::Off).then_some(vault);
 
         // Stream output as progress notifications when the request asks for them.
-        let (forwarder, tx) = progress_forwarder(&ctx, redact.clone());
+        let secrets = s
+            .settings
+            .egress
+            .as_ref()
+            .map(|e| e.secrets().clone())
+            .filter(|x| !x.is_empty());
+        let (forwarder, tx) = progress_forwarder(&ctx, redact.clone(), secrets);
         let on_output = |stream: Stream, chunk: &[u8]| {
             if let Some(tx) = &tx {
                 let _ = tx.send((stream, chunk.to_vec()));
@@ -637,11 +643,13 @@ type Chunk = (Stream, Vec<u8>);
 const PROGRESS_PIECE_BYTES: usize = 256 * 1024;
 
 /// Sends output as progress notifications, at most every 100 ms, when the request carries
-/// a progress token. With PII handling on, only whole lines go out, tokenized (a value
-/// cut in two by a chunk boundary must not slip through).
+/// a progress token. With PII handling on, or egress secrets configured, only whole lines
+/// go out, tokenized and redacted (a value cut in two by a chunk boundary must not slip
+/// through).
 fn progress_forwarder(
     ctx: &RequestContext<RoleServer>,
     redact: Option<Arc<crate::pii::Vault>>,
+    secrets: Option<crate::egress::Secrets>,
 ) -> (
     Option<tokio::task::JoinHandle<()>>,
     Option<tokio::sync::mpsc::UnboundedSender<Chunk>>,
@@ -670,19 +678,23 @@ fn progress_forwarder(
                 }
                 continue;
             }
-            let text = match &redact {
-                None => std::mem::take(&mut pending),
-                Some(v) => {
-                    let cut = if done {
-                        pending.len()
-                    } else {
-                        pending.rfind('\n').map_or(0, |i| i + 1)
-                    };
-                    let rest = pending.split_off(cut);
-                    let text = v.tokenize(&pending);
-                    pending = rest;
-                    text
+            let text = if redact.is_none() && secrets.is_none() {
+                std::mem::take(&mut pending)
+            } else {
+                let cut = if done {
+                    pending.len()
+                } else {
+                    pending.rfind('\n').map_or(0, |i| i + 1)
+                };
+                let rest = pending.split_off(cut);
+                let mut text = std::mem::replace(&mut pending, rest);
+                if let Some(v) = &redact {
+                    text = v.tokenize(&text);
                 }
+                if let Some(x) = &secrets {
+                    text = String::from_utf8_lossy(&x.redact_all(text.as_bytes())).into_owned();
+                }
+                text
             };
             // Output that came in a burst goes out in several notifications, each
             // well within what a client accepts in one message.

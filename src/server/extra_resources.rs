@@ -167,6 +167,8 @@ impl CodeboxServer {
             PiiMode::Off => text,
             _ => session.vault.tokenize(&text),
         };
+        // Configured egress secrets never leave, whatever the PII mode.
+        let text = super::egress_glue::without_secrets(&self.state.settings, text);
         Some(super::render::fits_wire(&text, &format!("{path:?}")).map(|()| text))
     }
 }

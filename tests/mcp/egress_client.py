@@ -214,6 +214,38 @@ print(n, urllib.request.urlopen("http://localhost:{w.port}/echo").status)
 
 
 @case
+async def a_secret_in_output_is_redacted_in_the_result_and_in_progress(s, w):
+    """However the value got into the program (here: written into the code itself), it
+    never comes back: not in the result, not in streamed progress, not in a workspace
+    file read as a resource."""
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(message or "")
+
+    half = len(SECRET) // 2
+    code = f"""
+import sys, time
+s = {SECRET[:half]!r} + {SECRET[half:]!r}
+open("/workspace/leak.txt", "w").write(s)
+for i in range(3):
+    print("line", i, s); sys.stdout.flush(); time.sleep(0.25)
+sys.stdout.write("no newline " + s)
+"""
+    r = await s.call_tool("execute_python", {"code": code, "session": "new"},
+                          progress_callback=on_progress)
+    sc = r.structured_content
+    assert not r.is_error, sc
+    assert sc["stdout"].count("[REDACTED]") == 4, sc["stdout"]
+    assert len(seen) >= 2 and "".join(seen).count("[REDACTED]") == 4, seen
+    sid = sc["session"]["id"]
+    res = await s.read_resource(f"codebox://sessions/{sid}/workspace/leak.txt")
+    assert res.contents[0].text == "[REDACTED]", res.contents
+    no_secret(sc, text_of(r), seen, res.contents[0].text)
+    await s.call_tool("close_session", {"session": sid})
+
+
+@case
 async def health_shows_the_policy_and_counters_but_no_secret(s, w):
     h = (await s.call_tool("health", {})).structured_content
     n = h["network"]
