@@ -16,6 +16,8 @@ pub const REDACTED: &str = "[REDACTED]";
 #[derive(Debug, Clone)]
 pub struct Secrets {
     pattern: Option<regex::bytes::Regex>,
+    /// The same, ASCII case-insensitive: for header names, which hyper lower-cases.
+    folded: Option<regex::bytes::Regex>,
     longest: usize,
 }
 
@@ -25,15 +27,22 @@ impl Secrets {
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
         let longest = values.first().map_or(0, |v| v.len());
-        let pattern = (!values.is_empty()).then(|| {
-            let alternatives: Vec<String> = values.iter().map(|v| regex::escape(v)).collect();
-            regex::bytes::RegexBuilder::new(&alternatives.join("|"))
-                .unicode(false)
-                .size_limit(64 << 20)
-                .build()
-                .expect("escaped literals always compile")
-        });
-        Secrets { pattern, longest }
+        let alternatives: Vec<String> = values.iter().map(|v| regex::escape(v)).collect();
+        let build = |case_insensitive: bool| {
+            (!values.is_empty()).then(|| {
+                regex::bytes::RegexBuilder::new(&alternatives.join("|"))
+                    .unicode(false)
+                    .case_insensitive(case_insensitive)
+                    .size_limit(64 << 20)
+                    .build()
+                    .expect("escaped literals always compile")
+            })
+        };
+        Secrets {
+            pattern: build(false),
+            folded: build(true),
+            longest,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -46,6 +55,12 @@ impl Secrets {
             None => text.to_vec(),
             Some(p) => p.replace_all(text, REDACTED.as_bytes()).into_owned(),
         }
+    }
+
+    /// Whether `text` holds a secret in any ASCII case (a header name: hyper lower-cases
+    /// them, and a name cannot take `[REDACTED]`, so such a header is dropped whole).
+    pub fn in_any_case(&self, text: &[u8]) -> bool {
+        self.folded.as_ref().is_some_and(|p| p.is_match(text))
     }
 
     /// A header value with every secret replaced.
@@ -179,5 +194,9 @@ mod tests {
         assert_eq!(s.redact_header(&v), "echo: Bearer [REDACTED]");
         let plain = HeaderValue::from_static("text/plain");
         assert_eq!(s.redact_header(&plain), "text/plain");
+        let t = Secrets::new(&["Tok-ABC".to_string()]);
+        assert!(t.in_any_case(b"x-tok-abc-echo"));
+        assert!(!t.in_any_case(b"x-tok-abd"));
+        assert!(!Secrets::new(&[]).in_any_case(b"anything"));
     }
 }
