@@ -1,5 +1,6 @@
 //! Findings of the hostile review of the proxy, each pinned by the test that showed it:
-//! parts of a credentialed host's response the redaction missed.
+//! parts of a credentialed host's response the redaction missed, and upstream
+//! reconnections of an intercepted connection that no connection limit counted.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -166,4 +167,37 @@ async fn every_coding_of_a_credentialed_response_is_checked() {
         );
         p.finish().await;
     }
+}
+
+/// An intercepted connection reopens its upstream when the origin closes it; those
+/// connections must count against `max_connections` like any other.
+#[tokio::test]
+async fn reopened_upstreams_count_against_max_connections() {
+    let pki = TestPki::new();
+    let origin = RawOrigin::start(
+        &pki,
+        "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 3\r\n\r\nok\n",
+    )
+    .await;
+    let mut p = credentialed_proxy(&pki, origin.port, "max_connections = 3").await;
+    let ca = p.egress.ca_certificate_pem().unwrap().to_string();
+    let tunnel = connect(p.addr, &format!("api.test:{}", origin.port))
+        .await
+        .unwrap();
+    let tls = tls(tunnel, "api.test", client_tls(&[&ca])).await.unwrap();
+    let mut sender = http_client(tls).await;
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        match send(&mut sender, get("/x", "api.test")).await {
+            Ok(got) => statuses.push(got.status),
+            Err(_) => break,
+        }
+    }
+    assert!(
+        origin.accepted.load(Ordering::SeqCst) <= 3,
+        "the origin accepted {} connections past max_connections = 3 (statuses {statuses:?})",
+        origin.accepted.load(Ordering::SeqCst)
+    );
+    let report = p.finish().await;
+    assert_eq!(report.limit_reached.as_deref(), Some("max_connections (3)"));
 }
