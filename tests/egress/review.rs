@@ -1,6 +1,7 @@
 //! Findings of the hostile review of the proxy, each pinned by the test that showed it:
-//! parts of a credentialed host's response the redaction missed, and upstream
-//! reconnections of an intercepted connection that no connection limit counted.
+//! parts of a credentialed host's response the redaction missed, an IPv4 deny rule that
+//! the mapped IPv6 form of its address walked past, and upstream reconnections of an
+//! intercepted connection that no connection limit counted.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -200,4 +201,36 @@ async fn reopened_upstreams_count_against_max_connections() {
     );
     let report = p.finish().await;
     assert_eq!(report.limit_reached.as_deref(), Some("max_connections (3)"));
+}
+
+/// A deny rule naming an IPv4 address must also stop its IPv4-mapped IPv6 form, which the
+/// proxy connects to as that very IPv4 address.
+#[tokio::test]
+async fn a_mapped_ipv6_literal_does_not_pass_an_ipv4_deny_rule() {
+    let pki = TestPki::new();
+    let origin = Origin::start(Some(pki.server.clone())).await;
+    let port = origin.port();
+    let mut p = proxy(
+        &pki,
+        &format!(
+            "allow = [\"*:{port}\"]\ndeny = [\"127.0.0.1\", \"127.0.0.1:{port}\"]\nallow_private = [\"127.0.0.1\"]"
+        ),
+        |_| {},
+    )
+    .await;
+    for target in [
+        format!("127.0.0.1:{port}"),
+        format!("[::ffff:127.0.0.1]:{port}"),
+        format!("[::FFFF:7f00:1]:{port}"),
+    ] {
+        let answer = connect(p.addr, &target).await.map(|_| ()).unwrap_err();
+        assert_eq!(answer.status, 403, "{target}: {answer:?}");
+        assert!(
+            answer.body.contains("denied by rule"),
+            "{target}: {answer:?}"
+        );
+    }
+    let report = p.finish().await;
+    assert_eq!(origin.count(), 0);
+    assert!(report.connections.iter().all(|r| !r.allowed), "{report:#?}");
 }
