@@ -97,13 +97,21 @@ async fn open_checked(
         }
     };
 
+    let host_addresses = match run.shared.host_addresses.current() {
+        Ok(a) => a,
+        Err(e) => {
+            let refusal = Refusal::denied(&shown, &e.to_string());
+            rec.deny(e.to_string(), None);
+            return Err(refusal);
+        }
+    };
     let mut permitted: Vec<(SocketAddr, Option<String>)> = Vec::new();
     let mut first_refusal = None;
     for addr in resolved.into_iter().map(canonical) {
         if permitted.iter().any(|(a, _)| *a == addr) {
             continue;
         }
-        match run.shared.policy.check_address(addr) {
+        match run.shared.policy.check_address(addr, &host_addresses) {
             Ok(private_rule) => permitted.push((addr, private_rule)),
             Err(reason) => {
                 tracing::info!(target = %shown, addr = %addr, reason = %reason, "egress: address refused");

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::ca::CertAuthority;
 use super::head::{self, FirstRequest, NoRequest, Prefixed, Refusal};
 use super::limits::{human_duration, Activity, Budget, Counters, Metered};
+use super::local::HostAddresses;
 use super::pattern::{clip, Target};
 use super::policy::{EgressPolicy, Narrowing};
 use super::record::{ConnectionKind, ConnectionRecord, EgressReport, PendingRecord, Recorder};
@@ -54,6 +55,8 @@ pub(crate) struct Shared {
     pub counters: Arc<Counters>,
     /// Every configured secret, redacted from responses of hosts with credentials.
     pub secrets: Secrets,
+    /// The supervisor's own addresses, never connected to unless `allow_private` names one.
+    pub host_addresses: HostAddresses,
 }
 
 /// The egress engine of a server: policy, resolver, TLS, CA, counters.
@@ -105,6 +108,7 @@ impl Egress {
                 ca,
                 counters: Arc::default(),
                 secrets,
+                host_addresses: HostAddresses::default(),
             }),
             trust_dir,
         })

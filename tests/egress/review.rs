@@ -234,3 +234,79 @@ async fn a_mapped_ipv6_literal_does_not_pass_an_ipv4_deny_rule() {
     assert_eq!(origin.count(), 0);
     assert!(report.connections.iter().all(|r| !r.allowed), "{report:#?}");
 }
+
+/// Marks the copy of this test binary re-run inside namespaces of its own.
+const IN_NETNS: &str = "CODEBOX_EGRESS_TEST_IN_NETNS";
+/// A public address, given to `lo` in a network namespace the test makes (nothing leaves
+/// it): what a host on a public network has on its interface.
+const HOST_ADDR: &str = "11.0.0.1";
+
+/// The supervisor's own public address reaches every service of its host listening on
+/// `0.0.0.0` or `::`; it must be refused like loopback. Run in a user and network
+/// namespace of the test's own (`unshare`), where `lo` carries a public address and an
+/// origin listens on all addresses, as root and rootless.
+#[test]
+fn an_address_of_the_supervisors_host_is_refused() {
+    if std::env::var_os(IN_NETNS).is_some() {
+        eprintln!("in a namespace of the test's own");
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(an_address_of_the_supervisors_host_is_refused_here());
+        return;
+    }
+    let strict = std::env::var_os("CODEBOX_TEST_STRICT").is_some_and(|v| v == "1");
+    let skip = |why: String| {
+        assert!(!strict, "{why}");
+        eprintln!("SKIP an_address_of_the_supervisors_host_is_refused: {why}");
+    };
+    let Some(ip) = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        return skip("no `ip` command to give lo an address".into());
+    };
+    let script = format!(
+        "{ip} link set lo up && {ip} addr add {HOST_ADDR}/32 dev lo && exec \"$0\" --exact \
+         review::an_address_of_the_supervisors_host_is_refused --nocapture --test-threads 1"
+    );
+    let out = match std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "sh", "-c", &script])
+        .arg(std::env::current_exe().unwrap())
+        .env(IN_NETNS, "1")
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => return skip(format!("cannot run unshare: {e}")),
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !stderr.contains("in a namespace of the test's own") {
+        return skip(format!("cannot make the namespaces: {stderr}"));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{stderr}"
+    );
+}
+
+async fn an_address_of_the_supervisors_host_is_refused_here() {
+    let pki = TestPki::new();
+    let service = Origin::start_on("0.0.0.0:0", Some(pki.server.clone()))
+        .await
+        .unwrap();
+    let port = service.port();
+    let mut p = proxy(&pki, &format!("allow = [\"*:{port}\"]"), |_| {}).await;
+    let answer = connect(p.addr, &format!("{HOST_ADDR}:{port}"))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(answer.status, 403, "{answer:?}");
+    assert!(
+        answer.body.contains("an address of this host"),
+        "{answer:?}"
+    );
+    let report = p.finish().await;
+    assert!(!report.connections[0].allowed, "{report:#?}");
+}
