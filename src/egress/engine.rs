@@ -150,6 +150,9 @@ impl Egress {
             narrowing,
             cancel: CancellationToken::new(),
             refusals: Default::default(),
+            resolutions: Arc::new(tokio::sync::Semaphore::new(
+                super::resolve::MAX_RESOLUTIONS_PER_RUN,
+            )),
         });
         let accept = tokio::spawn(accept_loop(run.clone(), listener));
         EgressRun {
@@ -178,6 +181,8 @@ pub(crate) struct Run {
     pub cancel: CancellationToken,
     /// The latest refusals, for [`super::why`].
     pub refusals: super::why::Refusals,
+    /// Slots for name lookups (see `connect.rs`).
+    pub resolutions: Arc<tokio::sync::Semaphore>,
 }
 
 /// One execution's running proxy; [`EgressRun::finish`] ends it and gives the report.

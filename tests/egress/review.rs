@@ -310,3 +310,56 @@ async fn an_address_of_the_supervisors_host_is_refused_here() {
     let report = p.finish().await;
     assert!(!report.connections[0].allowed, "{report:#?}");
 }
+
+/// A resolver whose lookups never end (a name server that never answers, as an attacker's
+/// domain can arrange), counting the lookups started.
+struct Silent {
+    started: AtomicUsize,
+}
+
+impl codebox::egress::Resolve for Silent {
+    fn resolve(&self, _host: &str, _port: u16) -> codebox::egress::resolve::Resolving {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::pending())
+    }
+}
+
+/// The system resolver holds a thread of the blocking pool per lookup until getaddrinfo
+/// gives up (tens of seconds for a silent name server), long after the proxy's connect
+/// timeout answered the program. A run must not be able to pile those up: a lookup that
+/// timed out keeps its slot until it really ends, and a run has only a few slots.
+#[tokio::test]
+async fn lookups_that_time_out_do_not_pile_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let section: NetworkSection =
+        toml::from_str("allow = [\"*.test\"]\nconnect_timeout = \"200ms\"").unwrap();
+    let policy = EgressPolicy::from_section(&section, &|_| None).unwrap();
+    let resolver = Arc::new(Silent {
+        started: AtomicUsize::new(0),
+    });
+    let egress = Egress::new(
+        policy,
+        EgressOptions {
+            state_dir: dir.path().to_path_buf(),
+            resolver: resolver.clone(),
+        },
+    )
+    .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let run = egress.start(listener, Narrowing::none());
+    for i in 0..12 {
+        let answer = connect(addr, &format!("n{i}.test:443")).await.unwrap_err();
+        assert_eq!(answer.status, 504, "{answer:?}");
+        assert!(
+            answer.body.contains("cannot resolve within 200ms"),
+            "{answer:?}"
+        );
+    }
+    let started = resolver.started.load(Ordering::SeqCst);
+    assert!(
+        started <= codebox::egress::resolve::MAX_RESOLUTIONS_PER_RUN,
+        "{started} lookups in flight at once for one run"
+    );
+    run.finish().await;
+}
