@@ -12,13 +12,23 @@ use http::HeaderValue;
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[REDACTED]";
 
-/// The secrets to find; cheap to clone.
-#[derive(Debug, Clone)]
+/// The secrets to find; cheap to clone. Its `Debug` shows no value (a regex's `Debug`
+/// prints its pattern: here, the secrets).
+#[derive(Clone)]
 pub struct Secrets {
     pattern: Option<regex::bytes::Regex>,
     /// The same, ASCII case-insensitive: for header names, which hyper lower-cases.
     folded: Option<regex::bytes::Regex>,
     longest: usize,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secrets")
+            .field("empty", &self.pattern.is_none())
+            .field("longest", &self.longest)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Secrets {
@@ -75,11 +85,20 @@ impl Secrets {
     }
 }
 
-/// One stream's redactor.
-#[derive(Debug)]
+/// One stream's redactor. Its `Debug` shows neither the secrets nor the bytes held back
+/// (which may be the start of one).
 pub struct Redactor {
     secrets: Secrets,
     held: BytesMut,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redactor")
+            .field("secrets", &self.secrets)
+            .field("held", &self.held.len())
+            .finish()
+    }
 }
 
 impl Redactor {
@@ -185,6 +204,15 @@ mod tests {
             run(&["abc", "abcdef"], &["xx abc", "dXf"]),
             "xx [REDACTED]dXf"
         );
+    }
+
+    #[test]
+    fn debug_output_holds_no_secret() {
+        let s = Secrets::new(&["tok-debug-123".to_string()]);
+        let r = Redactor::new(s.clone());
+        for text in [format!("{s:?}"), format!("{r:?}")] {
+            assert!(!text.contains("tok"), "{text}");
+        }
     }
 
     #[test]
