@@ -8,7 +8,8 @@
 //!
 //! Patterns: an exact name, `*.example.org` (any name below it, not the apex), `*` (any
 //! host), or an IP literal (`1.2.3.4`, `2001:db8::1`, `[2001:db8::1]`); each with an
-//! optional `:port` (IPv6 only in brackets). Without a port a pattern matches 80 and 443.
+//! optional `:port` (IPv6 only in brackets). Without a port an allow pattern matches 80
+//! and 443, and a deny pattern every port.
 //! An IP literal target matches only patterns naming that IP (or `*`); an IPv4-mapped IPv6
 //! literal (`[::ffff:a.b.c.d]`), in a rule or a request, is that IPv4 address.
 
@@ -301,10 +302,21 @@ impl HostPattern {
 
     /// Whether `target` is covered by this pattern.
     pub fn matches(&self, target: &Target) -> bool {
-        if !self.port_matches(target.port) {
-            return false;
+        self.port_matches(target.port) && self.matches_host(&target.host)
+    }
+
+    /// Whether this pattern, as a `deny` rule, refuses `target`: without a port it refuses
+    /// the host on every port (the default ports are what an allow rule grants).
+    pub fn denies(&self, target: &Target) -> bool {
+        match self.port {
+            None => self.matches_host(&target.host),
+            Some(_) => self.matches(target),
         }
-        match (&self.host, &target.host) {
+    }
+
+    /// Whether the host part covers `host`, whatever the port.
+    fn matches_host(&self, host: &Host) -> bool {
+        match (&self.host, host) {
             (HostMatch::Any, _) => true,
             (HostMatch::Exact(p), Host::Name(n)) => p == n,
             (HostMatch::Below(s), Host::Name(n)) => is_below(n, s),

@@ -1,9 +1,9 @@
 //! The egress policy: which hosts a program may reach, which non-public addresses, which
 //! credentials the proxy adds, and the per-execution limits; and a request's narrowing.
 //!
-//! Order of a decision: `deny` (first match wins), then `allow`, then every narrowing list
-//! of the request; after resolution every address must be public or named by an
-//! `allow_private` rule.
+//! Order of a decision: `deny` (first match wins; without a port a deny rule covers every
+//! port), then `allow`, then every narrowing list of the request; after resolution every
+//! address must be public or named by an `allow_private` rule.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -191,7 +191,7 @@ impl EgressPolicy {
 
     /// The decision for `target` by name (addresses are checked after resolution).
     pub(crate) fn decide(&self, target: &Target, narrowing: &Narrowing) -> Verdict {
-        if let Some(d) = self.deny.iter().find(|d| d.matches(target)) {
+        if let Some(d) = self.deny.iter().find(|d| d.denies(target)) {
             return Verdict::Denied {
                 reason: format!("denied by rule {d}"),
                 rule: Some(d.to_string()),
@@ -404,6 +404,50 @@ mod tests {
                 rule: None
             }
         );
+    }
+
+    /// A deny rule without a port denies the host on every port: "default ports" is what
+    /// an allow rule grants, not the reach of a refusal. `evil.example.org` was denied on
+    /// 443 but allowed on 8443 by `*.example.org:8443`.
+    #[test]
+    fn a_deny_rule_without_a_port_covers_every_port() {
+        let p = policy(
+            &["*.example.org", "*.example.org:8443", "*:22"],
+            &["evil.example.org", "*.bad.example.org", "1.2.3.4"],
+        );
+        let n = Narrowing::none();
+        for t in [
+            "evil.example.org:443",
+            "evil.example.org:8443",
+            "x.bad.example.org:8443",
+            "1.2.3.4:22",
+        ] {
+            assert!(
+                matches!(
+                    p.decide(&target(t), &n),
+                    Verdict::Denied { rule: Some(_), .. }
+                ),
+                "{t}: {:?}",
+                p.decide(&target(t), &n)
+            );
+        }
+        assert!(matches!(
+            p.decide(&target("good.example.org:8443"), &n),
+            Verdict::Allowed { .. }
+        ));
+        // With a port, a deny rule is for that port only.
+        let q = policy(
+            &["*.example.org:8443", "*.example.org"],
+            &["a.example.org:8443"],
+        );
+        assert!(matches!(
+            q.decide(&target("a.example.org:443"), &n),
+            Verdict::Allowed { .. }
+        ));
+        assert!(matches!(
+            q.decide(&target("a.example.org:8443"), &n),
+            Verdict::Denied { .. }
+        ));
     }
 
     #[test]
