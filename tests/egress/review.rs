@@ -363,3 +363,165 @@ async fn lookups_that_time_out_do_not_pile_up() {
     );
     run.finish().await;
 }
+
+/// Every execution's proxy shares the supervisor's file descriptors: each client
+/// connection holds one, and its upstream another. Per-run limits alone let enough
+/// concurrent runs (2 × cores by default, with 16 connections each) exhaust the
+/// supervisor's RLIMIT_NOFILE, and with it every client's accepts, sandboxes and audit
+/// writes. The engine caps the connections open across runs.
+#[tokio::test]
+async fn connections_open_across_runs_are_capped() {
+    let pki = TestPki::new();
+    let origin = Origin::start(Some(pki.server.clone())).await;
+    let port = origin.port();
+    let dir = tempfile::tempdir().unwrap();
+    let section: NetworkSection = toml::from_str(&format!(
+        "allow = [\"api.test:{port}\"]\nallow_private = [\"127.0.0.1\"]"
+    ))
+    .unwrap();
+    let egress = Egress::new(
+        EgressPolicy::from_section(&section, &|_| None).unwrap(),
+        EgressOptions {
+            state_dir: dir.path().to_path_buf(),
+            resolver: Arc::new(
+                codebox::egress::StaticResolver::new()
+                    .with("api.test", &["127.0.0.1".parse().unwrap()]),
+            ),
+        },
+    )
+    .unwrap()
+    .with_max_open_connections(2);
+    let start = || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        (egress.start(listener, Narrowing::none()), addr)
+    };
+    let (run_a, a) = start();
+    let (run_b, b) = start();
+    let target = format!("api.test:{port}");
+    let held = [
+        connect(a, &target).await.unwrap(),
+        connect(a, &target).await.unwrap(),
+    ];
+    let answer = connect(b, &target).await.map(|_| ()).unwrap_err();
+    assert_eq!(answer.status, 429, "{answer:?}");
+    assert!(
+        answer.body.contains("max_open_connections (2)"),
+        "{answer:?}"
+    );
+    drop(held);
+    let mut reopened = false;
+    for _ in 0..50 {
+        if connect(b, &target).await.is_ok() {
+            reopened = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(reopened, "the cap was not given back");
+    assert!(
+        egress.health()["open_connections"].is_number(),
+        "{}",
+        egress.health()
+    );
+    let report = run_b.finish().await;
+    assert_eq!(
+        report.limit_reached.as_deref(),
+        Some("max_open_connections (2)")
+    );
+    run_a.finish().await;
+}
+
+/// Marks the copy of this test binary re-run with a small descriptor limit.
+const SMALL_NOFILE: &str = "CODEBOX_EGRESS_TEST_SMALL_NOFILE";
+
+/// With the default engine, the cap follows the process's RLIMIT_NOFILE: under a soft
+/// limit of 128, two runs together get at most 16 client connections (an eighth), not
+/// 2 × max_concurrent_connections (32, with as many upstreams). Re-run in a child process
+/// of its own so the lowered limit touches nothing else.
+#[test]
+fn the_default_cap_follows_the_descriptor_limit() {
+    if std::env::var_os(SMALL_NOFILE).is_some() {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        setrlimit(Resource::RLIMIT_NOFILE, 128, hard).unwrap();
+        eprintln!("running with RLIMIT_NOFILE 128");
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(the_default_cap_follows_the_descriptor_limit_here());
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "review::the_default_cap_follows_the_descriptor_limit",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(SMALL_NOFILE, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("running with RLIMIT_NOFILE 128"),
+        "{stderr}"
+    );
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{stderr}"
+    );
+}
+
+async fn the_default_cap_follows_the_descriptor_limit_here() {
+    let pki = TestPki::new();
+    let origin = Origin::start(Some(pki.server.clone())).await;
+    let port = origin.port();
+    let dir = tempfile::tempdir().unwrap();
+    let section: NetworkSection = toml::from_str(&format!(
+        "allow = [\"api.test:{port}\"]\nallow_private = [\"127.0.0.1\"]"
+    ))
+    .unwrap();
+    let egress = Egress::new(
+        EgressPolicy::from_section(&section, &|_| None).unwrap(),
+        EgressOptions {
+            state_dir: dir.path().to_path_buf(),
+            resolver: Arc::new(
+                codebox::egress::StaticResolver::new()
+                    .with("api.test", &["127.0.0.1".parse().unwrap()]),
+            ),
+        },
+    )
+    .unwrap();
+    let mut runs = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        addrs.push(listener.local_addr().unwrap());
+        runs.push(egress.start(listener, Narrowing::none()));
+    }
+    let target = format!("api.test:{port}");
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for i in 0..20 {
+        match connect(addrs[i % 2], &target).await {
+            Ok(tunnel) => open.push(tunnel),
+            Err(answer) => {
+                assert_eq!(answer.status, 429, "{answer:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(
+        (open.len(), refused),
+        (16, 4),
+        "tunnels open across two runs under RLIMIT_NOFILE 128"
+    );
+    drop(open);
+    for run in runs {
+        run.finish().await;
+    }
+}
