@@ -1,7 +1,9 @@
 //! Findings of the hostile review of the proxy, each pinned by the test that showed it:
-//! parts of a credentialed host's response the redaction missed, an IPv4 deny rule that
-//! the mapped IPv6 form of its address walked past, and upstream reconnections of an
-//! intercepted connection that no connection limit counted.
+//! parts of a credentialed host's response the redaction missed, upstream reconnections
+//! of an intercepted connection that no connection limit counted, an IPv4 deny rule that
+//! the mapped IPv6 form of its address walked past, the supervisor's own public address
+//! (SSRF into its host), name lookups piling up on the blocking pool, and client
+//! connections across runs unbounded by the descriptor limit.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
