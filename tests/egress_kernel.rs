@@ -76,6 +76,7 @@ fn main() {
             "the_listener_is_the_supervisors_alone",
             the_listener_is_the_supervisors_alone,
         ),
+        Trial::test("side_doors_stay_shut", side_doors_stay_shut),
         Trial::test(
             "the_proxy_environment_and_trust_bundle_are_in_place",
             the_proxy_environment_and_trust_bundle_are_in_place,
@@ -407,6 +408,108 @@ print("listening", listening)
     check(
         run.stdout.contains("sockets [('2', '3')]"),
         format!("sockets held in the sandbox:\n{}", run.stdout),
+    )
+}
+
+/// What a hostile review tried next to the plain probes: other stream protocols and
+/// families, every way of connecting without `connect(2)`, re-connecting a connected
+/// socket, a listener of its own, io_uring, and taking the init's descriptors or memory.
+/// Each names the layer that refuses it.
+const SIDE_DOORS: &str = r#"
+import ctypes, errno, os, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+
+def attempt(label, f):
+    try:
+        f()
+        print(label, "OK")
+    except OSError as e:
+        print(label, errno.errorcode.get(e.errno, str(e.errno)))
+
+def check(r):
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return r
+
+def sock(family, kind, proto=0):
+    return lambda: socket.socket(family, kind, proto).close()
+
+attempt("mptcp", sock(socket.AF_INET, socket.SOCK_STREAM, 262))
+attempt("mptcp6", sock(socket.AF_INET6, socket.SOCK_STREAM, 262))
+attempt("sctp-stream", sock(socket.AF_INET, socket.SOCK_STREAM, 132))
+attempt("sctp-seqpacket", sock(socket.AF_INET, socket.SOCK_SEQPACKET, 132))
+attempt("vsock", sock(40, socket.SOCK_STREAM))
+attempt("smc", sock(43, socket.SOCK_STREAM))
+attempt("tipc", sock(30, socket.SOCK_RDM))
+
+def fastopen_connect():
+    s = socket.socket()
+    s.setsockopt(socket.IPPROTO_TCP, 30, 1)  # TCP_FASTOPEN_CONNECT
+    s.connect(("127.0.0.1", 3129))
+attempt("fastopen-connect", fastopen_connect)
+def fastopen_sendmsg():
+    socket.socket().sendmsg([b"x"], [], socket.MSG_FASTOPEN, ("127.0.0.1", 3129))
+attempt("fastopen-sendmsg", fastopen_sendmsg)
+def fastopen_sendmmsg():
+    s = socket.socket()
+    check(libc.syscall(307, s.fileno(), None, 0, socket.MSG_FASTOPEN))  # sendmmsg
+attempt("fastopen-sendmmsg", fastopen_sendmmsg)
+
+def unspec_reconnect():
+    s = socket.socket()
+    s.settimeout(3)
+    s.connect(("127.0.0.1", 3128))
+    unspec = struct.pack("=H14x", socket.AF_UNSPEC)
+    check(libc.connect(s.fileno(), ctypes.c_char_p(unspec), len(unspec)))
+    s.connect(("127.0.0.1", 3129))
+attempt("unspec-reconnect", unspec_reconnect)
+
+# listen() binds an ephemeral port itself (landlock sees no bind), but nothing in the
+# sandbox may connect to it: the port is not the egress port.
+own = socket.socket()
+own.listen(1)
+print("own-listener-port-is-egress", own.getsockname()[1] == 3128)
+attempt("connect-own-listener", lambda: socket.create_connection(("127.0.0.1", own.getsockname()[1]), 3))
+
+attempt("io_uring", lambda: check(libc.syscall(425, 8, ctypes.create_string_buffer(128))))
+pidfd = os.pidfd_open(1)
+attempt("pidfd_getfd", lambda: check(libc.syscall(438, pidfd, 0, 0)))
+attempt("ptrace-init", lambda: check(libc.ptrace(16, 1, None, None)))  # PTRACE_ATTACH
+attempt("init-mem", lambda: open("/proc/1/mem", "rb"))
+attempt("init-environ", lambda: open("/proc/1/environ", "rb"))
+"#;
+
+fn side_doors_stay_shut() -> Result<(), Failed> {
+    let run = run(Language::Python, SIDE_DOORS, None)?;
+    expect_lines(
+        &run,
+        &[
+            // seccomp: TCP is the only IP stream protocol, IP and unix the only families.
+            "mptcp EPERM",
+            "mptcp6 EPERM",
+            "sctp-stream EPERM",
+            "sctp-seqpacket EPERM",
+            "vsock EPERM",
+            "smc EPERM",
+            "tipc EPERM",
+            // landlock: a Fast Open connect is still a connect.
+            "fastopen-connect EACCES",
+            // seccomp: no connect hidden in a send.
+            "fastopen-sendmsg EPERM",
+            "fastopen-sendmmsg EPERM",
+            // landlock checks every connect, also of a socket that was connected before.
+            "unspec-reconnect EACCES",
+            "own-listener-port-is-egress False",
+            "connect-own-listener EACCES",
+            // seccomp: no io_uring (ENOSYS), no descriptor or memory of another process.
+            "io_uring ENOSYS",
+            "pidfd_getfd EPERM",
+            "ptrace-init EPERM",
+            // the init is not dumpable: its /proc entries are closed to the program.
+            "init-mem EACCES",
+            "init-environ EACCES",
+        ],
     )
 }
 

@@ -4,13 +4,14 @@
 //! order within the connect timeout.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use http::StatusCode;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::address::canonical;
-use super::engine::Conn;
+use super::engine::{Conn, Run};
 use super::head::Refusal;
 use super::limits::human_duration;
 use super::pattern::{Host, Target};
@@ -65,7 +66,7 @@ async fn open_checked(
     let resolved: Vec<SocketAddr> = match &target.host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
         Host::Name(name) => {
-            let lookup = run.shared.resolver.resolve(name, target.port);
+            let lookup = resolve_in_slot(run, name, target.port);
             match tokio::time::timeout_at(deadline, lookup).await {
                 Ok(Ok(addrs)) if !addrs.is_empty() => addrs,
                 Ok(Ok(_)) => {
@@ -97,13 +98,21 @@ async fn open_checked(
         }
     };
 
+    let host_addresses = match run.shared.host_addresses.current() {
+        Ok(a) => a,
+        Err(e) => {
+            let refusal = Refusal::denied(&shown, &e.to_string());
+            rec.deny(e.to_string(), None);
+            return Err(refusal);
+        }
+    };
     let mut permitted: Vec<(SocketAddr, Option<String>)> = Vec::new();
     let mut first_refusal = None;
     for addr in resolved.into_iter().map(canonical) {
         if permitted.iter().any(|(a, _)| *a == addr) {
             continue;
         }
-        match run.shared.policy.check_address(addr) {
+        match run.shared.policy.check_address(addr, &host_addresses) {
             Ok(private_rule) => permitted.push((addr, private_rule)),
             Err(reason) => {
                 tracing::info!(target = %shown, addr = %addr, reason = %reason, "egress: address refused");
@@ -154,6 +163,34 @@ async fn open_checked(
         &shown,
         last_err.unwrap_or_default(),
     ))
+}
+
+/// Resolves `name` in one of the run's lookup slots
+/// ([`super::resolve::MAX_RESOLUTIONS_PER_RUN`]). The lookup runs in a task of its own
+/// that keeps the slot until the lookup ends (or the run does), also when the caller's
+/// deadline passed first: a run cannot have more lookups in flight than it has slots,
+/// however many of them time out.
+async fn resolve_in_slot(
+    run: &Arc<Run>,
+    name: &str,
+    port: u16,
+) -> std::io::Result<Vec<SocketAddr>> {
+    let slot = run
+        .resolutions
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(std::io::Error::other)?;
+    let lookup = run.shared.resolver.resolve(name, port);
+    let ended = run.cancel.clone();
+    let task = tokio::spawn(async move {
+        let _slot = slot;
+        tokio::select! {
+            got = lookup => got,
+            _ = ended.cancelled() => Err(std::io::Error::other("the run ended")),
+        }
+    });
+    task.await.map_err(std::io::Error::other)?
 }
 
 /// Reconnects to an address checked before (a kept-alive upstream that went away).

@@ -4,8 +4,9 @@
 //!
 //! Each client connection is its own task, bounded by the head timeout, the idle timeout
 //! (no byte either way) and the execution's end; a slow or silent client or upstream holds
-//! only its own task. Over `max_concurrent_connections` a connection is answered 429 at
-//! once without being read.
+//! only its own task. Over `max_concurrent_connections` (the run's) or the engine's cap on
+//! client connections open across all runs (`max_open_connections`, from the descriptor
+//! limit, see `limits::OpenCap`) a connection is answered 429 at once without being read.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::ca::CertAuthority;
 use super::head::{self, FirstRequest, NoRequest, Prefixed, Refusal};
-use super::limits::{human_duration, Activity, Budget, Counters, Metered};
+use super::limits::{human_duration, Activity, Budget, Counters, Metered, OpenCap};
+use super::local::HostAddresses;
 use super::pattern::{clip, Target};
 use super::policy::{EgressPolicy, Narrowing};
 use super::record::{ConnectionKind, ConnectionRecord, EgressReport, PendingRecord, Recorder};
@@ -54,6 +56,10 @@ pub(crate) struct Shared {
     pub counters: Arc<Counters>,
     /// Every configured secret, redacted from responses of hosts with credentials.
     pub secrets: Secrets,
+    /// The supervisor's own addresses, never connected to unless `allow_private` names one.
+    pub host_addresses: HostAddresses,
+    /// Client connections open at once across all runs.
+    pub open: OpenCap,
 }
 
 /// The egress engine of a server: policy, resolver, TLS, CA, counters.
@@ -105,9 +111,22 @@ impl Egress {
                 ca,
                 counters: Arc::default(),
                 secrets,
+                host_addresses: HostAddresses::default(),
+                open: OpenCap::from_rlimit(),
             }),
             trust_dir,
         })
+    }
+
+    /// The same engine with at most `max` client connections open at once across all its
+    /// runs (by default an eighth of the soft `RLIMIT_NOFILE`, see [`OpenCap`]). Only
+    /// before the first run.
+    pub fn with_max_open_connections(mut self, max: usize) -> Egress {
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => shared.open = OpenCap::new(max),
+            None => tracing::warn!("egress: the open-connection cap is set before any run"),
+        }
+        self
     }
 
     pub fn policy(&self) -> &EgressPolicy {
@@ -146,6 +165,9 @@ impl Egress {
             narrowing,
             cancel: CancellationToken::new(),
             refusals: Default::default(),
+            resolutions: Arc::new(tokio::sync::Semaphore::new(
+                super::resolve::MAX_RESOLUTIONS_PER_RUN,
+            )),
         });
         let accept = tokio::spawn(accept_loop(run.clone(), listener));
         EgressRun {
@@ -156,9 +178,12 @@ impl Egress {
 
     /// For `health`: the policy summary and the counters since start.
     pub fn health(&self) -> serde_json::Value {
+        let (open, max_open) = self.shared.open.usage();
         serde_json::json!({
             "policy": self.shared.policy.summary(),
             "counters": self.shared.counters.snapshot(),
+            "open_connections": open,
+            "max_open_connections": max_open,
             "ca": self.shared.ca.is_some(),
             "trust_dir": self.trust_dir.display().to_string(),
         })
@@ -174,6 +199,8 @@ pub(crate) struct Run {
     pub cancel: CancellationToken,
     /// The latest refusals, for [`super::why`].
     pub refusals: super::why::Refusals,
+    /// Slots for name lookups (see `connect.rs`).
+    pub resolutions: Arc<tokio::sync::Semaphore>,
 }
 
 /// One execution's running proxy; [`EgressRun::finish`] ends it and gives the report.
@@ -235,12 +262,20 @@ async fn accept_loop(run: Arc<Run>, listener: std::net::TcpListener) {
         tokio::select! {
             _ = run.cancel.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => match run.budget.concurrent_slot() {
-                    Ok(slot) => {
-                        tasks.spawn(serve_client(run.clone(), stream, slot));
+                Ok((stream, peer)) => {
+                    let slots = run.budget.concurrent_slot().and_then(|slot| {
+                        let open = run.shared.open.slot().inspect_err(|limit| {
+                            run.budget.reached(limit.clone());
+                        })?;
+                        Ok((slot, open))
+                    });
+                    match slots {
+                        Ok(slots) => {
+                            tasks.spawn(serve_client(run.clone(), stream, slots));
+                        }
+                        Err(limit) => refuse_at_once(&run, stream, peer, &limit),
                     }
-                    Err(limit) => refuse_at_once(&run, stream, peer, &limit),
-                },
+                }
                 Err(err) => {
                     tracing::warn!(?err, "egress: accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -264,7 +299,7 @@ async fn accept_loop(run: Arc<Run>, listener: std::net::TcpListener) {
     }
 }
 
-/// Over the concurrency limit: a 429 written without waiting (the socket buffer takes
+/// Over a concurrency limit (the run's or the process's): a 429 written without waiting (the socket buffer takes
 /// it), a record, and the socket closed.
 fn refuse_at_once(run: &Run, stream: TcpStream, peer: SocketAddr, limit: &str) {
     let refusal = Refusal::limit("(not read)", limit);
@@ -316,7 +351,13 @@ impl Conn {
     }
 }
 
-async fn serve_client(run: Arc<Run>, stream: TcpStream, _slot: OwnedSemaphorePermit) {
+/// Serves one client connection; `_slots` (this run's and the process's) are given back
+/// when it ends.
+async fn serve_client(
+    run: Arc<Run>,
+    stream: TcpStream,
+    _slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+) {
     // Small writes (a CONNECT answer, then TLS records) must not wait for an ACK.
     if let Err(err) = stream.set_nodelay(true) {
         tracing::debug!(

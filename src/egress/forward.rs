@@ -9,8 +9,9 @@
 //! removed (byte ranges of an echoed secret would each be too short to recognise).
 //!
 //! Responses: hop-by-hop headers removed; from a host with credentials, every secret in
-//! any header or in the body replaced by `[REDACTED]` (streaming), and a compressed body
-//! refused: it cannot be checked.
+//! the reason phrase, any header value or the body replaced by `[REDACTED]` (streaming), a
+//! header whose name holds one dropped, and a body in any content or transfer coding but
+//! identity and chunked refused: it cannot be checked.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -25,7 +26,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use super::head::Refusal;
 use super::pattern::Target;
 use super::policy::{Credential, Inject};
-use super::redact::{Redactor, Secrets};
+use super::redact::{Redactor, Secrets, REDACTED};
 
 /// Every body the proxy returns to a client.
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
@@ -164,20 +165,39 @@ pub fn prepare_response(
             "the upstream switched protocols, which the proxy does not forward",
         ));
     }
-    strip_hop_by_hop(&mut parts.headers);
     let Some(secrets) = secrets.filter(|s| !s.is_empty()) else {
+        strip_hop_by_hop(&mut parts.headers);
         return Ok(Response::from_parts(parts, body.boxed()));
     };
-    if let Some(enc) = parts.headers.get(header::CONTENT_ENCODING) {
-        if !enc.as_bytes().eq_ignore_ascii_case(b"identity") {
-            return Err(Refusal::failed(
-                StatusCode::BAD_GATEWAY,
-                &target.to_string(),
-                "compressed response from a host with credentials cannot be checked for the secret",
-            ));
-        }
+    // Every coding named, in every header of either kind (hyper decodes only chunked, and
+    // the transfer coding is stripped below as hop-by-hop).
+    let codings_ok = |name: HeaderName, allowed: &[&str]| {
+        parts
+            .headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(|c| c.trim_ascii())
+            .all(|c| c.is_empty() || allowed.iter().any(|a| c.eq_ignore_ascii_case(a.as_bytes())))
+    };
+    if !codings_ok(header::CONTENT_ENCODING, &["identity"])
+        || !codings_ok(header::TRANSFER_ENCODING, &["chunked"])
+    {
+        return Err(Refusal::failed(
+            StatusCode::BAD_GATEWAY,
+            &target.to_string(),
+            "compressed response from a host with credentials cannot be checked for the secret",
+        ));
     }
+    strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::CONTENT_LENGTH);
+    if let Some(reason) = parts.extensions.remove::<hyper::ext::ReasonPhrase>() {
+        // hyper writes a non-canonical reason phrase back out as it came.
+        let redacted = secrets.redact_all(reason.as_bytes());
+        let kept = hyper::ext::ReasonPhrase::try_from(redacted)
+            .unwrap_or_else(|_| hyper::ext::ReasonPhrase::from_static(REDACTED.as_bytes()));
+        parts.extensions.insert(kept);
+    }
     let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
     for name in names {
         let values: Vec<HeaderValue> = parts
@@ -187,6 +207,9 @@ pub fn prepare_response(
             .map(|v| secrets.redact_header(v))
             .collect();
         parts.headers.remove(&name);
+        if secrets.in_any_case(name.as_str().as_bytes()) {
+            continue;
+        }
         for v in values {
             parts.headers.append(name.clone(), v);
         }

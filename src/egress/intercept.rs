@@ -214,13 +214,9 @@ impl Intercepted {
         if sender.ready().await.is_err() {
             match self.reopen().await {
                 Ok(s) => *sender = s,
-                Err(reason) => {
-                    tracing::info!(target = %shown, reason = %reason, "egress: cannot reopen the upstream");
-                    return refusal_response(&Refusal::failed(
-                        StatusCode::BAD_GATEWAY,
-                        &shown,
-                        &reason,
-                    ));
+                Err(refusal) => {
+                    tracing::info!(target = %shown, reason = %refusal.message, "egress: cannot reopen the upstream");
+                    return refusal_response(&refusal);
                 }
             }
         }
@@ -252,11 +248,21 @@ impl Intercepted {
         }
     }
 
-    /// A new upstream connection to the address checked at the CONNECT.
-    async fn reopen(&self) -> Result<SendRequest<Incoming>, String> {
+    /// A new upstream connection to the address checked at the CONNECT; it is one more
+    /// connection of the run (`max_connections`), like any other.
+    async fn reopen(&self) -> Result<SendRequest<Incoming>, Refusal> {
+        let shown = self.target.to_string();
+        if let Err(limit) = self.conn.run.budget.open_connection() {
+            self.rec
+                .lock()
+                .expect("record lock")
+                .reason(format!("limit {limit} reached"));
+            return Err(Refusal::limit(&shown, &limit));
+        }
+        let failed = |reason: String| Refusal::failed(StatusCode::BAD_GATEWAY, &shown, &reason);
         let tcp = connect::reconnect(&self.conn, self.addr)
             .await
-            .map_err(|e| format!("cannot reconnect to {}: {e}", self.addr))?;
+            .map_err(|e| failed(format!("cannot reconnect to {}: {e}", self.addr)))?;
         let meter = self.rec.lock().expect("record lock").meter.clone();
         let metered = Metered::counted(
             tcp,
@@ -266,7 +272,7 @@ impl Intercepted {
         );
         let tls = upstream_tls(&self.conn, &self.target, metered)
             .await
-            .map_err(|(_, reason)| reason)?;
-        http_client(&self.conn, tls).await
+            .map_err(|(status, reason)| Refusal::failed(status, &shown, &reason))?;
+        http_client(&self.conn, tls).await.map_err(failed)
     }
 }

@@ -181,6 +181,47 @@ impl Budget {
     }
 }
 
+/// The client connections open at once across every run of the process: each holds a
+/// descriptor, and its upstream another, out of the supervisor's `RLIMIT_NOFILE`, which
+/// accepts, sandboxes and the audit log share. Per-run limits alone do not bound them
+/// (runs × `max_concurrent_connections`).
+#[derive(Debug)]
+pub struct OpenCap {
+    slots: Arc<Semaphore>,
+    max: usize,
+}
+
+impl OpenCap {
+    /// An eighth of the soft `RLIMIT_NOFILE` (a client connection and its upstream take
+    /// two; the rest stays for everything else), at least 16 and at most 16384.
+    pub fn from_rlimit() -> OpenCap {
+        let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map(|(soft, _)| soft)
+            .unwrap_or(1024);
+        OpenCap::new((soft / 8).clamp(16, 16384) as usize)
+    }
+
+    pub fn new(max: usize) -> OpenCap {
+        OpenCap {
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A slot for one client connection; `Err` with the limit's name when all are taken.
+    pub fn slot(&self) -> Result<OwnedSemaphorePermit, String> {
+        self.slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| format!("max_open_connections ({})", self.max))
+    }
+
+    /// (open now, the cap), for `health`.
+    pub fn usage(&self) -> (usize, usize) {
+        (self.max - self.slots.available_permits(), self.max)
+    }
+}
+
 /// One connection's byte counts.
 #[derive(Debug, Default)]
 pub struct ConnMeter {
@@ -410,6 +451,20 @@ mod tests {
             Some("max_connections (2)"),
             "the first is kept"
         );
+    }
+
+    #[test]
+    fn the_open_cap_follows_the_descriptor_limit() {
+        let cap = OpenCap::from_rlimit();
+        let (open, max) = cap.usage();
+        assert_eq!(open, 0);
+        assert!((16..=16384).contains(&max), "{max}");
+        let small = OpenCap::new(1);
+        let held = small.slot().unwrap();
+        assert_eq!(small.slot().unwrap_err(), "max_open_connections (1)");
+        assert_eq!(small.usage(), (1, 1));
+        drop(held);
+        assert!(small.slot().is_ok());
     }
 
     #[tokio::test]

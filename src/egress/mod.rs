@@ -20,7 +20,8 @@
 //!   resolvers read as IPv4 addresses are refused;
 //! - SSRF into the host's networks: names resolve on the supervisor and every address is
 //!   checked (loopback, RFC 1918, CGNAT, link-local and the metadata address, ULA,
-//!   multicast, reserved, and IPv4 embedded in mapped/NAT64/6to4 addresses); the proxy
+//!   multicast, reserved, IPv4 embedded in mapped/NAT64/6to4 addresses, and every address
+//!   of the supervisor's own interfaces, public or not); the proxy
 //!   connects to an address it checked, so DNS rebinding gains nothing;
 //! - request smuggling through the proxy: hyper parses, and the proxy re-frames every
 //!   forwarded request (framing and hop-by-hop headers are dropped);
@@ -47,8 +48,9 @@
 //!   public to sandboxes, its key never leaves `<state_dir>/egress-ca` (0600).
 //!
 //! Layout: `config` (the TOML section), `pattern` (host names and patterns), `address`
-//! (public or not; `allow_private`), `policy` (decisions, narrowing, limits), `credentials`,
-//! `resolve`, `ca` and `tls` (certificates and TLS configurations), `engine` (shared part,
+//! (public or not; `allow_private`), `local` (the host's own addresses), `policy`
+//! (decisions, narrowing, limits), `credentials`, `resolve`, `ca` and `tls` (certificates
+//! and TLS configurations), `engine` (shared part,
 //! runs, accept loop), `head` (the first request), `connect` (resolve, check, connect),
 //! `tunnel` (CONNECT), `intercept` (TLS termination), `plain` (absolute-form HTTP),
 //! `forward` (request and response rewriting), `redact`, `limits`, `record`, `why` (the
@@ -64,6 +66,7 @@ mod forward;
 mod head;
 mod intercept;
 mod limits;
+mod local;
 mod pattern;
 mod plain;
 pub mod policy;

@@ -8,8 +8,10 @@
 //!
 //! Patterns: an exact name, `*.example.org` (any name below it, not the apex), `*` (any
 //! host), or an IP literal (`1.2.3.4`, `2001:db8::1`, `[2001:db8::1]`); each with an
-//! optional `:port` (IPv6 only in brackets). Without a port a pattern matches 80 and 443.
-//! An IP literal target matches only patterns naming that IP (or `*`).
+//! optional `:port` (IPv6 only in brackets). Without a port an allow pattern matches 80
+//! and 443, and a deny pattern every port.
+//! An IP literal target matches only patterns naming that IP (or `*`); an IPv4-mapped IPv6
+//! literal (`[::ffff:a.b.c.d]`), in a rule or a request, is that IPv4 address.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -161,11 +163,11 @@ pub fn normalize_host(text: &str) -> Result<Host> {
             .ok_or_else(|| bad("unbalanced [ ]"))?;
         return inner
             .parse::<Ipv6Addr>()
-            .map(|ip| Host::Ip(IpAddr::V6(ip)))
+            .map(v6_host)
             .map_err(|_| bad("not an IPv6 address between [ ] (zone ids are not allowed)"));
     }
     if let Ok(ip) = text.parse::<Ipv6Addr>() {
-        return Ok(Host::Ip(IpAddr::V6(ip)));
+        return Ok(v6_host(ip));
     }
     let text = text.strip_suffix('.').unwrap_or(text);
     if let Ok(ip) = text.parse::<Ipv4Addr>() {
@@ -185,6 +187,16 @@ pub fn normalize_host(text: &str) -> Result<Host> {
     };
     check_name(&ascii).map_err(bad)?;
     Ok(Host::Name(ascii))
+}
+
+/// An IPv6 literal as a host: an IPv4-mapped address (`::ffff:a.b.c.d`) is the IPv4
+/// address it maps, since that is where the proxy connects (see `address::canonical`); so
+/// rules and targets compare it as such, and an IPv4 `deny` rule also stops its mapped form.
+fn v6_host(ip: Ipv6Addr) -> Host {
+    match ip.to_ipv4_mapped() {
+        Some(v4) => Host::Ip(IpAddr::V4(v4)),
+        None => Host::Ip(IpAddr::V6(ip)),
+    }
 }
 
 /// Checks a lower-case ASCII name label by label.
@@ -290,10 +302,21 @@ impl HostPattern {
 
     /// Whether `target` is covered by this pattern.
     pub fn matches(&self, target: &Target) -> bool {
-        if !self.port_matches(target.port) {
-            return false;
+        self.port_matches(target.port) && self.matches_host(&target.host)
+    }
+
+    /// Whether this pattern, as a `deny` rule, refuses `target`: without a port it refuses
+    /// the host on every port (the default ports are what an allow rule grants).
+    pub fn denies(&self, target: &Target) -> bool {
+        match self.port {
+            None => self.matches_host(&target.host),
+            Some(_) => self.matches(target),
         }
-        match (&self.host, &target.host) {
+    }
+
+    /// Whether the host part covers `host`, whatever the port.
+    fn matches_host(&self, host: &Host) -> bool {
+        match (&self.host, host) {
             (HostMatch::Any, _) => true,
             (HostMatch::Exact(p), Host::Name(n)) => p == n,
             (HostMatch::Below(s), Host::Name(n)) => is_below(n, s),
@@ -432,6 +455,21 @@ mod tests {
             Host::Ip("2001:db8::1".parse().unwrap())
         );
         assert!(normalize_host("[fe80::1%eth0]").is_err());
+        // A mapped address is the IPv4 address it maps (where the proxy connects).
+        for mapped in ["[::ffff:1.2.3.4]", "::FFFF:102:304", "[::ffff:0102:0304]"] {
+            assert_eq!(
+                normalize_host(mapped).unwrap(),
+                Host::Ip("1.2.3.4".parse().unwrap()),
+                "{mapped}"
+            );
+        }
+        assert_eq!(pat("::ffff:1.2.3.4").to_string(), "1.2.3.4");
+        assert!(pat("1.2.3.4").matches(&target("[::ffff:1.2.3.4]:443")));
+        // Only the mapped form: an IPv4-compatible or NAT64 address stays IPv6.
+        assert!(matches!(
+            normalize_host("[64:ff9b::102:304]").unwrap(),
+            Host::Ip(IpAddr::V6(_))
+        ));
         assert!(normalize_host("[1.2.3.4]").is_err());
         let t = target("[2001:db8::1]:8443");
         assert_eq!(t.port, 8443);

@@ -1,11 +1,11 @@
 //! The egress policy: which hosts a program may reach, which non-public addresses, which
 //! credentials the proxy adds, and the per-execution limits; and a request's narrowing.
 //!
-//! Order of a decision: `deny` (first match wins), then `allow`, then every narrowing list
-//! of the request; after resolution every address must be public or named by an
-//! `allow_private` rule.
+//! Order of a decision: `deny` (first match wins; without a port a deny rule covers every
+//! port), then `allow`, then every narrowing list of the request; after resolution every
+//! address must be public or named by an `allow_private` rule.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -191,7 +191,7 @@ impl EgressPolicy {
 
     /// The decision for `target` by name (addresses are checked after resolution).
     pub(crate) fn decide(&self, target: &Target, narrowing: &Narrowing) -> Verdict {
-        if let Some(d) = self.deny.iter().find(|d| d.matches(target)) {
+        if let Some(d) = self.deny.iter().find(|d| d.denies(target)) {
             return Verdict::Denied {
                 reason: format!("denied by rule {d}"),
                 rule: Some(d.to_string()),
@@ -216,8 +216,18 @@ impl EgressPolicy {
 
     /// Whether the proxy may connect to `addr` (already canonical): `Ok(rule)` with the
     /// `allow_private` rule that let a non-public address through, `Err(reason)` if none.
-    pub fn check_address(&self, addr: SocketAddr) -> std::result::Result<Option<String>, String> {
-        match address::non_public(addr.ip()) {
+    /// An address of the supervisor's own host (`host`: every interface's) is not public,
+    /// whatever its range: it reaches the host's own services.
+    pub fn check_address(
+        &self,
+        addr: SocketAddr,
+        host: &[IpAddr],
+    ) -> std::result::Result<Option<String>, String> {
+        let class = address::non_public(addr.ip()).or_else(|| {
+            host.contains(&addr.ip())
+                .then_some("an address of this host")
+        });
+        match class {
             None => Ok(None),
             Some(class) => match self.allow_private.iter().find(|r| r.matches(addr)) {
                 Some(rule) => Ok(Some(rule.to_string())),
@@ -396,6 +406,50 @@ mod tests {
         );
     }
 
+    /// A deny rule without a port denies the host on every port: "default ports" is what
+    /// an allow rule grants, not the reach of a refusal. `evil.example.org` was denied on
+    /// 443 but allowed on 8443 by `*.example.org:8443`.
+    #[test]
+    fn a_deny_rule_without_a_port_covers_every_port() {
+        let p = policy(
+            &["*.example.org", "*.example.org:8443", "*:22"],
+            &["evil.example.org", "*.bad.example.org", "1.2.3.4"],
+        );
+        let n = Narrowing::none();
+        for t in [
+            "evil.example.org:443",
+            "evil.example.org:8443",
+            "x.bad.example.org:8443",
+            "1.2.3.4:22",
+        ] {
+            assert!(
+                matches!(
+                    p.decide(&target(t), &n),
+                    Verdict::Denied { rule: Some(_), .. }
+                ),
+                "{t}: {:?}",
+                p.decide(&target(t), &n)
+            );
+        }
+        assert!(matches!(
+            p.decide(&target("good.example.org:8443"), &n),
+            Verdict::Allowed { .. }
+        ));
+        // With a port, a deny rule is for that port only.
+        let q = policy(
+            &["*.example.org:8443", "*.example.org"],
+            &["a.example.org:8443"],
+        );
+        assert!(matches!(
+            q.decide(&target("a.example.org:443"), &n),
+            Verdict::Allowed { .. }
+        ));
+        assert!(matches!(
+            q.decide(&target("a.example.org:8443"), &n),
+            Verdict::Denied { .. }
+        ));
+    }
+
     #[test]
     fn bad_entries_are_named() {
         let err = EgressPolicy::from_section(&section(&["ok.example", "a..b"], &[]), &no_env)
@@ -490,24 +544,54 @@ mod tests {
         s.allow_private = vec!["127.0.0.1:8443".into(), "10.0.0.0/8".into()];
         let p = EgressPolicy::from_section(&s, &no_env).unwrap();
         assert_eq!(
-            p.check_address("93.184.216.34:443".parse().unwrap()),
+            p.check_address("93.184.216.34:443".parse().unwrap(), &[]),
             Ok(None)
         );
         assert_eq!(
-            p.check_address("127.0.0.1:8443".parse().unwrap()),
+            p.check_address("127.0.0.1:8443".parse().unwrap(), &[]),
             Ok(Some("127.0.0.1:8443".into()))
         );
         assert_eq!(
-            p.check_address("127.0.0.1:443".parse().unwrap()),
+            p.check_address("127.0.0.1:443".parse().unwrap(), &[]),
             Err("private address 127.0.0.1: loopback".into())
         );
         assert_eq!(
-            p.check_address("10.9.9.9:1".parse().unwrap()),
+            p.check_address("10.9.9.9:1".parse().unwrap(), &[]),
             Ok(Some("10.0.0.0/8".into()))
         );
         assert_eq!(
-            p.check_address("169.254.169.254:80".parse().unwrap()),
+            p.check_address("169.254.169.254:80".parse().unwrap(), &[]),
             Err("private address 169.254.169.254: cloud metadata".into())
+        );
+    }
+
+    #[test]
+    fn an_address_of_this_host_is_not_public() {
+        let mut s = section(&["*"], &[]);
+        s.allow_private = vec!["11.0.0.2:8443".into()];
+        let p = EgressPolicy::from_section(&s, &no_env).unwrap();
+        let host: Vec<IpAddr> = vec![
+            "11.0.0.1".parse().unwrap(),
+            "11.0.0.2".parse().unwrap(),
+            "2a00:1450::5".parse().unwrap(),
+        ];
+        assert_eq!(
+            p.check_address("11.0.0.1:443".parse().unwrap(), &host),
+            Err("private address 11.0.0.1: an address of this host".into())
+        );
+        assert_eq!(
+            p.check_address("[2a00:1450::5]:443".parse().unwrap(), &host),
+            Err("private address 2a00:1450::5: an address of this host".into())
+        );
+        assert_eq!(
+            p.check_address("11.0.0.3:443".parse().unwrap(), &host),
+            Ok(None),
+            "a neighbour is not this host"
+        );
+        assert_eq!(
+            p.check_address("11.0.0.2:8443".parse().unwrap(), &host),
+            Ok(Some("11.0.0.2:8443".into())),
+            "allow_private can name one"
         );
     }
 }

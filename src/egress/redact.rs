@@ -12,11 +12,23 @@ use http::HeaderValue;
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[REDACTED]";
 
-/// The secrets to find; cheap to clone.
-#[derive(Debug, Clone)]
+/// The secrets to find; cheap to clone. Its `Debug` shows no value (a regex's `Debug`
+/// prints its pattern: here, the secrets).
+#[derive(Clone)]
 pub struct Secrets {
     pattern: Option<regex::bytes::Regex>,
+    /// The same, ASCII case-insensitive: for header names, which hyper lower-cases.
+    folded: Option<regex::bytes::Regex>,
     longest: usize,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secrets")
+            .field("empty", &self.pattern.is_none())
+            .field("longest", &self.longest)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Secrets {
@@ -25,15 +37,22 @@ impl Secrets {
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
         let longest = values.first().map_or(0, |v| v.len());
-        let pattern = (!values.is_empty()).then(|| {
-            let alternatives: Vec<String> = values.iter().map(|v| regex::escape(v)).collect();
-            regex::bytes::RegexBuilder::new(&alternatives.join("|"))
-                .unicode(false)
-                .size_limit(64 << 20)
-                .build()
-                .expect("escaped literals always compile")
-        });
-        Secrets { pattern, longest }
+        let alternatives: Vec<String> = values.iter().map(|v| regex::escape(v)).collect();
+        let build = |case_insensitive: bool| {
+            (!values.is_empty()).then(|| {
+                regex::bytes::RegexBuilder::new(&alternatives.join("|"))
+                    .unicode(false)
+                    .case_insensitive(case_insensitive)
+                    .size_limit(64 << 20)
+                    .build()
+                    .expect("escaped literals always compile")
+            })
+        };
+        Secrets {
+            pattern: build(false),
+            folded: build(true),
+            longest,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -48,6 +67,12 @@ impl Secrets {
         }
     }
 
+    /// Whether `text` holds a secret in any ASCII case (a header name: hyper lower-cases
+    /// them, and a name cannot take `[REDACTED]`, so such a header is dropped whole).
+    pub fn in_any_case(&self, text: &[u8]) -> bool {
+        self.folded.as_ref().is_some_and(|p| p.is_match(text))
+    }
+
     /// A header value with every secret replaced.
     pub fn redact_header(&self, value: &HeaderValue) -> HeaderValue {
         match &self.pattern {
@@ -60,11 +85,20 @@ impl Secrets {
     }
 }
 
-/// One stream's redactor.
-#[derive(Debug)]
+/// One stream's redactor. Its `Debug` shows neither the secrets nor the bytes held back
+/// (which may be the start of one).
 pub struct Redactor {
     secrets: Secrets,
     held: BytesMut,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redactor")
+            .field("secrets", &self.secrets)
+            .field("held", &self.held.len())
+            .finish()
+    }
 }
 
 impl Redactor {
@@ -173,11 +207,24 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_holds_no_secret() {
+        let s = Secrets::new(&["tok-debug-123".to_string()]);
+        let r = Redactor::new(s.clone());
+        for text in [format!("{s:?}"), format!("{r:?}")] {
+            assert!(!text.contains("tok"), "{text}");
+        }
+    }
+
+    #[test]
     fn headers() {
         let s = Secrets::new(&["tok123".to_string()]);
         let v = HeaderValue::from_static("echo: Bearer tok123");
         assert_eq!(s.redact_header(&v), "echo: Bearer [REDACTED]");
         let plain = HeaderValue::from_static("text/plain");
         assert_eq!(s.redact_header(&plain), "text/plain");
+        let t = Secrets::new(&["Tok-ABC".to_string()]);
+        assert!(t.in_any_case(b"x-tok-abc-echo"));
+        assert!(!t.in_any_case(b"x-tok-abd"));
+        assert!(!Secrets::new(&[]).in_any_case(b"anything"));
     }
 }

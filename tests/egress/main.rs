@@ -5,6 +5,7 @@
 mod credentials;
 mod decisions;
 mod limits;
+mod review;
 mod support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
