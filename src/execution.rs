@@ -152,6 +152,39 @@ impl ExecutionResult {
         }
     }
 
+    /// Every configured egress secret replaced in what the result carries back: output,
+    /// the connection records' reasons, tool call errors and the channel error. A secret
+    /// never enters the sandbox; one that comes back out got there by a way the proxy did
+    /// not see (a value written into the code, an API that reflects it transformed).
+    pub fn redact_secrets(&mut self, secrets: &crate::egress::Secrets) {
+        if secrets.is_empty() {
+            return;
+        }
+        let redact = |text: &mut String| {
+            let out = secrets.redact_all(text.as_bytes());
+            if out != text.as_bytes() {
+                *text = String::from_utf8_lossy(&out).into_owned();
+            }
+        };
+        redact(&mut self.stdout);
+        redact(&mut self.stderr);
+        for call in &mut self.tool_calls {
+            if let Some(e) = &mut call.error {
+                redact(e);
+            }
+        }
+        if let Some(e) = &mut self.tool_channel_error {
+            redact(e);
+        }
+        if let Some(network) = &mut self.network {
+            for c in &mut network.connections {
+                if let Some(reason) = &mut c.reason {
+                    redact(reason);
+                }
+            }
+        }
+    }
+
     /// The program failed: non-zero exit, a signal, a timeout, or the workspace quota.
     pub fn failed(&self) -> bool {
         self.timed_out

@@ -443,3 +443,39 @@ except Exception as e:
     assert_eq!(rec["allowed"], true, "{rec}");
     assert_eq!(rec["credential_added"], false, "{rec}");
 }
+
+/// However the value got into the program (here: written into its code), `codebox run`
+/// never prints it: not in streamed output, even cut across writes, nor in `--json`.
+#[test]
+fn the_cli_redacts_configured_secrets_from_output() {
+    if !sandbox_available("the_cli_redacts_configured_secrets_from_output") {
+        return;
+    }
+    let w = &world();
+    let half = secret().len() / 2;
+    let code = format!(
+        "import sys, time\ns = {:?} + {:?}\nsys.stdout.write(s[:5]); sys.stdout.flush(); time.sleep(0.2)\n\
+         sys.stdout.write(s[5:] + '\\n'); print('again', s); print(s, file=sys.stderr)\n",
+        &secret()[..half],
+        &secret()[half..]
+    );
+    let out = Command::new(codebox_bin())
+        .args(["run", "--profile"])
+        .arg(w.dir.path().join("proxy.toml"))
+        .arg("--state-dir")
+        .arg(w.dir.path().join("state"))
+        .args(["python", "-c", &code])
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .env("CODEBOX_TEST_API_KEY", secret())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(printed, "[REDACTED]\nagain [REDACTED]\n", "{stderr}");
+    assert!(
+        stderr.contains("[REDACTED]") && !stderr.contains(secret()),
+        "{stderr}"
+    );
+    let v = run(w, "python", &code);
+    assert_eq!(stdout(&v), "[REDACTED]\nagain [REDACTED]\n", "{v:#}");
+}

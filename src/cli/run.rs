@@ -14,7 +14,7 @@ use codebox::runtime::Language;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
 use codebox::units::{parse_duration, parse_size};
 
-use super::passthrough::{exit_status, Passthrough};
+use super::passthrough::{exit_status, Passthrough, Redacting};
 use super::prepare::{prepare, Prepared};
 
 #[derive(Debug, Args)]
@@ -139,6 +139,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         limits.stderr_cap = cap;
     }
     let timeout = limits.timeout;
+    let secrets = egress
+        .as_ref()
+        .map(|e| e.egress.secrets().clone())
+        .filter(|s| !s.is_empty());
     let request = ExecutionRequest {
         language: args.language,
         code,
@@ -148,11 +152,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         policy: profile.policy.clone(),
         egress,
     };
-    let result = if args.json {
-        execution::execute(&host, &request, &mut codebox::sandbox::Discard)?
-    } else {
-        execution::execute(&host, &request, &mut Passthrough)?
+    let mut result = match (&secrets, args.json) {
+        (_, true) => execution::execute(&host, &request, &mut codebox::sandbox::Discard)?,
+        (None, false) => execution::execute(&host, &request, &mut Passthrough)?,
+        (Some(secrets), false) => {
+            let mut sink = Redacting::new(secrets);
+            let result = execution::execute(&host, &request, &mut sink);
+            sink.finish();
+            result?
+        }
     };
+    if let Some(secrets) = &secrets {
+        result.redact_secrets(secrets);
+    }
     report(&result, args.json, timeout)
 }
 

@@ -14,8 +14,7 @@ use std::os::fd::OwnedFd;
 use rmcp::handler::server::router::tool::ToolRouter;
 
 use super::CodeboxServer;
-use crate::egress::{Egress, EgressReport, EgressRun, Narrowing, NetworkMode, Secrets};
-use crate::execution::ExecutionResult;
+use crate::egress::{Egress, EgressReport, EgressRun, Narrowing, NetworkMode};
 
 impl CodeboxServer {
     /// The narrowing a call asks for with `network`, or why it is refused.
@@ -114,37 +113,6 @@ pub(super) async fn finish(run: Option<EgressRun>) -> Option<EgressReport> {
     }
 }
 
-/// Every configured secret replaced in what a result carries back: output, the
-/// connection records' reasons, tool call errors and the channel error.
-pub(super) fn redact_secrets(secrets: &Secrets, r: &mut ExecutionResult) {
-    if secrets.is_empty() {
-        return;
-    }
-    let redact = |text: &mut String| {
-        let out = secrets.redact_all(text.as_bytes());
-        if out != text.as_bytes() {
-            *text = String::from_utf8_lossy(&out).into_owned();
-        }
-    };
-    redact(&mut r.stdout);
-    redact(&mut r.stderr);
-    for call in &mut r.tool_calls {
-        if let Some(e) = &mut call.error {
-            redact(e);
-        }
-    }
-    if let Some(e) = &mut r.tool_channel_error {
-        redact(e);
-    }
-    if let Some(network) = &mut r.network {
-        for c in &mut network.connections {
-            if let Some(reason) = &mut c.reason {
-                redact(reason);
-            }
-        }
-    }
-}
-
 /// `text` with every configured secret replaced (as it is when there are none).
 pub(super) fn without_secrets(settings: &super::Settings, text: String) -> String {
     match &settings.egress {
@@ -195,6 +163,8 @@ pub(super) fn describe_network(router: &mut ToolRouter<CodeboxServer>, mode: Net
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::egress::Secrets;
+    use crate::execution::ExecutionResult;
 
     fn result(stdout: &str) -> ExecutionResult {
         let outcome = crate::sandbox::Outcome {
@@ -229,13 +199,13 @@ mod tests {
             connections: vec![rec],
             ..Default::default()
         });
-        redact_secrets(&secrets, &mut r);
+        r.redact_secrets(&secrets);
         let text = serde_json::to_string(&r).unwrap();
         assert!(!text.contains("s3cr3t-token"), "{text}");
         assert!(r.stdout.contains(crate::egress::REDACTED), "{}", r.stdout);
         // Nothing configured: nothing touched.
         let mut r = result("plain");
-        redact_secrets(&Secrets::new(&[]), &mut r);
+        r.redact_secrets(&Secrets::new(&[]));
         assert_eq!(r.stdout, "plain");
     }
 

@@ -328,7 +328,7 @@ impl CodeboxServer {
         result.tool_channel_error = ran.tools.channel_error;
         result.network = ran.network;
         if let Some(egress) = &s.settings.egress {
-            egress_glue::redact_secrets(egress.secrets(), &mut result);
+            result.redact_secrets(egress.secrets());
         }
         if let Some(session) = &session {
             self.settle_workspace(session, start_usage, &mut result);
