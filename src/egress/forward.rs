@@ -54,6 +54,34 @@ pub fn refusal_response(refusal: &Refusal) -> Response<ProxyBody> {
     resp
 }
 
+/// Sends one prepared request upstream and notes the answer's status in `rec`; a failure
+/// becomes the client's 502, naming the byte limit when that is what cut it.
+pub async fn send_upstream(
+    sender: &mut hyper::client::conn::http1::SendRequest<hyper::body::Incoming>,
+    req: http::Request<hyper::body::Incoming>,
+    rec: &std::sync::Mutex<super::record::PendingRecord>,
+    shown: &str,
+) -> Result<Response<hyper::body::Incoming>, Response<ProxyBody>> {
+    match sender.send_request(req).await {
+        Ok(resp) => {
+            rec.lock().expect("record lock").record.status = Some(resp.status().as_u16());
+            Ok(resp)
+        }
+        Err(err) => {
+            tracing::info!(target = %shown, ?err, "egress: upstream request failed");
+            let reason = match rec.lock().expect("record lock").meter.limit_hit.get() {
+                Some(limit) => limit.clone(),
+                None => format!("upstream request failed: {err}"),
+            };
+            Err(refusal_response(&Refusal::failed(
+                StatusCode::BAD_GATEWAY,
+                shown,
+                &reason,
+            )))
+        }
+    }
+}
+
 /// Headers that belong to one hop, never forwarded either way.
 const HOP_BY_HOP: &[HeaderName] = &[
     header::CONNECTION,

@@ -26,7 +26,9 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::connect;
 use super::engine::Conn;
-use super::forward::{prepare_request, prepare_response, refusal_response, ProxyBody};
+use super::forward::{
+    prepare_request, prepare_response, refusal_response, send_upstream, ProxyBody,
+};
 use super::head::{write_refusal, Prefixed, Refusal};
 use super::limits::{human_duration, Metered};
 use super::pattern::Target;
@@ -220,22 +222,10 @@ impl Intercepted {
                 }
             }
         }
-        let resp = match sender.send_request(req).await {
+        let resp = match send_upstream(&mut sender, req, &self.rec, &shown).await {
             Ok(r) => r,
-            Err(err) => {
-                tracing::info!(target = %shown, ?err, "egress: upstream request failed");
-                let reason = match self.rec.lock().expect("record lock").meter.limit_hit.get() {
-                    Some(limit) => limit.clone(),
-                    None => format!("upstream request failed: {err}"),
-                };
-                return refusal_response(&Refusal::failed(
-                    StatusCode::BAD_GATEWAY,
-                    &shown,
-                    &reason,
-                ));
-            }
+            Err(refused) => return refused,
         };
-        self.rec.lock().expect("record lock").record.status = Some(resp.status().as_u16());
         match prepare_response(resp, &self.target, Some(&self.conn.shared().secrets)) {
             Ok(r) => r,
             Err(refusal) => {

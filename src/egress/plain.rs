@@ -17,7 +17,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::connect;
 use super::engine::Conn;
-use super::forward::{prepare_request, prepare_response, refusal_response, ProxyBody};
+use super::forward::{
+    prepare_request, prepare_response, refusal_response, send_upstream, ProxyBody,
+};
 use super::head::Refusal;
 use super::intercept::MAX_UPSTREAM_HEAD;
 use super::limits::Metered;
@@ -104,23 +106,10 @@ impl Plain {
             Err(refusal) => return refusal_response(&refusal),
         };
         let shown = target.to_string();
-        let resp = match cur.sender.send_request(req).await {
+        let resp = match send_upstream(&mut cur.sender, req, &cur.rec, &shown).await {
             Ok(r) => r,
-            Err(err) => {
-                tracing::info!(target = %shown, ?err, "egress: upstream request failed");
-                let rec = cur.rec.lock().expect("record lock");
-                let reason = match rec.meter.limit_hit.get() {
-                    Some(limit) => limit.clone(),
-                    None => format!("upstream request failed: {err}"),
-                };
-                return refusal_response(&Refusal::failed(
-                    StatusCode::BAD_GATEWAY,
-                    &shown,
-                    &reason,
-                ));
-            }
+            Err(refused) => return refused,
         };
-        cur.rec.lock().expect("record lock").record.status = Some(resp.status().as_u16());
         let secrets = (!cur.credentials.is_empty()).then_some(&self.conn.shared().secrets);
         match prepare_response(resp, &target, secrets) {
             Ok(r) => r,
