@@ -17,6 +17,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/sbin/useradd", "passwd"),
     // curl checks the egress proxy's certificates with OpenSSL's verifier (tests/egress).
     ("/usr/bin/curl", "curl"),
+    // ip gives a test's own network namespace an address (tests/egress/review.rs).
+    ("/bin/ip", "iproute2"),
 ];
 
 pub fn is_root() -> bool {
