@@ -1,0 +1,590 @@
+//! Installed package sets ("layers"), kept on disk and shared read-only.
+//!
+//! Layout under the cache directory:
+//! - `<language>/<key>/`: one layer, read-only once committed (files `0444`/`0555`,
+//!   directories `0555`, owned by codebox), bound read-only at `/packages` in the
+//!   executions that asked for its set;
+//! - `<language>/<key>.json`: what it holds (the request, what was installed, its size);
+//!   its modification time is when the layer was last used;
+//! - `.staging-<random>/`: an install in progress, written by the installer sandbox
+//!   only; never bound anywhere else, removed when the install fails or the process
+//!   restarts.
+//!
+//! A layer is committed by one `rename` after it was checked and made read-only, so
+//! nothing half-installed is ever visible. Past `cache_bytes` the least recently used
+//! layers that no execution or session holds are removed.
+
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::Limits;
+use super::spec::PackageSet;
+use crate::runtime::Language;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot {doing} {}", path.display())]
+    Io {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the installed packages take {bytes} bytes, over the limit of {limit} (packages.max_layer_size)")]
+    TooLarge { bytes: u64, limit: u64 },
+    #[error("the installed packages hold {what} at {path}, which a layer may not")]
+    Unexpected { what: &'static str, path: String },
+}
+
+type Result<T> = std::result::Result<T, Error>;
+
+fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io {
+        doing,
+        path,
+        source,
+    }
+}
+
+/// What a layer holds, kept beside it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerMeta {
+    pub key: String,
+    pub language: Language,
+    /// The request, normalised.
+    pub requested: Vec<String>,
+    /// What the installer installed (`name==version`, `npm:name@version`).
+    pub installed: Vec<String>,
+    pub bytes: u64,
+    /// How long the install took.
+    pub install_ms: u64,
+}
+
+/// A committed layer, held while an execution or a session uses it (it is never evicted
+/// then).
+#[derive(Debug)]
+pub struct Layer {
+    pub path: PathBuf,
+    pub meta: LayerMeta,
+    pins: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for Layer {
+    fn drop(&mut self) {
+        let mut pins = self.pins.lock().expect("pins lock");
+        if let Some(n) = pins.get_mut(&self.meta.key) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&self.meta.key);
+            }
+        }
+    }
+}
+
+/// An install in progress: its directory is removed unless it is committed.
+#[derive(Debug)]
+pub struct Staging {
+    pub dir: PathBuf,
+    committed: bool,
+}
+
+impl Staging {
+    /// Where the installer writes the layer.
+    pub fn layer_dir(&self) -> PathBuf {
+        self.dir.join("layer")
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.committed {
+            if let Err(e) = remove_tree(&self.dir) {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot remove a failed install");
+            }
+        }
+    }
+}
+
+/// The layers of one cache directory.
+#[derive(Debug)]
+pub struct LayerStore {
+    root: PathBuf,
+    limits: Limits,
+    /// Host uid and gid the installer sandbox writes as (its staging directory is theirs).
+    sandbox_ids: (u32, u32),
+    pins: Arc<Mutex<HashMap<String, usize>>>,
+    /// One install per key at a time; later callers wait and then find the layer.
+    installing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl LayerStore {
+    /// Opens (creating) the cache directory; installs a crashed process left are removed.
+    pub fn open(root: &Path, limits: Limits, sandbox_ids: (u32, u32)) -> Result<LayerStore> {
+        for dir in [
+            root.to_path_buf(),
+            root.join("python"),
+            root.join("typescript"),
+        ] {
+            std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+            // The sandbox user passes through to the layer it binds.
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+                .map_err(io("set the mode of", &dir))?;
+        }
+        for entry in std::fs::read_dir(root).map_err(io("list", root))?.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(".staging-") {
+                let _ = remove_tree(&entry.path());
+            }
+        }
+        Ok(LayerStore {
+            root: root.to_path_buf(),
+            limits,
+            sandbox_ids,
+            pins: Arc::default(),
+            installing: Mutex::default(),
+        })
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn layer_path(&self, language: Language, key: &str) -> PathBuf {
+        self.root.join(language.name()).join(key)
+    }
+
+    fn meta_path(&self, language: Language, key: &str) -> PathBuf {
+        self.root.join(language.name()).join(format!("{key}.json"))
+    }
+
+    /// The committed layer of `set`, pinned and marked used; `None` if there is none.
+    pub fn get(&self, set: &PackageSet) -> Option<Arc<Layer>> {
+        let key = set.key();
+        let meta_path = self.meta_path(set.language, &key);
+        let text = std::fs::read_to_string(&meta_path).ok()?;
+        let meta: LayerMeta = serde_json::from_str(&text).ok()?;
+        let path = self.layer_path(set.language, &key);
+        if !path.is_dir() {
+            return None;
+        }
+        // Used now: the eviction order.
+        let _ = std::fs::File::options()
+            .append(true)
+            .open(&meta_path)
+            .and_then(|f| f.set_modified(SystemTime::now()));
+        *self.pins.lock().expect("pins lock").entry(key).or_insert(0) += 1;
+        Some(Arc::new(Layer {
+            path,
+            meta,
+            pins: self.pins.clone(),
+        }))
+    }
+
+    /// The lock that makes concurrent first requests of one set install it once.
+    pub fn install_lock(&self, set: &PackageSet) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.installing.lock().expect("installing lock");
+        // Forget locks nobody holds or waits for.
+        map.retain(|_, l| Arc::strong_count(l) > 1);
+        map.entry(set.key()).or_default().clone()
+    }
+
+    /// A new staging directory, writable by the installer sandbox's user.
+    pub fn staging(&self) -> Result<Staging> {
+        let mut raw = [0u8; 8];
+        getrandom::fill(&mut raw).map_err(|e| Error::Io {
+            doing: "get randomness for",
+            path: self.root.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let name: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = self.root.join(format!(".staging-{name}"));
+        std::fs::create_dir(&dir).map_err(io("create", &dir))?;
+        let staging = Staging {
+            dir,
+            committed: false,
+        };
+        std::fs::set_permissions(&staging.dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(io("set the mode of", &staging.dir))?;
+        let (uid, gid) = self.sandbox_ids;
+        if nix::unistd::geteuid().as_raw() != uid {
+            std::os::unix::fs::chown(&staging.dir, Some(uid), Some(gid))
+                .map_err(io("hand to the installer", &staging.dir))?;
+        }
+        Ok(staging)
+    }
+
+    /// Checks the staged layer (regular files, directories and links within it only;
+    /// at most `max_layer_bytes`), makes it codebox's and read-only, and moves it into
+    /// place; then evicts what no longer fits.
+    pub fn commit(
+        &self,
+        mut staging: Staging,
+        set: &PackageSet,
+        installed: Vec<String>,
+        install_ms: u64,
+    ) -> Result<Arc<Layer>> {
+        let layer = staging.layer_dir();
+        std::fs::create_dir_all(&layer).map_err(io("create", &layer))?;
+        let me = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let bytes = seal(&layer, me, self.limits.max_layer_bytes)?;
+        let key = set.key();
+        let meta = LayerMeta {
+            key: key.clone(),
+            language: set.language,
+            requested: set.texts(),
+            installed,
+            bytes,
+            install_ms,
+        };
+        let dest = self.layer_path(set.language, &key);
+        if dest.exists() {
+            // Installed meanwhile by another process sharing the cache: keep that one.
+            drop(staging);
+        } else {
+            std::fs::rename(&layer, &dest).map_err(io("move into place", &dest))?;
+            staging.committed = true;
+            let _ = remove_tree(&staging.dir);
+        }
+        let meta_path = self.meta_path(set.language, &key);
+        let tmp = meta_path.with_extension("json.tmp");
+        let text = serde_json::to_vec_pretty(&meta).expect("metadata serialises");
+        std::fs::write(&tmp, text).map_err(io("write", &tmp))?;
+        std::fs::rename(&tmp, &meta_path).map_err(io("write", &meta_path))?;
+        let got = self.get(set).ok_or_else(|| Error::Io {
+            doing: "find the layer just committed at",
+            path: dest.clone(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        })?;
+        self.evict();
+        Ok(got)
+    }
+
+    /// Every committed layer: (language, key, bytes, last used).
+    fn layers(&self) -> Vec<(Language, String, u64, SystemTime)> {
+        let mut out = Vec::new();
+        for language in Language::ALL {
+            let dir = self.root.join(language.name());
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(key) = name.strip_suffix(".json") else {
+                    continue;
+                };
+                let Ok(text) = std::fs::read_to_string(e.path()) else {
+                    continue;
+                };
+                let Ok(meta) = serde_json::from_str::<LayerMeta>(&text) else {
+                    continue;
+                };
+                let used = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                out.push((language, key.to_string(), meta.bytes, used));
+            }
+        }
+        out
+    }
+
+    /// Bytes of all committed layers.
+    pub fn total_bytes(&self) -> u64 {
+        self.layers().iter().map(|l| l.2).sum()
+    }
+
+    /// Removes the least recently used layers nobody holds until the rest fit.
+    pub fn evict(&self) {
+        let mut layers = self.layers();
+        let mut total: u64 = layers.iter().map(|l| l.2).sum();
+        if total <= self.limits.cache_bytes {
+            return;
+        }
+        layers.sort_by_key(|l| l.3);
+        for (language, key, bytes, _) in layers {
+            if total <= self.limits.cache_bytes {
+                break;
+            }
+            if self.pins.lock().expect("pins lock").contains_key(&key) {
+                continue;
+            }
+            // Metadata first: a half-removed layer is then never found.
+            let _ = std::fs::remove_file(self.meta_path(language, &key));
+            match remove_tree(&self.layer_path(language, &key)) {
+                Ok(()) => {
+                    tracing::info!(%key, bytes, "package layer evicted (least recently used)");
+                    total = total.saturating_sub(bytes);
+                }
+                Err(e) => tracing::warn!(%key, error = %e, "cannot remove a package layer"),
+            }
+        }
+    }
+}
+
+/// Walks the staged layer: only directories, regular files and symbolic links whose
+/// targets stay inside it; the total of file sizes within `limit`; owner set to `me`,
+/// write bits cleared (set-id and sticky bits too). Returns the bytes.
+fn seal(root: &Path, me: (u32, u32), limit: u64) -> Result<u64> {
+    let mut bytes = 0u64;
+    let mut stack = vec![root.to_path_buf()];
+    let mut dirs = Vec::new();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(io("list", &dir))? {
+            let entry = entry.map_err(io("list", &dir))?;
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).map_err(io("inspect", &path))?;
+            let ft = meta.file_type();
+            let shown = || {
+                path.strip_prefix(root)
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string()
+            };
+            if ft.is_symlink() {
+                let target = std::fs::read_link(&path).map_err(io("read", &path))?;
+                if target.is_absolute() || escapes(&path, root, &target) {
+                    return Err(Error::Unexpected {
+                        what: "a link that points outside the layer",
+                        path: shown(),
+                    });
+                }
+                lchown(&path, me)?;
+                continue;
+            }
+            if ft.is_dir() {
+                stack.push(path.clone());
+                dirs.push(path);
+                continue;
+            }
+            if !ft.is_file() {
+                return Err(Error::Unexpected {
+                    what: "a special file",
+                    path: shown(),
+                });
+            }
+            bytes = bytes.saturating_add(meta.len());
+            if bytes > limit {
+                return Err(Error::TooLarge { bytes, limit });
+            }
+            lchown(&path, me)?;
+            let exec = meta.mode() & 0o111 != 0;
+            let mode = if exec { 0o555 } else { 0o444 };
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                .map_err(io("set the mode of", &path))?;
+        }
+    }
+    // Directories last, deepest first: their own write bit is needed until then.
+    dirs.push(root.to_path_buf());
+    for dir in dirs.iter().rev() {
+        lchown(dir, me)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555))
+            .map_err(io("set the mode of", dir))?;
+    }
+    Ok(bytes)
+}
+
+/// Whether `target`, relative to the link at `link`, leaves `root`.
+fn escapes(link: &Path, root: &Path, target: &Path) -> bool {
+    let Ok(rel) = link.parent().unwrap_or(root).strip_prefix(root) else {
+        return true;
+    };
+    let mut depth: i64 = rel.components().count() as i64;
+    for c in target.components() {
+        match c {
+            std::path::Component::ParentDir => depth -= 1,
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            _ => return true,
+        }
+        if depth < 0 {
+            return true;
+        }
+    }
+    false
+}
+
+fn lchown(path: &Path, (uid, gid): (u32, u32)) -> Result<()> {
+    let meta = std::fs::symlink_metadata(path).map_err(io("inspect", path))?;
+    if meta.uid() == uid && meta.gid() == gid {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(io("take ownership of", path))
+}
+
+/// Removes a tree whose directories may be read-only (a committed layer's are).
+pub fn remove_tree(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(m) if !m.is_dir() => return std::fs::remove_file(path),
+        Ok(_) => {}
+    }
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    std::fs::remove_dir_all(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(names: &[&str]) -> PackageSet {
+        let asked: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        PackageSet::parse(Language::Python, &asked, "")
+            .unwrap()
+            .unwrap()
+    }
+
+    fn me() -> (u32, u32) {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    }
+
+    fn stage(store: &LayerStore, files: &[(&str, usize)]) -> Staging {
+        let s = store.staging().unwrap();
+        for (name, size) in files {
+            let p = s.layer_dir().join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, vec![b'x'; *size]).unwrap();
+        }
+        s
+    }
+
+    #[test]
+    fn a_committed_layer_is_read_only_found_again_and_staging_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path(), Limits::default(), me()).unwrap();
+        let s = set(&["six"]);
+        assert!(store.get(&s).is_none());
+        let staged = stage(&store, &[("site/six.py", 10), ("site/pkg/__init__.py", 5)]);
+        let staging_dir = staged.dir.clone();
+        let layer = store
+            .commit(staged, &s, vec!["six==1.16.0".into()], 12)
+            .unwrap();
+        assert!(!staging_dir.exists());
+        assert_eq!(layer.meta.bytes, 15);
+        let file = layer.path.join("site/six.py");
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o444
+        );
+        assert_eq!(
+            std::fs::metadata(layer.path.join("site"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o555
+        );
+        let again = store.get(&s).unwrap();
+        assert_eq!(again.meta.installed, ["six==1.16.0"]);
+        assert_eq!(store.total_bytes(), 15);
+    }
+
+    #[test]
+    fn an_oversized_or_odd_layer_is_refused_and_nothing_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            max_layer_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let store = LayerStore::open(dir.path(), limits, me()).unwrap();
+        let staged = stage(&store, &[("site/big.bin", (1 << 20) + 1)]);
+        let err = store.commit(staged, &set(&["big"]), vec![], 1).unwrap_err();
+        assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+        let staged = stage(&store, &[("site/a.py", 1)]);
+        std::os::unix::fs::symlink("/etc/passwd", staged.layer_dir().join("site/evil")).unwrap();
+        let err = store
+            .commit(staged, &set(&["evil"]), vec![], 1)
+            .unwrap_err();
+        assert!(err.to_string().contains("outside the layer"), "{err}");
+        let staged = stage(&store, &[("site/a.py", 1)]);
+        std::os::unix::fs::symlink("../../../x", staged.layer_dir().join("site/up")).unwrap();
+        assert!(store.commit(staged, &set(&["up"]), vec![], 1).is_err());
+        let staged = stage(&store, &[("site/a.py", 1)]);
+        std::os::unix::fs::symlink("a.py", staged.layer_dir().join("site/ok")).unwrap();
+        store.commit(staged, &set(&["ok"]), vec![], 1).unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".staging"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn the_least_recently_used_unheld_layers_go_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            max_layer_bytes: 1 << 20,
+            cache_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let store = LayerStore::open(dir.path(), limits, me()).unwrap();
+        let half = 1 << 19;
+        let a = store
+            .commit(stage(&store, &[("a", half)]), &set(&["a"]), vec![], 1)
+            .unwrap();
+        drop(a);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let held = store
+            .commit(stage(&store, &[("b", half)]), &set(&["b"]), vec![], 1)
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // A third one does not fit with both: a (least recently used, unheld) goes.
+        let c = store
+            .commit(stage(&store, &[("c", half)]), &set(&["c"]), vec![], 1)
+            .unwrap();
+        assert!(store.get(&set(&["a"])).is_none());
+        assert!(store.get(&set(&["b"])).is_some());
+        drop(c);
+        // b is held: d evicts c instead, though b was used earlier.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let _d = store
+            .commit(stage(&store, &[("d", half)]), &set(&["d"]), vec![], 1)
+            .unwrap();
+        assert!(store.get(&set(&["b"])).is_some());
+        assert!(store.get(&set(&["c"])).is_none());
+        drop(held);
+        assert!(store.total_bytes() <= 1 << 20);
+    }
+
+    #[test]
+    fn leftover_staging_is_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let left = dir.path().join(".staging-dead");
+        std::fs::create_dir_all(left.join("layer/x")).unwrap();
+        std::fs::set_permissions(left.join("layer"), std::fs::Permissions::from_mode(0o555))
+            .unwrap();
+        LayerStore::open(dir.path(), Limits::default(), me()).unwrap();
+        assert!(!left.exists());
+    }
+
+    #[test]
+    fn link_escapes() {
+        let root = Path::new("/r");
+        assert!(!escapes(Path::new("/r/a/b"), root, Path::new("c")));
+        assert!(!escapes(Path::new("/r/a/b"), root, Path::new("../c")));
+        assert!(escapes(Path::new("/r/a/b"), root, Path::new("../../c")));
+        assert!(escapes(Path::new("/r/b"), root, Path::new("../c")));
+    }
+}
