@@ -4,6 +4,8 @@
 //!
 //! - [`spec`]: what a call may ask for, checked and normalised (the set's key);
 //! - [`config`]: `[packages]` in `codebox.toml` (indexes, allow/deny, sizes, time);
+//! - [`install`]: a set's layer, kept or installed once by the installer sandbox
+//!   (`installer.py`), and failures in words the model can act on;
 //! - [`store`]: layers on disk, content-addressed by the set, committed atomically and
 //!   read-only, least recently used evicted past the cache size.
 //!
@@ -12,9 +14,11 @@
 //! scripts never run: no package code runs while installing.
 
 pub mod config;
+pub mod install;
 pub mod spec;
 pub mod store;
 
 pub use config::{Limits, NamePolicy, PackagesSection};
+pub use install::{InstallError, InstallRunner, Installer, RunOutput, Sources};
 pub use spec::{PackageSet, Spec};
 pub use store::{Layer, LayerMeta, LayerStore, Staging};

@@ -1,0 +1,470 @@
+//! Getting a layer for a set: the policy, the store, and — when the set is new — one run
+//! of the installer sandbox (`installer.py`), of which concurrent first requests of the
+//! same set share one.
+//!
+//! The sandbox itself is started by an [`InstallRunner`] (the server's, through the
+//! spawner, with the egress proxy narrowed to the configured sources): this module decides
+//! what to ask and what the answer means.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Deserialize;
+
+use super::config::{Limits, NamePolicy};
+use super::spec::PackageSet;
+use super::store::{Layer, LayerStore};
+use crate::runtime::Language;
+
+/// The installer program (run by the sandbox's Python as `__main__`).
+pub const INSTALLER: &str = include_str!("installer.py");
+
+/// Where packages come from (URLs as configured; the egress proxy allows their hosts).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sources {
+    pub python_index: Option<String>,
+    pub npm_registry: Option<String>,
+    pub jsr_registry: Option<String>,
+}
+
+/// Why a set cannot be had, in words the model can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("packages: {}{reason}", package.as_ref().map(|p| format!("{p}: ")).unwrap_or_default())]
+pub struct InstallError {
+    /// The package the failure is about, when it is about one.
+    pub package: Option<String>,
+    pub reason: String,
+}
+
+impl InstallError {
+    fn new(package: Option<&str>, reason: impl Into<String>) -> InstallError {
+        InstallError {
+            package: package.map(str::to_string),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What one installer sandbox run gave.
+#[derive(Debug, Clone, Default)]
+pub struct RunOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub oom_killed: bool,
+}
+
+/// Runs the installer program in a sandbox: `request` is `request.json`, the staging
+/// directory is bound read-write at `/workspace`.
+pub trait InstallRunner: Send + Sync {
+    fn run(
+        &self,
+        request: String,
+        staging: std::path::PathBuf,
+        limits: Limits,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<RunOutput, String>> + Send>>;
+}
+
+/// Counters for `health`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub installed: AtomicU64,
+    pub reused: AtomicU64,
+    pub failed: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// Packages on request: policy, sources, store and runner.
+pub struct Installer {
+    store: LayerStore,
+    names: NamePolicy,
+    sources: Sources,
+    runner: Arc<dyn InstallRunner>,
+    pub counters: Counters,
+}
+
+#[derive(Debug, Deserialize)]
+struct Report {
+    ok: bool,
+    #[serde(default)]
+    installed: Vec<String>,
+    #[serde(default)]
+    package: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl Installer {
+    pub fn new(
+        store: LayerStore,
+        names: NamePolicy,
+        sources: Sources,
+        runner: Arc<dyn InstallRunner>,
+    ) -> Installer {
+        Installer {
+            store,
+            names,
+            sources,
+            runner,
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn store(&self) -> &LayerStore {
+        &self.store
+    }
+
+    pub fn sources(&self) -> &Sources {
+        &self.sources
+    }
+
+    /// What must hold before any install is tried: every name allowed, a source for
+    /// every registry asked for. Cheap: checked with the call's other arguments.
+    pub fn check(&self, set: &PackageSet) -> Result<(), InstallError> {
+        for spec in &set.specs {
+            if let Some(why) = self.names.refuses(&spec.name) {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(InstallError::new(Some(&spec.text), why));
+            }
+            let (source, key) = match set.language {
+                Language::Python => (&self.sources.python_index, "python_index"),
+                Language::TypeScript if spec.text.starts_with("jsr:") => {
+                    (&self.sources.jsr_registry, "jsr_registry")
+                }
+                Language::TypeScript => (&self.sources.npm_registry, "npm_registry"),
+            };
+            if source.is_none() {
+                return Err(InstallError::new(
+                    Some(&spec.text),
+                    format!("this server has no {key} configured ([packages] in codebox.toml)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The layer of `set`: the kept one, or a new install (one per set at a time).
+    pub async fn layer(&self, set: &PackageSet) -> Result<Arc<Layer>, InstallError> {
+        self.check(set)?;
+        if let Some(layer) = self.store.get(set) {
+            self.counters.reused.fetch_add(1, Ordering::Relaxed);
+            return Ok(layer);
+        }
+        let lock = self.store.install_lock(set);
+        let _installing = lock.lock().await;
+        if let Some(layer) = self.store.get(set) {
+            // Another request installed it while this one waited.
+            self.counters.reused.fetch_add(1, Ordering::Relaxed);
+            return Ok(layer);
+        }
+        let started = Instant::now();
+        let result = self.install(set).await;
+        let ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(layer) => {
+                self.counters.installed.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(key = %layer.meta.key, installed = ?layer.meta.installed, bytes = layer.meta.bytes, ms, "package layer installed");
+            }
+            Err(e) => {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(error = %e, requested = ?set.texts(), ms, "package install failed");
+            }
+        }
+        result
+    }
+
+    async fn install(&self, set: &PackageSet) -> Result<Arc<Layer>, InstallError> {
+        let internal = |what: &str, e: &dyn std::fmt::Display| {
+            tracing::error!(error = %e, what, "package install failed inside codebox");
+            InstallError::new(
+                None,
+                format!("the install could not run ({what}); the server log says why"),
+            )
+        };
+        let staging = self.store.staging().map_err(|e| internal("staging", &e))?;
+        let request = serde_json::json!({
+            "language": set.language,
+            "specs": set.texts(),
+            "python_index": self.sources.python_index,
+            "npm_registry": self.sources.npm_registry,
+            "jsr_registry": self.sources.jsr_registry,
+        });
+        let limits = self.store.limits().clone();
+        let started = Instant::now();
+        let out = self
+            .runner
+            .run(request.to_string(), staging.dir.clone(), limits.clone())
+            .await
+            .map_err(|e| internal("sandbox", &e))?;
+        let report = interpret(&out, &limits)?;
+        let installed = report.installed;
+        for name in &installed {
+            let bare = installed_name(name, set.language);
+            if let Some(why) = self.names.refuses(&bare) {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(InstallError::new(
+                    Some(name),
+                    format!("a dependency is refused: {why}"),
+                ));
+            }
+        }
+        let ms = started.elapsed().as_millis() as u64;
+        let set = set.clone();
+        let store_commit = {
+            // The walk and the rename touch the disk: off the async threads.
+            let store = &self.store;
+            tokio::task::block_in_place(|| store.commit(staging, &set, installed, ms))
+        };
+        store_commit.map_err(|e| match e {
+            super::store::Error::TooLarge { .. } | super::store::Error::Unexpected { .. } => {
+                InstallError::new(None, e.to_string())
+            }
+            other => internal("commit", &other),
+        })
+    }
+}
+
+/// The installer's report, or the limit that ended it.
+fn interpret(out: &RunOutput, limits: &Limits) -> Result<Report, InstallError> {
+    if out.timed_out {
+        return Err(InstallError::new(
+            None,
+            format!(
+                "the install took longer than {} s (packages.install_timeout); ask for fewer or smaller packages",
+                limits.install_timeout.as_secs()
+            ),
+        ));
+    }
+    if out.oom_killed {
+        return Err(InstallError::new(
+            None,
+            "the install ran out of memory (the packages are too large for packages.max_layer_size)",
+        ));
+    }
+    let line = out
+        .stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("CODEBOX-INSTALL "));
+    let Some(line) = line else {
+        let tail: String = out
+            .stderr
+            .chars()
+            .rev()
+            .take(800)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        tracing::warn!(exit = ?out.exit_code, stderr = %tail, "the package installer gave no report");
+        return Err(InstallError::new(
+            None,
+            format!(
+                "the installer ended without a report (exit {:?}): {tail}",
+                out.exit_code
+            ),
+        ));
+    };
+    let report: Report = serde_json::from_str(line).map_err(|e| {
+        InstallError::new(None, format!("the installer's report does not parse: {e}"))
+    })?;
+    if !report.ok {
+        return Err(InstallError::new(
+            report.package.as_deref(),
+            report.reason.unwrap_or_else(|| "the install failed".into()),
+        ));
+    }
+    Ok(report)
+}
+
+/// `Name==1.0` → `name`; `npm:@s/n@1` → `@s/n`.
+fn installed_name(item: &str, language: Language) -> String {
+    match language {
+        Language::Python => {
+            super::spec::normalise_python_name(item.split("==").next().unwrap_or(item))
+        }
+        Language::TypeScript => {
+            let rest = item.split_once(':').map_or(item, |(_, r)| r);
+            match rest.strip_prefix('@') {
+                Some(r) => format!("@{}", r.split('@').next().unwrap_or(r)),
+                None => rest.split('@').next().unwrap_or(rest).to_string(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A runner that writes files into the staging layer and reports as the installer
+    /// does, counting its runs.
+    struct Fake {
+        runs: AtomicU64,
+        stdout: Mutex<String>,
+        files: Vec<(&'static str, usize)>,
+        delay_ms: u64,
+    }
+
+    impl InstallRunner for Fake {
+        fn run(
+            &self,
+            _request: String,
+            staging: std::path::PathBuf,
+            _limits: Limits,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<RunOutput, String>> + Send>>
+        {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            for (name, size) in &self.files {
+                let p = staging.join("layer").join(name);
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(p, vec![b'x'; *size]).unwrap();
+            }
+            let stdout = self.stdout.lock().unwrap().clone();
+            let delay = self.delay_ms;
+            Box::pin(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                Ok(RunOutput {
+                    stdout,
+                    exit_code: Some(0),
+                    ..Default::default()
+                })
+            })
+        }
+    }
+
+    fn installer(fake: Arc<Fake>, deny: &[&str]) -> (Installer, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let me = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let store = LayerStore::open(dir.path(), Limits::default(), me).unwrap();
+        let deny: Vec<String> = deny.iter().map(|s| s.to_string()).collect();
+        let names = NamePolicy::new(&[], &deny).unwrap();
+        let sources = Sources {
+            python_index: Some("http://127.0.0.1:9/simple".into()),
+            ..Default::default()
+        };
+        (Installer::new(store, names, sources, fake), dir)
+    }
+
+    fn set(names: &[&str]) -> PackageSet {
+        let asked: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        PackageSet::parse(Language::Python, &asked, "")
+            .unwrap()
+            .unwrap()
+    }
+
+    fn fake(stdout: &str, delay_ms: u64) -> Arc<Fake> {
+        Arc::new(Fake {
+            runs: AtomicU64::new(0),
+            stdout: Mutex::new(stdout.into()),
+            files: vec![("site/six.py", 100)],
+            delay_ms,
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_first_requests_install_once_then_reuse() {
+        let f = fake(
+            "noise\nCODEBOX-INSTALL {\"ok\": true, \"installed\": [\"six==1.17.0\"]}\n",
+            200,
+        );
+        let (inst, _dir) = installer(f.clone(), &[]);
+        let inst = Arc::new(inst);
+        let s = set(&["six"]);
+        let (a, b) = tokio::join!(inst.layer(&s), inst.layer(&s));
+        assert_eq!(a.unwrap().path, b.unwrap().path);
+        assert_eq!(f.runs.load(Ordering::SeqCst), 1);
+        let c = inst.layer(&s).await.unwrap();
+        assert_eq!(c.meta.installed, ["six==1.17.0"]);
+        assert_eq!(f.runs.load(Ordering::SeqCst), 1);
+        assert_eq!(inst.counters.installed.load(Ordering::SeqCst), 1);
+        assert_eq!(inst.counters.reused.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failures_name_the_package_and_leave_nothing() {
+        let f = fake(
+            "CODEBOX-INSTALL {\"ok\": false, \"package\": \"nope\", \"reason\": \"no such package on the index\"}",
+            0,
+        );
+        let (inst, dir) = installer(f, &[]);
+        let err = inst.layer(&set(&["nope"])).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "packages: nope: no such package on the index"
+        );
+        assert!(inst.store().get(&set(&["nope"])).is_none());
+        let staging: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".staging"))
+            .collect();
+        assert!(staging.is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn denied_names_and_denied_dependencies_are_refused() {
+        let f = fake(
+            "CODEBOX-INSTALL {\"ok\": true, \"installed\": [\"good==1\", \"Evil_Dep==2\"]}",
+            0,
+        );
+        let (inst, _dir) = installer(f.clone(), &["evil-*"]);
+        let err = inst.layer(&set(&["evil-pkg"])).await.unwrap_err();
+        assert!(err.to_string().contains("evil-*"), "{err}");
+        assert_eq!(
+            f.runs.load(Ordering::SeqCst),
+            0,
+            "refused before any install"
+        );
+        let err = inst.layer(&set(&["good"])).await.unwrap_err();
+        assert!(err.to_string().contains("dependency"), "{err}");
+        assert!(inst.store().get(&set(&["good"])).is_none());
+    }
+
+    #[test]
+    fn limits_and_silent_installers_are_named() {
+        let limits = Limits::default();
+        let out = RunOutput {
+            timed_out: true,
+            ..Default::default()
+        };
+        assert!(interpret(&out, &limits)
+            .unwrap_err()
+            .reason
+            .contains("install_timeout"));
+        let out = RunOutput {
+            stderr: "Traceback: boom".into(),
+            exit_code: Some(1),
+            ..Default::default()
+        };
+        assert!(interpret(&out, &limits)
+            .unwrap_err()
+            .reason
+            .contains("boom"));
+        assert_eq!(
+            installed_name("Scikit_Learn==1.4", Language::Python),
+            "scikit-learn"
+        );
+        assert_eq!(installed_name("npm:@s/n@1.2", Language::TypeScript), "@s/n");
+        assert_eq!(
+            installed_name("npm:lodash@4", Language::TypeScript),
+            "lodash"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_registry_without_a_source_is_refused() {
+        let (inst, _dir) = installer(fake("", 0), &[]);
+        let ts = PackageSet::parse(Language::TypeScript, &["jsr:@std/path".into()], "")
+            .unwrap()
+            .unwrap();
+        let err = inst.layer(&ts).await.unwrap_err();
+        assert!(err.to_string().contains("jsr_registry"), "{err}");
+    }
+}
