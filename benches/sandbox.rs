@@ -114,6 +114,7 @@ fn spec(language: Language) -> SpawnSpec {
         skills: None,
         workspace_mount: None,
         network: None,
+        packages: None,
     }
 }
 

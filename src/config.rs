@@ -119,8 +119,11 @@ pub struct Config {
     /// `[network]`: the sandboxes' network mode and the egress proxy's policy; replaces
     /// the profile's `[network]` whole when given.
     pub network: Option<crate::egress::NetworkSection>,
-    /// Where codebox keeps state of its own: the egress CA and the sandboxes' trust
-    /// bundle (default `$XDG_STATE_HOME/codebox`, `~/.local/state/codebox`; as root
+    /// `[packages]`: packages on request (indexes, allow/deny, sizes, time).
+    #[serde(default)]
+    pub packages: crate::packages::PackagesSection,
+    /// Where codebox keeps state of its own: the egress CA, the sandboxes' trust bundle,
+    /// installed package layers (default `$XDG_STATE_HOME/codebox`, `~/.local/state/codebox`; as root
     /// `/var/lib/codebox`).
     pub state_dir: Option<PathBuf>,
 }

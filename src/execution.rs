@@ -105,6 +105,9 @@ pub struct ExecutionResult {
     /// their outcomes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls_dropped: Option<crate::proxy::DroppedCalls>,
+    /// Packages on request: what was asked for and what the bound layer holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packages: Option<serde_json::Value>,
     /// Proxy mode: every connection the program made through the egress proxy (host,
     /// port, allowed or denied and why, bytes each way, duration), and the totals.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -270,6 +273,7 @@ impl Host {
             servers: None,
             skills: None,
             trust: None,
+            packages: None,
             program,
             limits: limits.clone(),
             id_mapping: self.id_mapping,
@@ -491,6 +495,7 @@ pub fn result_from(
         tool_calls_dropped: None,
         tool_channel_error: None,
         network: None,
+        packages: None,
         session: None,
         workspace_usage: None,
         workspace_quota_exceeded: false,

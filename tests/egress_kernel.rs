@@ -103,6 +103,7 @@ fn spec(language: Language, network: Option<SpawnNetwork>) -> SpawnSpec {
         skills: None,
         workspace_mount: None,
         network,
+        packages: None,
     }
 }
 

@@ -6,6 +6,7 @@ mod egress;
 mod exec;
 mod log_line;
 pub mod out;
+mod packages;
 mod passthrough;
 mod prepare;
 mod run;

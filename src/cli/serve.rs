@@ -108,6 +108,7 @@ struct Resolved {
     audit: Option<codebox::audit::AuditConfig>,
     /// `[network]` of the config, replacing the profile's.
     network: Option<codebox::egress::NetworkSection>,
+    packages: codebox::packages::PackagesSection,
     state_dir: Option<PathBuf>,
 }
 
@@ -194,6 +195,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         skills_shared: file.skills_shared.clone(),
         audit: file.audit.clone(),
         network: file.network.clone(),
+        packages: file.packages.clone(),
         state_dir: file
             .state_dir
             .clone()
@@ -349,6 +351,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             missing.join("; ")
         );
     }
+    let packages = super::packages::prepare(
+        &args.packages,
+        &rootfs.path,
+        args.state_dir.as_deref(),
+        (sandbox_ids.host_uid, sandbox_ids.host_gid),
+    )?;
     let host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     // SAFETY: no thread exists yet: the tokio runtime is built below, after the fork.
     let factory = std::sync::Arc::new(unsafe { Factory::start(&host) }?);
@@ -372,9 +380,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )),
         None => None,
     };
-    let settings = Settings {
+    let mut settings = Settings {
         network,
         egress,
+        packages: None,
         concurrency: args.concurrency,
         pool_size: args.pool_size,
         queue: args.queue,
@@ -402,6 +411,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let drain = args.drain_timeout;
     rt.block_on(async move {
         let client = SpawnerClient::with_factory(first, factory)?;
+        settings.packages = packages.map(|p| p.start(client.clone(), &settings.profile));
         let upstreams = Upstreams::start(upstream_servers, UpstreamOptions::default()).await;
         let server =
             CodeboxServer::new(client.clone(), settings, report.checks, upstreams.clone())?;

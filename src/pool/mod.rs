@@ -402,6 +402,7 @@ mod tests {
             skills: None,
             workspace_mount: None,
             network: None,
+            packages: None,
         }
     }
 

@@ -65,6 +65,19 @@ pub fn egress_env(port: u16, trust_bundle: bool) -> Vec<(&'static str, String)> 
     env
 }
 
+/// Where an installed package layer is bound inside the sandbox.
+pub const PACKAGES_DIR: &str = "/packages";
+
+/// The environment that points a language at an installed package layer: Python's boot
+/// puts `CODEBOX_PACKAGES` on `sys.path` (it runs with `-I`, which ignores PYTHONPATH);
+/// Deno takes the layer as its (read-only) cache.
+pub fn packages_env(language: Language) -> Vec<(&'static str, String)> {
+    match language {
+        Language::Python => vec![("CODEBOX_PACKAGES", format!("{PACKAGES_DIR}/site"))],
+        Language::TypeScript => vec![("DENO_DIR", format!("{PACKAGES_DIR}/deno"))],
+    }
+}
+
 /// Largest program accepted, in bytes.
 pub const MAX_CODE_BYTES: usize = 1024 * 1024;
 

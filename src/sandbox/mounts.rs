@@ -94,6 +94,7 @@ mod tests {
             servers: None,
             skills: None,
             trust: None,
+            packages: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),

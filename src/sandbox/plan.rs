@@ -16,7 +16,8 @@
 //! - `/servers`   the generated tool wrappers, when there are upstreams, and `/skills` the
 //!   saved skills: host directories bound read-only, nosuid, nodev, noexec
 //! - `/etc/codebox` in proxy mode, the egress trust bundle (`ca-bundle.pem`: the host's
-//!   CA roots and codebox's own CA): a host directory bound the same way
+//!   CA roots and codebox's own CA), and `/packages` an installed package layer: host
+//!   directories bound the same way
 //!
 //! Every writable mount is nosuid, nodev and noexec.
 
@@ -232,6 +233,7 @@ impl MountPlan {
             (&spec.servers, "servers"),
             (&spec.skills, "skills"),
             (&spec.trust, "etc/codebox"),
+            (&spec.packages, "packages"),
         ] {
             if let Some(dir) = dir {
                 steps.push(MountStep::Bind {
@@ -274,6 +276,7 @@ mod tests {
             servers: None,
             skills: None,
             trust: None,
+            packages: None,
             program: Program::new("/usr/bin/python3", &["python3"], &[], "/").unwrap(),
             limits: Limits::default(),
             id_mapping: IdMapping::rootless(1000, 1000),
@@ -457,12 +460,14 @@ mod tests {
             ("servers", "/gen/servers", "/r/servers"),
             ("skills", "/gen/skills", "/r/skills"),
             ("trust", "/state/egress-trust", "/r/etc/codebox"),
+            ("packages", "/cache/layers/python/k", "/r/packages"),
         ] {
             let mut s = spec(None);
             let dir = Some(PathBuf::from(source));
             match field {
                 "servers" => s.servers = dir,
                 "skills" => s.skills = dir,
+                "packages" => s.packages = dir,
                 _ => s.trust = dir,
             }
             let steps = MountPlan::for_spec(&s, LockedFlags::default()).steps;

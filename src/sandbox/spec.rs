@@ -162,6 +162,8 @@ pub struct SandboxSpec {
     /// Host directory holding the egress trust bundle (`ca-bundle.pem`), bound read-only
     /// at `/etc/codebox`.
     pub trust: Option<PathBuf>,
+    /// An installed package layer (`packages::Layer`), bound read-only at `/packages`.
+    pub packages: Option<PathBuf>,
     pub program: Program,
     pub limits: Limits,
     pub id_mapping: IdMapping,
@@ -183,6 +185,7 @@ impl SandboxSpec {
             ("servers", &self.servers),
             ("skills", &self.skills),
             ("trust", &self.trust),
+            ("packages", &self.packages),
         ] {
             if let Some(dir) = dir {
                 if !dir.is_absolute() {
@@ -251,6 +254,7 @@ mod tests {
             servers: None,
             skills: None,
             trust: None,
+            packages: None,
             program: Program::new(
                 "/usr/bin/python3",
                 &["python3"],

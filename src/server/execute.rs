@@ -39,6 +39,8 @@ pub(super) struct Checked {
     pub(super) pii: PiiMode,
     /// The hosts the call narrowed the egress allowlist to (`network`).
     pub(super) narrowing: Narrowing,
+    /// The packages the call asks for (`packages`, TypeScript's npm:/jsr: imports).
+    pub(super) packages: Option<crate::packages::PackageSet>,
 }
 
 /// What running a program gave, before it becomes a result.
@@ -55,7 +57,7 @@ pub(super) struct Ran {
 
 impl CodeboxServer {
     /// The files, limits, allowlist and PII mode of a call, or why they are refused.
-    fn checked(&self, params: &ExecuteParams) -> Result<Checked, String> {
+    fn checked(&self, language: Language, params: &ExecuteParams) -> Result<Checked, String> {
         let s = &self.state;
         if params.code.len() > runtime::MAX_CODE_BYTES {
             return Err(format!(
@@ -105,12 +107,14 @@ impl CodeboxServer {
             return Err("keep_alive needs a session: pass session \"new\" to start one".into());
         }
         let narrowing = self.narrowing(params.network.as_deref())?;
+        let packages = self.package_set(language, params.packages.as_deref(), &params.code)?;
         Ok(Checked {
             files,
             limits,
             allow,
             pii,
             narrowing,
+            packages,
         })
     }
 
@@ -127,7 +131,7 @@ impl CodeboxServer {
         // Arguments that parse but are out of range are tool execution errors, not
         // protocol errors (MCP 2025-11-25, "Error Handling"): the model reads them and
         // can correct the call.
-        let c = match self.checked(&params) {
+        let c = match self.checked(language, &params) {
             Ok(c) => c,
             Err(why) => {
                 tracing::info!(%why, "tool call refused: invalid arguments");
@@ -180,6 +184,24 @@ impl CodeboxServer {
         let admitted = match s.admission.enter().await {
             Ok(slot) => slot,
             Err(busy) => return Ok(tool_error(busy.to_string())),
+        };
+        // Packages: the call's set, installed now if new (the admission slot covers the
+        // install), or the session's kept layer.
+        let layer = match (&c.packages, &mut slots) {
+            (Some(set), slots) => match self.package_layer(set).await {
+                Ok(layer) => {
+                    if let Some(slots) = slots {
+                        slots.set_layer(language, layer.clone());
+                    }
+                    Some(layer)
+                }
+                Err(why) => {
+                    self.audit_refused(&client, None, language, &params.code, "packages");
+                    return Ok(tool_error(why));
+                }
+            },
+            (None, Some(slots)) => slots.layer(language),
+            (None, None) => None,
         };
         let vault = match &session {
             Some(session) => session.vault.clone(),
@@ -249,6 +271,7 @@ impl CodeboxServer {
             workspace: None,
             workspace_mount,
             network: Some(s.settings.network.clone()),
+            packages: layer.as_ref().map(|l| l.path.clone()),
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills,
         };
@@ -283,14 +306,16 @@ impl CodeboxServer {
                 spec,
                 &params.code,
                 &c,
-                wrappers,
+                (wrappers, layer.clone()),
                 &hooks,
                 cancel,
                 on_output,
             )
             .await
         } else {
-            self.run_once(spec, &params.code, &c, admitted, &hooks, cancel, on_output)
+            // What the sandbox binds lives until it is gone.
+            let held = (admitted, layer.clone());
+            self.run_once(spec, &params.code, &c, held, &hooks, cancel, on_output)
                 .await
         };
         drop(tx);
@@ -327,6 +352,13 @@ impl CodeboxServer {
         result.start = ran.start;
         result.tool_channel_error = ran.tools.channel_error;
         result.network = ran.network;
+        if let Some(layer) = &layer {
+            result.packages = Some(json!({
+                "requested": layer.meta.requested,
+                "installed": layer.meta.installed,
+                "layer_bytes": layer.meta.bytes,
+            }));
+        }
         if let Some(egress) = &s.settings.egress {
             result.redact_secrets(egress.secrets());
         }
@@ -391,7 +423,7 @@ impl CodeboxServer {
         spec: SpawnSpec,
         code: &str,
         c: &Checked,
-        admitted: super::admission::Slot,
+        admitted: impl std::any::Any + Send,
         hooks: &(dyn Fn(&ProxySession) + Sync),
         cancel: impl std::future::Future<Output = ()>,
         on_output: impl FnMut(Stream, &[u8]),
@@ -471,7 +503,10 @@ impl CodeboxServer {
         spec: SpawnSpec,
         code: &str,
         c: &Checked,
-        wrappers: Option<Arc<super::wrappers::WrapperDir>>,
+        (wrappers, layer): (
+            Option<Arc<super::wrappers::WrapperDir>>,
+            Option<Arc<crate::packages::Layer>>,
+        ),
         hooks: &(dyn Fn(&ProxySession) + Sync),
         cancel: impl std::future::Future<Output = ()>,
         on_output: impl FnMut(Stream, &[u8]),
@@ -479,6 +514,13 @@ impl CodeboxServer {
         let s = &self.state;
         if slot.as_ref().is_some_and(|l| l.sandbox.has_ended()) {
             *slot = None;
+        }
+        // An interpreter's /packages is bound when it starts.
+        if let Some(entry) = slot.as_ref() {
+            let bound = entry.layer.as_ref().map(|l| &l.path);
+            if bound != layer.as_ref().map(|l| &l.path) {
+                return Err("this session's interpreter was started with other packages: ask for the same ones, or end it with keep_alive: false".into());
+            }
         }
         let (message, mut interpreter) = match slot {
             Some(_) => (Some(runtime::session_run_message(code, &c.files)), "kept"),
@@ -497,6 +539,7 @@ impl CodeboxServer {
                 *slot = Some(LiveEntry {
                     sandbox: live,
                     egress_listener,
+                    layer,
                     _servers: wrappers,
                 });
                 (None, "new")

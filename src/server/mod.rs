@@ -29,6 +29,7 @@ pub mod http;
 mod http_answers;
 pub mod http_conn;
 mod model_facing;
+pub mod packages_glue;
 mod pool_glue;
 mod render;
 pub mod resources;
@@ -113,6 +114,8 @@ pub struct Settings {
     pub network: crate::spawner::wire::SpawnNetwork,
     /// The egress proxy, in proxy mode.
     pub egress: Option<Arc<crate::egress::Egress>>,
+    /// Packages on request (`None`: off, or no installer in the rootfs).
+    pub packages: Option<Arc<crate::packages::Installer>>,
 }
 
 #[derive(Debug, Default)]
@@ -183,6 +186,9 @@ pub struct ExecuteParams {
     /// Hosts the code may reach through the egress proxy: narrows the server's allowlist
     /// ([] none); refused when the server has no egress.
     pub network: Option<Vec<String>>,
+    /// Packages to install first: pip requirements (Python), `npm:`/`jsr:` specifiers
+    /// (TypeScript, whose imports of such specifiers are added).
+    pub packages: Option<Vec<String>>,
 }
 
 /// Arguments of `search_tools`.

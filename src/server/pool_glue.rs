@@ -33,6 +33,7 @@ pub(super) fn template(
         skills: skills.map(|p| p.to_path_buf()),
         workspace_mount: None,
         network: Some(state_settings.network.clone()),
+        packages: None,
     };
     Template {
         spec,

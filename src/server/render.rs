@@ -357,6 +357,7 @@ mod tests {
             tool_calls_dropped: None,
             tool_channel_error: None,
             network: None,
+            packages: None,
             start: None,
             session: None,
             workspace_usage: None,

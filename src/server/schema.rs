@@ -49,6 +49,8 @@ pub fn execution_input_schema() -> Arc<JsonObject> {
             "keep_alive": {"type": "boolean", "description": "with session: variables persist"},
             "pii": {"type": "string", "enum": ["off", "output", "strict"],
                     "description": "tokenize personal data"},
+            "packages": {"type": "array", "items": {"type": "string"},
+                         "description": "install first: pip requirements, or npm:/jsr: specifiers"},
         },
         "required": ["code"],
     }))
@@ -143,6 +145,7 @@ mod tests {
             tool_calls_dropped: None,
             tool_channel_error: (!full).then(|| "garbage".into()),
             network: None,
+            packages: None,
             session: full.then(
                 || serde_json::json!({"id": "cbx_1", "keep_alive": true, "interpreter": "kept"}),
             ),

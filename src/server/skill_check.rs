@@ -96,6 +96,7 @@ impl CodeboxServer {
             // A check never needs a host (a TypeScript skill's remote imports stay
             // unresolved).
             narrowing: self.no_hosts(),
+            packages: None,
         };
         let wrappers = self.wrapper_dir();
         // A TypeScript skill's imports are resolved, so it sees the upstream wrappers and
@@ -119,6 +120,7 @@ impl CodeboxServer {
             workspace: None,
             workspace_mount: None,
             network: Some(s.settings.network.clone()),
+            packages: None,
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills,
         };

@@ -90,6 +90,8 @@ pub struct LiveEntry {
     pub sandbox: LiveSandbox,
     /// Proxy mode: the interpreter's egress listener, served anew for each run.
     pub egress_listener: Option<std::os::fd::OwnedFd>,
+    /// The package layer the interpreter was started with (bound at its `/packages`).
+    pub layer: Option<Arc<crate::packages::Layer>>,
     pub _servers: Option<Arc<crate::server::wrappers::WrapperDir>>,
 }
 
@@ -101,6 +103,9 @@ pub struct LiveSlots {
     pub python: Option<LiveEntry>,
     pub typescript: Option<LiveEntry>,
     keep_alive: [bool; 2],
+    /// The package layer of the session's last set per language: later runs without
+    /// `packages` keep it.
+    layers: [Option<Arc<crate::packages::Layer>>; 2],
 }
 
 impl LiveSlots {
@@ -122,6 +127,15 @@ impl LiveSlots {
             Language::Python => &mut self.python,
             Language::TypeScript => &mut self.typescript,
         }
+    }
+
+    /// The layer the session's runs of `language` bind when they ask for no packages.
+    pub fn layer(&self, language: Language) -> Option<Arc<crate::packages::Layer>> {
+        self.layers[language as usize].clone()
+    }
+
+    pub fn set_layer(&mut self, language: Language, layer: Arc<crate::packages::Layer>) {
+        self.layers[language as usize] = Some(layer);
     }
 
     pub fn live_count(&self) -> usize {

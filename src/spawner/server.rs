@@ -185,6 +185,11 @@ fn build(
             .set_env(&crate::runtime::egress_env(port, trust.is_some()))
             .map_err(|e| e.to_string())?;
     }
+    if spec.packages.is_some() {
+        program
+            .set_env(&crate::runtime::packages_env(spec.language))
+            .map_err(|e| e.to_string())?;
+    }
     Ok(SandboxSpec {
         rootfs: host.rootfs.path.clone(),
         workspace: spec.workspace.clone(),
@@ -192,6 +197,7 @@ fn build(
         servers: spec.servers.clone(),
         skills: spec.skills.clone(),
         trust,
+        packages: spec.packages.clone(),
         program,
         limits: spec.limits.clone(),
         id_mapping: host.id_mapping,

@@ -48,6 +48,10 @@ pub struct SpawnSpec {
     /// [`Response::Spawned`]), the proxy environment and, when given, the trust bundle.
     #[serde(default)]
     pub network: Option<SpawnNetwork>,
+    /// An installed package layer, bound read-only at `/packages` (Python finds its
+    /// modules in `/packages/site`, Deno its cache in `/packages/deno`).
+    #[serde(default)]
+    pub packages: Option<PathBuf>,
 }
 
 /// A sandbox's network mode, with what proxy mode needs beyond the profile.

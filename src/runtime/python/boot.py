@@ -117,6 +117,11 @@ def _announce_ready():
 def main():
     # Everything that does not depend on the code happens before it is asked for.
     sys.path[:0] = ["/workspace"]
+    # An installed package layer (packages on request) comes after the standard library,
+    # as site-packages would; /opt/codebox/python stays last (see SESSION below).
+    packages = posix.environ.get(b"CODEBOX_PACKAGES")
+    if packages:
+        sys.path.append(packages.decode())
     sys.path.append("/opt/codebox/python")
     sys.argv = [MAIN_FILENAME]
     _install_site_builtins()

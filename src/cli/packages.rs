@@ -1,0 +1,225 @@
+//! `serve`'s packages on request: the store, the sources (configured, or the rootfs pip's
+//! own index and the host npm's registry), the installer's own egress proxy (those hosts
+//! only) and the installer sandbox.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use codebox::egress::{
+    Egress, EgressOptions, EgressPolicy, NetworkMode, NetworkSection, SystemResolver,
+};
+use codebox::packages::{Installer, LayerStore, NamePolicy, PackagesSection, Sources};
+use codebox::server::packages_glue::SandboxInstaller;
+use codebox::spawner::wire::SpawnNetwork;
+use codebox::spawner::SpawnerClient;
+
+/// Where pip lives in the rootfs (outside the programs' `sys.path`).
+const INSTALLER_DIR: &str = "opt/codebox/installer";
+
+/// What `serve` prepares before its runtime exists: `None` when packages on request are
+/// off (by configuration, or because the rootfs has no installer).
+pub struct Prepared {
+    store: LayerStore,
+    names: NamePolicy,
+    sources: Sources,
+    egress: Arc<Egress>,
+}
+
+pub fn prepare(
+    section: &PackagesSection,
+    rootfs: &Path,
+    state_dir: Option<&Path>,
+    sandbox_ids: (u32, u32),
+) -> anyhow::Result<Option<Prepared>> {
+    if !section.enabled() {
+        return Ok(None);
+    }
+    if !rootfs.join(INSTALLER_DIR).join("pip").is_dir() {
+        tracing::warn!(rootfs = %rootfs.display(), "packages on request are off: the rootfs has no installer (rebuild it with `cargo xtask rootfs`)");
+        return Ok(None);
+    }
+    let limits = section.limits()?;
+    let names = NamePolicy::new(&section.allow, &section.deny)?;
+    let Some(state_dir) = state_dir else {
+        anyhow::bail!("packages on request need a state directory: set state_dir (CODEBOX_STATE_DIR), or [packages] enabled = false");
+    };
+    let cache = section
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| state_dir.join("layers"));
+    let store = LayerStore::open(&cache, limits, sandbox_ids)
+        .with_context(|| format!("the package cache {}", cache.display()))?;
+    let (default_index, default_files) = pip_defaults(rootfs);
+    let python_index = section.python_index.clone().or(default_index);
+    let python_files = match (&section.python_files, &section.python_index) {
+        (Some(f), _) => f.clone(),
+        (None, None) => default_files.into_iter().collect(),
+        (None, Some(_)) => Vec::new(),
+    };
+    let sources = Sources {
+        python_index,
+        npm_registry: section.npm_registry.clone().or_else(npm_registry),
+        jsr_registry: section.jsr_registry.clone(),
+    };
+    let mut hosts = Vec::new();
+    for url in [
+        &sources.python_index,
+        &sources.npm_registry,
+        &sources.jsr_registry,
+    ]
+    .into_iter()
+    .flatten()
+    .chain(python_files.iter())
+    {
+        hosts.push(
+            host_rule(url).with_context(|| format!("packages: {url:?} is not an http(s) URL"))?,
+        );
+    }
+    let policy = EgressPolicy::from_section(
+        &NetworkSection {
+            mode: Some(NetworkMode::Proxy),
+            allow: hosts.clone(),
+            allow_private: section.allow_private.clone(),
+            ..NetworkSection::default()
+        },
+        &codebox::config::process_env,
+    )
+    .context("the package installer's egress policy")?;
+    let egress = Egress::new(
+        policy,
+        EgressOptions {
+            state_dir: state_dir.join("installer"),
+            resolver: Arc::new(SystemResolver),
+        },
+    )
+    .context("the package installer's egress proxy")?;
+    codebox::server::reachable_by(
+        egress.trust_dir(),
+        sandbox_ids,
+        "state_dir (CODEBOX_STATE_DIR)",
+    )
+    .map_err(|why| anyhow::anyhow!("the installer cannot read its trust bundle: {why}"))?;
+    tracing::info!(hosts = ?hosts, cache = %cache.display(), "packages on request ready");
+    Ok(Some(Prepared {
+        store,
+        names,
+        sources,
+        egress: Arc::new(egress),
+    }))
+}
+
+impl Prepared {
+    /// The installer, once the spawner client exists.
+    pub fn start(
+        self,
+        spawner: SpawnerClient,
+        profile: &codebox::profile::Profile,
+    ) -> Arc<Installer> {
+        let runner = SandboxInstaller {
+            spawner,
+            profile: profile.source.clone(),
+            base_limits: profile.limits.clone(),
+            network: SpawnNetwork::Proxy {
+                trust: Some(self.egress.trust_dir().to_path_buf()),
+            },
+            egress: self.egress,
+        };
+        Arc::new(Installer::new(
+            self.store,
+            self.names,
+            self.sources,
+            Arc::new(runner),
+        ))
+    }
+}
+
+/// `https://host[:port]/...` → `host:port` (the port the scheme implies when none).
+fn host_rule(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let port = match scheme {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if authority.is_empty() || authority.contains('@') {
+        return None;
+    }
+    Some(
+        if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            && !authority.ends_with(']')
+        {
+            authority.to_string()
+        } else {
+            format!("{authority}:{port}")
+        },
+    )
+}
+
+/// The index and file host of the rootfs's own pip (its built-in defaults), asked of it
+/// on the host: the rootfs holds the very pip the installer runs.
+fn pip_defaults(rootfs: &Path) -> (Option<String>, Option<String>) {
+    let dir = rootfs.join(INSTALLER_DIR);
+    let code = format!(
+        "import sys; sys.path.insert(0, {:?}); from pip._internal.models.index import PyPI; \
+         print(PyPI.simple_url); print('https://' + PyPI.file_storage_domain)",
+        dir.display().to_string()
+    );
+    let out = Command::new("/usr/bin/python3")
+        .args(["-I", "-S", "-c", &code])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            let mut lines = text.lines().map(|l| l.trim().to_string());
+            (lines.next(), lines.next())
+        }
+        other => {
+            tracing::warn!(
+                ?other,
+                "cannot read the rootfs pip's default index; set [packages] python_index"
+            );
+            (None, None)
+        }
+    }
+}
+
+/// The host npm's registry (`npm config get registry`), if npm is there.
+fn npm_registry() -> Option<String> {
+    let out = Command::new("npm")
+        .args(["config", "get", "registry"])
+        .output()
+        .ok()?;
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && url.starts_with("http")).then_some(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_rules_from_urls() {
+        assert_eq!(
+            host_rule("https://index.example/simple").as_deref(),
+            Some("index.example:443")
+        );
+        assert_eq!(
+            host_rule("http://127.0.0.1:8080/simple/").as_deref(),
+            Some("127.0.0.1:8080")
+        );
+        assert_eq!(host_rule("https://[::1]/x").as_deref(), Some("[::1]:443"));
+        assert_eq!(
+            host_rule("https://[::1]:8443/x").as_deref(),
+            Some("[::1]:8443")
+        );
+        assert!(host_rule("ftp://x").is_none());
+        assert!(host_rule("https://user:pw@x/").is_none());
+        assert!(host_rule("https:///x").is_none());
+    }
+}

@@ -1,0 +1,143 @@
+//! Packages on request in an execution (`crate::packages` is the store and the installer):
+//!
+//! - a call's `packages` (and a TypeScript program's `npm:`/`jsr:` imports) are checked
+//!   with its other arguments: a bad specifier or a denied name is refused at once;
+//! - once the call is admitted, its layer is taken from the store or installed, and the
+//!   sandbox binds it read-only at `/packages` (a pooled sandbox has none, so such a run
+//!   starts cold); a session keeps the layer of its last set for its later runs;
+//! - [`SandboxInstaller`] runs the installer program in a codebox sandbox of its own
+//!   whose only way out is the installer's egress proxy (the configured index and
+//!   registries), with the staging directory as its workspace.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::CodeboxServer;
+use crate::egress::{Egress, Narrowing};
+use crate::packages::{InstallRunner, Layer, Limits, PackageSet, RunOutput};
+use crate::runtime::{self, Language};
+use crate::spawner::wire::SpawnNetwork;
+use crate::spawner::{SpawnSpec, SpawnerClient};
+
+impl CodeboxServer {
+    /// The set a call asks for, checked (`None`: nothing to install).
+    pub(super) fn package_set(
+        &self,
+        language: Language,
+        asked: Option<&[String]>,
+        code: &str,
+    ) -> Result<Option<PackageSet>, String> {
+        let asked = asked.unwrap_or_default();
+        let set = PackageSet::parse(language, asked, code).map_err(|e| e.to_string())?;
+        let Some(set) = set else { return Ok(None) };
+        match &self.state.settings.packages {
+            Some(installer) => installer.check(&set).map_err(|e| e.to_string())?,
+            None => {
+                return Err(
+                    "packages: this server installs no packages on request ([packages] enabled = false, or no installer in its rootfs)"
+                        .into(),
+                )
+            }
+        }
+        Ok(Some(set))
+    }
+
+    /// The layer of `set`, kept or installed now (the call is admitted: an install holds
+    /// its slot).
+    pub(super) async fn package_layer(&self, set: &PackageSet) -> Result<Arc<Layer>, String> {
+        let installer = self
+            .state
+            .settings
+            .packages
+            .as_ref()
+            .ok_or("packages: this server installs no packages on request")?;
+        installer.layer(set).await.map_err(|e| e.to_string())
+    }
+}
+
+/// The installer sandbox, through the spawner.
+pub struct SandboxInstaller {
+    pub spawner: SpawnerClient,
+    /// The profile the installer runs under (its limits are replaced by the install's).
+    pub profile: String,
+    pub base_limits: crate::sandbox::Limits,
+    /// The installer's own egress: the configured index and registries only.
+    pub egress: Arc<Egress>,
+    /// Proxy mode with the installer egress's trust bundle.
+    pub network: SpawnNetwork,
+}
+
+impl SandboxInstaller {
+    /// What an install may use: its time, `/tmp` for the download, the unpacked set and
+    /// pip's temporary files (twice the layer), memory for that tmpfs and pip itself.
+    fn limits(&self, l: &Limits) -> crate::sandbox::Limits {
+        let mut limits = self.base_limits.clone();
+        limits.timeout = l.install_timeout;
+        limits.tmpfs_bytes = l.max_layer_bytes.saturating_mul(2) + (64 << 20);
+        limits.file_size_bytes = l.max_layer_bytes;
+        limits.memory_bytes = Some(limits.tmpfs_bytes + (768 << 20));
+        limits.pids = Some(limits.pids.unwrap_or(128).max(256));
+        limits.stdout_cap = 1 << 20;
+        limits.stderr_cap = 1 << 20;
+        limits
+    }
+}
+
+impl InstallRunner for SandboxInstaller {
+    fn run(
+        &self,
+        request: String,
+        staging: std::path::PathBuf,
+        limits: Limits,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<RunOutput, String>> + Send>>
+    {
+        let spec = SpawnSpec {
+            language: Language::Python,
+            profile: self.profile.clone(),
+            limits: self.limits(&limits),
+            workspace: Some(staging),
+            servers: None,
+            skills: None,
+            workspace_mount: None,
+            network: Some(self.network.clone()),
+            packages: None,
+        };
+        let spawner = self.spawner.clone();
+        let egress = self.egress.clone();
+        Box::pin(async move {
+            let timeout = spec.limits.timeout;
+            let mut sandbox = spawner
+                .spawn(spec)
+                .await
+                .map_err(|e| format!("the installer sandbox could not be created: {e}"))?;
+            let proxy = match sandbox.take_egress_listener() {
+                Some(l) => egress.start(std::net::TcpListener::from(l), Narrowing::none()),
+                None => return Err("the installer sandbox came without its egress listener".into()),
+            };
+            let files = std::collections::BTreeMap::from([("request.json".to_string(), request)]);
+            let frame = runtime::boot_frame_with_files(crate::packages::install::INSTALLER, &files);
+            let outcome = sandbox
+                .run_to_completion(
+                    &frame,
+                    1 << 20,
+                    1 << 20,
+                    timeout + Duration::from_secs(1),
+                    std::future::pending(),
+                    |_, _| {},
+                )
+                .await;
+            let network = proxy.finish().await;
+            let outcome = outcome.map_err(|e| format!("the installer sandbox failed: {e}"))?;
+            if network.denied > 0 {
+                tracing::info!(denied = ?network.connections.iter().filter(|c| !c.allowed).map(|c| format!("{}:{} {}", c.host, c.port, c.reason.clone().unwrap_or_default())).collect::<Vec<_>>(), "the installer was refused connections");
+            }
+            Ok(RunOutput {
+                stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+                stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+                exit_code: outcome.exit_code(),
+                timed_out: outcome.timed_out,
+                oom_killed: outcome.cgroup.as_ref().is_some_and(|c| c.oom_killed),
+            })
+        })
+    }
+}
