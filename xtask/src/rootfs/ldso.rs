@@ -10,10 +10,16 @@
 //! 4. a candidate whose class, byte order or machine differs from the needing object's is
 //!    skipped, as the loader skips it.
 //!
-//! `$ORIGIN` expands to the directory the object was found in. `LD_LIBRARY_PATH` plays no part:
-//! the sandbox does not set it. `glibc-hwcaps/` subdirectories are not searched: the baseline
-//! library found instead is what the loader in the rootfs will find too, as no hwcaps
-//! directory is copied.
+//! The search runs in the rootfs's namespace: paths are what the loader in the sandbox opens,
+//! and a [`View`] says which host file will be there: one the plan already places (a file of
+//! a wheel, wherever it lands), else the host's file at the same path (a system library,
+//! which the build then places at its host path). So `$ORIGIN` expands to the directory the
+//! object has *in the rootfs*, and a wheel's `$ORIGIN/../../numpy.libs` finds the vendored
+//! library where the wheel put it, once, whatever the staging directory was called.
+//!
+//! `LD_LIBRARY_PATH` plays no part: the sandbox does not set it. `glibc-hwcaps/`
+//! subdirectories are not searched: the baseline library found instead is what the loader in
+//! the rootfs will find too, as no hwcaps directory is copied.
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::fs;
@@ -136,47 +142,99 @@ fn expand_glob(pattern: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// An ELF file to start from. `origin` is what `$ORIGIN` means for it in the rootfs, or `None`
-/// when it sits in the rootfs somewhere other than on the host, so `$ORIGIN` cannot be honoured.
-#[derive(Debug, Clone)]
-pub struct Root {
-    pub path: PathBuf,
-    pub origin: Option<PathBuf>,
+/// What the loader in the rootfs finds at a path.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Located {
+    /// A file the plan places at `rel` (rootfs path), a copy of the host file `src`.
+    Planned { rel: PathBuf, src: PathBuf },
+    /// Nothing planned there: the host's file at that path, whose canonical path is `real`.
+    Host { real: PathBuf },
 }
 
-/// A library the roots need: the path the loader finds it under, and the real file.
+impl Located {
+    /// The host file to read.
+    pub fn source(&self) -> &Path {
+        match self {
+            Located::Planned { src, .. } => src,
+            Located::Host { real } => real,
+        }
+    }
+
+    /// Where the file sits in the rootfs (a host library lands at its canonical path).
+    fn key(&self) -> Result<PathBuf> {
+        match self {
+            Located::Planned { rel, .. } => Ok(rel.clone()),
+            Located::Host { real } => super::plan::normalize(real),
+        }
+    }
+}
+
+/// Which file the loader in the rootfs finds at an absolute rootfs path, if a regular one.
+pub trait View {
+    fn locate(&self, path: &Path) -> Option<Located>;
+}
+
+/// The host as it is: every path is the host's own (the rootfs places nothing elsewhere).
+#[cfg(test)]
+pub struct HostView;
+
+#[cfg(test)]
+impl View for HostView {
+    fn locate(&self, path: &Path) -> Option<Located> {
+        host_file(path)
+    }
+}
+
+/// The host's regular file at `path` (symlinks followed), if there is one.
+pub fn host_file(path: &Path) -> Option<Located> {
+    let real = fs::canonicalize(path).ok()?;
+    real.is_file().then_some(Located::Host { real })
+}
+
+/// An ELF file the plan places at `rel` (rootfs path), a copy of the host file `src`.
+#[derive(Debug, Clone)]
+pub struct Root {
+    pub rel: PathBuf,
+    pub src: PathBuf,
+}
+
+/// A library the roots need: the absolute rootfs path the loader finds it under, and what is
+/// there.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Lib {
     pub found: PathBuf,
-    pub real: PathBuf,
+    pub at: Located,
 }
 
 struct Pending {
-    path: PathBuf,
-    origin: Option<PathBuf>,
+    /// The host file to read.
+    src: PathBuf,
+    /// What `$ORIGIN` means for it: its directory in the rootfs.
+    origin: PathBuf,
     /// `DT_RPATH` directories of the objects that loaded this one.
     inherited: Vec<PathBuf>,
 }
 
-/// Every library (and interpreter) the roots need, directly or through other libraries.
-pub fn closure(search: &SearchPath, roots: &[Root]) -> Result<BTreeSet<Lib>> {
+/// Every library (and interpreter) the roots need, directly or through other libraries,
+/// each once.
+pub fn closure(search: &SearchPath, view: &dyn View, roots: &[Root]) -> Result<BTreeSet<Lib>> {
     let mut libs = BTreeSet::new();
     let mut seen = HashSet::new();
     let mut queue = VecDeque::new();
     for root in roots {
-        let real = fs::canonicalize(&root.path)
-            .with_context(|| format!("resolving {}", root.path.display()))?;
-        if seen.insert(real) {
+        let rel = super::plan::normalize(&root.rel)?;
+        let origin = Path::new("/").join(rel.parent().unwrap_or(Path::new("")));
+        if seen.insert(rel) {
             queue.push_back(Pending {
-                path: root.path.clone(),
-                origin: root.origin.clone(),
+                src: root.src.clone(),
+                origin,
                 inherited: vec![],
             });
         }
     }
 
     while let Some(obj) = queue.pop_front() {
-        let (kind, deps) = elf::read(&obj.path)?;
+        let (kind, deps) = elf::read(&obj.src)?;
         let mut found_libs = Vec::new();
 
         if let Some(interp) = &deps.interp {
@@ -184,16 +242,19 @@ pub fn closure(search: &SearchPath, roots: &[Root]) -> Result<BTreeSet<Lib>> {
             if !found.is_absolute() {
                 bail!(
                     "interpreter {interp} of {} is not an absolute path",
-                    obj.path.display()
+                    obj.src.display()
                 );
             }
-            found_libs.push(found);
+            let at = view.locate(&found).with_context(|| {
+                format!("interpreter {interp} of {} not found", obj.src.display())
+            })?;
+            found_libs.push((found, at));
         }
 
         let expand = |entries: &[String]| -> Result<Vec<PathBuf>> {
             let mut dirs = Vec::new();
             for e in entries {
-                dirs.extend(expand_origin(e, obj.origin.as_deref(), &obj.path)?);
+                dirs.extend(expand_origin(e, &obj.origin, &obj.src)?);
             }
             Ok(dirs)
         };
@@ -212,60 +273,50 @@ pub fn closure(search: &SearchPath, roots: &[Root]) -> Result<BTreeSet<Lib>> {
 
         for name in &deps.needed {
             let found = if name.contains('/') {
-                let p = expand_origin(name, obj.origin.as_deref(), &obj.path)?
-                    .with_context(|| format!("empty DT_NEEDED in {}", obj.path.display()))?;
-                p.exists().then_some(p)
+                let p = expand_origin(name, &obj.origin, &obj.src)?
+                    .with_context(|| format!("empty DT_NEEDED in {}", obj.src.display()))?;
+                view.locate(&p).map(|at| (p, at))
             } else {
-                dirs.iter()
-                    .map(|d| d.join(name))
-                    .find(|c| elf::kind(c) == Some(kind))
+                dirs.iter().find_map(|d| {
+                    let c = d.join(name);
+                    let at = view.locate(&c)?;
+                    (elf::kind(at.source()) == Some(kind)).then_some((c, at))
+                })
             };
             let found = found.ok_or_else(|| {
                 let list: Vec<_> = dirs.iter().map(|d| d.display().to_string()).collect();
                 anyhow!(
                     "{name}, needed by {}, not found (searched {})",
-                    obj.path.display(),
+                    obj.src.display(),
                     list.join(":")
                 )
             })?;
             found_libs.push(found);
         }
 
-        for found in found_libs {
-            let real = fs::canonicalize(&found).with_context(|| {
-                format!(
-                    "resolving {}, needed by {}",
-                    found.display(),
-                    obj.path.display()
-                )
-            })?;
-            if seen.insert(real.clone()) {
+        for (found, at) in found_libs {
+            if seen.insert(at.key()?) {
                 queue.push_back(Pending {
-                    path: real.clone(),
-                    origin: found.parent().map(Path::to_path_buf),
+                    src: at.source().to_path_buf(),
+                    origin: found.parent().map(Path::to_path_buf).unwrap_or_default(),
                     inherited: chain_rpath.clone(),
                 });
             }
-            libs.insert(Lib { found, real });
+            libs.insert(Lib { found, at });
         }
     }
     Ok(libs)
 }
 
-/// Expand `$ORIGIN` / `${ORIGIN}` in one search-path entry of `obj`. Empty entries give `None`
-/// (glibc would search the current directory, which has no meaning for the rootfs).
-fn expand_origin(entry: &str, origin: Option<&Path>, obj: &Path) -> Result<Option<PathBuf>> {
+/// Expand `$ORIGIN` / `${ORIGIN}` in one search-path entry of `obj`, whose directory in the
+/// rootfs is `origin`. Empty entries give `None` (glibc would search the current directory,
+/// which has no meaning for the rootfs).
+fn expand_origin(entry: &str, origin: &Path, obj: &Path) -> Result<Option<PathBuf>> {
     if entry.is_empty() {
         return Ok(None);
     }
     let mut s = entry.to_owned();
     if s.contains("$ORIGIN") || s.contains("${ORIGIN}") {
-        let origin = origin.with_context(|| {
-            format!(
-                "{} uses $ORIGIN ({entry}) but is not placed at its host path in the rootfs",
-                obj.display()
-            )
-        })?;
         let o = origin
             .to_str()
             .with_context(|| format!("{} is not UTF-8", origin.display()))?;
@@ -303,6 +354,36 @@ mod tests {
         fs::write(path, fake::build(&deps)).unwrap();
     }
 
+    /// A root at its host path.
+    fn at_host(path: &Path) -> Root {
+        Root {
+            rel: crate::rootfs::plan::normalize(path).unwrap(),
+            src: path.to_path_buf(),
+        }
+    }
+
+    fn host(real: &Path) -> Located {
+        Located::Host {
+            real: real.to_path_buf(),
+        }
+    }
+
+    /// The rootfs as a map from rootfs paths to host files, then the host at the same path.
+    struct MapView(std::collections::BTreeMap<PathBuf, PathBuf>);
+
+    impl View for MapView {
+        fn locate(&self, path: &Path) -> Option<Located> {
+            let rel = crate::rootfs::plan::normalize(path).ok()?;
+            match self.0.get(&rel) {
+                Some(src) => Some(Located::Planned {
+                    rel,
+                    src: src.clone(),
+                }),
+                None => host_file(path),
+            }
+        }
+    }
+
     fn names(libs: &BTreeSet<Lib>) -> Vec<String> {
         libs.iter()
             .map(|l| l.found.file_name().unwrap().to_string_lossy().into_owned())
@@ -316,14 +397,7 @@ mod tests {
             eprintln!("skipped: {} is not installed", py.display());
             return;
         }
-        let libs = closure(
-            &SearchPath::host().unwrap(),
-            &[Root {
-                path: py.into(),
-                origin: Some("/usr/bin".into()),
-            }],
-        )
-        .unwrap();
+        let libs = closure(&SearchPath::host().unwrap(), &HostView, &[at_host(py)]).unwrap();
         let names = names(&libs);
         for want in [
             "libc.so.6",
@@ -344,7 +418,10 @@ mod tests {
             "{libs:?}"
         );
         for lib in &libs {
-            assert_eq!(fs::canonicalize(&lib.real).unwrap(), lib.real);
+            let Located::Host { real } = &lib.at else {
+                panic!("{lib:?} is not a host file")
+            };
+            assert_eq!(&fs::canonicalize(real).unwrap(), real);
         }
     }
 
@@ -367,19 +444,20 @@ mod tests {
         symlink("libfoo.so.1.0", t.join("lib/libfoo.so.1")).unwrap();
         write_elf(&t.join("lib/private/libbar.so"), &[], &[], &[]);
 
-        let root = Root {
-            path: t.join("bin/app"),
-            origin: Some(t.join("bin")),
-        };
-        let libs = closure(&SearchPath::new(vec![]), &[root]).unwrap();
+        let libs = closure(
+            &SearchPath::new(vec![]),
+            &HostView,
+            &[at_host(&t.join("bin/app"))],
+        )
+        .unwrap();
         let want: BTreeSet<Lib> = [
             Lib {
                 found: t.join("bin/../lib/libfoo.so.1"),
-                real: t.join("lib/libfoo.so.1.0"),
+                at: host(&t.join("lib/libfoo.so.1.0")),
             },
             Lib {
                 found: t.join("bin/../lib/private/libbar.so"),
-                real: t.join("lib/private/libbar.so"),
+                at: host(&t.join("lib/private/libbar.so")),
             },
         ]
         .into();
@@ -397,19 +475,20 @@ mod tests {
             &["/nonexistent"],
         );
         write_elf(&t.join("a/libfoo.so"), &[], &[], &[]);
-        let root = Root {
-            path: t.join("bin/app"),
-            origin: None,
-        };
-        let err = closure(&SearchPath::new(vec![]), std::slice::from_ref(&root))
-            .unwrap_err()
-            .to_string();
+        let root = at_host(&t.join("bin/app"));
+        let err = closure(
+            &SearchPath::new(vec![]),
+            &HostView,
+            std::slice::from_ref(&root),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("libfoo.so, needed by") && err.contains("bin/app"),
             "{err}"
         );
         // The same directory as a system directory is found.
-        let libs = closure(&SearchPath::new(vec![t.join("a")]), &[root]).unwrap();
+        let libs = closure(&SearchPath::new(vec![t.join("a")]), &HostView, &[root]).unwrap();
         assert_eq!(names(&libs), ["libfoo.so"]);
     }
 
@@ -417,11 +496,8 @@ mod tests {
     fn missing_library_names_the_needing_file() {
         let t = tempfile::tempdir().unwrap();
         write_elf(&t.path().join("libx.so"), &["libnope.so.7"], &[], &[]);
-        let root = Root {
-            path: t.path().join("libx.so"),
-            origin: None,
-        };
-        let err = closure(&SearchPath::new(vec![t.path().into()]), &[root])
+        let root = at_host(&t.path().join("libx.so"));
+        let err = closure(&SearchPath::new(vec![t.path().into()]), &HostView, &[root])
             .unwrap_err()
             .to_string();
         assert!(
@@ -430,19 +506,94 @@ mod tests {
         );
     }
 
+    /// A wheel's layout, placed somewhere else in the rootfs than in the staging directory:
+    /// `$ORIGIN` is the extension's directory in the rootfs, the vendored libraries are found
+    /// where the plan puts them (each once, the one needed by two objects too), and a system
+    /// library they need comes from the host.
     #[test]
-    fn origin_without_host_placement_is_refused() {
+    fn origin_is_the_directory_in_the_rootfs() {
         let t = tempfile::tempdir().unwrap();
-        write_elf(&t.path().join("app"), &["libfoo.so"], &["$ORIGIN"], &[]);
-        let root = Root {
-            path: t.path().join("app"),
-            origin: None,
-        };
-        let err = format!(
-            "{:#}",
-            closure(&SearchPath::new(vec![]), &[root]).unwrap_err()
+        let t = fs::canonicalize(t.path()).unwrap();
+        let stage = t.join("stage");
+        write_elf(
+            &stage.join("pkg/_core/_ext.so"),
+            &["libblas-1a2b.so", "libsys.so.1"],
+            &[],
+            &["$ORIGIN/../../pkg.libs"],
         );
-        assert!(err.contains("uses $ORIGIN"), "{err}");
+        write_elf(
+            &stage.join("pkg/linalg/_lin.so"),
+            &["libblas-1a2b.so"],
+            &[],
+            &["${ORIGIN}/../../pkg.libs"],
+        );
+        write_elf(
+            &stage.join("pkg.libs/libblas-1a2b.so"),
+            &["libgfortran-3c4d.so.5"],
+            &[],
+            &["$ORIGIN"],
+        );
+        write_elf(&stage.join("pkg.libs/libgfortran-3c4d.so.5"), &[], &[], &[]);
+        write_elf(&t.join("sys/libsys.so.1"), &[], &[], &[]);
+
+        let site = Path::new("opt/site");
+        let mut map = std::collections::BTreeMap::new();
+        for f in [
+            "pkg/_core/_ext.so",
+            "pkg/linalg/_lin.so",
+            "pkg.libs/libblas-1a2b.so",
+            "pkg.libs/libgfortran-3c4d.so.5",
+        ] {
+            map.insert(site.join(f), stage.join(f));
+        }
+        let roots: Vec<Root> = map
+            .iter()
+            .map(|(rel, src)| Root {
+                rel: rel.clone(),
+                src: src.clone(),
+            })
+            .collect();
+        let view = MapView(map);
+        let libs = closure(&SearchPath::new(vec![t.join("sys")]), &view, &roots).unwrap();
+        let planned = |f: &str| Located::Planned {
+            rel: site.join(f),
+            src: stage.join(f),
+        };
+        let want: BTreeSet<Lib> = [
+            Lib {
+                found: "/opt/site/pkg/_core/../../pkg.libs/libblas-1a2b.so".into(),
+                at: planned("pkg.libs/libblas-1a2b.so"),
+            },
+            Lib {
+                found: "/opt/site/pkg/linalg/../../pkg.libs/libblas-1a2b.so".into(),
+                at: planned("pkg.libs/libblas-1a2b.so"),
+            },
+            Lib {
+                found: "/opt/site/pkg.libs/libgfortran-3c4d.so.5".into(),
+                at: planned("pkg.libs/libgfortran-3c4d.so.5"),
+            },
+            Lib {
+                found: t.join("sys/libsys.so.1"),
+                at: host(&t.join("sys/libsys.so.1")),
+            },
+        ]
+        .into();
+        assert_eq!(libs, want);
+        // The staging directory's own path never appears as a place the loader looks.
+        assert!(
+            !libs.iter().any(|l| l.found.starts_with(&stage)),
+            "{libs:?}"
+        );
+
+        // Without the plan's files the same $ORIGIN path finds nothing on the host.
+        let err = closure(&SearchPath::new(vec![]), &HostView, &roots[..1])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("libblas-1a2b.so, needed by ")
+                && err.contains("/opt/site/pkg/_core/../../pkg.libs"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -455,11 +606,9 @@ mod tests {
         bytes[4] = 1; // ELFCLASS32
         fs::write(t.join("a/libfoo.so"), bytes).unwrap();
         write_elf(&t.join("b/libfoo.so"), &[], &[], &[]);
-        let root = Root {
-            path: t.join("app"),
-            origin: None,
-        };
-        let libs = closure(&SearchPath::new(vec![t.join("a"), t.join("b")]), &[root]).unwrap();
+        let root = at_host(&t.join("app"));
+        let search = SearchPath::new(vec![t.join("a"), t.join("b")]);
+        let libs = closure(&search, &HostView, &[root]).unwrap();
         assert_eq!(libs.iter().next().unwrap().found, t.join("b/libfoo.so"));
     }
 
@@ -496,7 +645,7 @@ mod tests {
 
     #[test]
     fn origin_expansion() {
-        let o = Some(Path::new("/usr/bin"));
+        let o = Path::new("/usr/bin");
         let obj = Path::new("/usr/bin/x");
         assert_eq!(
             expand_origin("$ORIGIN/../lib", o, obj).unwrap(),
@@ -507,7 +656,7 @@ mod tests {
             Some("/usr/bin".into())
         );
         assert_eq!(
-            expand_origin("/opt/lib", None, obj).unwrap(),
+            expand_origin("/opt/lib", o, obj).unwrap(),
             Some("/opt/lib".into())
         );
         assert_eq!(expand_origin("", o, obj).unwrap(), None);

@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`recipe`]: `rootfs/recipe.toml`, what goes in, as data;
 //! - [`python`], [`deno`]: where the interpreters come from, and the `.pyc` step;
+//! - [`wheels`], [`deno_cache`]: the package sets (binary wheels; npm/jsr packages in a Deno
+//!   cache) and the installer's pip, staged in the build directory;
 //! - [`elf`], [`ldso`]: the shared libraries they need, found as the dynamic loader would;
 //! - [`plan`]: every rootfs path and what it should be, decided before writing anything;
 //! - [`sync`]: make the output match the plan, copying only what changed;
@@ -11,6 +13,7 @@
 //! - [`glob`]: `*`/`?` wildcards for the recipe and `ld.so.conf`.
 
 mod deno;
+mod deno_cache;
 mod elf;
 mod glob;
 mod ldso;
@@ -20,6 +23,7 @@ mod python;
 mod recipe;
 mod state;
 mod sync;
+mod wheels;
 
 use std::ffi::OsString;
 use std::fs;
@@ -28,35 +32,40 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use plan::{normalize, relative_to, Entry, Plan};
+use plan::{relative_to, Entry, Plan};
 use recipe::Recipe;
 use state::State;
 
 const HELP: &str = "\
-cargo xtask rootfs [--out DIR]
+cargo xtask rootfs [--out DIR] [--slim]
 
 Build codebox's minimal root filesystem from rootfs/recipe.toml: Debian's CPython
-(/usr/bin/python3) with its standard library byte-compiled, Deno, the shared libraries
-they load, a minimal /etc, the codebox runtime files (src/runtime) and empty mount
-points, listed with modes, sizes and SHA-256 in DIR/.manifest. A rebuild copies only
-what changed and removes what the recipe no longer has.
+(/usr/bin/python3) with its standard library byte-compiled, Deno, the package sets
+([python] packages from binary wheels, [deno] packages in a Deno cache), pip for the
+package installer, the shared libraries all of them load, a minimal /etc, the codebox
+runtime files (src/runtime) and empty mount points, listed with modes, sizes and SHA-256
+in DIR/.manifest. A rebuild copies only what changed and removes what the recipe no
+longer has.
 
 Options:
   --out DIR    where to build (default: $CODEBOX_ROOTFS, else target/rootfs)
+  --slim       leave the package sets out (numpy, pandas, ... and npm/jsr packages)
   -h, --help   print this help
 
 Environment:
   CODEBOX_ROOTFS   the default output directory
   DENO             use this deno binary instead of installing the `deno` wheel
 
-Needs Debian's python3 (`apt-get install python3`) and, unless DENO is set, a python3
-with pip on PATH to fetch Deno from PyPI. target/rootfs-build keeps the pip install and
-the build state between runs.
+Needs Debian's python3 (`apt-get install python3`) and a python3 with pip on PATH to
+fetch wheels (Deno's too, unless DENO is set); pip's own configuration (index, proxy)
+applies. target/rootfs-build keeps the pip installs, the Deno cache and the build state
+between runs, each reused while its part of the recipe is unchanged.
 ";
 
 #[derive(Debug)]
 struct Options {
     out: Option<PathBuf>,
+    slim: bool,
     help: bool,
 }
 
@@ -64,6 +73,7 @@ impl Options {
     fn parse(args: &[OsString]) -> Result<Self> {
         let mut opts = Options {
             out: None,
+            slim: false,
             help: false,
         };
         let mut args = args.iter();
@@ -71,6 +81,8 @@ impl Options {
             let s = arg.to_string_lossy();
             if s == "-h" || s == "--help" {
                 opts.help = true;
+            } else if s == "--slim" {
+                opts.slim = true;
             } else if s == "--out" {
                 opts.out = Some(args.next().context("--out needs a directory")?.into());
             } else if let Some(dir) = s.strip_prefix("--out=") {
@@ -106,9 +118,29 @@ pub fn run(args: &[OsString]) -> Result<()> {
     fs::create_dir_all(&build_dir).with_context(|| format!("creating {}", build_dir.display()))?;
     let _lock = lock(&build_dir)?;
 
-    let recipe = Recipe::load(&root.join("rootfs/recipe.toml"))?;
+    let mut recipe = Recipe::load(&root.join("rootfs/recipe.toml"))?;
+    if opts.slim {
+        recipe.slim();
+    }
     let py = python::Python::locate(&recipe.python.interpreter)?;
     let deno = deno::locate(&recipe.deno, &build_dir)?;
+    let target = wheels::Target::for_rootfs(&py.version)?;
+    let installer = wheels::stage(
+        &build_dir,
+        "python-installer",
+        std::slice::from_ref(&recipe.python.installer),
+        &target,
+        &[],
+    )?;
+    let packages = wheels::stage(
+        &build_dir,
+        "python-packages",
+        &recipe.python.packages,
+        &target,
+        &[],
+    )?;
+    let dists = wheels::check_all_wheels(&packages.dir)?;
+    let deno_cache = deno_cache::stage(&deno.binary, &recipe.deno.packages, &build_dir)?;
 
     let mut plan = Plan::default();
     for (link, target) in &recipe.symlinks {
@@ -133,7 +165,41 @@ pub fn run(args: &[OsString]) -> Result<()> {
         let include = |rel: &str, _is_dir: bool| !rel.split('/').any(|c| c == "__pycache__");
         plan.tree(&src, &copy.to, &include, false)?;
     }
-    let modules = python::plan(&py, &recipe.python, &mut plan)?;
+    let staged_include = |rel: &str, _is_dir: bool| {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        !rel.starts_with(".codebox-")
+            && name != "__pycache__"
+            && !recipe
+                .python
+                .exclude_names
+                .iter()
+                .any(|p| glob::matches(p, name))
+            && !recipe
+                .python
+                .packages_exclude
+                .iter()
+                .any(|p| glob::matches_path(p, rel))
+    };
+    plan.tree(
+        &packages.dir,
+        &recipe.python.packages_dir,
+        &staged_include,
+        true,
+    )?;
+    plan.tree(
+        &installer.dir,
+        &recipe.python.installer_dir,
+        &staged_include,
+        true,
+    )?;
+    let not_stamp = |rel: &str, _is_dir: bool| !rel.starts_with(".codebox-");
+    plan.tree(&deno_cache.dir, &recipe.deno.cache_dir, &not_stamp, false)?;
+    let mut compile = recipe.python.compile.clone();
+    compile.extend([
+        recipe.python.packages_dir.clone(),
+        recipe.python.installer_dir.clone(),
+    ]);
+    let modules = python::plan(&py, &recipe.python, &compile, &mut plan)?;
     plan.file(&recipe.deno.dest, &deno.binary)?;
     let libs = plan_libraries(&mut plan)?;
     plan.check_links()?;
@@ -154,16 +220,31 @@ pub fn run(args: &[OsString]) -> Result<()> {
     let t = manifest::totals(&lines);
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!(
-        "rootfs {}: {} files ({:.1} MiB), {} symlinks, {} directories; {} shared libraries",
+        "rootfs {}: {} files ({:.1} MiB), {} symlinks, {} directories; {} shared libraries ({} from the host)",
         out.display(),
         t.files,
         mib(t.bytes),
         t.symlinks,
         t.dirs,
-        libs
+        libs.total,
+        libs.host
     );
     println!(
-        "  copied {} ({:.1} MiB), unchanged {}, removed {}, compiled {} .pyc, hashed {}{}; manifest {}; {:.2}s",
+        "  python packages{}: {}; deno packages: {}",
+        if opts.slim { " (--slim)" } else { "" },
+        if dists.is_empty() {
+            "none".into()
+        } else {
+            dists.join(" ")
+        },
+        if recipe.deno.packages.is_empty() {
+            "none".into()
+        } else {
+            recipe.deno.packages.join(" ")
+        },
+    );
+    println!(
+        "  copied {} ({:.1} MiB), unchanged {}, removed {}, compiled {} .pyc, hashed {}{}{}; manifest {}; {:.2}s",
         stats.copied,
         mib(stats.copied_bytes),
         stats.unchanged,
@@ -171,38 +252,89 @@ pub fn run(args: &[OsString]) -> Result<()> {
         compiled,
         state.hashed,
         if deno.installed { ", installed deno with pip" } else { "" },
+        match (installer.installed || packages.installed, deno_cache.installed) {
+            (true, true) => ", installed wheels and cached deno packages",
+            (true, false) => ", installed wheels",
+            (false, true) => ", cached deno packages",
+            (false, false) => "",
+        },
         if written { "written" } else { "unchanged" },
         start.elapsed().as_secs_f64()
     );
     Ok(())
 }
 
-/// Plan every shared library the planned ELF files need, at its real path, with a link for
-/// each other name the loader finds it under. Returns how many library files there are.
-fn plan_libraries(plan: &mut Plan) -> Result<usize> {
+/// How many library files the rootfs holds, and how many of them came from the host (the
+/// others are planned already: libraries vendored by wheels).
+struct Libraries {
+    total: usize,
+    host: usize,
+}
+
+/// The plan as the loader in the rootfs will see it: a planned file (following planned
+/// symlinks), else the host's file at the same path.
+struct PlanView<'a>(&'a Plan);
+
+impl ldso::View for PlanView<'_> {
+    fn locate(&self, path: &Path) -> Option<ldso::Located> {
+        let mut rel = self.0.resolve(path).ok()?;
+        for _ in 0..40 {
+            match self.0.get(&rel) {
+                Some(Entry::File { src, .. }) => {
+                    return Some(ldso::Located::Planned {
+                        rel,
+                        src: src.clone(),
+                    })
+                }
+                Some(Entry::Symlink { target }) => {
+                    let base = rel.parent().unwrap_or(Path::new("")).join(target);
+                    rel = self.0.resolve(&base).ok()?;
+                }
+                Some(Entry::Dir | Entry::Generated) => return None,
+                None => return ldso::host_file(path),
+            }
+        }
+        None
+    }
+}
+
+/// Plan every shared library the planned ELF files need. A library the plan already places
+/// (vendored by a wheel, found through the wheel's `$ORIGIN` run path) stays where it is; one
+/// from the host goes to its real path, with a link for each other name the loader finds it
+/// under.
+fn plan_libraries(plan: &mut Plan) -> Result<Libraries> {
     let mut roots = Vec::new();
     for (rel, entry) in plan.entries() {
         let Entry::File { src, .. } = entry else {
             continue;
         };
-        if !elf::is_elf(src)? {
+        if elf::is_elf(src)? {
+            roots.push(ldso::Root {
+                rel: rel.clone(),
+                src: src.clone(),
+            });
+        }
+    }
+    let libs = ldso::closure(&ldso::SearchPath::host()?, &PlanView(plan), &roots)?;
+    let mut files = std::collections::BTreeSet::new();
+    let mut host = 0;
+    for lib in &libs {
+        let real = match &lib.at {
+            ldso::Located::Planned { rel, .. } => rel.clone(),
+            ldso::Located::Host { real } => plan.host_file(real)?,
+        };
+        if !files.insert(real.clone()) {
             continue;
         }
-        // $ORIGIN keeps its meaning only for files at their host path.
-        let real = fs::canonicalize(src).with_context(|| format!("resolving {}", src.display()))?;
-        let origin = (normalize(&real)? == *rel)
-            .then(|| real.parent().map(Path::to_path_buf))
-            .flatten();
-        roots.push(ldso::Root {
-            path: src.clone(),
-            origin,
-        });
+        if matches!(lib.at, ldso::Located::Host { .. }) {
+            host += 1;
+        }
     }
-    let libs = ldso::closure(&ldso::SearchPath::host()?, &roots)?;
-    let mut files = std::collections::BTreeSet::new();
     for lib in &libs {
-        let real = plan.host_file(&lib.real)?;
-        files.insert(real.clone());
+        let ldso::Located::Host { real } = &lib.at else {
+            continue; // found at a planned path: nothing to link
+        };
+        let real = plan.resolve(real)?;
         let dir = lib
             .found
             .parent()
@@ -217,7 +349,10 @@ fn plan_libraries(plan: &mut Plan) -> Result<usize> {
             )?;
         }
     }
-    Ok(files.len())
+    Ok(Libraries {
+        total: files.len(),
+        host,
+    })
 }
 
 /// Create the output directory, refusing one that holds something other than an earlier build
@@ -273,6 +408,8 @@ mod tests {
         assert_eq!(a(&["--out", "x"]).unwrap().out, Some(PathBuf::from("x")));
         assert_eq!(a(&["--out=y"]).unwrap().out, Some(PathBuf::from("y")));
         assert!(a(&["--help"]).unwrap().help);
+        assert!(a(&["--slim"]).unwrap().slim);
+        assert!(!a(&[]).unwrap().slim);
         assert!(a(&["--out"]).is_err());
         assert!(a(&["--bogus"]).unwrap_err().to_string().contains("--bogus"));
     }

@@ -90,8 +90,13 @@ impl Python {
 }
 
 /// Plan the interpreter, its link, the standard library and one `.pyc` per module in it and
-/// in the recipe's other `compile` directories (which must be planned already).
-pub fn plan(py: &Python, recipe: &recipe::Python, plan: &mut Plan) -> Result<Modules> {
+/// in the `compile` directories (the recipe's, the package sets'; planned already).
+pub fn plan(
+    py: &Python,
+    recipe: &recipe::Python,
+    compile: &[PathBuf],
+    plan: &mut Plan,
+) -> Result<Modules> {
     let exe = plan.host_file(&py.exe)?;
     let link_dir = py
         .link
@@ -116,7 +121,7 @@ pub fn plan(py: &Python, recipe: &recipe::Python, plan: &mut Plan) -> Result<Mod
     plan.tree(&py.stdlib, &stdlib, &include, true)?;
 
     let mut dirs = vec![stdlib];
-    for dir in &recipe.compile {
+    for dir in compile {
         let dir = plan.resolve(dir)?;
         if plan.get(&dir) != Some(&Entry::Dir) {
             bail!(
@@ -270,7 +275,7 @@ mod tests {
         p.dir("opt/codebox/python").unwrap();
         p.file("opt/codebox/python/codebox.py", &py.stdlib.join("abc.py"))
             .unwrap();
-        let modules = plan(&py, &recipe, &mut p).unwrap().list;
+        let modules = plan(&py, &recipe, &recipe.compile, &mut p).unwrap().list;
         assert!(modules
             .iter()
             .any(|m| m.pyc == Path::new("opt/codebox/python/__pycache__/codebox.cpython-311.pyc")));
