@@ -78,11 +78,18 @@ pub fn prepare(
             host_rule(url).with_context(|| format!("packages: {url:?} is not an http(s) URL"))?,
         );
     }
+    // The sources are trusted by name: the addresses they resolve to now are allowed
+    // even when they are not public (a private mirror; a registry behind the host's own
+    // gateway). Nothing else non-public is.
+    let mut allow_private = section.allow_private.clone();
+    for host in &hosts {
+        allow_private.extend(resolved(host));
+    }
     let policy = EgressPolicy::from_section(
         &NetworkSection {
             mode: Some(NetworkMode::Proxy),
             allow: hosts.clone(),
-            allow_private: section.allow_private.clone(),
+            allow_private,
             ..NetworkSection::default()
         },
         &codebox::config::process_env,
@@ -134,6 +141,22 @@ impl Prepared {
             Arc::new(runner),
         ))
     }
+}
+
+/// The non-public addresses `host:port` resolves to, as `allow_private` rules.
+fn resolved(host: &str) -> Vec<String> {
+    use std::net::ToSocketAddrs;
+    let addrs = match host.to_socket_addrs() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(%host, error = %e, "cannot resolve a package source now; its addresses must be public");
+            return Vec::new();
+        }
+    };
+    let mut rules: Vec<String> = addrs.map(|a| a.to_string()).collect();
+    rules.sort();
+    rules.dedup();
+    rules
 }
 
 /// `https://host[:port]/...` → `host:port` (the port the scheme implies when none).

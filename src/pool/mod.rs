@@ -385,6 +385,8 @@ fn same_sandbox(pooled: &SpawnSpec, asked: &SpawnSpec) -> bool {
         && asked.workspace_mount.is_none()
         && pooled.servers == asked.servers
         && pooled.skills == asked.skills
+        && pooled.network == asked.network
+        && pooled.packages == asked.packages
 }
 
 #[cfg(test)]
@@ -420,6 +422,10 @@ mod tests {
             |s: &mut SpawnSpec| s.skills = Some("/var/lib/codebox/skills".into()),
             |s: &mut SpawnSpec| s.limits.memory_bytes = Some(1 << 20),
             |s: &mut SpawnSpec| s.limits.stdout_cap = 1,
+            |s: &mut SpawnSpec| s.packages = Some("/var/lib/codebox/layers/python/k".into()),
+            |s: &mut SpawnSpec| {
+                s.network = Some(crate::spawner::wire::SpawnNetwork::Proxy { trust: None })
+            },
         ] {
             let mut asked = spec();
             change(&mut asked);
