@@ -55,6 +55,14 @@ fn hostile_programs_cannot_grow_the_server_or_flood_its_records() {
 }
 
 #[test]
+fn packages_on_request_through_the_python_sdk() {
+    run_client_script(
+        "packages_on_request_through_the_python_sdk",
+        "packages_client.py",
+    );
+}
+
+#[test]
 fn controlled_egress_through_the_python_sdk() {
     run_client_script(
         "controlled_egress_through_the_python_sdk",

@@ -16,8 +16,9 @@
 //! - `/servers`   the generated tool wrappers, when there are upstreams, and `/skills` the
 //!   saved skills: host directories bound read-only, nosuid, nodev, noexec
 //! - `/etc/codebox` in proxy mode, the egress trust bundle (`ca-bundle.pem`: the host's
-//!   CA roots and codebox's own CA), and `/packages` an installed package layer: host
-//!   directories bound the same way
+//!   CA roots and codebox's own CA): a host directory bound the same way
+//! - `/packages`  an installed package layer: bound read-only, nosuid, nodev, but not
+//!   noexec (its native modules are mapped executable)
 //!
 //! Every writable mount is nosuid, nodev and noexec.
 
@@ -233,7 +234,6 @@ impl MountPlan {
             (&spec.servers, "servers"),
             (&spec.skills, "skills"),
             (&spec.trust, "etc/codebox"),
-            (&spec.packages, "packages"),
         ] {
             if let Some(dir) = dir {
                 steps.push(MountStep::Bind {
@@ -245,6 +245,18 @@ impl MountPlan {
                     flags: MsFlags::MS_RDONLY | WRITABLE_FLAGS,
                 });
             }
+        }
+        // An installed package layer: read-only, but executable: its native modules
+        // (`.so` files) are mapped like the rootfs's own libraries. Nothing can write it.
+        if let Some(dir) = &spec.packages {
+            steps.push(MountStep::Bind {
+                source: dir.clone(),
+                target: at("packages"),
+            });
+            steps.push(MountStep::Remount {
+                target: at("packages"),
+                flags: MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            });
         }
         steps.push(MountStep::Remount {
             target: root.clone(),
@@ -460,14 +472,12 @@ mod tests {
             ("servers", "/gen/servers", "/r/servers"),
             ("skills", "/gen/skills", "/r/skills"),
             ("trust", "/state/egress-trust", "/r/etc/codebox"),
-            ("packages", "/cache/layers/python/k", "/r/packages"),
         ] {
             let mut s = spec(None);
             let dir = Some(PathBuf::from(source));
             match field {
                 "servers" => s.servers = dir,
                 "skills" => s.skills = dir,
-                "packages" => s.packages = dir,
                 _ => s.trust = dir,
             }
             let steps = MountPlan::for_spec(&s, LockedFlags::default()).steps;
@@ -501,6 +511,31 @@ mod tests {
                 |st| matches!(st, MountStep::Bind { target: t, .. } if t == Path::new(target))
             ));
         }
+    }
+
+    #[test]
+    fn a_package_layer_is_read_only_but_executable() {
+        let mut s = spec(None);
+        s.packages = Some("/cache/layers/python/k".into());
+        let steps = MountPlan::for_spec(&s, LockedFlags::default()).steps;
+        let bind = position(&steps, |st| {
+            st == &MountStep::Bind {
+                source: "/cache/layers/python/k".into(),
+                target: "/r/packages".into(),
+            }
+        });
+        assert_eq!(
+            steps[bind + 1],
+            MountStep::Remount {
+                target: "/r/packages".into(),
+                flags: MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            }
+        );
+        let seal = position(
+            &steps,
+            |st| matches!(st, MountStep::Remount { target, .. } if target == Path::new("/r")),
+        );
+        assert!(bind < seal);
     }
 
     #[test]

@@ -438,6 +438,7 @@ impl CodeboxServer {
                 "concurrent": s.settings.rate.concurrent,
             },
             "network": egress_glue::health(&s.settings),
+            "packages": packages_glue::health(&s.settings),
             "pii": s.settings.pii_mode,
             "audit": s.settings.audit.as_ref().map(|a| serde_json::to_value(a.status()).unwrap_or_default()),
             "skills": match &s.skills {

@@ -55,6 +55,32 @@ impl CodeboxServer {
     }
 }
 
+/// `health.packages`: whether packages on request are on, from where, and what the
+/// store holds.
+pub(super) fn health(settings: &super::Settings) -> serde_json::Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(installer) = &settings.packages else {
+        return serde_json::json!({ "enabled": false });
+    };
+    let c = &installer.counters;
+    let limits = installer.store().limits();
+    serde_json::json!({
+        "enabled": true,
+        "sources": {
+            "python_index": installer.sources().python_index,
+            "npm_registry": installer.sources().npm_registry,
+            "jsr_registry": installer.sources().jsr_registry,
+        },
+        "installed": c.installed.load(Relaxed),
+        "reused": c.reused.load(Relaxed),
+        "failed": c.failed.load(Relaxed),
+        "refused": c.refused.load(Relaxed),
+        "cache_bytes": installer.store().total_bytes(),
+        "cache_limit_bytes": limits.cache_bytes,
+        "max_layer_bytes": limits.max_layer_bytes,
+    })
+}
+
 /// The installer sandbox, through the spawner.
 pub struct SandboxInstaller {
     pub spawner: SpawnerClient,
