@@ -43,14 +43,15 @@ def tail(text):
 
 
 def no_space(text):
-    return "No space left on device" in text or "Errno 28" in text
+    return any(m in text for m in ("No space left on device", "Errno 28",
+                                   "File too large", "Errno 27"))
 
 
 def finish(installed):
     try:
         shutil.copytree(STAGE, OUT, symlinks=True, dirs_exist_ok=True)
     except OSError as e:
-        if e.errno == 28:
+        if e.errno in (27, 28):
             fail(None, "the packages exceed the size limit")
         raise
     report(ok=True, installed=installed)

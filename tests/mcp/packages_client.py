@@ -86,6 +86,7 @@ class Index(http.server.BaseHTTPRequestHandler):
     files = {}      # filename -> bytes
     projects = {}   # name -> [filename]
     hits = []
+    slow = set()    # files that never finish downloading
 
     def do_GET(self):  # noqa: N802 - the stdlib's name
         Index.hits.append(self.path)
@@ -93,6 +94,12 @@ class Index(http.server.BaseHTTPRequestHandler):
         if len(parts) == 2 and parts[0] == "simple" and parts[1] in Index.projects:
             links = "".join(f'<a href="/files/{f}">{f}</a>\n' for f in Index.projects[parts[1]])
             self.answer(200, f"<html><body>\n{links}</body></html>".encode(), "text/html")
+        elif len(parts) == 2 and parts[0] == "files" and parts[1] in Index.slow:
+            self.send_response(200)
+            self.send_header("content-length", str(len(Index.files[parts[1]])))
+            self.end_headers()
+            self.wfile.write(Index.files[parts[1]][:10])
+            time.sleep(60)
         elif len(parts) == 2 and parts[0] == "files" and parts[1] in Index.files:
             self.answer(200, Index.files[parts[1]], "application/octet-stream")
         else:
@@ -132,6 +139,10 @@ class World:
         publish("cbxdep-1.0-py3-none-any.whl", wheel("cbxdep", "1.0", {"cbxdep.py": "X = 1\n"}))
         publish("cbxmain-1.0-py3-none-any.whl", wheel("cbxmain", "1.0", {"cbxmain.py": "import cbxdep\n"}, ["cbxdep"]))
         publish("cbxsdist-1.0.tar.gz", sdist("cbxsdist", "1.0", marker % "setup"))
+        publish("cbxbig-1.0-py3-none-any.whl", wheel("cbxbig", "1.0", {
+            "cbxbig/__init__.py": "", "cbxbig/blob.txt": base64.b64encode(os.urandom(3 << 20)).decode()}))
+        Index.slow.add("cbxslow-1.0-py3-none-any.whl")
+        publish("cbxslow-1.0-py3-none-any.whl", wheel("cbxslow", "1.0", {"cbxslow.py": ""}))
         # A wheel for another platform only.
         publish("cbxwin-1.0-cp311-cp311-win_amd64.whl", wheel("cbxwin", "1.0", {"cbxwin.py": ""}))
         self.config = os.path.join(self.tmp.name, "local.toml")
@@ -142,6 +153,8 @@ state_dir = "{self.tmp.name}/state-local"
 python_index = "http://127.0.0.1:{self.port}/simple"
 allow_private = ["127.0.0.1:{self.port}"]
 deny = ["cbxdep"]
+max_layer_size = "2M"
+install_timeout = "15s"
 """)
         self.real_config = os.path.join(self.tmp.name, "real.toml")
         with open(self.real_config, "w") as f:
@@ -220,6 +233,21 @@ async def unknown_names_missing_versions_and_other_platforms_are_named(s, w):
     refused(r, "cbxmarker==9.9", "no version matches ==9.9 (available: 1.0)")
     r, _ = await run(s, "python", "pass", packages=["cbxwin"])
     refused(r, "cbxwin", "no wheel for this platform")
+
+
+@local
+async def installs_past_their_size_or_time_are_refused_and_nothing_is_kept(s, w):
+    r, _ = await run(s, "python", "pass", packages=["cbxbig"])
+    refused(r, "size limit")
+    t0 = time.monotonic()
+    r, _ = await run(s, "python", "pass", packages=["cbxslow"])
+    refused(r, "took longer than 15 s", "install_timeout")
+    assert time.monotonic() - t0 < 40, "the install was not cut at its timeout"
+    layers = os.path.join(w.tmp.name, "state-local", "layers")
+    staged = [n for n in os.listdir(layers) if n.startswith(".staging")]
+    assert staged == [], staged
+    r, sc = await run(s, "python", "print(1)")
+    assert sc["stdout"] == "1\n", "the server goes on"
 
 
 @local
