@@ -299,6 +299,9 @@ pub fn execute(
     }
     runtime::validate_files(&request.files)?;
     let mut program = request.language.program()?;
+    if request.language == Language::Python {
+        program.set_env(&runtime::thread_env(request.limits.cpu_millicores))?;
+    }
     let trust = request.egress.as_ref().and_then(|e| e.trust.clone());
     match (request.policy.network, &request.egress) {
         (sandbox::NetworkAccess::Proxy { port }, Some(_)) => {

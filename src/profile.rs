@@ -45,7 +45,23 @@ struct File {
     landlock: LandlockSection,
     #[serde(default)]
     network: NetworkSection,
+    #[serde(default)]
+    python: PythonSection,
 }
+
+/// `[python]`: what a pooled Python interpreter does before it is ready.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PythonSection {
+    /// Modules imported before the sandbox announces ready, so that the program's own
+    /// import finds them in `sys.modules`. Only a pooled sandbox (its code is not there
+    /// yet) imports them; a cold run does not pay for them.
+    #[serde(default)]
+    preload: Vec<String>,
+}
+
+/// At most this many modules to preload.
+const MAX_PRELOAD: usize = 64;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -90,6 +106,9 @@ pub struct Profile {
     pub network: NetworkSection,
     /// The mode `network` asks for.
     pub network_mode: NetworkMode,
+    /// `[python] preload`: dotted module names a pooled Python interpreter imports before
+    /// it is ready (see `runtime::PRELOAD_ENV`).
+    pub preload: Vec<String>,
 }
 
 impl Profile {
@@ -162,6 +181,16 @@ impl Profile {
             pids: Some(l.pids),
             cpu_millicores: Some((l.cpu * 1000.0).round() as u64),
         };
+        if file.python.preload.len() > MAX_PRELOAD {
+            return Err(invalid(format!(
+                "python.preload lists more than {MAX_PRELOAD} modules"
+            )));
+        }
+        if let Some(bad) = file.python.preload.iter().find(|m| !is_module_name(m)) {
+            return Err(invalid(format!(
+                "python.preload: {bad:?} is not a dotted module name"
+            )));
+        }
         let seccomp: SeccompProfile = file
             .seccomp
             .policy
@@ -187,6 +216,7 @@ impl Profile {
             },
             network: NetworkSection::default(),
             network_mode: NetworkMode::None,
+            preload: file.python.preload,
         };
         profile.set_network(file.network).map_err(invalid)?;
         Ok(profile)
@@ -239,6 +269,19 @@ impl Profile {
         self.network_mode = mode;
         Ok(())
     }
+}
+
+/// `pkg.sub.mod`: ASCII identifiers joined by dots (what goes into the sandbox's
+/// environment and to `__import__`, nothing else).
+fn is_module_name(name: &str) -> bool {
+    name.len() <= 200
+        && name.split('.').all(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+                && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+        })
 }
 
 #[cfg(test)]
@@ -307,6 +350,33 @@ mod tests {
         p.set_network(NetworkSection::default()).unwrap();
         assert_eq!(p.policy.seccomp.as_ref().unwrap().policy(), "default");
         assert_eq!(p.policy.network, NetworkAccess::None);
+    }
+
+    #[test]
+    fn python_preload_is_checked() {
+        let d = Profile::load("default").unwrap();
+        assert!(d.preload.iter().any(|m| m == "pandas"), "{:?}", d.preload);
+        let with = |python: &str| {
+            let text = BUILTIN[0].1.split("[python]").next().unwrap().to_string() + python;
+            Profile::parse("x", &text)
+        };
+        assert!(with("").unwrap().preload.is_empty());
+        assert!(with("[python]").unwrap().preload.is_empty());
+        let p = with("[python]\npreload = [\"numpy\", \"matplotlib.pyplot\", \"_x1\"]").unwrap();
+        assert_eq!(p.preload, ["numpy", "matplotlib.pyplot", "_x1"]);
+        for bad in ["os,sys", "a..b", "1abc", "", "a.b;c", "é"] {
+            let err = with(&format!("[python]\npreload = [{bad:?}]"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("not a dotted module name"), "{bad}: {err}");
+        }
+        let many: Vec<String> = (0..65).map(|i| format!("\"m{i}\"")).collect();
+        let err = with(&format!("[python]\npreload = [{}]", many.join(",")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("more than 64"), "{err}");
+        let err = with("[python]\nimports = []").unwrap_err().to_string();
+        assert!(err.contains("imports"), "{err}");
     }
 
     #[test]

@@ -339,7 +339,8 @@ fn exec_runs_under_every_layer() {
     assert_eq!(lines[1], "0000000000000000 1 2", "{stdout}");
     // The fixed environment of `run`'s Python, nothing of ours.
     assert_eq!(
-        lines[2], "['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'TMPDIR']",
+        lines[2],
+        "['HOME', 'LANG', 'MPLBACKEND', 'MPLCONFIGDIR', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'TMPDIR']",
         "{stdout}"
     );
     // The rootfs, not the host's: no /home; the working directory of `run`.

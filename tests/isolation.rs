@@ -388,7 +388,8 @@ fn environment_is_small_and_fixed() {
     let out = python_ok_cold_and_warm("import os; print(sorted(os.environ))");
     assert_eq!(
         out.trim(),
-        "['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'TMPDIR']"
+        "['HOME', 'LANG', 'MPLBACKEND', 'MPLCONFIGDIR', 'OMP_NUM_THREADS', \
+         'OPENBLAS_NUM_THREADS', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'TMPDIR']"
     );
 }
 

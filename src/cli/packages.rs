@@ -18,10 +18,13 @@ use codebox::spawner::SpawnerClient;
 
 /// Where pip lives in the rootfs (outside the programs' `sys.path`).
 const INSTALLER_DIR: &str = "opt/codebox/installer";
+/// The rootfs's Deno cache (what TypeScript programs find without a layer).
+const DENO_CACHE: &str = "opt/codebox/deno-cache";
 
 /// What `serve` prepares before its runtime exists: `None` when packages on request are
 /// off (by configuration, or because the rootfs has no installer).
 pub struct Prepared {
+    deno_cache: std::path::PathBuf,
     store: LayerStore,
     names: NamePolicy,
     sources: Sources,
@@ -111,6 +114,7 @@ pub fn prepare(
     .map_err(|why| anyhow::anyhow!("the installer cannot read its trust bundle: {why}"))?;
     tracing::info!(hosts = ?hosts, cache = %cache.display(), "packages on request ready");
     Ok(Some(Prepared {
+        deno_cache: rootfs.join(DENO_CACHE),
         store,
         names,
         sources,
@@ -134,12 +138,10 @@ impl Prepared {
             },
             egress: self.egress,
         };
-        Arc::new(Installer::new(
-            self.store,
-            self.names,
-            self.sources,
-            Arc::new(runner),
-        ))
+        Arc::new(
+            Installer::new(self.store, self.names, self.sources, Arc::new(runner))
+                .with_preinstalled(codebox::packages::Preinstalled::new(&self.deno_cache)),
+        )
     }
 }
 

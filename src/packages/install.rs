@@ -81,6 +81,8 @@ pub struct Installer {
     store: LayerStore,
     names: NamePolicy,
     sources: Sources,
+    /// What the rootfs's Deno cache already holds (TypeScript sets need no install for it).
+    preinstalled: Option<super::Preinstalled>,
     runner: Arc<dyn InstallRunner>,
     pub counters: Counters,
 }
@@ -107,8 +109,23 @@ impl Installer {
             store,
             names,
             sources,
+            preinstalled: None,
             runner,
             counters: Counters::default(),
+        }
+    }
+
+    /// Specifiers the rootfs's Deno cache satisfies need no layer.
+    pub fn with_preinstalled(mut self, preinstalled: super::Preinstalled) -> Installer {
+        self.preinstalled = Some(preinstalled);
+        self
+    }
+
+    /// The part of `set` that needs installing (`None`: the rootfs has it all).
+    pub fn needed(&self, set: PackageSet) -> Option<PackageSet> {
+        match (&self.preinstalled, set.language) {
+            (Some(p), Language::TypeScript) => set.without(|s| p.satisfies(s)),
+            _ => Some(set),
         }
     }
 

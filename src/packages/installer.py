@@ -25,6 +25,7 @@ REQUEST = json.load(open("/workspace/request.json"))
 STAGE = "/tmp/layer"
 OUT = "/workspace/layer"
 PIP_DIR = "/opt/codebox/installer"
+ROOTFS_DENO_CACHE = "/opt/codebox/deno-cache"
 TAIL = 1500
 
 
@@ -175,8 +176,19 @@ def install_typescript():
     with open(entry, "w") as f:
         for s in specs:
             f.write("import %s;\n" % json.dumps(s))
+    # The layer replaces the rootfs's cache as DENO_DIR: it starts as a copy of it, so what
+    # the rootfs holds stays importable next to what is installed now.
+    if os.path.isdir(ROOTFS_DENO_CACHE):
+        shutil.copytree(ROOTFS_DENO_CACHE, STAGE + "/deno", symlinks=True)
+        for root, dirs, files in os.walk(STAGE + "/deno"):
+            for n in dirs + files:
+                p = os.path.join(root, n)
+                if not os.path.islink(p):
+                    os.chmod(p, 0o755 if os.path.isdir(p) else 0o644)
     env = dict(os.environ, DENO_DIR=STAGE + "/deno", DENO_NO_UPDATE_CHECK="1",
                NO_COLOR="1", HOME="/tmp")
+    for k in ("DENO_EMIT_CACHE_MODE", "DENO_CACHE_DB_MODE"):
+        env.pop(k, None)
     if REQUEST.get("npm_registry"):
         env["NPM_CONFIG_REGISTRY"] = REQUEST["npm_registry"]
     if REQUEST.get("jsr_registry"):

@@ -15,10 +15,12 @@
 
 pub mod config;
 pub mod install;
+pub mod preinstalled;
 pub mod spec;
 pub mod store;
 
 pub use config::{Limits, NamePolicy, PackagesSection};
 pub use install::{InstallError, InstallRunner, Installer, RunOutput, Sources};
+pub use preinstalled::Preinstalled;
 pub use spec::{PackageSet, Spec};
 pub use store::{Layer, LayerMeta, LayerStore, Staging};

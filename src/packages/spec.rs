@@ -95,6 +95,16 @@ impl PackageSet {
         crate::rootfs::manifest::hex(&h.finalize())
     }
 
+    /// The set without the specifiers `keep` says are already there (`None`: nothing
+    /// left to install).
+    pub fn without(self, satisfied: impl Fn(&Spec) -> bool) -> Option<PackageSet> {
+        let specs: Vec<Spec> = self.specs.into_iter().filter(|s| !satisfied(s)).collect();
+        (!specs.is_empty()).then_some(PackageSet {
+            language: self.language,
+            specs,
+        })
+    }
+
     /// The specifiers, as the installer takes them.
     pub fn texts(&self) -> Vec<String> {
         self.specs.iter().map(|s| s.text.clone()).collect()

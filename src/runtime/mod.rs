@@ -26,6 +26,10 @@ pub const RUNTIME_DIR: &str = "/opt/codebox";
 /// namespace (one listener per namespace, so one fixed port serves them all).
 pub const EGRESS_PORT: u16 = 3128;
 
+/// The Deno cache in the rootfs (`rootfs/recipe.toml` `[deno] cache_dir`): the
+/// TypeScript runtime's `DENO_DIR`.
+pub const DENO_CACHE: &str = "/opt/codebox/deno-cache";
+
 /// Where the egress trust bundle is bound inside the sandbox.
 pub const TRUST_DIR: &str = "/etc/codebox";
 
@@ -78,6 +82,34 @@ pub fn packages_env(language: Language) -> Vec<(&'static str, String)> {
     }
 }
 
+/// The environment variable that lists, comma-separated, the modules a pooled Python
+/// interpreter imports before it announces ready (`boot.py`; a profile's `[python]
+/// preload`). A sandbox whose code is already waiting on fd 3 ignores it.
+pub const PRELOAD_ENV: &str = "CODEBOX_PRELOAD";
+
+/// The environment that asks a Python sandbox to preload `modules` (none when empty).
+pub fn preload_env(modules: &[String]) -> Vec<(&'static str, String)> {
+    if modules.is_empty() {
+        return vec![];
+    }
+    vec![(PRELOAD_ENV, modules.join(","))]
+}
+
+/// The thread pools of numerical libraries (OpenBLAS in numpy, OpenMP in packages built
+/// with it) size themselves by the host's CPU count, not by the sandbox's CPU limit: with
+/// a limit, as many threads as the limit has whole cores (at least one). Without a limit,
+/// nothing is set.
+pub fn thread_env(cpu_millicores: Option<u64>) -> Vec<(&'static str, String)> {
+    let Some(m) = cpu_millicores else {
+        return vec![];
+    };
+    let threads = m.div_ceil(1000).max(1).to_string();
+    vec![
+        ("OPENBLAS_NUM_THREADS", threads.clone()),
+        ("OMP_NUM_THREADS", threads),
+    ]
+}
+
 /// Largest program accepted, in bytes.
 pub const MAX_CODE_BYTES: usize = 1024 * 1024;
 
@@ -119,9 +151,21 @@ impl Language {
             ("TMPDIR", "/tmp"),
         ];
         let extra: &[(&str, &str)] = match self {
-            Language::Python => &[("PYTHONDONTWRITEBYTECODE", "1")],
+            Language::Python => &[
+                ("PYTHONDONTWRITEBYTECODE", "1"),
+                // matplotlib: draw to files (no display here), and keep its config and
+                // font cache in the sandbox's /tmp (HOME is /workspace, the user's).
+                ("MPLBACKEND", "Agg"),
+                ("MPLCONFIGDIR", "/tmp/.matplotlib"),
+            ],
             Language::TypeScript => &[
-                ("DENO_DIR", "/tmp/.deno"),
+                // The rootfs's read-only Deno cache (the recipe's [deno] packages). Deno
+                // would retry writing its emit cache there with growing sleeps (~150 ms
+                // per start, measured) and try to open its SQLite caches: no emit cache,
+                // SQLite caches in memory (what a fresh /tmp gave before, at the same cost).
+                ("DENO_DIR", DENO_CACHE),
+                ("DENO_EMIT_CACHE_MODE", "disable"),
+                ("DENO_CACHE_DB_MODE", "memory"),
                 ("DENO_NO_UPDATE_CHECK", "1"),
                 ("DENO_NO_PROMPT", "1"),
                 ("NO_COLOR", "1"),
@@ -148,6 +192,8 @@ impl Language {
             Language::TypeScript => {
                 // Deno's own permission system is not the boundary here (the kernel is),
                 // and the boot file needs FFI to read fd 3, so everything is allowed.
+                // --cached-only: packages come from the rootfs's cache (or a package
+                // layer), never from the network at import time.
                 Program::new(
                     "/usr/bin/deno",
                     &[
@@ -157,6 +203,7 @@ impl Language {
                         "--no-prompt",
                         "--no-config",
                         "--no-lock",
+                        "--cached-only",
                         "/opt/codebox/deno/boot.js",
                     ],
                     &env,
@@ -212,13 +259,38 @@ mod tests {
                 .collect();
             assert!(env.iter().any(|e| e == "PATH=/usr/bin"));
             assert!(env.iter().any(|e| e == "HOME=/workspace"));
-            assert!(env.len() <= 8, "{env:?}");
+            assert!(env.len() <= 10, "{env:?}");
             assert_eq!(p.cwd.to_str().unwrap(), "/workspace");
             assert!(
                 !env.iter().any(|e| e.to_lowercase().contains("proxy")),
                 "{env:?}"
             );
         }
+    }
+
+    #[test]
+    fn preload_and_thread_environments() {
+        assert!(preload_env(&[]).is_empty());
+        let mods = vec!["numpy".to_string(), "matplotlib.pyplot".to_string()];
+        assert_eq!(
+            preload_env(&mods),
+            [(PRELOAD_ENV, "numpy,matplotlib.pyplot".to_string())]
+        );
+        assert!(thread_env(None).is_empty());
+        let t = |m| thread_env(Some(m))[0].1.clone();
+        assert_eq!(
+            (t(1), t(1000), t(1500), t(4000)),
+            ("1".into(), "1".into(), "2".into(), "4".into())
+        );
+        let py = Language::Python.env();
+        assert!(py.contains(&("MPLBACKEND", "Agg")), "{py:?}");
+        let ts = Language::TypeScript.env();
+        assert!(ts.contains(&("DENO_DIR", DENO_CACHE)), "{ts:?}");
+        let args = Language::TypeScript.program().unwrap().argv;
+        assert!(
+            args.iter().any(|a| a.to_str() == Ok("--cached-only")),
+            "{args:?}"
+        );
     }
 
     #[test]

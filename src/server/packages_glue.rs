@@ -31,15 +31,22 @@ impl CodeboxServer {
         let set = PackageSet::parse(language, asked, code).map_err(|e| e.to_string())?;
         let Some(set) = set else { return Ok(None) };
         match &self.state.settings.packages {
-            Some(installer) => installer.check(&set).map_err(|e| e.to_string())?,
-            None => {
-                return Err(
-                    "packages: this server installs no packages on request ([packages] enabled = false, or no installer in its rootfs)"
-                        .into(),
-                )
-            }
+            Some(installer) => match installer.needed(set) {
+                Some(set) => {
+                    installer.check(&set).map_err(|e| e.to_string())?;
+                    Ok(Some(set))
+                }
+                // The rootfs has it all.
+                None => Ok(None),
+            },
+            None if !asked.is_empty() => Err(
+                "packages: this server installs no packages on request ([packages] enabled = false, or no installer in its rootfs)"
+                    .into(),
+            ),
+            // npm:/jsr: imports of a program on a server that installs nothing: the
+            // runtime resolves them from the rootfs's cache, or says which is missing.
+            None => Ok(None),
         }
-        Ok(Some(set))
     }
 
     /// The layer of `set`, kept or installed now (the call is admitted: an install holds

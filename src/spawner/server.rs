@@ -162,6 +162,16 @@ fn build(
         }
     };
     let mut program = spec.language.program().map_err(|e| e.to_string())?;
+    if spec.language == crate::runtime::Language::Python {
+        // Every Python sandbox of a server gets the preload list; only one whose code is
+        // not yet waiting (a pooled one) acts on it (boot.py).
+        let env = crate::runtime::thread_env(spec.limits.cpu_millicores)
+            .into_iter()
+            .chain(crate::runtime::preload_env(&profile.preload));
+        program
+            .set_env(&env.collect::<Vec<_>>())
+            .map_err(|e| e.to_string())?;
+    }
     let (policy, trust) = match &spec.network {
         // The profile's own mode (a proxy-mode profile still gets no trust bundle).
         None => (profile.policy.clone(), None),

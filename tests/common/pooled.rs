@@ -111,10 +111,15 @@ fn server() -> &'static Mutex<Server> {
 /// Runs `code` in a pooled sandbox through `execute_<language>`; returns the result's
 /// structuredContent. Retries (after a pause for the refill) until the run was warm.
 pub fn run_warm(language: &str, code: &str) -> Value {
+    run_warm_with(language, json!({ "code": code }))
+}
+
+/// [`run_warm`] with the call's whole `arguments` (files, timeout ...).
+pub fn run_warm_with(language: &str, arguments: Value) -> Value {
     for _ in 0..50 {
         let result = server().lock().unwrap_or_else(|e| e.into_inner()).request(
             "tools/call",
-            json!({"name": format!("execute_{language}"), "arguments": {"code": code}}),
+            json!({"name": format!("execute_{language}"), "arguments": arguments}),
         );
         let content = result["result"]["structuredContent"].clone();
         assert!(content.is_object(), "no result: {result:#}");

@@ -351,6 +351,19 @@ async def typescript_imports_of_npm_packages_are_installed(s, w):
     assert sc["packages"]["requested"] == ["npm:is-number@7.0.0"], sc["packages"]
     r, _ = await run(s, "typescript", 'import x from "npm:no-such-package-cbx-zz9@1";')
     refused(r, "npm:no-such-package-cbx-zz9@1")
+    # What the rootfs's cache holds needs no install, and stays importable next to a
+    # package that is installed.
+    h0 = await health(s)
+    r, sc = await run(s, "typescript", 'import _ from "npm:lodash@4";\nconsole.log(_.chunk([1, 2, 3], 2).length);')
+    assert not r.is_error and sc["stdout"] == "2\n", text_of(r)
+    assert "packages" not in sc, sc.get("packages")
+    code = ('import _ from "npm:lodash@4";\nimport isNumber from "npm:is-number@7.0.0";\n'
+            'console.log(_.chunk([1, 2, 3], 2).length, isNumber(1));')
+    r, sc = await run(s, "typescript", code)
+    assert not r.is_error and sc["stdout"] == "2 true\n", text_of(r)
+    assert sc["packages"]["requested"] == ["npm:is-number@7.0.0"], sc["packages"]
+    h1 = await health(s)
+    assert h1["installed"] == h0["installed"], "is-number's layer was already there"
 
 
 async def session_cases(w, config, cases):

@@ -5,6 +5,12 @@ records (b"<path>\\0<content>", written under /workspace), then one CODE record 
 Runs with -I -S -B, so this file sets up what `python -c` would have: sys.path with the
 working directory first, exit()/quit(), and a clean __main__ module.
 A first record b"SESSION 0\\n" starts a keep-alive session (_codebox_session.py).
+
+sys.path: /workspace, the standard library, /opt/codebox/python (codebox, servers, skills),
+$CODEBOX_PACKAGES (a package layer bound at /packages, when the call asked for packages),
+then /opt/codebox/site-packages (the rootfs's data set: rootfs/recipe.toml [python]
+packages). A pooled interpreter imports the modules named in $CODEBOX_PRELOAD before it
+announces ready (see _preload).
 """
 
 import builtins
@@ -14,6 +20,7 @@ from posix import read
 
 CHANNEL_FD = 3
 MAIN_FILENAME = "/codebox/main.py"
+SITE_PACKAGES = "/opt/codebox/site-packages"
 
 
 class _Channel:
@@ -79,14 +86,16 @@ def _write_file(record):
 def _receive():
     channel = _Channel()
     mode = None
+    written = []
     while True:
         kind, payload = channel.record()
         if kind == b"CODE":
-            return payload.decode("utf-8"), mode, channel._buf
+            return payload.decode("utf-8"), mode, channel._buf, written
         if kind in (b"SESSION", b"EPHEMERAL"):
             mode = kind
         else:
             _write_file(payload)
+            written.append(payload.partition(b"\0")[0])
 
 
 class _SourceLoader:
@@ -114,32 +123,82 @@ def _announce_ready():
         line = line[posix.write(CHANNEL_FD, line):]
 
 
+def _code_waiting():
+    """Whether the boot frame has (begun to) arrive on fd 3: poll(2) with no wait."""
+    import select  # built in
+
+    poller = select.poll()
+    poller.register(CHANNEL_FD, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _preload():
+    """A pooled interpreter (nothing waits on fd 3 yet) imports the modules the profile's
+    [python] preload lists, so the program's `import pandas` is a lookup in sys.modules. A
+    cold run, whose code is already there, skips this. A module that fails to import is
+    skipped: the program's own import reports it. Returns the top-level names imported."""
+    # The program's environment is the same pooled or cold: the variable goes before `os`
+    # (not imported yet) copies posix.environ into os.environ, and from the process's own.
+    names = posix.environ.pop(b"CODEBOX_PRELOAD", None)
+    if names is None:
+        return ()
+    posix.unsetenv(b"CODEBOX_PRELOAD")
+    if not names or _code_waiting():
+        return ()
+    before = set(sys.modules)
+    for name in names.decode("ascii", "replace").split(","):
+        try:
+            __import__(name)
+        except BaseException:
+            pass
+    return {n.partition(".")[0] for n in set(sys.modules) - before}
+
+
+def _unshadow(preloaded, written):
+    """A workspace file named like a preloaded package (numpy.py, pandas/) is what a cold run
+    would import: forget the preloaded one. The import system's directory caches are
+    refreshed for the files written after the preload."""
+    import importlib
+
+    importlib.invalidate_caches()
+    for path in written:
+        top = path.partition(b"/")[0].decode("utf-8", "replace")
+        top = top[:-3] if top.endswith(".py") else top
+        if top in preloaded:
+            for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+                del sys.modules[name]
+
+
 def main():
     # Everything that does not depend on the code happens before it is asked for.
     sys.path[:0] = ["/workspace"]
-    # An installed package layer (packages on request) comes after the standard library,
-    # as site-packages would; /opt/codebox/python stays last (see SESSION below).
+    sys.path.append("/opt/codebox/python")
+    # An installed package layer (packages on request) comes before the rootfs's data
+    # set, so a requested version wins over the one the rootfs ships.
     packages = posix.environ.get(b"CODEBOX_PACKAGES")
     if packages:
         sys.path.append(packages.decode())
-    sys.path.append("/opt/codebox/python")
+    sys.path.append(SITE_PACKAGES)
     sys.argv = [MAIN_FILENAME]
     _install_site_builtins()
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
+    preloaded = _preload()
     module = type(sys)("__main__")
     _announce_ready()
-    source, mode, rest = _receive()
+    source, mode, rest, written = _receive()
+    if preloaded:
+        _unshadow(preloaded, written)
     module.__loader__ = _SourceLoader(source)
     module.__builtins__ = builtins
     sys.modules["__main__"] = module
     if mode == b"SESSION":
         # Byte-compiled (this file is compiled at every start); both come from
         # /opt/codebox/python even if the workspace has modules of those names.
-        sys.path.insert(0, sys.path.pop())
+        sys.path.insert(0, "/opt/codebox/python")
         import codebox, _codebox_session
 
-        sys.path.append(sys.path.pop(0))
+        del sys.path[0]
         _codebox_session.run(codebox._channel, module, source, rest, _write_file, MAIN_FILENAME)
     status = 0
     try:
