@@ -238,23 +238,34 @@ fn sandbox_processes(owner: i32) -> Vec<i32> {
 
 /// Live processes of the server's sandboxes that have used over 0.7 s of CPU: the
 /// spinning loops (an interpreter starting up for the pool uses far less).
+/// Sandbox processes that burn CPU now: more than 70% of one core over a 200 ms window.
+/// (Total CPU time would count an idle pooled interpreter that spent a second importing
+/// its preload.)
 fn spinning(owner: i32) -> usize {
+    const WINDOW: Duration = Duration::from_millis(200);
     // SAFETY: sysconf takes an integer.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    sandbox_processes(owner)
+    let cpu_ticks = |pid: i32| -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(") ")?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After the command: state is field 3 of stat, utime 14 and stime 15.
+        if fields.first() == Some(&"Z") {
+            return None;
+        }
+        let cpu = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+        Some(cpu(11).unwrap_or(0) + cpu(12).unwrap_or(0))
+    };
+    let before: Vec<(i32, u64)> = sandbox_processes(owner)
         .into_iter()
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            let Some((_, rest)) = stat.rsplit_once(") ") else {
-                return false;
-            };
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            // After the command: state is field 3 of stat, utime 14 and stime 15.
-            let cpu = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-            let used = cpu(11).unwrap_or(0) + cpu(12).unwrap_or(0);
-            fields.first() != Some(&"Z") && used * 10 > ticks * 7
+        .filter_map(|pid| Some((pid, cpu_ticks(pid)?)))
+        .collect();
+    std::thread::sleep(WINDOW);
+    let window_ticks = ticks * WINDOW.as_millis() as u64 / 1000;
+    before
+        .into_iter()
+        .filter(|&(pid, used)| {
+            cpu_ticks(pid).is_some_and(|now| (now - used.min(now)) * 10 > window_ticks * 7)
         })
         .count()
 }

@@ -20,8 +20,10 @@ use super::wire::{self, Request, Response, SpawnSpec};
 use super::{Error, Result};
 use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
 
-/// What the spawner answered: the landlock status, the cgroup's directories and the
-/// program's descriptors, or why the spawn failed.
+/// How long a sandbox whose fd 3 closed before ready may take to report its exit before
+/// it counts as lost with its spawner (a report normally follows within milliseconds).
+const LOSS_GRACE: Duration = Duration::from_secs(2);
+
 /// A spawned sandbox's landlock status, cgroup directories, whether the egress listener
 /// came along, and its descriptors; or the spawner's error.
 type SpawnReply =
@@ -455,7 +457,18 @@ impl RemoteSandbox {
         let outcome = read.await;
         let std_stream = stream.into_std().map_err(io("taking back fd 3"))?;
         self.channel = Some(OwnedFd::from(std_stream));
-        outcome.map_err(io("waiting for the runtime to be ready"))?;
+        if let Err(source) = outcome {
+            // fd 3 closed before ready: either the runtime died on its own (its exit
+            // report follows) or the spawner died and took the sandbox along (the report
+            // never comes). The second is the restart's to log, once.
+            if let Ok(None) = tokio::time::timeout(LOSS_GRACE, self.ended()).await {
+                return Err(Error::Lost);
+            }
+            return Err(Error::Io {
+                doing: "waiting for the runtime to be ready",
+                source,
+            });
+        }
         if got != READY {
             return Err(Error::Protocol(
                 "the runtime announced something other than ready",
