@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod bench_compare;
+mod bench_datasets;
 mod bench_throughput;
 mod rootfs;
 mod test;
@@ -21,6 +22,8 @@ Commands:
   test              everything CI runs: rootfs, lints, all tests as root and rootless
   bench-compare     start-up latency: bare interpreters vs bwrap vs codebox (exec, run,
                     MCP with and without the warm pool), side by side
+  bench-datasets    what the rootfs's data set adds (size, cold start) and what the
+                    pool's preload saves (import pandas pooled/cold/host, memory)
   bench-throughput  executions per second of one `codebox serve --http` under K clients,
                     latency, warm starts, and a leak check
 
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Some("test") => test::run(&rest),
         Some("bench-compare") => bench_compare::run(&rest),
         Some("bench-throughput") => bench_throughput::run(&rest),
+        Some("bench-datasets") => bench_datasets::run(&rest),
         // `test`, `ci` and `bench` are dispatched here, each to its own module.
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");

@@ -23,7 +23,7 @@ mod python;
 mod recipe;
 mod state;
 mod sync;
-mod wheels;
+pub mod wheels;
 
 use std::ffi::OsString;
 use std::fs;
@@ -262,6 +262,11 @@ pub fn run(args: &[OsString]) -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The recipe's `[python] packages` (for the benchmark's host comparison).
+pub fn recipe_packages(path: &Path) -> Result<Vec<String>> {
+    Ok(Recipe::load(path)?.python.packages)
 }
 
 /// How many library files the rootfs holds, and how many of them came from the host (the
