@@ -15,7 +15,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "" | "s" => value,
         "ms" => value / 1000.0,
         "m" => value * 60.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s or m")),
+        "h" => value * 3600.0,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s, m or h")),
     };
     if !(secs > 0.0 && secs <= 24.0 * 3600.0) {
         return Err(format!("{s:?} must be between 0 and 24h"));
@@ -53,7 +54,9 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert!(parse_duration("0").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_duration("5h").unwrap(), Duration::from_secs(5 * 3600));
+        assert!(parse_duration("25h").is_err());
+        assert!(parse_duration("5d").is_err());
         assert!(parse_duration("abc").is_err());
     }
 

@@ -12,6 +12,8 @@ use codebox::egress::{
     Egress, EgressOptions, EgressPolicy, NetworkMode, NetworkSection, SystemResolver,
 };
 use codebox::packages::{Installer, LayerStore, NamePolicy, PackagesSection, Sources};
+use codebox::rootfs::manifest::{Entry, Manifest};
+use codebox::runtime::Language;
 use codebox::server::packages_glue::SandboxInstaller;
 use codebox::spawner::wire::SpawnNetwork;
 use codebox::spawner::SpawnerClient;
@@ -29,6 +31,31 @@ pub struct Prepared {
     names: NamePolicy,
     sources: Sources,
     egress: Arc<Egress>,
+}
+
+/// What layers of one language are installed for: the digests of the rootfs's
+/// interpreter files (`/usr/bin/python3*`, `/usr/bin/deno`) from its manifest, so that a
+/// rebuilt rootfs with another interpreter never binds layers made for the old one.
+fn runtime_identity(rootfs: &Path, interpreter: &str) -> String {
+    let path = rootfs.join(".manifest");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return String::new();
+    };
+    let Ok(manifest) = Manifest::parse(&text, &path) else {
+        return String::new();
+    };
+    let mut digests: Vec<String> = manifest
+        .entries
+        .iter()
+        .filter_map(|e| match e {
+            Entry::File { path, sha256, .. } if path.starts_with(interpreter) => {
+                Some(format!("{path}:{}", codebox::rootfs::manifest::hex(sha256)))
+            }
+            _ => None,
+        })
+        .collect();
+    digests.sort();
+    digests.join("\n")
 }
 
 pub fn prepare(
@@ -54,7 +81,15 @@ pub fn prepare(
         .clone()
         .unwrap_or_else(|| state_dir.join("layers"));
     let store = LayerStore::open(&cache, limits, sandbox_ids)
-        .with_context(|| format!("the package cache {}", cache.display()))?;
+        .with_context(|| format!("the package cache {}", cache.display()))?
+        .with_runtime(
+            Language::Python,
+            runtime_identity(rootfs, "/usr/bin/python3"),
+        )
+        .with_runtime(
+            Language::TypeScript,
+            runtime_identity(rootfs, "/usr/bin/deno"),
+        );
     let (default_index, default_files) = pip_defaults(rootfs);
     let python_index = section.python_index.clone().or(default_index);
     let python_files = match (&section.python_files, &section.python_index) {

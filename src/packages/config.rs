@@ -48,6 +48,10 @@ pub struct PackagesSection {
     pub cache_size: Option<String>,
     /// How long one install may take (default 3m).
     pub install_timeout: Option<String>,
+    /// How long a request that is not fully pinned (`rich`, `pandas>=2`) keeps the set it
+    /// resolved to before the next such request resolves it again (default 24h; exact
+    /// pins never need it).
+    pub refresh_unpinned: Option<String>,
     /// Where installed sets are kept (default `<state_dir>/layers`).
     pub cache_dir: Option<PathBuf>,
 }
@@ -58,6 +62,7 @@ pub struct Limits {
     pub max_layer_bytes: u64,
     pub cache_bytes: u64,
     pub install_timeout: Duration,
+    pub refresh_unpinned: Duration,
 }
 
 impl Default for Limits {
@@ -66,6 +71,7 @@ impl Default for Limits {
             max_layer_bytes: 512 << 20,
             cache_bytes: 4 << 30,
             install_timeout: Duration::from_secs(180),
+            refresh_unpinned: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -92,6 +98,12 @@ impl PackagesSection {
         if let Some(v) = &self.install_timeout {
             l.install_timeout = parse_duration(v).map_err(|e| Error::Invalid {
                 key: "install_timeout",
+                why: e.to_string(),
+            })?;
+        }
+        if let Some(v) = &self.refresh_unpinned {
+            l.refresh_unpinned = parse_duration(v).map_err(|e| Error::Invalid {
+                key: "refresh_unpinned",
                 why: e.to_string(),
             })?;
         }
@@ -199,6 +211,17 @@ mod tests {
         assert!(s.limits().unwrap_err().to_string().contains("cache_size"));
         let s: PackagesSection = toml::from_str("install_timeout = \"soon\"").unwrap();
         assert!(s.limits().is_err());
+        let s: PackagesSection = toml::from_str("refresh_unpinned = \"2h\"").unwrap();
+        assert_eq!(
+            s.limits().unwrap().refresh_unpinned,
+            Duration::from_secs(7200)
+        );
+        let s: PackagesSection = toml::from_str("refresh_unpinned = \"-1\"").unwrap();
+        assert!(s
+            .limits()
+            .unwrap_err()
+            .to_string()
+            .contains("refresh_unpinned"));
         assert!(toml::from_str::<PackagesSection>("alow = []").is_err());
         let s: PackagesSection = toml::from_str("enabled = false").unwrap();
         assert!(!s.enabled());

@@ -234,12 +234,16 @@ impl Installer {
             let store = &self.store;
             tokio::task::block_in_place(|| store.commit(staging, &set, installed, ms))
         };
-        store_commit.map_err(|e| match e {
+        let (layer, fresh) = store_commit.map_err(|e| match e {
             super::store::Error::TooLarge { .. } | super::store::Error::Unexpected { .. } => {
                 InstallError::new(None, e.to_string())
             }
             other => internal("commit", &other),
-        })
+        })?;
+        if !fresh {
+            tracing::info!(key = %layer.meta.key, requested = ?set.texts(), "the install gave a layer that was already kept: reusing it");
+        }
+        Ok(layer)
     }
 }
 

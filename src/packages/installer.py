@@ -137,7 +137,11 @@ def why_unavailable(index, requirement):
 def install_python():
     index = REQUEST["python_index"]
     specs = REQUEST["specs"]
+    # --no-compile, then compileall with unchecked hashes: pip's own pycs carry the
+    # install's timestamps, so two installs of one set would differ in bytes (and a layer
+    # is named by its bytes). A read-only layer needs no timestamp check anyway.
     args = ["install", "--only-binary=:all:", "--no-cache-dir", "--progress-bar", "off",
+            "--no-compile",
             "--no-warn-script-location", "--target", STAGE + "/site",
             "--report", "/tmp/report.json", "--index-url", index]
     host = re.match(r"^http://([^/:]+)", index)
@@ -160,6 +164,12 @@ def install_python():
             lines = [l for l in err.splitlines() if "conflict" in l.lower() or "requires" in l or l.strip().startswith("The user requested")]
             fail(None, "the requested packages conflict: " + tail("\n".join(lines) or err))
         fail(None, "pip failed: " + tail(err))
+    compiled = subprocess.run(
+        [sys.executable, "-I", "-S", "-m", "compileall", "-q", "-j0",
+         "--invalidation-mode", "unchecked-hash", STAGE + "/site"],
+        capture_output=True, text=True)
+    if compiled.returncode != 0 and no_space(compiled.stderr + compiled.stdout):
+        fail(None, "the packages exceed the size limit")
     try:
         installed = json.load(open("/tmp/report.json")).get("install", [])
         names = sorted("%s==%s" % (i["metadata"]["name"], i["metadata"]["version"]) for i in installed)

@@ -6,8 +6,9 @@
 //! - [`config`]: `[packages]` in `codebox.toml` (indexes, allow/deny, sizes, time);
 //! - [`install`]: a set's layer, kept or installed once by the installer sandbox
 //!   (`installer.py`), and failures in words the model can act on;
-//! - [`store`]: layers on disk, content-addressed by the set, committed atomically and
-//!   read-only, least recently used evicted past the cache size.
+//! - [`store`]: layers on disk, named by their content, requests resolved to them,
+//!   committed atomically and read-only, least recently used evicted past the cache size;
+//! - [`seal`]: a staged layer checked, made read-only and digested.
 //!
 //! The install runs in a codebox sandbox of its own whose only way out is the egress
 //! proxy narrowed to the configured index and registries; wheels only, npm lifecycle
@@ -16,6 +17,7 @@
 pub mod config;
 pub mod install;
 pub mod preinstalled;
+pub mod seal;
 pub mod spec;
 pub mod store;
 

@@ -43,6 +43,39 @@ pub struct Spec {
     pub name: String,
 }
 
+impl Spec {
+    /// Whether the specifier names one version exactly (`six==1.17.0`, `npm:lodash@4.17.21`),
+    /// so what it resolves to cannot change (a dependency's range can, but the request
+    /// pinned what it asked for).
+    pub fn is_exact(&self) -> bool {
+        if let Some(rest) = self
+            .text
+            .strip_prefix("npm:")
+            .or_else(|| self.text.strip_prefix("jsr:"))
+        {
+            // After the (scoped) name: `@1.2.3` or `@1.2.3-rc.1`.
+            let after_name = rest.strip_prefix('@').unwrap_or(rest);
+            let Some((_, version)) = after_name.split_once('@') else {
+                return false;
+            };
+            let core = version.split(['-', '+']).next().unwrap_or_default();
+            let parts: Vec<&str> = core.split('.').collect();
+            return parts.len() == 3
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+        }
+        // Python: `name[extras]==1.2.3` or `===1.2.3`, one clause, no wildcard.
+        let after_name = &self.text[self.name.len().min(self.text.len())..];
+        let rest = match after_name.strip_prefix('[') {
+            Some(r) => r.split_once(']').map_or("", |(_, r)| r),
+            None => after_name,
+        };
+        let version = rest.strip_prefix("===").or_else(|| rest.strip_prefix("=="));
+        version.is_some_and(|v| !v.is_empty() && !v.contains(['*', ',', '=']))
+    }
+}
+
 impl fmt::Display for Spec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
@@ -103,6 +136,11 @@ impl PackageSet {
             language: self.language,
             specs,
         })
+    }
+
+    /// Whether every specifier names one version exactly.
+    pub fn is_pinned(&self) -> bool {
+        self.specs.iter().all(Spec::is_exact)
     }
 
     /// The specifiers, as the installer takes them.
@@ -363,6 +401,43 @@ mod tests {
 
     fn texts(set: Option<PackageSet>) -> Vec<String> {
         set.map(|s| s.texts()).unwrap_or_default()
+    }
+
+    #[test]
+    fn exact_pins_are_told_from_ranges() {
+        for exact in [
+            &["six==1.17.0"][..],
+            &["Six == 1.17.0", "attrs[tests]===23.1.0"],
+        ] {
+            assert!(py(exact).unwrap().unwrap().is_pinned(), "{exact:?}");
+        }
+        for loose in [
+            &["six"][..],
+            &["six==1.*"],
+            &["six>=1.16"],
+            &["six==1.17.0,!=1.16"],
+            &["six==1.17.0", "rich"],
+            &["attrs[tests]"],
+        ] {
+            assert!(!py(loose).unwrap().unwrap().is_pinned(), "{loose:?}");
+        }
+        let ts = |asked: &[&str]| {
+            let asked: Vec<String> = asked.iter().map(|s| s.to_string()).collect();
+            PackageSet::parse(Language::TypeScript, &asked, "")
+                .unwrap()
+                .unwrap()
+                .is_pinned()
+        };
+        assert!(ts(&["npm:lodash@4.17.21", "npm:@types/node@22.1.0-rc.1"]));
+        assert!(ts(&["jsr:@std/path@1.0.8"]));
+        for loose in [
+            "npm:lodash",
+            "npm:lodash@4",
+            "npm:lodash@^4.17.21",
+            "npm:@s/n@1.x.0",
+        ] {
+            assert!(!ts(&[loose]), "{loose}");
+        }
     }
 
     #[test]

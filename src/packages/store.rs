@@ -1,11 +1,16 @@
 //! Installed package sets ("layers"), kept on disk and shared read-only.
 //!
 //! Layout under the cache directory:
-//! - `<language>/<key>/`: one layer, read-only once committed (files `0444`/`0555`,
-//!   directories `0555`, owned by codebox), bound read-only at `/packages` in the
-//!   executions that asked for its set;
-//! - `<language>/<key>.json`: what it holds (the request, what was installed, its size);
-//!   its modification time is when the layer was last used;
+//! - `<language>/<digest>/`: one layer, named by its content (`seal.rs`: the digest of
+//!   every path, kind, executable bit and byte it holds), read-only once committed
+//!   (files `0444`/`0555`, directories `0555`, owned by codebox), bound read-only at
+//!   `/packages` in the executions that asked for a set it resolved;
+//! - `<language>/<digest>.json`: what it holds (the first request, what was installed,
+//!   its size); its modification time is when the layer was last used;
+//! - `<language>/requests/<key>.json`: which layer a request resolved to and when (the
+//!   key: the normalised request and the interpreter it was installed for). A request
+//!   that is not fully pinned resolves again after `refresh_unpinned`; when that gives
+//!   the same content, the layer is the same one;
 //! - `.staging-<random>/`: an install in progress, written by the installer sandbox
 //!   only; never bound anywhere else, removed when the install fails or the process
 //!   restarts.
@@ -15,14 +20,17 @@
 //! layers that no execution or session holds are removed.
 
 use std::collections::HashMap;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use sha2::{Digest, Sha256};
+
 use super::config::Limits;
+use super::seal::seal;
 use super::spec::PackageSet;
 use crate::runtime::Language;
 
@@ -41,7 +49,7 @@ pub enum Error {
     Unexpected { what: &'static str, path: String },
 }
 
-type Result<T> = std::result::Result<T, Error>;
+pub(super) type Result<T> = std::result::Result<T, Error>;
 
 fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.to_path_buf();
@@ -55,15 +63,30 @@ fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error 
 /// What a layer holds, kept beside it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayerMeta {
+    /// The layer's content address.
     pub key: String,
     pub language: Language,
-    /// The request, normalised.
+    /// The request that first installed it, normalised.
     pub requested: Vec<String>,
     /// What the installer installed (`name==version`, `npm:name@version`).
     pub installed: Vec<String>,
     pub bytes: u64,
     /// How long the install took.
     pub install_ms: u64,
+}
+
+/// Which layer a request resolved to, and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Resolution {
+    layer: String,
+    /// Seconds since the epoch.
+    resolved_at: u64,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// A committed layer, held while an execution or a session uses it (it is never evicted
@@ -119,6 +142,10 @@ pub struct LayerStore {
     /// Host uid and gid the installer sandbox writes as (its staging directory is theirs).
     sandbox_ids: (u32, u32),
     pins: Arc<Mutex<HashMap<String, usize>>>,
+    /// What each language's layers were installed for (e.g. the interpreter's digest):
+    /// part of every request's key, so a rebuilt rootfs never binds layers built for
+    /// another interpreter.
+    runtimes: HashMap<Language, String>,
     /// One install per key at a time; later callers wait and then find the layer.
     installing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -130,6 +157,8 @@ impl LayerStore {
             root.to_path_buf(),
             root.join("python"),
             root.join("typescript"),
+            root.join("python/requests"),
+            root.join("typescript/requests"),
         ] {
             std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
             // The sandbox user passes through to the layer it binds.
@@ -146,8 +175,15 @@ impl LayerStore {
             limits,
             sandbox_ids,
             pins: Arc::default(),
+            runtimes: HashMap::new(),
             installing: Mutex::default(),
         })
+    }
+
+    /// Names what `language`'s layers are installed for (see [`LayerStore::runtimes`]).
+    pub fn with_runtime(mut self, language: Language, identity: impl Into<String>) -> Self {
+        self.runtimes.insert(language, identity.into());
+        self
     }
 
     pub fn limits(&self) -> &Limits {
@@ -162,14 +198,48 @@ impl LayerStore {
         self.root.join(language.name()).join(format!("{key}.json"))
     }
 
-    /// The committed layer of `set`, pinned and marked used; `None` if there is none.
+    /// The request's key: the normalised set and the runtime it is installed for.
+    fn request_key(&self, set: &PackageSet) -> String {
+        let mut h = Sha256::new();
+        h.update(
+            self.runtimes
+                .get(&set.language)
+                .map_or("", String::as_str)
+                .as_bytes(),
+        );
+        h.update([0u8]);
+        h.update(set.key().as_bytes());
+        crate::rootfs::manifest::hex(&h.finalize())
+    }
+
+    fn resolution_path(&self, set: &PackageSet) -> PathBuf {
+        self.root
+            .join(set.language.name())
+            .join("requests")
+            .join(format!("{}.json", self.request_key(set)))
+    }
+
+    /// The committed layer `set` resolved to, pinned and marked used; `None` if there is
+    /// none, or if the set is not fully pinned and resolved longer ago than
+    /// `refresh_unpinned` (it is then installed again, to the same layer if nothing
+    /// changed).
     pub fn get(&self, set: &PackageSet) -> Option<Arc<Layer>> {
-        let key = set.key();
-        let meta_path = self.meta_path(set.language, &key);
+        let text = std::fs::read_to_string(self.resolution_path(set)).ok()?;
+        let resolution: Resolution = serde_json::from_str(&text).ok()?;
+        let age = now_secs().saturating_sub(resolution.resolved_at);
+        if !set.is_pinned() && age > self.limits.refresh_unpinned.as_secs() {
+            return None;
+        }
+        self.open_layer(set.language, &resolution.layer)
+    }
+
+    /// The layer named `key`, pinned and marked used.
+    fn open_layer(&self, language: Language, key: &str) -> Option<Arc<Layer>> {
+        let meta_path = self.meta_path(language, key);
         let text = std::fs::read_to_string(&meta_path).ok()?;
         let meta: LayerMeta = serde_json::from_str(&text).ok()?;
-        let path = self.layer_path(set.language, &key);
-        if !path.is_dir() {
+        let path = self.layer_path(language, key);
+        if meta.key != key || !path.is_dir() {
             return None;
         }
         // Used now: the eviction order.
@@ -177,7 +247,12 @@ impl LayerStore {
             .append(true)
             .open(&meta_path)
             .and_then(|f| f.set_modified(SystemTime::now()));
-        *self.pins.lock().expect("pins lock").entry(key).or_insert(0) += 1;
+        *self
+            .pins
+            .lock()
+            .expect("pins lock")
+            .entry(key.to_string())
+            .or_insert(0) += 1;
         Some(Arc::new(Layer {
             path,
             meta,
@@ -190,7 +265,7 @@ impl LayerStore {
         let mut map = self.installing.lock().expect("installing lock");
         // Forget locks nobody holds or waits for.
         map.retain(|_, l| Arc::strong_count(l) > 1);
-        map.entry(set.key()).or_default().clone()
+        map.entry(self.request_key(set)).or_default().clone()
     }
 
     /// A new staging directory, writable by the installer sandbox's user.
@@ -220,51 +295,61 @@ impl LayerStore {
 
     /// Checks the staged layer (regular files, directories and links within it only;
     /// at most `max_layer_bytes`), makes it codebox's and read-only, and moves it into
-    /// place; then evicts what no longer fits.
+    /// place under its content address — or, when a layer with the same content is
+    /// there already, drops it and uses that one; records what `set` resolved to; then
+    /// evicts what no longer fits. The second value says whether the layer was new.
     pub fn commit(
         &self,
         mut staging: Staging,
         set: &PackageSet,
         installed: Vec<String>,
         install_ms: u64,
-    ) -> Result<Arc<Layer>> {
+    ) -> Result<(Arc<Layer>, bool)> {
         let layer = staging.layer_dir();
         std::fs::create_dir_all(&layer).map_err(io("create", &layer))?;
         let me = (
             nix::unistd::geteuid().as_raw(),
             nix::unistd::getegid().as_raw(),
         );
-        let bytes = seal(&layer, me, self.limits.max_layer_bytes)?;
-        let key = set.key();
-        let meta = LayerMeta {
-            key: key.clone(),
-            language: set.language,
-            requested: set.texts(),
-            installed,
-            bytes,
-            install_ms,
-        };
+        let sealed = seal(&layer, me, self.limits.max_layer_bytes)?;
+        let key = sealed.digest;
         let dest = self.layer_path(set.language, &key);
-        if dest.exists() {
-            // Installed meanwhile by another process sharing the cache: keep that one.
-            drop(staging);
-        } else {
+        let meta_path = self.meta_path(set.language, &key);
+        let fresh = !dest.exists();
+        if fresh {
             std::fs::rename(&layer, &dest).map_err(io("move into place", &dest))?;
             staging.committed = true;
             let _ = remove_tree(&staging.dir);
+        } else {
+            // The same content is there already (another request that resolved alike,
+            // or another process sharing the cache): keep that one.
+            drop(staging);
         }
-        let meta_path = self.meta_path(set.language, &key);
-        let tmp = meta_path.with_extension("json.tmp");
-        let text = serde_json::to_vec_pretty(&meta).expect("metadata serialises");
-        std::fs::write(&tmp, text).map_err(io("write", &tmp))?;
-        std::fs::rename(&tmp, &meta_path).map_err(io("write", &meta_path))?;
-        let got = self.get(set).ok_or_else(|| Error::Io {
-            doing: "find the layer just committed at",
-            path: dest.clone(),
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
-        })?;
+        if fresh || !meta_path.exists() {
+            let meta = LayerMeta {
+                key: key.clone(),
+                language: set.language,
+                requested: set.texts(),
+                installed,
+                bytes: sealed.bytes,
+                install_ms,
+            };
+            write_json(&meta_path, &meta)?;
+        }
+        let resolution = Resolution {
+            layer: key.clone(),
+            resolved_at: now_secs(),
+        };
+        write_json(&self.resolution_path(set), &resolution)?;
+        let got = self
+            .open_layer(set.language, &key)
+            .ok_or_else(|| Error::Io {
+                doing: "find the layer just committed at",
+                path: dest.clone(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            })?;
         self.evict();
-        Ok(got)
+        Ok((got, fresh))
     }
 
     /// Every committed layer: (language, key, bytes, last used).
@@ -326,97 +411,35 @@ impl LayerStore {
                 Err(e) => tracing::warn!(%key, error = %e, "cannot remove a package layer"),
             }
         }
+        self.forget_resolutions_of_removed_layers();
     }
-}
 
-/// Walks the staged layer: only directories, regular files and symbolic links whose
-/// targets stay inside it; the total of file sizes within `limit`; owner set to `me`,
-/// write bits cleared (set-id and sticky bits too). Returns the bytes.
-fn seal(root: &Path, me: (u32, u32), limit: u64) -> Result<u64> {
-    let mut bytes = 0u64;
-    let mut stack = vec![root.to_path_buf()];
-    let mut dirs = Vec::new();
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).map_err(io("list", &dir))? {
-            let entry = entry.map_err(io("list", &dir))?;
-            let path = entry.path();
-            let meta = std::fs::symlink_metadata(&path).map_err(io("inspect", &path))?;
-            let ft = meta.file_type();
-            let shown = || {
-                path.strip_prefix(root)
-                    .unwrap_or(&path)
-                    .display()
-                    .to_string()
+    /// Removes the records of requests whose layer is gone.
+    fn forget_resolutions_of_removed_layers(&self) {
+        for language in Language::ALL {
+            let dir = self.root.join(language.name()).join("requests");
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
             };
-            if ft.is_symlink() {
-                let target = std::fs::read_link(&path).map_err(io("read", &path))?;
-                if target.is_absolute() || escapes(&path, root, &target) {
-                    return Err(Error::Unexpected {
-                        what: "a link that points outside the layer",
-                        path: shown(),
-                    });
+            for e in entries.flatten() {
+                let gone = std::fs::read_to_string(e.path())
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<Resolution>(&t).ok())
+                    .is_none_or(|r| !self.meta_path(language, &r.layer).exists());
+                if gone {
+                    let _ = std::fs::remove_file(e.path());
                 }
-                lchown(&path, me)?;
-                continue;
             }
-            if ft.is_dir() {
-                stack.push(path.clone());
-                dirs.push(path);
-                continue;
-            }
-            if !ft.is_file() {
-                return Err(Error::Unexpected {
-                    what: "a special file",
-                    path: shown(),
-                });
-            }
-            bytes = bytes.saturating_add(meta.len());
-            if bytes > limit {
-                return Err(Error::TooLarge { bytes, limit });
-            }
-            lchown(&path, me)?;
-            let exec = meta.mode() & 0o111 != 0;
-            let mode = if exec { 0o555 } else { 0o444 };
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-                .map_err(io("set the mode of", &path))?;
         }
     }
-    // Directories last, deepest first: their own write bit is needed until then.
-    dirs.push(root.to_path_buf());
-    for dir in dirs.iter().rev() {
-        lchown(dir, me)?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555))
-            .map_err(io("set the mode of", dir))?;
-    }
-    Ok(bytes)
 }
 
-/// Whether `target`, relative to the link at `link`, leaves `root`.
-fn escapes(link: &Path, root: &Path, target: &Path) -> bool {
-    let Ok(rel) = link.parent().unwrap_or(root).strip_prefix(root) else {
-        return true;
-    };
-    let mut depth: i64 = rel.components().count() as i64;
-    for c in target.components() {
-        match c {
-            std::path::Component::ParentDir => depth -= 1,
-            std::path::Component::Normal(_) => depth += 1,
-            std::path::Component::CurDir => {}
-            _ => return true,
-        }
-        if depth < 0 {
-            return true;
-        }
-    }
-    false
-}
-
-fn lchown(path: &Path, (uid, gid): (u32, u32)) -> Result<()> {
-    let meta = std::fs::symlink_metadata(path).map_err(io("inspect", path))?;
-    if meta.uid() == uid && meta.gid() == gid {
-        return Ok(());
-    }
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(io("take ownership of", path))
+/// Writes `value` as JSON to `path` by a rename: readers see the old or the new file.
+fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_vec_pretty(value).expect("metadata serialises");
+    std::fs::write(&tmp, text).map_err(io("write", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io("write", path))
 }
 
 /// Removes a tree whose directories may be read-only (a committed layer's are).
@@ -476,9 +499,10 @@ mod tests {
         assert!(store.get(&s).is_none());
         let staged = stage(&store, &[("site/six.py", 10), ("site/pkg/__init__.py", 5)]);
         let staging_dir = staged.dir.clone();
-        let layer = store
+        let (layer, fresh) = store
             .commit(staged, &s, vec!["six==1.16.0".into()], 12)
             .unwrap();
+        assert!(fresh);
         assert!(!staging_dir.exists());
         assert_eq!(layer.meta.bytes, 15);
         let file = layer.path.join("site/six.py");
@@ -541,17 +565,17 @@ mod tests {
         };
         let store = LayerStore::open(dir.path(), limits, me()).unwrap();
         let half = 1 << 19;
-        let a = store
+        let (a, _) = store
             .commit(stage(&store, &[("a", half)]), &set(&["a"]), vec![], 1)
             .unwrap();
         drop(a);
         std::thread::sleep(std::time::Duration::from_millis(20));
-        let held = store
+        let (held, _) = store
             .commit(stage(&store, &[("b", half)]), &set(&["b"]), vec![], 1)
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
         // A third one does not fit with both: a (least recently used, unheld) goes.
-        let c = store
+        let (c, _) = store
             .commit(stage(&store, &[("c", half)]), &set(&["c"]), vec![], 1)
             .unwrap();
         assert!(store.get(&set(&["a"])).is_none());
@@ -580,11 +604,105 @@ mod tests {
     }
 
     #[test]
-    fn link_escapes() {
-        let root = Path::new("/r");
-        assert!(!escapes(Path::new("/r/a/b"), root, Path::new("c")));
-        assert!(!escapes(Path::new("/r/a/b"), root, Path::new("../c")));
-        assert!(escapes(Path::new("/r/a/b"), root, Path::new("../../c")));
-        assert!(escapes(Path::new("/r/b"), root, Path::new("../c")));
+    fn requests_that_resolve_to_the_same_content_share_one_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path(), Limits::default(), me()).unwrap();
+        let files = [("site/six.py", 10)];
+        let (first, fresh) = store
+            .commit(stage(&store, &files), &set(&["six"]), vec![], 1)
+            .unwrap();
+        assert!(fresh);
+        let (second, fresh) = store
+            .commit(stage(&store, &files), &set(&["six==1.17.0"]), vec![], 1)
+            .unwrap();
+        assert!(!fresh, "the same content is the same layer");
+        assert_eq!(first.path, second.path);
+        assert_eq!(store.get(&set(&["six==1.17.0"])).unwrap().path, first.path);
+        // A different content under a request another one already named does not
+        // replace that one's layer: it is a layer of its own.
+        let (other, fresh) = store
+            .commit(
+                stage(&store, &[("site/six.py", 11)]),
+                &set(&["six==1.16.0"]),
+                vec![],
+                1,
+            )
+            .unwrap();
+        assert!(fresh);
+        assert_ne!(other.path, first.path);
+        assert_eq!(store.get(&set(&["six"])).unwrap().path, first.path);
+        assert_eq!(store.total_bytes(), 21);
+    }
+
+    #[test]
+    fn an_unpinned_request_resolves_again_after_refresh_unpinned_a_pinned_one_never() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            refresh_unpinned: std::time::Duration::ZERO,
+            ..Limits::default()
+        };
+        let store = LayerStore::open(dir.path(), limits, me()).unwrap();
+        for asked in [&["six"][..], &["six==1.17.0"]] {
+            store
+                .commit(
+                    stage(&store, &[("site/six.py", 10)]),
+                    &set(asked),
+                    vec![],
+                    1,
+                )
+                .unwrap();
+        }
+        // Resolved "now": still fresh within the same second for both.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert!(store.get(&set(&["six"])).is_none(), "stale: resolve again");
+        assert!(store.get(&set(&["six==1.17.0"])).is_some(), "pinned: kept");
+    }
+
+    #[test]
+    fn another_runtime_does_not_see_the_layers_of_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path(), Limits::default(), me())
+            .unwrap()
+            .with_runtime(Language::Python, "cpython-a");
+        store
+            .commit(
+                stage(&store, &[("site/six.py", 10)]),
+                &set(&["six==1.17.0"]),
+                vec![],
+                1,
+            )
+            .unwrap();
+        let rebuilt = LayerStore::open(dir.path(), Limits::default(), me())
+            .unwrap()
+            .with_runtime(Language::Python, "cpython-b");
+        assert!(rebuilt.get(&set(&["six==1.17.0"])).is_none());
+        assert!(store.get(&set(&["six==1.17.0"])).is_some());
+    }
+
+    #[test]
+    fn evicting_a_layer_forgets_the_requests_that_resolved_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            max_layer_bytes: 1 << 20,
+            cache_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let store = LayerStore::open(dir.path(), limits, me()).unwrap();
+        let big = 3 << 18;
+        drop(
+            store
+                .commit(stage(&store, &[("a", big)]), &set(&["a"]), vec![], 1)
+                .unwrap(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(
+            store
+                .commit(stage(&store, &[("b", big)]), &set(&["b"]), vec![], 1)
+                .unwrap(),
+        );
+        let requests = dir.path().join("python/requests");
+        assert_eq!(std::fs::read_dir(&requests).unwrap().count(), 1);
+        assert!(store.get(&set(&["a"])).is_none());
+        assert!(store.get(&set(&["b"])).is_some());
     }
 }

@@ -309,6 +309,21 @@ except OSError as e:
     await s.call_tool("close_session", {"session": sid})
 
 
+@local
+async def requests_that_resolve_alike_share_one_layer(s, w):
+    # `cbxmarker==1.0` and `cbxmarker` (cases above) were two installs of the same files:
+    # one layer, named by its content, and two requests resolved to it.
+    layers = os.path.join(w.tmp.name, "state-local", "layers", "python")
+    holding = [n for n in os.listdir(layers)
+               if os.path.isdir(os.path.join(layers, n, "site", "cbxmarker"))]
+    assert len(holding) == 1, holding
+    resolved = []
+    for name in os.listdir(os.path.join(layers, "requests")):
+        with open(os.path.join(layers, "requests", name)) as f:
+            resolved.append(json.load(f)["layer"])
+    assert resolved.count(holding[0]) == 2, (holding, resolved)
+
+
 # --- the real sources ---------------------------------------------------------------
 
 @real
