@@ -662,3 +662,57 @@ fn remove_left_cgroups(owner: i32) {
         sandbox_cgroups(owner).is_empty()
     });
 }
+
+/// A one-shot run ends when the runtime says so on fd 3 (`codebox/exit`, once stdout and
+/// stderr are closed), before the kernel has torn the process down. A program can send
+/// that line itself and go on spinning: it only ends its own run sooner. Its answer
+/// carries the status it claimed (its to choose anyway), and the sandbox is killed.
+#[test]
+fn a_program_that_claims_its_end_is_ended() {
+    if !sandbox_available("a_program_that_claims_its_end_is_ended") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut server = Server::start(&["--pool-size", "1"]);
+    let owner = server.pid();
+    server.until_pool_ready();
+    let claim = r#"
+import os, time
+print("before", flush=True)
+os.close(1); os.close(2)
+os.write(3, b'{"jsonrpc":"2.0","method":"codebox/exit","params":{"status":7}}\n')
+t = time.time()
+while True:
+    pass
+"#;
+    for _ in 0..2 {
+        let asked = Instant::now();
+        let id = server.execute(claim, 60_000);
+        let a = server.answer(id, Duration::from_secs(30));
+        let sc = &a["result"]["structuredContent"];
+        assert_eq!(sc["stdout"], "before\n", "{a:#}");
+        assert_eq!(sc["exit_code"], 7, "{a:#}");
+        assert_eq!(sc["timed_out"], false, "{a:#}");
+        assert!(asked.elapsed() < Duration::from_secs(20), "{a:#}");
+        wait_until("the claiming sandbox is killed", DEATH_BOUND, || {
+            spinning(owner) == 0
+        });
+    }
+    // A claim with the output still open is not the end: the run goes on to its own
+    // exit, whose output is all there.
+    let id = server.execute(
+        "import os\nos.write(3, b'{\"jsonrpc\":\"2.0\",\"method\":\"codebox/exit\",\"params\":{\"status\":0}}\\n')\n\
+         print('after the claim')\nraise SystemExit(3)",
+        30_000,
+    );
+    let a = server.answer(id, Duration::from_secs(30));
+    let sc = &a["result"]["structuredContent"];
+    assert_eq!(sc["stdout"], "after the claim\n", "{a:#}");
+    // Its status is the claimed 0 or the real 3, whichever the supervisor saw first:
+    // both are the program's own choice.
+    assert_eq!(sc["timed_out"], false, "{a:#}");
+    server.until_pool_ready();
+    drop(server.stdin.take());
+    assert!(server.exited_within(Duration::from_secs(30)).is_some());
+    assert_eq!(sandbox_cgroups(owner), BTreeSet::new());
+}

@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use super::{
@@ -107,6 +107,9 @@ struct Hooks {
     /// `codebox/done` notifications the supervisor waits for: one per run. Others are
     /// dropped, so a sandbox cannot fill the control queue while nobody drains it.
     awaited_done: u32,
+    /// Where the one-shot runtime's `codebox/exit {status}` goes: the program has ended,
+    /// its output is closed, and only the process's teardown is left.
+    exit_notice: Option<oneshot::Sender<i32>>,
     /// The writer of the channel being served, for [`ProxySession::send_line`].
     writer: Option<mpsc::Sender<Outgoing>>,
 }
@@ -306,6 +309,12 @@ impl ProxySession {
         let mut hooks = self.hooks();
         hooks.control = Some(control);
         hooks.awaited_done = 1;
+    }
+
+    /// Sends the status of the first `codebox/exit` notification from the sandbox to
+    /// `notice` (a one-shot run: its program ended and closed its output).
+    pub fn set_exit_notice(&self, notice: oneshot::Sender<i32>) {
+        self.hooks().exit_notice = Some(notice);
     }
 
     /// Writes one line (without its newline) to the sandbox, between the answers, and
@@ -540,12 +549,24 @@ impl ProxySession {
         let _ = writer.await;
     }
 
-    /// A notification: only a `codebox/done` the supervisor waits for goes anywhere.
+    /// A notification: only a `codebox/done` the supervisor waits for, or the first
+    /// `codebox/exit` of a one-shot run, goes anywhere.
     fn notify(&self, method: &str, params: Option<&RawValue>) {
         #[derive(Deserialize)]
         struct Done<'a> {
             #[serde(borrow, default)]
             status: Option<&'a str>,
+        }
+        #[derive(Deserialize)]
+        struct Exit {
+            status: i32,
+        }
+        if method == "codebox/exit" {
+            let exit = params.and_then(|p| serde_json::from_str::<Exit>(p.get()).ok());
+            if let (Some(exit), Some(notice)) = (exit, self.hooks().exit_notice.take()) {
+                let _ = notice.send(exit.status & 0xff);
+                return;
+            }
         }
         if method == "codebox/done" {
             let mut hooks = self.hooks();

@@ -472,10 +472,13 @@ impl CodeboxServer {
             &c.narrowing,
         );
         let serve_proxy = proxy.clone();
+        let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
+        proxy.set_exit_notice(exit_tx);
         let outcome = sandbox
             .run_with_channel(
                 frame,
                 Some(Box::new(move |stream| Box::pin(serve_proxy.serve(stream)))),
+                Some(exit_rx),
                 (c.limits.stdout_cap, c.limits.stderr_cap),
                 c.limits.timeout,
                 cancel,

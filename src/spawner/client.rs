@@ -539,6 +539,7 @@ impl RemoteSandbox {
         self.run_with_channel(
             input.to_vec(),
             None,
+            None,
             (stdout_cap, stderr_cap),
             timeout,
             cancel,
@@ -549,10 +550,19 @@ impl RemoteSandbox {
 
     /// As [`Self::run_to_completion`], and once `frame` (the boot frame) is written, fd 3
     /// is handed to `service` (the tool proxy) until the sandbox ends.
+    ///
+    /// `exit_notice` carries the status of the runtime's `codebox/exit` (sent by a
+    /// one-shot runtime once the program ended and its output was flushed and closed).
+    /// With it and both output pipes at end of file, the run is over: the result is
+    /// given then, with the cgroup's figures as they are, and the sandbox is killed and
+    /// reaped afterwards, off the request path (the kernel's teardown of a process that
+    /// loaded pandas takes ~6 ms). The status is the program's to choose anyway; a
+    /// program that sends the notice and goes on running only ends itself sooner.
     pub async fn run_with_channel(
         mut self,
         frame: Vec<u8>,
         service: Option<ChannelService>,
+        mut exit_notice: Option<oneshot::Receiver<i32>>,
         (stdout_cap, stderr_cap): (usize, usize),
         timeout: Duration,
         cancel: impl std::future::Future<Output = ()>,
@@ -620,9 +630,37 @@ impl RemoteSandbox {
         let mut ebuf = vec![0u8; 64 * 1024];
         // When each step of the run was seen (debug figures: where the time goes).
         let (mut first_output, mut output_closed, mut exited_at) = (None, None, None);
+        // The runtime's own word that the program ended (see `exit_notice`).
+        let mut noted_status: Option<i32> = None;
+        let mut ended_early = false;
         tokio::pin!(cancel);
         while out_open || err_open || ending.is_none() {
+            if let (false, false, None, Some(code), false, false) = (
+                out_open,
+                err_open,
+                ending.as_ref(),
+                noted_status,
+                timed_out,
+                cancelled,
+            ) {
+                if let Some(cgroup) = self.figures_if_still_there() {
+                    ending = Some(Ending {
+                        status: Some(crate::sandbox::report::ProgramStatus::Exited(code)),
+                        cgroup,
+                    });
+                    exited_at = Some(self.started.elapsed());
+                    ended_early = true;
+                    break;
+                }
+                // The cgroup is being removed: the program is gone already, and its
+                // status is on its way.
+                noted_status = None;
+            }
             tokio::select! {
+                got = wait_notice(&mut exit_notice), if exit_notice.is_some() => {
+                    exit_notice = None;
+                    noted_status = got.ok();
+                }
                 r = stdout.read(&mut obuf), if out_open => match r {
                     Ok(0) | Err(_) => {
                         out_open = false;
@@ -697,7 +735,9 @@ impl RemoteSandbox {
                 }
             }
         }
-        self.ended = true;
+        // Ended early: the sandbox is still there; dropping it kills it, and what it
+        // holds is released once the spawner reports it gone.
+        self.ended = !ended_early;
         if exit_seen {
             self.exited = None;
         }
@@ -710,6 +750,7 @@ impl RemoteSandbox {
             stdout_closed_us = us(output_closed),
             exited_us = us(exited_at),
             total_us = duration.as_micros() as u64,
+            ended_early,
             "run steps (from the code's delivery)"
         );
         let ending = ending.expect("loop ends with an ending");
@@ -764,6 +805,16 @@ pub fn cgroup_memory_bytes(dirs: &[PathBuf]) -> Option<u64> {
 async fn exit_report(
     rx: &mut Option<oneshot::Receiver<Ending>>,
 ) -> std::result::Result<Ending, oneshot::error::RecvError> {
+    match rx {
+        Some(rx) => rx.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the runtime's exit notice (called only while there is a receiver).
+async fn wait_notice(
+    rx: &mut Option<oneshot::Receiver<i32>>,
+) -> std::result::Result<i32, oneshot::error::RecvError> {
     match rx {
         Some(rx) => rx.await,
         None => std::future::pending().await,

@@ -18,6 +18,8 @@ const libc = Deno.dlopen("libc.so.6", {
   read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
   write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
   poll: { parameters: ["buffer", "u64", "i32"], result: "i32" },
+  close: { parameters: ["i32"], result: "i32" },
+  send: { parameters: ["i32", "buffer", "usize", "i32"], result: "isize" },
 });
 
 function readInto(buf) {
@@ -100,12 +102,14 @@ function writeWorkspaceFile(relPath, content) {
 function receive() {
   const channel = new Channel();
   let session = false;
+  let ephemeral = false;
   for (let first = true; ; first = false) {
     const [kind, payload] = channel.record();
-    if (kind === "CODE") return { code: payload, session, rest: channel.buf };
+    if (kind === "CODE") return { code: payload, session, ephemeral, rest: channel.buf };
     if (kind === "EPHEMERAL") {
-      // Nothing to skip: measured, an `_exit` from the `unload` event saves nothing;
-      // what Deno's exit costs (~3 ms) is the kernel tearing down its address space.
+      // What Deno's exit costs (~3 ms) is the kernel tearing down its address space: an
+      // `_exit` saves nothing, but the supervisor need not wait for it (tellTheEnd).
+      ephemeral = true;
     } else if (kind === "SESSION") {
       if (!first) throw new Error("codebox: bad boot header \"SESSION\"");
       session = true;
@@ -113,6 +117,33 @@ function receive() {
       writeFile(payload);
     }
   }
+}
+
+// A one-shot run that ended (the `unload` event: the event loop ran dry, or Deno.exit)
+// closes stdout and stderr and sends `codebox/exit` on fd 3: the supervisor answers then,
+// and the kernel's teardown of this process happens off the request path. Skipped when
+// the program listens for `unload` itself (its listeners run after this one and may still
+// print) or a tool call's line is still being written to fd 3.
+function tellTheEndOnUnload() {
+  let programListens = false;
+  const add = globalThis.addEventListener.bind(globalThis);
+  globalThis.addEventListener = function (type, ...rest) {
+    if (type === "unload") programListens = true;
+    return add(type, ...rest);
+  };
+  add("unload", () => {
+    if (programListens || globalThis.onunload) return;
+    const out = globalThis[Symbol.for("codebox.channel.output")];
+    if (out && (out.busy || out.queue.length > 0)) return;
+    const line = new TextEncoder().encode(
+      `{"jsonrpc":"2.0","method":"codebox/exit","params":{"status":${Deno.exitCode}}}\n`,
+    );
+    libc.symbols.close(1);
+    libc.symbols.close(2);
+    // MSG_DONTWAIT | MSG_NOSIGNAL: never block or die here; a short write is an
+    // unreadable line the supervisor ignores (it then waits for the exit as before).
+    libc.symbols.send(CHANNEL_FD, line, BigInt(line.length), 0x40 | 0x4000);
+  });
 }
 
 function forgetMain() {
@@ -159,7 +190,7 @@ if (!codeWaiting()) await import("./codebox.ts");
 // Proxy mode: a refused tunnel's reason reaches the program's error (see egress.js).
 if (Deno.env.get("HTTPS_PROXY")) (await import("./egress.js")).install();
 announceReady();
-const { code, session, rest } = receive();
+const { code, session, ephemeral, rest } = receive();
 if (session) {
   // A computed specifier: the module graph of a one-shot run does not include it.
   const { runSession } = await import(new URL("./session.js", import.meta.url).href);
@@ -173,6 +204,7 @@ try {
   Deno.exit(1);
 }
 globalThis.addEventListener("unload", forgetMain);
+if (ephemeral) tellTheEndOnUnload();
 try {
   await import("file://" + MAIN_PATH);
 } finally {
