@@ -29,7 +29,7 @@ use crate::proxy::{AllowList, ProxySession, ToolBackend};
 use crate::runtime::{self, Language};
 use crate::sandbox::{Outcome, ProgramStatus};
 use crate::session::{disk, LiveEntry, Session};
-use crate::spawner::{LiveSandbox, RunEnd, SpawnSpec, Stream};
+use crate::spawner::{ChannelServer, LiveSandbox, RunEnd, SpawnSpec, Stream};
 
 /// What a call asked for, checked.
 pub(super) struct Checked {
@@ -477,8 +477,10 @@ impl CodeboxServer {
         let outcome = sandbox
             .run_with_channel(
                 frame,
-                Some(Box::new(move |stream| Box::pin(serve_proxy.serve(stream)))),
-                Some(exit_rx),
+                Some(ChannelServer {
+                    service: Box::new(move |stream| Box::pin(serve_proxy.serve(stream))),
+                    exit_notice: Some(exit_rx),
+                }),
                 (c.limits.stdout_cap, c.limits.stderr_cap),
                 c.limits.timeout,
                 cancel,

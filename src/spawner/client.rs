@@ -344,6 +344,13 @@ pub type ChannelService = Box<
         + Send,
 >;
 
+/// Who serves fd 3 after the boot frame, and where the runtime's exit notice arrives.
+pub struct ChannelServer {
+    pub service: ChannelService,
+    /// The status of the runtime's `codebox/exit` (see [`RemoteSandbox::run_with_channel`]).
+    pub exit_notice: Option<oneshot::Receiver<i32>>,
+}
+
 /// Where a chunk of output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -539,7 +546,6 @@ impl RemoteSandbox {
         self.run_with_channel(
             input.to_vec(),
             None,
-            None,
             (stdout_cap, stderr_cap),
             timeout,
             cancel,
@@ -549,9 +555,9 @@ impl RemoteSandbox {
     }
 
     /// As [`Self::run_to_completion`], and once `frame` (the boot frame) is written, fd 3
-    /// is handed to `service` (the tool proxy) until the sandbox ends.
+    /// is handed to `channel.service` (the tool proxy) until the sandbox ends.
     ///
-    /// `exit_notice` carries the status of the runtime's `codebox/exit` (sent by a
+    /// `channel.exit_notice` carries the status of the runtime's `codebox/exit` (sent by a
     /// one-shot runtime once the program ended and its output was flushed and closed).
     /// With it and both output pipes at end of file, the run is over: the result is
     /// given then, with the cgroup's figures as they are, and the sandbox is killed and
@@ -561,8 +567,7 @@ impl RemoteSandbox {
     pub async fn run_with_channel(
         mut self,
         frame: Vec<u8>,
-        service: Option<ChannelService>,
-        mut exit_notice: Option<oneshot::Receiver<i32>>,
+        channel: Option<ChannelServer>,
         (stdout_cap, stderr_cap): (usize, usize),
         timeout: Duration,
         cancel: impl std::future::Future<Output = ()>,
@@ -580,12 +585,13 @@ impl RemoteSandbox {
         let mut stderr =
             tokio::net::unix::pipe::Receiver::from_owned_fd(self.stderr.take().expect("stderr"))
                 .map_err(io("reading stderr"))?;
-        let channel = std::os::unix::net::UnixStream::from(self.channel.take().expect("channel"));
-        channel
-            .set_nonblocking(true)
-            .map_err(io("setting up fd 3"))?;
-        let mut stream =
-            tokio::net::UnixStream::from_std(channel).map_err(io("setting up fd 3"))?;
+        let (service, mut exit_notice) = match channel {
+            Some(c) => (Some(c.service), c.exit_notice),
+            None => (None, None),
+        };
+        let fd3 = std::os::unix::net::UnixStream::from(self.channel.take().expect("channel"));
+        fd3.set_nonblocking(true).map_err(io("setting up fd 3"))?;
+        let mut stream = tokio::net::UnixStream::from_std(fd3).map_err(io("setting up fd 3"))?;
         // The boot frame first; then the proxy, if any, owns the channel. When the
         // program closes fd 3 or is gone, nobody reads the rest of the frame.
         let delivered = std::sync::OnceLock::new();

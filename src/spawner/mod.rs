@@ -27,7 +27,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::unistd::{ForkResult, Pid};
 
-pub use client::{RemoteSandbox, SpawnerClient, Stream};
+pub use client::{ChannelServer, RemoteSandbox, SpawnerClient, Stream};
 pub use live::{LiveRun, LiveSandbox, RunEnd};
 pub use wire::SpawnSpec;
 
