@@ -119,6 +119,10 @@ pub struct Config {
     /// `[network]`: the sandboxes' network mode and the egress proxy's policy; replaces
     /// the profile's `[network]` whole when given.
     pub network: Option<crate::egress::NetworkSection>,
+    /// `[python]`: `preload` replaces the profile's list of modules a pooled interpreter
+    /// imports before it is ready (`[]`: none).
+    #[serde(default)]
+    pub python: PythonConfig,
     /// `[packages]`: packages on request (indexes, allow/deny, sizes, time).
     #[serde(default)]
     pub packages: crate::packages::PackagesSection,
@@ -126,6 +130,13 @@ pub struct Config {
     /// installed package layers (default `$XDG_STATE_HOME/codebox`, `~/.local/state/codebox`; as root
     /// `/var/lib/codebox`).
     pub state_dir: Option<PathBuf>,
+}
+
+/// `[python]` of `codebox.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonConfig {
+    pub preload: Option<Vec<String>>,
 }
 
 /// `[pii]`: personal data in what goes back to the model.
@@ -451,6 +462,15 @@ mod tests {
             c.http_token(&env_of(&[("T", "s3")])).unwrap().as_deref(),
             Some("s3")
         );
+    }
+
+    #[test]
+    fn python_preload_parses_and_unknown_keys_are_refused() {
+        let c = Config::parse("[python]\npreload = [\"numpy\"]\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.python.preload, Some(vec!["numpy".to_string()]));
+        let c = Config::parse("", Path::new("c.toml")).unwrap();
+        assert_eq!(c.python.preload, None);
+        assert!(Config::parse("[python]\npreloads = []\n", Path::new("c.toml")).is_err());
     }
 
     #[test]

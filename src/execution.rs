@@ -215,6 +215,9 @@ pub struct Host {
     pub id_mapping: IdMapping,
     /// `None` when no cgroup hierarchy is writable; sandboxes with limits then fail.
     pub cgroups: Option<CgroupManager>,
+    /// `[python] preload` of a server's `codebox.toml`: replaces the profiles' own lists
+    /// for every Python sandbox this host's spawners start.
+    pub python_preload: Option<Vec<String>>,
 }
 
 impl Host {
@@ -254,6 +257,7 @@ impl Host {
             rootfs,
             id_mapping,
             cgroups,
+            python_preload: None,
         }
     }
 

@@ -63,6 +63,21 @@ struct PythonSection {
 /// At most this many modules to preload.
 const MAX_PRELOAD: usize = 64;
 
+/// At most [`MAX_PRELOAD`] dotted module names.
+fn check_preload(modules: &[String]) -> std::result::Result<(), String> {
+    if modules.len() > MAX_PRELOAD {
+        return Err(format!(
+            "python.preload lists more than {MAX_PRELOAD} modules"
+        ));
+    }
+    match modules.iter().find(|m| !is_module_name(m)) {
+        Some(bad) => Err(format!(
+            "python.preload: {bad:?} is not a dotted module name"
+        )),
+        None => Ok(()),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LimitsSection {
@@ -181,16 +196,7 @@ impl Profile {
             pids: Some(l.pids),
             cpu_millicores: Some((l.cpu * 1000.0).round() as u64),
         };
-        if file.python.preload.len() > MAX_PRELOAD {
-            return Err(invalid(format!(
-                "python.preload lists more than {MAX_PRELOAD} modules"
-            )));
-        }
-        if let Some(bad) = file.python.preload.iter().find(|m| !is_module_name(m)) {
-            return Err(invalid(format!(
-                "python.preload: {bad:?} is not a dotted module name"
-            )));
-        }
+        check_preload(&file.python.preload).map_err(invalid)?;
         let seccomp: SeccompProfile = file
             .seccomp
             .policy
@@ -220,6 +226,13 @@ impl Profile {
         };
         profile.set_network(file.network).map_err(invalid)?;
         Ok(profile)
+    }
+
+    /// Replaces `[python] preload` (the server's `codebox.toml` may set it).
+    pub fn set_preload(&mut self, modules: Vec<String>) -> std::result::Result<(), String> {
+        check_preload(&modules)?;
+        self.preload = modules;
+        Ok(())
     }
 
     /// Makes `section` this profile's network: the mode and its kernel layers. `none`

@@ -96,6 +96,42 @@ fn a_pooled_interpreter_has_the_data_set_imported_and_a_cold_one_does_not() {
 }
 
 #[test]
+fn codebox_toml_replaces_the_profiles_preload() {
+    if !data_set_available("codebox_toml_replaces_the_profiles_preload") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = dir.path().join("codebox.toml");
+    let probe = "import sys\n\
+        print(sorted(m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules))";
+    for (preload, imported) in [("[]", "[]\n"), ("[\"numpy\"]", "['numpy']\n")] {
+        std::fs::write(&config, format!("[python]\npreload = {preload}\n")).unwrap();
+        let mut server = common::pooled::Server::start_with_config(Some(&config));
+        server.until_pool_ready(2);
+        let r = server.request(
+            "tools/call",
+            serde_json::json!({"name": "execute_python", "arguments": {"code": probe}}),
+        );
+        let sc = &r["result"]["structuredContent"];
+        assert_eq!(sc["start"], "warm", "{r:#}");
+        assert_eq!(sc["stdout"], imported, "preload = {preload}: {r:#}");
+        server.kill();
+    }
+    // A name that is not a module name stops the server with a clear error.
+    std::fs::write(&config, "[python]\npreload = [\"os; import x\"]\n").unwrap();
+    let out = std::process::Command::new(common::codebox_bin())
+        .args(["serve", "--pool-size", "1"])
+        .env("CODEBOX_CONFIG", &config)
+        .env("CODEBOX_ROOTFS", common::rootfs_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("codebox serve runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("not a dotted module name"), "{stderr}");
+}
+
+#[test]
 fn a_workspace_module_named_like_a_preloaded_one_wins_as_in_a_cold_run() {
     if !data_set_available("a_workspace_module_named_like_a_preloaded_one_wins_as_in_a_cold_run") {
         return;

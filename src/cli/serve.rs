@@ -108,6 +108,8 @@ struct Resolved {
     audit: Option<codebox::audit::AuditConfig>,
     /// `[network]` of the config, replacing the profile's.
     network: Option<codebox::egress::NetworkSection>,
+    /// `[python] preload` of the config, replacing the profile's.
+    preload: Option<Vec<String>>,
     packages: codebox::packages::PackagesSection,
     state_dir: Option<PathBuf>,
 }
@@ -195,6 +197,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         skills_shared: file.skills_shared.clone(),
         audit: file.audit.clone(),
         network: file.network.clone(),
+        preload: file.python.preload.clone(),
         packages: file.packages.clone(),
         state_dir: file
             .state_dir
@@ -329,6 +332,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("[network] of the config")?;
     }
+    if let Some(preload) = &args.preload {
+        profile
+            .set_preload(preload.clone())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("[python] of the config")?;
+    }
     let sandbox_ids = IdMapping::for_current_process(args.root_host_id);
     let (network, egress) = super::egress::start(
         &profile,
@@ -357,7 +366,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.state_dir.as_deref(),
         (sandbox_ids.host_uid, sandbox_ids.host_gid),
     )?;
-    let host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
+    let mut host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
+    host.python_preload = args.preload.clone();
     // SAFETY: no thread exists yet: the tokio runtime is built below, after the fork.
     let factory = std::sync::Arc::new(unsafe { Factory::start(&host) }?);
     // The factory forks the spawners, this first one included (see spawner/factory.rs).

@@ -167,7 +167,9 @@ fn build(
         // not yet waiting (a pooled one) acts on it (boot.py).
         let env = crate::runtime::thread_env(spec.limits.cpu_millicores)
             .into_iter()
-            .chain(crate::runtime::preload_env(&profile.preload));
+            .chain(crate::runtime::preload_env(
+                host.python_preload.as_deref().unwrap_or(&profile.preload),
+            ));
         program
             .set_env(&env.collect::<Vec<_>>())
             .map_err(|e| e.to_string())?;

@@ -20,7 +20,16 @@ pub struct Server {
 
 impl Server {
     pub fn start() -> Server {
-        let mut child = Command::new(super::codebox_bin())
+        Server::start_with_config(None)
+    }
+
+    /// As [`Server::start`], with `CODEBOX_CONFIG` naming `config`.
+    pub fn start_with_config(config: Option<&std::path::Path>) -> Server {
+        let mut command = Command::new(super::codebox_bin());
+        if let Some(config) = config {
+            command.env("CODEBOX_CONFIG", config);
+        }
+        let mut child = command
             .args(["serve", "--pool-size", "2"])
             .env("CODEBOX_ROOTFS", super::rootfs_dir())
             // A directory without `.mcp.json`: no upstream servers.
