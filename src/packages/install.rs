@@ -179,6 +179,15 @@ impl Installer {
         let started = Instant::now();
         let result = self.install(set).await;
         let ms = started.elapsed().as_millis() as u64;
+        if let Err(e) = &result {
+            // Resolving an unpinned set again failed: what it resolved to before still
+            // serves (an index that is down must not take away what worked).
+            if let Some(layer) = self.store.get_stale(set) {
+                tracing::warn!(error = %e, requested = ?set.texts(), "resolving the packages again failed; using the layer they resolved to before");
+                self.counters.reused.fetch_add(1, Ordering::Relaxed);
+                return Ok(layer);
+            }
+        }
         match &result {
             Ok(layer) => {
                 self.counters.installed.fetch_add(1, Ordering::Relaxed);
@@ -235,9 +244,9 @@ impl Installer {
             tokio::task::block_in_place(|| store.commit(staging, &set, installed, ms))
         };
         let (layer, fresh) = store_commit.map_err(|e| match e {
-            super::store::Error::TooLarge { .. } | super::store::Error::Unexpected { .. } => {
-                InstallError::new(None, e.to_string())
-            }
+            super::store::Error::TooLarge { .. }
+            | super::store::Error::TooManyEntries { .. }
+            | super::store::Error::Unexpected { .. } => InstallError::new(None, e.to_string()),
             other => internal("commit", &other),
         })?;
         if !fresh {
@@ -358,12 +367,20 @@ mod tests {
     }
 
     fn installer(fake: Arc<Fake>, deny: &[&str]) -> (Installer, tempfile::TempDir) {
+        installer_with(fake, deny, Limits::default())
+    }
+
+    fn installer_with(
+        fake: Arc<Fake>,
+        deny: &[&str],
+        limits: Limits,
+    ) -> (Installer, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let me = (
             nix::unistd::geteuid().as_raw(),
             nix::unistd::getegid().as_raw(),
         );
-        let store = LayerStore::open(dir.path(), Limits::default(), me).unwrap();
+        let store = LayerStore::open(dir.path(), limits, me).unwrap();
         let deny: Vec<String> = deny.iter().map(|s| s.to_string()).collect();
         let names = NamePolicy::new(&[], &deny).unwrap();
         let sources = Sources {
@@ -406,6 +423,46 @@ mod tests {
         assert_eq!(f.runs.load(Ordering::SeqCst), 1);
         assert_eq!(inst.counters.installed.load(Ordering::SeqCst), 1);
         assert_eq!(inst.counters.reused.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stale_unpinned_set_keeps_its_layer_when_resolving_it_again_fails() {
+        let f = fake(
+            "CODEBOX-INSTALL {\"ok\": true, \"installed\": [\"six==1.17.0\"]}",
+            0,
+        );
+        let limits = Limits {
+            refresh_unpinned: std::time::Duration::ZERO,
+            ..Limits::default()
+        };
+        let (inst, _dir) = installer_with(f.clone(), &[], limits);
+        let first = inst.layer(&set(&["six"])).await.unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        // The index is down now.
+        *f.stdout.lock().unwrap() =
+            "CODEBOX-INSTALL {\"ok\": false, \"reason\": \"the index could not be asked\"}".into();
+        let again = inst.layer(&set(&["six"])).await.unwrap();
+        assert_eq!(again.path, first.path);
+        assert_eq!(
+            f.runs.load(Ordering::SeqCst),
+            2,
+            "it did try to resolve again"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_requests_of_the_same_content_at_once_both_get_it() {
+        for _ in 0..20 {
+            let f = fake(
+                "CODEBOX-INSTALL {\"ok\": true, \"installed\": [\"six==1.17.0\"]}",
+                30,
+            );
+            let (inst, _dir) = installer(f.clone(), &[]);
+            let (loose, pinned) = (set(&["six"]), set(&["six==1.17.0"]));
+            let (a, b) = tokio::join!(inst.layer(&loose), inst.layer(&pinned));
+            assert_eq!(a.unwrap().path, b.unwrap().path);
+            assert_eq!(f.runs.load(Ordering::SeqCst), 2);
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,11 @@ use sha2::{Digest, Sha256};
 
 use super::store::{Error, Result};
 
+/// Entries (files, directories, links) a layer may hold: numpy, pandas and matplotlib
+/// together are about 5,000; a wheel of a million empty files would exhaust inodes that
+/// the byte-based eviction never counts.
+pub const MAX_ENTRIES: usize = 100_000;
+
 /// What a sealed layer holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sealed {
@@ -35,7 +40,17 @@ fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error 
 /// Checks, takes over, makes read-only and digests the tree at `root` (the installer
 /// sandbox that wrote it has ended: nothing changes it meanwhile).
 pub fn seal(root: &Path, me: (u32, u32), limit: u64) -> Result<Sealed> {
+    // The root itself first: a link there (the installer may leave `layer -> ../..`)
+    // would have the walk below take over and expose whatever it points to.
+    let root_meta = std::fs::symlink_metadata(root).map_err(io("inspect", root))?;
+    if !root_meta.file_type().is_dir() {
+        return Err(Error::Unexpected {
+            what: "a layer that is not a directory (a link?)",
+            path: ".".into(),
+        });
+    }
     let mut bytes = 0u64;
+    let mut entries = 0usize;
     let mut stack = vec![root.to_path_buf()];
     let mut dirs = Vec::new();
     // (relative path, record) per entry; sorted before hashing.
@@ -43,6 +58,10 @@ pub fn seal(root: &Path, me: (u32, u32), limit: u64) -> Result<Sealed> {
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).map_err(io("list", &dir))? {
             let entry = entry.map_err(io("list", &dir))?;
+            entries += 1;
+            if entries > MAX_ENTRIES {
+                return Err(Error::TooManyEntries { limit: MAX_ENTRIES });
+            }
             let path = entry.path();
             let meta = std::fs::symlink_metadata(&path).map_err(io("inspect", &path))?;
             let ft = meta.file_type();
@@ -217,6 +236,28 @@ mod tests {
         ]));
         unseal(one.path());
         unseal(two.path());
+    }
+
+    #[test]
+    fn a_linked_root_is_refused_and_what_it_points_to_is_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "s").unwrap();
+        std::fs::set_permissions(
+            outside.join("secret"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let layer = dir.path().join("layer");
+        std::os::unix::fs::symlink("outside", &layer).unwrap();
+        let err = seal(&layer, me(), 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+        let mode = std::fs::metadata(outside.join("secret"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]

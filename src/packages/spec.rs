@@ -58,6 +58,14 @@ impl Spec {
             let Some((_, version)) = after_name.split_once('@') else {
                 return false;
             };
+            // One version, not a range: `1.2.3`, `1.2.3-rc.1`, `1.2.3+build` and nothing
+            // else (`1.2.3-0 || >=4` and `1.0.0 - 2.0.0` are ranges).
+            if !version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'))
+            {
+                return false;
+            }
             let core = version.split(['-', '+']).next().unwrap_or_default();
             let parts: Vec<&str> = core.split('.').collect();
             return parts.len() == 3
@@ -435,6 +443,8 @@ mod tests {
             "npm:lodash@4",
             "npm:lodash@^4.17.21",
             "npm:@s/n@1.x.0",
+            "npm:lodash@4.17.21-0 || >=4",
+            "npm:x@1.0.0-0 - 9.9.9",
         ] {
             assert!(!ts(&[loose]), "{loose}");
         }

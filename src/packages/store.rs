@@ -47,6 +47,8 @@ pub enum Error {
     TooLarge { bytes: u64, limit: u64 },
     #[error("the installed packages hold {what} at {path}, which a layer may not")]
     Unexpected { what: &'static str, path: String },
+    #[error("the installed packages hold more than {limit} files and directories")]
+    TooManyEntries { limit: usize },
 }
 
 pub(super) type Result<T> = std::result::Result<T, Error>;
@@ -224,10 +226,20 @@ impl LayerStore {
     /// `refresh_unpinned` (it is then installed again, to the same layer if nothing
     /// changed).
     pub fn get(&self, set: &PackageSet) -> Option<Arc<Layer>> {
+        self.resolved(set, false)
+    }
+
+    /// The layer `set` last resolved to, however long ago (when resolving it again
+    /// failed: an index that is down must not take away what worked).
+    pub fn get_stale(&self, set: &PackageSet) -> Option<Arc<Layer>> {
+        self.resolved(set, true)
+    }
+
+    fn resolved(&self, set: &PackageSet, stale_ok: bool) -> Option<Arc<Layer>> {
         let text = std::fs::read_to_string(self.resolution_path(set)).ok()?;
         let resolution: Resolution = serde_json::from_str(&text).ok()?;
         let age = now_secs().saturating_sub(resolution.resolved_at);
-        if !set.is_pinned() && age > self.limits.refresh_unpinned.as_secs() {
+        if !stale_ok && !set.is_pinned() && age > self.limits.refresh_unpinned.as_secs() {
             return None;
         }
         self.open_layer(set.language, &resolution.layer)
@@ -306,7 +318,11 @@ impl LayerStore {
         install_ms: u64,
     ) -> Result<(Arc<Layer>, bool)> {
         let layer = staging.layer_dir();
-        std::fs::create_dir_all(&layer).map_err(io("create", &layer))?;
+        // An install of nothing leaves no directory; anything there is `seal`'s to check
+        // (never followed: it may be a link).
+        if std::fs::symlink_metadata(&layer).is_err() {
+            std::fs::create_dir(&layer).map_err(io("create", &layer))?;
+        }
         let me = (
             nix::unistd::geteuid().as_raw(),
             nix::unistd::getegid().as_raw(),
@@ -315,17 +331,15 @@ impl LayerStore {
         let key = sealed.digest;
         let dest = self.layer_path(set.language, &key);
         let meta_path = self.meta_path(set.language, &key);
-        let fresh = !dest.exists();
-        if fresh {
-            std::fs::rename(&layer, &dest).map_err(io("move into place", &dest))?;
-            staging.committed = true;
-            let _ = remove_tree(&staging.dir);
-        } else {
-            // The same content is there already (another request that resolved alike,
-            // or another process sharing the cache): keep that one.
-            drop(staging);
+        // A directory without its metadata is a layer whose eviction was cut short (the
+        // metadata goes first): never trusted, replaced.
+        if dest.exists() && !meta_path.exists() {
+            tracing::warn!(layer = %dest.display(), "replacing a layer directory without metadata");
+            remove_tree(&dest).map_err(io("remove", &dest))?;
         }
-        if fresh || !meta_path.exists() {
+        // The metadata before the directory: a directory without it is then always an
+        // eviction cut short (above), never a commit in progress.
+        if !meta_path.exists() {
             let meta = LayerMeta {
                 key: key.clone(),
                 language: set.language,
@@ -336,6 +350,23 @@ impl LayerStore {
             };
             write_json(&meta_path, &meta)?;
         }
+        let fresh = match std::fs::rename(&layer, &dest) {
+            Ok(()) => {
+                staging.committed = true;
+                let _ = remove_tree(&staging.dir);
+                true
+            }
+            // The same content is there already (another request that resolved alike,
+            // or another process sharing the cache): keep that one.
+            Err(e)
+                if dest.is_dir()
+                    && matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) =>
+            {
+                drop(staging);
+                false
+            }
+            Err(e) => return Err(io("move into place", &dest)(e)),
+        };
         let resolution = Resolution {
             layer: key.clone(),
             resolved_at: now_secs(),
@@ -435,8 +466,11 @@ impl LayerStore {
 }
 
 /// Writes `value` as JSON to `path` by a rename: readers see the old or the new file.
+/// The temporary name is this writer's own (two commits of one layer may race).
 fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
-    let tmp = path.with_extension("json.tmp");
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("json.{}-{n}.tmp", std::process::id()));
     let text = serde_json::to_vec_pretty(value).expect("metadata serialises");
     std::fs::write(&tmp, text).map_err(io("write", &tmp))?;
     std::fs::rename(&tmp, path).map_err(io("write", path))
@@ -704,5 +738,50 @@ mod tests {
         assert_eq!(std::fs::read_dir(&requests).unwrap().count(), 1);
         assert!(store.get(&set(&["a"])).is_none());
         assert!(store.get(&set(&["b"])).is_some());
+    }
+
+    #[test]
+    fn a_layer_directory_without_metadata_is_replaced_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path(), Limits::default(), me()).unwrap();
+        let files = [("site/six.py", 10), ("site/pkg/__init__.py", 5)];
+        let (first, _) = store
+            .commit(stage(&store, &files), &set(&["six"]), vec![], 1)
+            .unwrap();
+        let path = first.path.clone();
+        drop(first);
+        // An eviction cut short: the metadata went first, then part of the tree.
+        std::fs::remove_file(path.with_extension("json")).unwrap();
+        std::fs::set_permissions(
+            path.join("site/pkg"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::fs::remove_file(path.join("site/pkg/__init__.py")).unwrap();
+        let (again, fresh) = store
+            .commit(stage(&store, &files), &set(&["six==1.17.0"]), vec![], 1)
+            .unwrap();
+        assert!(fresh);
+        assert_eq!(again.path, path);
+        assert!(again.path.join("site/pkg/__init__.py").exists());
+    }
+
+    #[test]
+    fn a_staged_layer_that_is_a_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path(), Limits::default(), me()).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "s").unwrap();
+        let staged = store.staging().unwrap();
+        std::os::unix::fs::symlink("../outside", staged.layer_dir()).unwrap();
+        let err = store.commit(staged, &set(&["six"]), vec![], 1).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+        assert!(store.get(&set(&["six"])).is_none());
+        let mode = std::fs::metadata(outside.join("secret"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o200, 0o200, "still writable: never sealed");
     }
 }

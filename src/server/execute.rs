@@ -354,7 +354,9 @@ impl CodeboxServer {
         result.network = ran.network;
         if let Some(layer) = &layer {
             result.packages = Some(json!({
-                "requested": layer.meta.requested,
+                // This call's own request (the layer's metadata names the request that
+                // first installed it, maybe another client's).
+                "requested": c.packages.as_ref().map(|p| p.texts()).unwrap_or_default(),
                 "installed": layer.meta.installed,
                 "layer_bytes": layer.meta.bytes,
             }));
@@ -433,8 +435,11 @@ impl CodeboxServer {
         let proxy = ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
         hooks(&proxy);
         let mut frame = runtime::boot_frame_with_files(code, &c.files);
-        if spec.workspace.is_none() && spec.workspace_mount.is_none() {
-            // No host directory is bound: nothing of the sandbox outlives it.
+        // No host directory is bound: nothing of the sandbox outlives it, so the run may
+        // end at the runtime's `codebox/exit` (a run that writes a session's workspace
+        // ends only with its sandbox, which it could otherwise outlive).
+        let ephemeral = spec.workspace.is_none() && spec.workspace_mount.is_none();
+        if ephemeral {
             frame = runtime::ephemeral(frame);
         }
         let asked = Instant::now();
@@ -472,14 +477,17 @@ impl CodeboxServer {
             &c.narrowing,
         );
         let serve_proxy = proxy.clone();
-        let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
-        proxy.set_exit_notice(exit_tx);
+        let exit_notice = ephemeral.then(|| {
+            let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
+            proxy.set_exit_notice(exit_tx);
+            exit_rx
+        });
         let outcome = sandbox
             .run_with_channel(
                 frame,
                 Some(ChannelServer {
                     service: Box::new(move |stream| Box::pin(serve_proxy.serve(stream))),
-                    exit_notice: Some(exit_rx),
+                    exit_notice,
                 }),
                 (c.limits.stdout_cap, c.limits.stderr_cap),
                 c.limits.timeout,

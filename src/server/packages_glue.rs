@@ -100,6 +100,10 @@ pub struct SandboxInstaller {
     pub network: SpawnNetwork,
 }
 
+/// How long after its program ended the installer sandbox must be gone (killed, reaped,
+/// its cgroup removed) before its staged layer is looked at.
+const INSTALLER_GONE_WITHIN: Duration = Duration::from_secs(10);
+
 impl SandboxInstaller {
     /// What an install may use: its time, `/tmp` for the download, the unpacked set and
     /// pip's temporary files (twice the layer), memory for that tmpfs and pip itself.
@@ -147,6 +151,10 @@ impl InstallRunner for SandboxInstaller {
                 Some(l) => egress.start(std::net::TcpListener::from(l), Narrowing::none()),
                 None => return Err("the installer sandbox came without its egress listener".into()),
             };
+            // The staged layer is checked only once nothing of the installer lives: the
+            // spawner reports the sandbox gone after its cgroup is empty and removed.
+            let (gone_tx, gone_rx) = tokio::sync::oneshot::channel::<()>();
+            sandbox.hold_until_gone(gone_tx);
             let files = std::collections::BTreeMap::from([("request.json".to_string(), request)]);
             let frame = runtime::boot_frame_with_files(crate::packages::install::INSTALLER, &files);
             let outcome = sandbox
@@ -161,6 +169,15 @@ impl InstallRunner for SandboxInstaller {
                 .await;
             let network = proxy.finish().await;
             let outcome = outcome.map_err(|e| format!("the installer sandbox failed: {e}"))?;
+            if tokio::time::timeout(INSTALLER_GONE_WITHIN, gone_rx)
+                .await
+                .is_err()
+            {
+                return Err(format!(
+                    "the installer sandbox was not gone {} s after its program ended",
+                    INSTALLER_GONE_WITHIN.as_secs()
+                ));
+            }
             if network.denied > 0 {
                 tracing::info!(denied = ?network.connections.iter().filter(|c| !c.allowed).map(|c| format!("{}:{} {}", c.host, c.port, c.reason.clone().unwrap_or_default())).collect::<Vec<_>>(), "the installer was refused connections");
             }

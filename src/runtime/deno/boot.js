@@ -123,16 +123,19 @@ function receive() {
 // closes stdout and stderr and sends `codebox/exit` on fd 3: the supervisor answers then,
 // and the kernel's teardown of this process happens off the request path. Skipped when
 // the program listens for `unload` itself (its listeners run after this one and may still
-// print) or a tool call's line is still being written to fd 3.
+// print; so may Node's `process.on("exit")` listeners) or a tool call's line is still
+// being written to fd 3.
 function tellTheEndOnUnload() {
   let programListens = false;
-  const add = globalThis.addEventListener.bind(globalThis);
+  const add = EventTarget.prototype.addEventListener;
   globalThis.addEventListener = function (type, ...rest) {
-    if (type === "unload") programListens = true;
-    return add(type, ...rest);
+    if (type === "unload" && (this === undefined || this === globalThis)) programListens = true;
+    return add.call(this ?? globalThis, type, ...rest);
   };
-  add("unload", () => {
+  add.call(globalThis, "unload", () => {
     if (programListens || globalThis.onunload) return;
+    // Node's `process.on("exit")` listeners run after `unload` and may print.
+    if (globalThis.process?.listenerCount?.("exit") > 0) return;
     const out = globalThis[Symbol.for("codebox.channel.output")];
     if (out && (out.busy || out.queue.length > 0)) return;
     const line = new TextEncoder().encode(
