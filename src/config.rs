@@ -123,6 +123,9 @@ pub struct Config {
     /// imports before it is ready (`[]`: none).
     #[serde(default)]
     pub python: PythonConfig,
+    /// `[output]`: the model-facing output budget and the kept streams of cut results.
+    #[serde(default)]
+    pub output: crate::output::OutputSection,
     /// `[packages]`: packages on request (indexes, allow/deny, sizes, time).
     #[serde(default)]
     pub packages: crate::packages::PackagesSection,

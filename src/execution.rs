@@ -130,6 +130,10 @@ pub struct ExecutionResult {
     /// created was removed.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub workspace_quota_exceeded: bool,
+    /// What the output budget left out of stdout and stderr (bytes, lines) and the
+    /// resources holding them whole; absent when nothing was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }
 
 impl ExecutionResult {
@@ -476,8 +480,8 @@ pub fn result_from(
     ExecutionResult {
         start: None,
         language,
-        stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
-        stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+        stdout: outcome.stdout.text("stdout"),
+        stderr: outcome.stderr.text("stderr"),
         exit_code: outcome.exit_code(),
         signal: outcome.signal(),
         timed_out: outcome.timed_out,
@@ -498,6 +502,7 @@ pub fn result_from(
             .map(|us| us as f64 / 1000.0),
         workspace_files,
         workspace_files_truncated,
+        output: None,
         tool_calls: Vec::new(),
         tool_calls_dropped: None,
         tool_channel_error: None,

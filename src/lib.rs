@@ -50,6 +50,7 @@ pub mod doctor;
 pub mod egress;
 pub mod execution;
 pub mod line_reader;
+pub mod output;
 pub mod packages;
 pub mod pii;
 pub mod pool;

@@ -152,11 +152,29 @@ fn huge_output_is_truncated_with_true_total() {
     assert_eq!(v["exit_code"], 0, "{}", v["stderr"]);
     assert_eq!(v["stdout_truncated"], true);
     assert_eq!(v["stdout_total_bytes"], 100_000_000u64);
-    assert_eq!(v["stdout"].as_str().unwrap().len(), 1 << 20);
+    // The head and the end within the 1 MiB cap, around a marker.
+    let stdout = v["stdout"].as_str().unwrap();
+    let marker = stdout
+        .split_once("\n[codebox: ")
+        .and_then(|(_, m)| m.split_once("]\n"))
+        .map(|(m, _)| m)
+        .expect("a marker");
+    assert!(
+        marker.contains("bytes of stdout were not kept here"),
+        "{marker}"
+    );
+    assert_eq!(
+        stdout.len() - marker.len() - "\n[codebox: ]\n".len(),
+        1 << 20
+    );
     assert_eq!(v["stderr_truncated"], false);
     assert_eq!(v["stderr"], "done");
+    // A limit of 10 bytes: the first 8 and the last 2.
     let v = run_json("python", "print('y' * 100)", &["--output-limit", "10"]);
-    assert_eq!(v["stdout"], "yyyyyyyyyy");
+    assert_eq!(
+        v["stdout"],
+        "yyyyyyyy\n[codebox: 91 bytes of stdout were not kept here: the first 8 and the last 2 bytes are]\ny\n"
+    );
     assert_eq!(v["stdout_total_bytes"], 101);
 }
 

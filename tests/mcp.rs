@@ -63,6 +63,14 @@ fn packages_on_request_through_the_python_sdk() {
 }
 
 #[test]
+fn the_output_budget_and_kept_output_through_the_python_sdk() {
+    run_client_script(
+        "the_output_budget_and_kept_output_through_the_python_sdk",
+        "output_client.py",
+    );
+}
+
+#[test]
 fn controlled_egress_through_the_python_sdk() {
     run_client_script(
         "controlled_egress_through_the_python_sdk",

@@ -111,6 +111,7 @@ struct Resolved {
     /// `[python] preload` of the config, replacing the profile's.
     preload: Option<Vec<String>>,
     packages: codebox::packages::PackagesSection,
+    output: codebox::output::OutputSection,
     state_dir: Option<PathBuf>,
 }
 
@@ -199,6 +200,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         network: file.network.clone(),
         preload: file.python.preload.clone(),
         packages: file.packages.clone(),
+        output: file.output.clone(),
         state_dir: file
             .state_dir
             .clone()
@@ -390,7 +392,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )),
         None => None,
     };
+    let (output_budget, kept_output) = args.output.settings()?;
     let mut settings = Settings {
+        output_budget,
+        kept_output,
         network,
         egress,
         packages: None,

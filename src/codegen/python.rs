@@ -13,7 +13,7 @@
 //!
 //! Parameters are keyword-only, named after the schema's properties (sanitised, with the
 //! original JSON key used in the arguments); optional ones default to `None` and are left
-//! out of the call when `None`.
+//! out of the call when `None`. `aio.<function>` is each function as a coroutine.
 
 use std::fmt::Write as _;
 
@@ -28,7 +28,7 @@ use crate::codegen::schema::{
 use crate::upstream::catalog::CatalogTool;
 
 /// Module-level names of a server module that tool functions must not take.
-pub const MODULE_RESERVED: &[&str] = &["_codebox", "Any", "Literal", "annotations"];
+pub const MODULE_RESERVED: &[&str] = &["_codebox", "Any", "Literal", "annotations", "aio", "_Aio"];
 
 /// Names the function body uses, which parameters must not shadow.
 const BODY_NAMES: &[&str] = &["_codebox", "_args"];
@@ -380,8 +380,37 @@ pub fn server_module(server: &str, tools: &[(&CatalogTool, String)]) -> String {
     for (tool, name) in tools {
         let _ = write!(out, "\n\n{}", function(tool, name));
     }
+    out.push_str(ASYNC_FORMS);
     out
 }
+
+/// The end of every server module: `aio.<function>(...)`, each function as a coroutine
+/// (run on codebox's worker threads, so `asyncio.gather` fans out).
+const ASYNC_FORMS: &str = r#"
+
+
+class _Aio:
+    """The functions of this module as coroutines: `await aio.<function>(...)`, so
+    `asyncio.gather(aio.a(...), aio.b(...))` runs the calls at once."""
+
+    def __getattr__(self, name):
+        function = globals().get(name) if name in __all__ else None
+        if function is None:
+            raise AttributeError(name)
+
+        async def call(**kwargs):
+            return await _codebox.to_thread(function, **kwargs)
+
+        call.__name__ = name
+        call.__doc__ = function.__doc__
+        return call
+
+    def __dir__(self):
+        return list(__all__)
+
+
+aio = _Aio()
+"#;
 
 /// `servers/__init__.py`: lists the servers as `(module, server name, tool count)`.
 pub fn package_init(servers: &[(String, String, usize)]) -> String {

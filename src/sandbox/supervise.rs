@@ -17,25 +17,79 @@ use super::report::ProgramStatus;
 use super::spec::Limits;
 use super::Sandbox;
 
-/// Output of one stream: the first `cap` bytes and the true total.
+/// The most of a stream's end that is kept: a program's last lines (a summary, a
+/// traceback) matter most. A stream's cap is shared: its last quarter (at most this) is
+/// for the end, the rest for the head, so no more than the cap is ever kept.
+pub const TAIL_BYTES: usize = 64 * 1024;
+
+/// Output of one stream within its cap: the head, the end, and the true total.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Captured {
+    /// The head: up to the cap less the tail's room.
     pub bytes: Vec<u8>,
+    /// What came after `bytes`, of which the last `tail_room` bytes are kept (up to
+    /// twice that while the stream runs).
+    pub tail: Vec<u8>,
+    pub tail_room: usize,
     pub total_bytes: u64,
+    /// Some of the stream between `bytes` and `tail` was not kept.
     pub truncated: bool,
 }
 
 impl Captured {
-    /// Keeps what fits under `cap`; returns the part kept.
+    /// Keeps the head and the end of the stream within `cap` bytes together; returns
+    /// the part kept in the head (what is streamed as it comes).
     pub fn push<'a>(&mut self, chunk: &'a [u8], cap: usize) -> &'a [u8] {
         self.total_bytes += chunk.len() as u64;
-        let room = cap.saturating_sub(self.bytes.len());
-        let kept = &chunk[..chunk.len().min(room)];
-        if kept.len() < chunk.len() {
-            self.truncated = true;
-        }
+        self.tail_room = (cap / 4).min(TAIL_BYTES);
+        let head_cap = cap - self.tail_room;
+        let room = head_cap.saturating_sub(self.bytes.len());
+        let (kept, rest) = chunk.split_at(chunk.len().min(room));
         self.bytes.extend_from_slice(kept);
+        if !rest.is_empty() {
+            let rest = &rest[rest.len().saturating_sub(self.tail_room)..];
+            self.tail.extend_from_slice(rest);
+            if self.tail.len() > 2 * self.tail_room {
+                self.tail.drain(..self.tail.len() - self.tail_room);
+            }
+            self.truncated = self.left_out() > 0;
+        }
         kept
+    }
+
+    /// The kept end: the last `tail_room` bytes after the head.
+    fn kept_tail(&self) -> &[u8] {
+        &self.tail[self.tail.len().saturating_sub(self.tail_room)..]
+    }
+
+    /// Bytes of the stream kept neither in the head nor in the end.
+    pub fn left_out(&self) -> u64 {
+        self.total_bytes
+            .saturating_sub((self.bytes.len() + self.kept_tail().len()) as u64)
+    }
+
+    /// The stream as text: the head, then (when bytes were left out) a marker and the
+    /// end; bytes that are not UTF-8 become U+FFFD.
+    pub fn text(&self, stream: &str) -> String {
+        let tail = self.kept_tail();
+        let left_out = self.left_out();
+        if left_out == 0 {
+            let mut all = self.bytes.clone();
+            all.extend_from_slice(tail);
+            return String::from_utf8_lossy(&all).into_owned();
+        }
+        // The end starts wherever the gap ended: skip a partial character.
+        let start = tail
+            .iter()
+            .position(|b| b & 0xC0 != 0x80)
+            .unwrap_or(tail.len());
+        format!(
+            "{}\n[codebox: {left_out} bytes of {stream} were not kept here: the first {} and the last {} bytes are]\n{}",
+            String::from_utf8_lossy(&self.bytes),
+            self.bytes.len(),
+            tail.len() - start,
+            String::from_utf8_lossy(&tail[start..])
+        )
     }
 }
 
@@ -251,14 +305,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn capture_keeps_cap_and_counts_total() {
+    fn capture_keeps_the_head_and_the_end_within_the_cap() {
+        // A cap of 8: 6 for the head, 2 for the end.
         let mut c = Captured::default();
         assert_eq!(c.push(b"hello", 8), b"hello");
-        assert_eq!(c.push(b"world", 8), b"wor");
+        assert_eq!(c.push(b"world", 8), b"w");
         assert_eq!(c.push(b"!", 8), b"");
-        assert_eq!(c.bytes, b"hellowor");
+        assert_eq!(c.bytes, b"hellow");
         assert_eq!(c.total_bytes, 11);
         assert!(c.truncated);
+        assert_eq!(c.left_out(), 3);
+        assert_eq!(
+            c.text("stdout"),
+            "hellow\n[codebox: 3 bytes of stdout were not kept here: the first 6 and the last 2 bytes are]\nd!"
+        );
+    }
+
+    #[test]
+    fn a_long_stream_keeps_its_head_a_marker_and_its_last_bytes() {
+        let cap = 1 << 20;
+        let mut c = Captured::default();
+        c.push(b"head\n", cap);
+        let middle = vec![b'x'; 3 * cap];
+        for chunk in middle.chunks(1000) {
+            c.push(chunk, cap);
+        }
+        c.push("the end: é\n".as_bytes(), cap);
+        assert!(c.truncated);
+        assert_eq!(c.bytes.len() + TAIL_BYTES, cap, "never more than the cap");
+        assert_eq!(c.left_out(), c.total_bytes - cap as u64);
+        let text = c.text("stdout");
+        assert!(text.starts_with("head\nxx"), "{}", &text[..80]);
+        assert!(text.contains(&format!("{} bytes of stdout were not kept", c.left_out())));
+        assert!(text.ends_with("xxthe end: é\n"));
+        // The tail stays bounded however long the stream.
+        assert!(c.tail.len() <= 2 * TAIL_BYTES);
+    }
+
+    #[test]
+    fn a_tail_that_starts_inside_a_character_skips_it() {
+        let mut c = Captured::default();
+        let mut long = "é".repeat(100_000).into_bytes();
+        long.push(b'z');
+        c.push(&long, 1000);
+        let text = c.text("stderr");
+        assert!(!text.contains('\u{fffd}'), "no replacement character");
+        assert!(text.ends_with("éz"));
     }
 
     #[test]

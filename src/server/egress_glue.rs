@@ -172,6 +172,8 @@ mod tests {
             timed_out: false,
             stdout: crate::sandbox::Captured {
                 bytes: stdout.as_bytes().to_vec(),
+                tail: Vec::new(),
+                tail_room: 0,
                 truncated: false,
                 total_bytes: stdout.len() as u64,
             },

@@ -41,6 +41,8 @@ pub(super) struct Checked {
     pub(super) narrowing: Narrowing,
     /// The packages the call asks for (`packages`, TypeScript's npm:/jsr: imports).
     pub(super) packages: Option<crate::packages::PackageSet>,
+    /// Characters of stdout and stderr the result carries.
+    pub(super) output_chars: usize,
 }
 
 /// What running a program gave, before it becomes a result.
@@ -108,7 +110,9 @@ impl CodeboxServer {
         }
         let narrowing = self.narrowing(params.network.as_deref())?;
         let packages = self.package_set(language, params.packages.as_deref(), &params.code)?;
+        let output_chars = s.settings.output_budget.for_call(params.output_budget)?;
         Ok(Checked {
+            output_chars,
             files,
             limits,
             allow,
@@ -377,6 +381,7 @@ impl CodeboxServer {
         if let Some(v) = &redact {
             tokenize_result(v, &mut result);
         }
+        self.fit_output(&client, &mut result, c.output_chars);
         s.counters.run.fetch_add(1, Ordering::Relaxed);
         if result.failed() {
             s.counters.failed.fetch_add(1, Ordering::Relaxed);

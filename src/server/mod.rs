@@ -29,9 +29,10 @@ pub mod http;
 mod http_answers;
 pub mod http_conn;
 mod model_facing;
+mod output_glue;
 pub mod packages_glue;
 mod pool_glue;
-mod render;
+pub(crate) mod render;
 pub mod resources;
 pub mod schema;
 mod session_owners;
@@ -116,6 +117,10 @@ pub struct Settings {
     pub egress: Option<Arc<crate::egress::Egress>>,
     /// Packages on request (`None`: off, or no installer in the rootfs).
     pub packages: Option<Arc<crate::packages::Installer>>,
+    /// Characters of output a result carries, by default and at most.
+    pub output_budget: crate::output::Budget,
+    /// How long and how much of cut results' whole streams is kept.
+    pub kept_output: crate::output::KeptLimits,
 }
 
 #[derive(Debug, Default)]
@@ -147,6 +152,8 @@ struct State {
     stopping: tokio_util::sync::CancellationToken,
     /// Execute calls between arrival and answer.
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// The whole streams of results the output budget cut, as their clients' resources.
+    kept_outputs: crate::output::KeptOutputs,
 }
 
 /// One MCP connection's own state.
@@ -189,6 +196,9 @@ pub struct ExecuteParams {
     /// Packages to install first: pip requirements (Python), `npm:`/`jsr:` specifiers
     /// (TypeScript, whose imports of such specifiers are added).
     pub packages: Option<Vec<String>>,
+    /// Characters of stdout+stderr returned (default 20000): head and tail; the whole
+    /// output is then a resource.
+    pub output_budget: Option<u64>,
 }
 
 /// Arguments of `search_tools`.
@@ -271,6 +281,7 @@ impl CodeboxServer {
             let templates = pool_glue::templates(&settings, skills, &wrappers, &backend);
             WarmPool::new(spawner.clone(), settings.pool_size, templates)
         });
+        let kept_outputs = crate::output::KeptOutputs::new(settings.kept_output);
         let state = Arc::new(State {
             spawner,
             rate: RateLimiter::new(settings.rate),
@@ -288,6 +299,7 @@ impl CodeboxServer {
             pool,
             stopping: tokio_util::sync::CancellationToken::new(),
             in_flight: Arc::default(),
+            kept_outputs,
         });
         pool_glue::follow_catalog(Arc::downgrade(&state));
         // Idle sessions expire in the background.
@@ -740,7 +752,18 @@ impl ServerHandler for CodeboxServer {
             Some(dir) => resources::list(dir.path()),
             None => Vec::new(),
         };
-        items.extend(self.extra_resources(&self.client_of(&context)));
+        let client = self.client_of(&context);
+        for k in self.state.kept_outputs.list(&client) {
+            let mut r = rmcp::model::Resource::new(k.uri.clone(), k.uri.clone());
+            r.mime_type = Some("text/plain".into());
+            r.size = Some(k.bytes as u64);
+            r.description = Some(format!(
+                "an execution's whole output, {} pages: ?page=1..{}",
+                k.pages, k.pages
+            ));
+            items.push(r);
+        }
+        items.extend(self.extra_resources(&client));
         Ok(rmcp::model::ListResourcesResult::with_all_items(items))
     }
 
@@ -750,6 +773,17 @@ impl ServerHandler for CodeboxServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
         let client = self.client_of(&context);
+        if let Some(read) = self.state.kept_outputs.read(&client, &request.uri) {
+            return match read {
+                // The page count is in the listing and in the error past the last page.
+                Ok((text, _pages)) => Ok(rmcp::model::ReadResourceResult::new(vec![
+                    rmcp::model::ResourceContents::text(text, request.uri.clone())
+                        .with_mime_type("text/plain"),
+                ])
+                .into()),
+                Err(why) => Err(McpError::resource_not_found(why, None)),
+            };
+        }
         if let Some(read) = self.read_extra_resource(&request.uri, &client) {
             return match read {
                 Ok(text) => Ok(rmcp::model::ReadResourceResult::new(vec![

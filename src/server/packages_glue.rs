@@ -182,8 +182,8 @@ impl InstallRunner for SandboxInstaller {
                 tracing::info!(denied = ?network.connections.iter().filter(|c| !c.allowed).map(|c| format!("{}:{} {}", c.host, c.port, c.reason.clone().unwrap_or_default())).collect::<Vec<_>>(), "the installer was refused connections");
             }
             Ok(RunOutput {
-                stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
-                stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+                stdout: outcome.stdout.text("stdout"),
+                stderr: outcome.stderr.text("stderr"),
                 exit_code: outcome.exit_code(),
                 timed_out: outcome.timed_out,
                 oom_killed: outcome.cgroup.as_ref().is_some_and(|c| c.oom_killed),

@@ -362,6 +362,7 @@ mod tests {
             session: None,
             workspace_usage: None,
             workspace_quota_exceeded: false,
+            output: None,
         }
     }
 

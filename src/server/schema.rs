@@ -28,6 +28,7 @@ pub fn execution_output_schema() -> Arc<JsonObject> {
             "duration_ms": {"type": "number"},
             "tool_calls": {"type": "array", "items": {"type": "object"}},
             "session": {"type": "object"},
+            "output": {"type": "object"},
         },
         "required": ["stdout", "stderr", "exit_code", "signal", "timed_out", "duration_ms"],
     }))
@@ -51,6 +52,8 @@ pub fn execution_input_schema() -> Arc<JsonObject> {
                     "description": "tokenize personal data"},
             "packages": {"type": "array", "items": {"type": "string"},
                          "description": "install first: pip requirements, or npm:/jsr: specifiers"},
+            "output_budget": {"type": "integer",
+                              "description": "chars of output returned (default 20000); the rest is a resource"},
         },
         "required": ["code"],
     }))
@@ -151,6 +154,7 @@ mod tests {
             ),
             workspace_usage: full.then(|| serde_json::json!({"bytes": 1, "entries": 1})),
             workspace_quota_exceeded: full,
+            output: None,
         }
     }
 

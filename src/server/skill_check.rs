@@ -97,6 +97,7 @@ impl CodeboxServer {
             // unresolved).
             narrowing: self.no_hosts(),
             packages: None,
+            output_chars: s.settings.output_budget.default_chars,
         };
         let wrappers = self.wrapper_dir();
         // A TypeScript skill's imports are resolved, so it sees the upstream wrappers and

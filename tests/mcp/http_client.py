@@ -235,14 +235,20 @@ async def large_outputs_fit_the_sdk(base):
                     progress_callback=on_progress)
                 sc = r.structured_content
                 out = sc["stdout"]
-                assert out.startswith("xxxx") and 300_000 < len(out) < 600_000, len(out)
-                assert "cut here" in out and "cut here" in r.content[0].text
-                assert sc["wire_truncated"]["stdout_bytes_cut"] > 0, sc.get("wire_truncated")
-                if size == 600_000:
-                    assert out.endswith("END"), out[-20:]
-                else:
-                    assert sc["stdout_truncated"], sc
+                # The output budget: head, marker, end.
+                assert out.startswith("xxxx") and out.endswith("END") and len(out) < 21_000, len(out)
+                assert "left out here" in out and out in r.content[0].text
+                assert sc["stdout_truncated"] == (size > 1 << 20), sc
             assert seen and max(seen) <= 256 * 1024, max(seen)
+            # A budget whose characters escape long (a control byte is 6 bytes of JSON)
+            # is cut again to fit the SDK's 1 MiB.
+            r = await s.call_tool(
+                "execute_python",
+                {"code": "import sys; sys.stdout.write(chr(1) * 600_000 + 'END')",
+                 "output_budget": 200_000})
+            sc = r.structured_content
+            assert "cut here" in sc["stdout"] and "cut here" in r.content[0].text
+            assert sc["wire_truncated"]["stdout_bytes_cut"] > 0, sc.get("wire_truncated")
             # Resources are not cut: one that fits is served whole, a larger one is refused
             # with an error the SDK can read (never an event it rejects).
             r = await s.call_tool("execute_python", {"session": "new", "code": (

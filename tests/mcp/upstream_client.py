@@ -340,6 +340,36 @@ async def wrappers_are_browsable_as_resources(s, w):
         raise AssertionError("a path outside the wrappers was read")
 
 
+@case
+async def python_threads_and_asyncio_gather_call_tools_at_once(s, w):
+    # Three 1-second tool calls: from threads, then through asyncio.gather over the
+    # generated wrappers' coroutine forms. Serialised they would take 3 s each way.
+    code = """
+import asyncio, threading, time
+from servers.everything import trigger_long_running_operation as op, aio
+t = time.monotonic()
+results = []
+threads = [threading.Thread(target=lambda: results.append(op(duration=1, steps=1))) for _ in range(3)]
+for th in threads: th.start()
+for th in threads: th.join()
+in_threads = time.monotonic() - t
+async def fan_out():
+    t = time.monotonic()
+    got = await asyncio.gather(*(aio.trigger_long_running_operation(duration=1, steps=1) for _ in range(3)))
+    return time.monotonic() - t, got
+gathered, got = asyncio.run(fan_out())
+print(len(results), len(got), "completed" in str(got[0]))
+print(round(in_threads, 2), round(gathered, 2))
+"""
+    r, sc = await run(s, "python", code, timeout_ms=30000)
+    ok(r, sc)
+    counts, times = sc["stdout"].splitlines()
+    assert counts == "3 3 True", sc["stdout"]
+    in_threads, gathered = (float(x) for x in times.split())
+    print(f"        three 1-second calls: threads {in_threads} s, asyncio.gather {gathered} s")
+    assert in_threads < 2.5 and gathered < 2.5, "the calls ran one after another: " + times
+
+
 def process_tree():
     """{parent pid: [(pid, command line with spaces)]} of every process on the host."""
     children = {}

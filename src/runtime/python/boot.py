@@ -261,7 +261,7 @@ def _tell_the_end(status):
     are loaded) happens off the request path. Only when no thread is inside a call on
     fd 3 (a line must not be interleaved with another), and without blocking."""
     codebox = sys.modules.get("codebox")
-    lock = getattr(getattr(codebox, "_channel", None), "_lock", None)
+    lock = getattr(getattr(codebox, "_channel", None), "_wlock", None)
     try:
         if lock is not None and not lock.acquire(blocking=False):
             return

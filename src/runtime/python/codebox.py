@@ -2,6 +2,7 @@
 
     import codebox
     text = codebox.call_tool("filesystem__read_text_file", {"path": "/data/a.txt"})
+    texts = await asyncio.gather(*(codebox.call_tool_async(n, a) for n, a in calls))
     for t in codebox.search_tools("read file", detail="summary"):
         print(t["name"], t.get("description"))
 
@@ -9,8 +10,9 @@ The generated package `servers` wraps every tool in a typed function
 (`from servers.filesystem import read_text_file`); both go through `call_tool`.
 
 Protocol (src/proxy/mod.rs): after the boot frame, fd 3 carries newline-delimited
-JSON-RPC 2.0; this module sends a request and reads its response. Calls from several
-threads are serialised.
+JSON-RPC 2.0; this module sends requests and reads their responses, matched by id, so
+calls from several threads (or `asyncio.gather` over `call_tool_async`) run at once; the
+proxy bounds how many run together.
 
 In a keep-alive session (src/runtime/boot.rs) boot.py also reads the next run's
 `codebox/run` notification through this channel and sends `codebox/done`, so the tool
@@ -23,7 +25,17 @@ from posix import read, write
 
 CHANNEL_FD = 3
 
-__all__ = ["ToolError", "call_tool", "search_tools", "search_tools_page", "get_tool", "sandbox_info"]
+__all__ = [
+    "ToolError",
+    "call_tool",
+    "call_tool_async",
+    "search_tools",
+    "search_tools_async",
+    "search_tools_page",
+    "get_tool",
+    "sandbox_info",
+    "to_thread",
+]
 
 
 class ToolError(Exception):
@@ -39,76 +51,130 @@ RUN_METHOD = "codebox/run"
 
 
 class _Channel:
+    """Requests multiplexed by id: any number of threads may wait for their answers at
+    once. No thread of its own: a waiting caller whose answer has not come takes the
+    reader's turn when nobody holds it, reads one line, hands it to whoever it is for,
+    and lets the others look again. Writes go whole, under their own lock, never while
+    holding the state's (a write can block while the supervisor's answer queue is full,
+    which only a reader drains)."""
+
     def __init__(self):
-        self._lock = threading.Lock()
+        # Guards everything below but the read buffer, which only the reader touches.
+        self._state = threading.Condition(threading.Lock())
+        self._wlock = threading.Lock()
         # Read from fd 3 and not taken yet; _buf[:_scanned] holds no newline.
         self._buf = bytearray()
         self._scanned = 0
+        self._reading = False
         self._next_id = 1
         self._closed = None
-        # codebox/run notifications read while a tool call waited (session mode).
+        # id -> the response, None until it came.
+        self._answers = {}
+        # codebox/run notifications not yet taken (session mode).
         self._controls = []
 
     def adopt(self, data):
         """Takes bytes boot.py read past the boot frame: they come before anything unread."""
-        with self._lock:
+        with self._state:
             self._buf[:0] = data
             self._scanned = 0
 
     def notify(self, method, params):
         """Sends a JSON-RPC notification (no id, no response)."""
         line = json.dumps({"jsonrpc": "2.0", "method": method, "params": params})
-        with self._lock:
-            self._write(line.encode() + b"\n")
+        self._write(line.encode() + b"\n")
 
     def next_control(self):
         """Waits for the next `codebox/run` notification and returns it (a dict); None at
-        EOF on fd 3. Every other line is skipped: responses to calls nobody waits for any
+        EOF on fd 3. Lines for nobody are skipped: responses to calls nobody waits for any
         more, other notifications, lines that are not JSON."""
-        with self._lock:
+        with self._state:
             while True:
                 if self._controls:
                     return self._controls.pop(0)
-                line = self._read_line()
-                if line is None:
+                if self._closed:
                     return None
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if _is_run(msg):
-                    return msg
+                self._read_turn()
 
     def request(self, method, params):
-        with self._lock:
+        with self._state:
             if self._closed:
                 raise ToolError(self._closed)
             id_ = self._next_id
             self._next_id += 1
-            line = json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
+            self._answers[id_] = None
+        line = json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
+        try:
             self._write(line.encode() + b"\n")
-            while True:
-                msg = self._read_message()
-                if msg.get("id") == id_:
-                    break
-                if _is_run(msg):
-                    self._controls.append(msg)
+        except ToolError:
+            with self._state:
+                self._answers.pop(id_, None)
+            raise
+        with self._state:
+            while self._answers.get(id_) is None:
+                if self._closed:
+                    self._answers.pop(id_, None)
+                    raise ToolError(self._closed)
+                self._read_turn()
+            msg = self._answers.pop(id_)
         error = msg.get("error")
         if error:
             raise ToolError(error.get("message", "tool call failed"), code=error.get("code"))
         return msg.get("result")
 
+    def _read_turn(self):
+        """With the state held: reads and hands out one line if no other thread is reading,
+        else waits until something changed."""
+        if self._reading:
+            self._state.wait()
+            return
+        self._reading = True
+        self._state.release()
+        try:
+            line = self._read_line()
+        except OSError as e:
+            line = None
+            self._closed = "codebox: reading the tool channel (fd 3) failed (%s)" % e.strerror
+        finally:
+            self._state.acquire()
+            self._reading = False
+            self._state.notify_all()
+        self._deliver(line)
+
+    def _deliver(self, line):
+        """With the state held: gives one line to whoever waits for it."""
+        if line is None:
+            self._closed = self._closed or "codebox: the tool channel (fd 3) closed"
+            return
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
+            if any(v is None for v in self._answers.values()):
+                self._closed = "codebox: malformed message on the tool channel"
+            return
+        if _is_run(msg):
+            self._controls.append(msg)
+            return
+        id_ = msg.get("id")
+        if isinstance(id_, int) and id_ in self._answers and self._answers[id_] is None:
+            self._answers[id_] = msg
+
     def _write(self, data):
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[write(CHANNEL_FD, view):]
-            except OSError as e:
-                self._closed = "codebox: the tool channel (fd 3) is closed (%s)" % e.strerror
-                raise ToolError(self._closed) from None
+        with self._wlock:
+            view = memoryview(data)
+            while view:
+                try:
+                    view = view[write(CHANNEL_FD, view):]
+                except OSError as e:
+                    with self._state:
+                        self._closed = "codebox: the tool channel (fd 3) is closed (%s)" % e.strerror
+                        self._state.notify_all()
+                    raise ToolError(self._closed) from None
 
     def _read_line(self):
-        """The next line without its newline; None at EOF (the channel is then closed).
+        """The next line without its newline; None at EOF. Only the reader calls it.
 
         Appends to one bytearray and searches only the bytes not searched yet, so a line
         of n bytes costs O(n) however many reads it takes."""
@@ -119,7 +185,6 @@ class _Channel:
             self._scanned = len(self._buf)
             chunk = read(CHANNEL_FD, 1 << 20)
             if not chunk:
-                self._closed = "codebox: the tool channel (fd 3) closed"
                 return None
             self._buf += chunk
         with memoryview(self._buf) as view:  # one copy, not a slice and then bytes()
@@ -130,19 +195,6 @@ class _Channel:
             del self._buf[: end + 1]
         self._scanned = 0
         return line
-
-    def _read_message(self):
-        line = self._read_line()
-        if line is None:
-            raise ToolError(self._closed)
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            msg = None
-        if not isinstance(msg, dict):
-            self._closed = "codebox: malformed message on the tool channel"
-            raise ToolError(self._closed)
-        return msg
 
 
 def _is_run(msg):
@@ -178,6 +230,37 @@ def call_tool(name, args=None):
     arguments; returns its structured result, parsed JSON text, or text."""
     result = _channel.request("tools/call", {"name": name, "arguments": args or {}})
     return _unwrap(name, result)
+
+
+_executor = None
+_executor_lock = threading.Lock()
+
+
+async def to_thread(function, /, *args, **kwargs):
+    """Runs a blocking call (a tool call, a generated `servers.*` function) on one of
+    codebox's worker threads, so `asyncio.gather` runs several at once (up to 32 here;
+    the supervisor bounds how many tool calls run together)."""
+    import asyncio
+    import functools
+
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="codebox-call")
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor, functools.partial(function, *args, **kwargs))
+
+
+async def call_tool_async(name, args=None):
+    """`call_tool` as a coroutine: `await asyncio.gather(call_tool_async(a), ...)`."""
+    return await to_thread(call_tool, name, args)
+
+
+async def search_tools_async(query, detail="summary", server=None, limit=None):
+    """`search_tools` as a coroutine."""
+    return await to_thread(search_tools, query, detail=detail, server=server, limit=limit)
 
 
 def search_tools(query, detail="summary", server=None, limit=None):

@@ -1,0 +1,262 @@
+//! Whole output streams of results whose budget cut them, kept for a while as resources
+//! of the client that ran them: `codebox://executions/<id>/stdout` (and `stderr`), read
+//! in pages (`?page=2`) that each fit in one MCP message. Another client's executions
+//! are unknown to a caller. What is kept is what the result was made from: secrets
+//! redacted and personal data tokenized already.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// URI prefix of kept streams.
+pub const PREFIX: &str = "codebox://executions/";
+
+/// Escaped JSON bytes of one page (with the envelope, well within what a client accepts
+/// in one message).
+pub const PAGE_BYTES: usize = 256 * 1024;
+
+/// Limits of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptLimits {
+    /// How long a stream stays readable.
+    pub ttl: Duration,
+    /// Bytes of all kept streams together; the oldest go first past it.
+    pub max_bytes: usize,
+}
+
+impl Default for KeptLimits {
+    fn default() -> KeptLimits {
+        KeptLimits {
+            ttl: Duration::from_secs(15 * 60),
+            max_bytes: 64 << 20,
+        }
+    }
+}
+
+struct Entry {
+    id: String,
+    owner: String,
+    at: Instant,
+    stdout: Option<String>,
+    stderr: Option<String>,
+}
+
+impl Entry {
+    fn bytes(&self) -> usize {
+        self.stdout.as_ref().map_or(0, String::len) + self.stderr.as_ref().map_or(0, String::len)
+    }
+}
+
+/// The kept streams, oldest first.
+pub struct KeptOutputs {
+    limits: KeptLimits,
+    entries: Mutex<(VecDeque<Entry>, usize)>,
+}
+
+/// One kept stream, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub uri: String,
+    pub bytes: usize,
+    pub pages: usize,
+}
+
+impl KeptOutputs {
+    pub fn new(limits: KeptLimits) -> KeptOutputs {
+        KeptOutputs {
+            limits,
+            entries: Mutex::default(),
+        }
+    }
+
+    /// Keeps the streams of execution `id` (see [`new_id`]) for `owner`; false when they
+    /// are larger than the whole store.
+    pub fn keep(
+        &self,
+        id: &str,
+        owner: &str,
+        stdout: Option<String>,
+        stderr: Option<String>,
+    ) -> bool {
+        let entry = Entry {
+            id: id.to_string(),
+            owner: owner.to_string(),
+            at: Instant::now(),
+            stdout,
+            stderr,
+        };
+        let size = entry.bytes();
+        if size > self.limits.max_bytes {
+            tracing::info!(
+                size,
+                limit = self.limits.max_bytes,
+                "an execution's output is larger than the kept-output store"
+            );
+            return false;
+        }
+        let mut guard = self.entries.lock().expect("kept outputs lock");
+        let (entries, total) = &mut *guard;
+        expire(entries, total, self.limits.ttl);
+        while *total + size > self.limits.max_bytes {
+            let Some(old) = entries.pop_front() else {
+                break;
+            };
+            *total -= old.bytes();
+        }
+        *total += size;
+        entries.push_back(entry);
+        true
+    }
+
+    /// The caller's kept streams.
+    pub fn list(&self, owner: &str) -> Vec<Listed> {
+        let mut guard = self.entries.lock().expect("kept outputs lock");
+        let (entries, total) = &mut *guard;
+        expire(entries, total, self.limits.ttl);
+        let mut out = Vec::new();
+        for e in entries.iter().filter(|e| e.owner == owner) {
+            for (stream, text) in [("stdout", &e.stdout), ("stderr", &e.stderr)] {
+                if let Some(text) = text {
+                    out.push(Listed {
+                        uri: format!("{PREFIX}{}/{stream}", e.id),
+                        bytes: text.len(),
+                        pages: crate::server::render::pieces(text, PAGE_BYTES).len().max(1),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// `None` when `uri` is not a kept stream's; else page N of it with the page count,
+    /// or why there is none (expired, another client's, no such page).
+    pub fn read(&self, owner: &str, uri: &str) -> Option<Result<(String, usize), String>> {
+        let rest = uri.strip_prefix(PREFIX)?;
+        Some(self.read_page(owner, uri, rest))
+    }
+
+    fn read_page(&self, owner: &str, uri: &str, rest: &str) -> Result<(String, usize), String> {
+        let unknown = || {
+            format!("unknown resource {uri:?}: kept output is readable for {} s after its execution, by the client that ran it", self.limits.ttl.as_secs())
+        };
+        let (path, page) = match rest.split_once("?page=") {
+            Some((p, n)) => (
+                p,
+                n.parse::<usize>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| format!("{uri:?}: a page is a number from 1"))?,
+            ),
+            None => (rest, 1),
+        };
+        let (id, stream) = path.split_once('/').ok_or_else(unknown)?;
+        let mut guard = self.entries.lock().expect("kept outputs lock");
+        let (entries, total) = &mut *guard;
+        expire(entries, total, self.limits.ttl);
+        let entry = entries
+            .iter()
+            .find(|e| e.id == id && e.owner == owner)
+            .ok_or_else(unknown)?;
+        let text = match stream {
+            "stdout" => entry.stdout.as_deref(),
+            "stderr" => entry.stderr.as_deref(),
+            _ => None,
+        }
+        .ok_or_else(unknown)?;
+        let pages = crate::server::render::pieces(text, PAGE_BYTES);
+        let count = pages.len().max(1);
+        match pages.get(page - 1) {
+            Some(p) => Ok((p.to_string(), count)),
+            None if page == 1 => Ok((String::new(), 1)),
+            None => Err(format!("{uri:?}: there are {count} pages")),
+        }
+    }
+}
+
+/// A new execution id: 24 hex digits from the system's randomness (unguessable; the
+/// owner is checked as well).
+pub fn new_id() -> String {
+    let mut raw = [0u8; 12];
+    if getrandom::fill(&mut raw).is_err() {
+        tracing::warn!("no randomness for an execution id; using the clock");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        raw.copy_from_slice(&nanos.to_le_bytes()[..12]);
+    }
+    raw.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The URI of one kept stream.
+pub fn uri(id: &str, stream: &str) -> String {
+    format!("{PREFIX}{id}/{stream}")
+}
+
+fn expire(entries: &mut VecDeque<Entry>, total: &mut usize, ttl: Duration) {
+    while entries.front().is_some_and(|e| e.at.elapsed() > ttl) {
+        let old = entries.pop_front().expect("checked");
+        *total -= old.bytes();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owner_reads_its_streams_in_pages_and_nobody_else_does() {
+        let kept = KeptOutputs::new(KeptLimits::default());
+        let big = "x".repeat(PAGE_BYTES * 2 + 10);
+        let id = new_id();
+        assert!(kept.keep(&id, "alice", Some(big.clone()), None));
+        let uri = format!("{PREFIX}{id}/stdout");
+        let (first, pages) = kept.read("alice", &uri).unwrap().unwrap();
+        assert_eq!(pages, 3);
+        let mut whole = first;
+        for n in 2..=3 {
+            whole += &kept
+                .read("alice", &format!("{uri}?page={n}"))
+                .unwrap()
+                .unwrap()
+                .0;
+        }
+        assert_eq!(whole, big);
+        assert!(kept
+            .read("alice", &format!("{uri}?page=4"))
+            .unwrap()
+            .is_err());
+        assert!(kept
+            .read("alice", &format!("{uri}?page=0"))
+            .unwrap()
+            .is_err());
+        assert!(kept.read("mallory", &uri).unwrap().is_err());
+        assert!(kept
+            .read("alice", &format!("{PREFIX}{id}/stderr"))
+            .unwrap()
+            .is_err());
+        assert!(kept
+            .read("alice", &format!("{PREFIX}{id}/../x"))
+            .unwrap()
+            .is_err());
+        assert!(kept.read("alice", "codebox://servers/x.ts").is_none());
+        assert_eq!(kept.list("alice").len(), 1);
+        assert!(kept.list("mallory").is_empty());
+    }
+
+    #[test]
+    fn old_streams_go_first_past_the_size_and_after_the_ttl() {
+        let kept = KeptOutputs::new(KeptLimits {
+            ttl: Duration::from_millis(200),
+            max_bytes: 100,
+        });
+        let (a, b) = (new_id(), new_id());
+        assert!(kept.keep(&a, "c", Some("a".repeat(60)), None));
+        assert!(kept.keep(&b, "c", Some("b".repeat(60)), None));
+        let read = |id: &str| kept.read("c", &format!("{PREFIX}{id}/stdout")).unwrap();
+        assert!(read(&a).is_err(), "evicted for b");
+        assert!(read(&b).is_ok());
+        assert!(!kept.keep(&new_id(), "c", Some("c".repeat(101)), None));
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(read(&b).is_err(), "expired");
+    }
+}
