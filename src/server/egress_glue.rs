@@ -139,11 +139,11 @@ pub(super) fn describe_network(router: &mut ToolRouter<CodeboxServer>, mode: Net
         if let Some(d) = &tool.description {
             let d = d
                 .replace(
-                    "(stdlib, no network)",
-                    "(stdlib; HTTP(S) to allowed hosts only, see health)",
+                    "matplotlib; no network)",
+                    "matplotlib; HTTP(S) to allowed hosts only, see health)",
                 )
                 .replace(
-                    "(Deno 2, no network, no npm)",
+                    "(Deno 2; no network)",
                     "(Deno 2; fetch to allowed hosts only, see health)",
                 );
             tool.description = Some(d.into());

@@ -225,12 +225,12 @@ pub struct GetToolParams {
     pub name: String,
 }
 
-const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program (stdlib, no network) in an \
-isolated sandbox; returns stdout, stderr, exit status. Upstream tools: `from servers.<server> \
-import <tool>` (find them with search_tools); skills: `from skills import <name>`. Print only \
-what you need.";
+const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program (stdlib, numpy, pandas, \
+matplotlib; no network) in an isolated sandbox; returns stdout, stderr, exit status. Upstream \
+tools: `from servers.<server> import <tool>` (find them with search_tools); skills: `from \
+skills import <name>`. Print only what you need.";
 
-const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2, no network, no npm) in \
+const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2; no network) in \
 an isolated sandbox; returns stdout, stderr, exit status. Upstream tools: `import { tool } from \
 \"/servers/<server>/index.ts\"` (find them with search_tools); skills: \
 \"/skills/<name>/skill.ts\". Print only what you need.";
@@ -648,9 +648,11 @@ impl CodeboxServer {
         Self::all_tools().list_all()
     }
 
-    /// Every tool: execution and discovery, skills, sessions.
+    /// Every tool: execution and discovery, skills, sessions; input schemas compacted.
     fn all_tools() -> ToolRouter<Self> {
-        Self::tool_router() + Self::skills_router() + Self::sessions_router()
+        let mut router = Self::tool_router() + Self::skills_router() + Self::sessions_router();
+        schema::compact_input_schemas(&mut router);
+        router
     }
 }
 

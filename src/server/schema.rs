@@ -28,7 +28,6 @@ pub fn execution_output_schema() -> Arc<JsonObject> {
             "duration_ms": {"type": "number"},
             "tool_calls": {"type": "array", "items": {"type": "object"}},
             "session": {"type": "object"},
-            "output": {"type": "object"},
         },
         "required": ["stdout", "stderr", "exit_code", "signal", "timed_out", "duration_ms"],
     }))
@@ -52,11 +51,25 @@ pub fn execution_input_schema() -> Arc<JsonObject> {
                     "description": "tokenize personal data"},
             "packages": {"type": "array", "items": {"type": "string"},
                          "description": "install first: pip requirements, or npm:/jsr: specifiers"},
-            "output_budget": {"type": "integer",
-                              "description": "chars of output returned (default 20000); the rest is a resource"},
+            "output_budget": {"type": "integer", "description": "output chars returned (default 20000)"},
         },
         "required": ["code"],
     }))
+}
+
+/// Drops what the derived input schemas carry and no client needs (`$schema`: 15 tokens
+/// per tool in every `tools/list`).
+pub(super) fn compact_input_schemas(
+    router: &mut rmcp::handler::server::router::tool::ToolRouter<super::CodeboxServer>,
+) {
+    for route in router.map.values_mut() {
+        let tool = &mut route.attr;
+        if tool.input_schema.contains_key("$schema") {
+            let mut schema = (*tool.input_schema).clone();
+            schema.remove("$schema");
+            tool.input_schema = Arc::new(schema);
+        }
+    }
 }
 
 fn object(value: serde_json::Value) -> Arc<JsonObject> {
