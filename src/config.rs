@@ -71,6 +71,9 @@ pub struct Config {
     pub pool_size: Option<usize>,
     pub queue: Option<usize>,
     pub max_timeout: Option<String>,
+    /// Bytes of `files` one call may bring, all files together (default 10M; an MCP
+    /// message is at most 16 MiB, base64 included).
+    pub max_files_size: Option<String>,
     pub root_host_id: Option<u32>,
     /// The `.mcp.json` naming the upstream MCP servers (default `./.mcp.json`).
     pub mcp_config: Option<PathBuf>,

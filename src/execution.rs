@@ -36,9 +36,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub struct ExecutionRequest {
     pub language: Language,
     pub code: String,
-    /// Small text files written under `/workspace` before the program starts (relative
-    /// path → content), delivered in the boot frame.
-    pub files: std::collections::BTreeMap<String, String>,
+    /// Files written under `/workspace` before the program starts (relative path →
+    /// content), delivered in the boot frame.
+    pub files: runtime::Files,
     /// Host directory bound at `/workspace`; a private tmpfs when `None`.
     pub workspace: Option<PathBuf>,
     pub limits: Limits,
@@ -305,7 +305,7 @@ pub fn execute(
             max: runtime::MAX_CODE_BYTES,
         });
     }
-    runtime::validate_files(&request.files)?;
+    runtime::validate_files(&request.files, runtime::MAX_FILES_BYTES)?;
     let mut program = request.language.program()?;
     if request.language == Language::Python {
         program.set_env(&runtime::thread_env(request.limits.cpu_millicores))?;

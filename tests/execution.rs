@@ -252,6 +252,38 @@ fn files_are_written_into_the_workspace_before_the_run() {
         &["--file", &data, "--file", &lib_arg],
     );
     assert_eq!(v["stdout"], "24\n", "{v:#}");
+    // Any bytes: a binary file arrives as it is, in both runtimes.
+    let bin = host.path().join("blob.bin");
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    std::fs::write(&bin, &bytes).unwrap();
+    let bin_arg = format!("blob.bin={}", bin.display());
+    let v = run_json(
+        "python",
+        "import zlib\nb = open('blob.bin', 'rb').read()\nprint(len(b), zlib.crc32(b))",
+        &["--file", &bin_arg],
+    );
+    let crc = {
+        // CRC-32 (IEEE), as zlib computes it.
+        let mut crc = 0xFFFF_FFFFu32;
+        for b in &bytes {
+            crc ^= u32::from(*b);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    };
+    assert_eq!(v["stdout"], format!("300000 {crc}\n"), "{v:#}");
+    let v = run_json(
+        "typescript",
+        "const b = await Deno.readFile('blob.bin'); console.log(b.length, b[255], b[256]);",
+        &["--file", &bin_arg],
+    );
+    assert_eq!(v["stdout"], "300000 255 0\n", "{v:#}");
     // The program's own module (written next to it so relative imports resolve) is not
     // left behind in a bound workspace, even when the program calls Deno.exit.
     let ws = tempfile::tempdir().unwrap();

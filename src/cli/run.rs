@@ -180,20 +180,16 @@ fn parse_file_arg(arg: &str) -> Result<(String, PathBuf), String> {
 }
 
 /// The `--file` contents, read from the host and validated as the MCP tools validate them.
-fn read_files(
-    args: &[(String, PathBuf)],
-) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
-    let mut files = std::collections::BTreeMap::new();
+fn read_files(args: &[(String, PathBuf)]) -> anyhow::Result<codebox::runtime::Files> {
+    let mut files = codebox::runtime::Files::new();
     for (dest, src) in args {
         let bytes =
             std::fs::read(src).with_context(|| format!("cannot read --file {}", src.display()))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| anyhow::anyhow!("--file {} is not UTF-8 text", src.display()))?;
-        if files.insert(dest.clone(), text).is_some() {
+        if files.insert(dest.clone(), bytes).is_some() {
             bail!("--file {dest} is given twice");
         }
     }
-    codebox::runtime::validate_files(&files)?;
+    codebox::runtime::validate_files(&files, codebox::runtime::MAX_FILES_BYTES)?;
     Ok(files)
 }
 

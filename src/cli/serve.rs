@@ -87,6 +87,7 @@ struct Resolved {
     pool_size: usize,
     queue: usize,
     max_timeout: Duration,
+    max_files_bytes: usize,
     root_host_id: u32,
     http: Option<std::net::SocketAddr>,
     /// HTTP clients and their tokens.
@@ -142,6 +143,12 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         (Some(t), _) => t,
         (None, Some(s)) => parse_duration(s).map_err(|e| anyhow::anyhow!("max_timeout: {e}"))?,
         (None, None) => Duration::from_secs(300),
+    };
+    let max_files_bytes = match &file.max_files_size {
+        Some(s) => codebox::units::parse_size(s)
+            .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
+            .map_err(|e| anyhow::anyhow!("max_files_size: {e}"))?,
+        None => codebox::runtime::MAX_FILES_BYTES,
     };
     // `--http ADDR` wins; `--http` alone or `[http] addr` (CODEBOX_HTTP_ADDR) names the
     // address; `--http` with neither serves the default.
@@ -221,6 +228,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             .unwrap_or(DEFAULT_POOL_SIZE),
         queue: args.queue.or(file.queue).unwrap_or(32),
         max_timeout,
+        max_files_bytes,
         root_host_id: args
             .root_host_id
             .or(file.root_host_id)
@@ -403,6 +411,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         pool_size: args.pool_size,
         queue: args.queue,
         max_timeout: args.max_timeout,
+        max_files_bytes: args.max_files_bytes,
         allowed_tools: args.allowed_tools.clone(),
         proxy_limits: args.proxy_limits.clone(),
         pii_mode: args.pii_mode,

@@ -40,8 +40,13 @@ use std::collections::BTreeMap;
 
 /// Most files one execution may bring.
 pub const MAX_FILES: usize = 100;
-/// Most bytes of file content one execution may bring, all files together.
-pub const MAX_FILES_BYTES: usize = 1024 * 1024;
+/// Most bytes of file content one execution may bring, all files together, unless the
+/// server says otherwise (`max_files_size`). An MCP message is at most 16 MiB, so a
+/// client can send about 12 MiB of binary content as base64.
+pub const MAX_FILES_BYTES: usize = 10 * 1024 * 1024;
+
+/// Workspace files of one execution: relative path → content (any bytes).
+pub type Files = BTreeMap<String, Vec<u8>>;
 /// Longest relative path, in bytes.
 pub const MAX_PATH_BYTES: usize = 1024;
 
@@ -50,24 +55,67 @@ pub const MAX_PATH_BYTES: usize = 1024;
 pub enum FileError {
     #[error("{count} files given; at most {MAX_FILES} are allowed")]
     TooMany { count: usize },
-    #[error("the files hold {size} bytes together; at most {MAX_FILES_BYTES} are allowed")]
-    TooLarge { size: usize },
+    #[error("the files hold {size} bytes together; at most {limit} are allowed")]
+    TooLarge { size: usize, limit: usize },
     #[error("file path {path:?} is invalid: {why}")]
     BadPath { path: String, why: &'static str },
     #[error("file path {path:?} is both a file and a directory of another file")]
     FileIsDirectory { path: String },
+    #[error("file {path:?}: its base64 does not decode ({why})")]
+    BadBase64 { path: String, why: String },
+}
+
+/// One file's content as a call gives it: text, or `{"base64": "..."}` for any bytes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum FileContent {
+    Text(String),
+    Binary {
+        /// The bytes in standard base64 (padding optional).
+        base64: String,
+    },
+}
+
+/// The files of a call as bytes; invalid base64 is an error naming the file.
+pub fn decode_files(given: BTreeMap<String, FileContent>) -> Result<Files, FileError> {
+    use base64::Engine as _;
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    given
+        .into_iter()
+        .map(|(path, content)| {
+            let bytes = match content {
+                FileContent::Text(text) => text.into_bytes(),
+                FileContent::Binary { base64 } => {
+                    engine
+                        .decode(base64.trim())
+                        .map_err(|e| FileError::BadBase64 {
+                            path: path.chars().take(120).collect(),
+                            why: e.to_string(),
+                        })?
+                }
+            };
+            Ok((path, bytes))
+        })
+        .collect()
 }
 
 /// Checks files for the workspace: relative paths of plain components (no `.`, `..`,
 /// empty component, NUL or control character), no path that is also another's
-/// directory, and the count and size limits.
-pub fn validate_files(files: &BTreeMap<String, String>) -> Result<(), FileError> {
+/// directory, at most [`MAX_FILES`] files and `max_bytes` of content.
+pub fn validate_files(files: &Files, max_bytes: usize) -> Result<(), FileError> {
     if files.len() > MAX_FILES {
         return Err(FileError::TooMany { count: files.len() });
     }
-    let size: usize = files.values().map(String::len).sum();
-    if size > MAX_FILES_BYTES {
-        return Err(FileError::TooLarge { size });
+    let size: usize = files.values().map(Vec::len).sum();
+    if size > max_bytes {
+        return Err(FileError::TooLarge {
+            size,
+            limit: max_bytes,
+        });
     }
     for path in files.keys() {
         validate_path(path)?;
@@ -121,20 +169,16 @@ fn validate_path(path: &str) -> Result<(), FileError> {
 
 /// The boot frame for `code` with no files.
 pub fn boot_frame(code: &str) -> Vec<u8> {
-    boot_frame_with_files(code, &BTreeMap::new())
+    boot_frame_with_files(code, &Files::new())
 }
 
 /// The boot frame for `code`, preceded by `files` (validate them first with
 /// [`validate_files`]).
-pub fn boot_frame_with_files(code: &str, files: &BTreeMap<String, String>) -> Vec<u8> {
+pub fn boot_frame_with_files(code: &str, files: &Files) -> Vec<u8> {
     let files_len: usize = files.iter().map(|(p, c)| p.len() + c.len() + 32).sum();
     let mut frame = Vec::with_capacity(code.len() + files_len + 16);
     for (path, content) in files {
-        record(
-            &mut frame,
-            "FILE",
-            &[path.as_bytes(), b"\0", content.as_bytes()],
-        );
+        record(&mut frame, "FILE", &[path.as_bytes(), b"\0", content]);
     }
     record(&mut frame, "CODE", &[code.as_bytes()]);
     frame
@@ -162,7 +206,7 @@ pub const DONE_METHOD: &str = "codebox/done";
 /// The boot frame of a keep-alive session: the `SESSION` record, then `files` and `code`
 /// (the first run) as in [`boot_frame_with_files`]. Validate the files first with
 /// [`validate_files`].
-pub fn session_boot_frame(code: &str, files: &BTreeMap<String, String>) -> Vec<u8> {
+pub fn session_boot_frame(code: &str, files: &Files) -> Vec<u8> {
     let mut frame = SESSION_RECORD.to_vec();
     frame.extend_from_slice(&boot_frame_with_files(code, files));
     frame
@@ -171,13 +215,23 @@ pub fn session_boot_frame(code: &str, files: &BTreeMap<String, String>) -> Vec<u
 /// A session's next run: the `codebox/run` notification as one JSON line, newline
 /// included. `files` (validated with [`validate_files`]) are written under `/workspace`
 /// before `code` runs; the key is left out when there are none.
-pub fn session_run_message(code: &str, files: &BTreeMap<String, String>) -> Vec<u8> {
+pub fn session_run_message(code: &str, files: &Files) -> Vec<u8> {
+    use base64::Engine as _;
     let mut params = serde_json::Map::new();
     params.insert("code".into(), code.into());
     if !files.is_empty() {
+        // Text as a string, anything else as {"base64": ...} (the runtimes take both).
         let files = files
             .iter()
-            .map(|(path, content)| (path.clone(), content.as_str().into()))
+            .map(|(path, content)| {
+                let value = match std::str::from_utf8(content) {
+                    Ok(text) => text.into(),
+                    Err(_) => serde_json::json!({
+                        "base64": base64::engine::general_purpose::STANDARD.encode(content)
+                    }),
+                };
+                (path.clone(), value)
+            })
             .collect();
         params.insert("files".into(), serde_json::Value::Object(files));
     }
@@ -203,10 +257,10 @@ fn record(frame: &mut Vec<u8>, kind: &str, parts: &[&[u8]]) {
 mod tests {
     use super::*;
 
-    fn files(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fn files(entries: &[(&str, &str)]) -> Files {
         entries
             .iter()
-            .map(|(p, c)| (p.to_string(), c.to_string()))
+            .map(|(p, c)| (p.to_string(), c.as_bytes().to_vec()))
             .collect()
     }
 
@@ -285,7 +339,7 @@ mod tests {
             (".hidden", "h"),
             ("ünïcode ok.txt", "u"),
         ]);
-        assert_eq!(validate_files(&f), Ok(()));
+        assert_eq!(validate_files(&f, MAX_FILES_BYTES), Ok(()));
     }
 
     #[test]
@@ -301,40 +355,85 @@ mod tests {
             ("a\nb", "control"),
             ("a\0b", "control"),
         ] {
-            let err = validate_files(&files(&[(path, "x")])).unwrap_err();
+            let err = validate_files(&files(&[(path, "x")]), MAX_FILES_BYTES).unwrap_err();
             assert!(err.to_string().contains(why), "{path:?}: {err}");
         }
         let long = "x".repeat(256);
-        let err = validate_files(&files(&[(long.as_str(), "")])).unwrap_err();
+        let err = validate_files(&files(&[(long.as_str(), "")]), MAX_FILES_BYTES).unwrap_err();
         assert!(err.to_string().contains("255"), "{err}");
         let longer = "a/".repeat(600);
-        assert!(validate_files(&files(&[(longer.as_str(), "")])).is_err());
+        assert!(validate_files(&files(&[(longer.as_str(), "")]), MAX_FILES_BYTES).is_err());
     }
 
     #[test]
     fn a_file_cannot_also_be_a_directory() {
         let f = files(&[("a", "1"), ("a-b", "2"), ("a/c", "3")]);
         assert_eq!(
-            validate_files(&f),
+            validate_files(&f, MAX_FILES_BYTES),
             Err(FileError::FileIsDirectory { path: "a".into() })
         );
     }
 
     #[test]
     fn count_and_size_are_limited() {
-        let many: BTreeMap<String, String> = (0..=MAX_FILES)
-            .map(|i| (format!("f{i}"), String::new()))
+        let many: Files = (0..=MAX_FILES)
+            .map(|i| (format!("f{i}"), Vec::new()))
             .collect();
         assert_eq!(
-            validate_files(&many),
+            validate_files(&many, MAX_FILES_BYTES),
             Err(FileError::TooMany {
                 count: MAX_FILES + 1
             })
         );
         let big = files(&[("a", &"x".repeat(MAX_FILES_BYTES)), ("b", "y")]);
         assert!(matches!(
-            validate_files(&big),
+            validate_files(&big, MAX_FILES_BYTES),
             Err(FileError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn binary_files_travel_as_bytes_and_as_base64_in_a_session_message() {
+        let mut f = files(&[("a.txt", "text")]);
+        f.insert("b.bin".into(), vec![0, 255, 10, 0x80]);
+        let frame = boot_frame_with_files("pass", &f);
+        let expect = [
+            b"FILE 10\na.txt\0text".as_slice(),
+            b"FILE 10\nb.bin\0\x00\xff\n\x80",
+        ]
+        .concat();
+        assert!(frame.starts_with(&expect), "{frame:?}");
+        let line = session_run_message("pass", &f);
+        let msg: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(msg["params"]["files"]["a.txt"], "text");
+        assert_eq!(msg["params"]["files"]["b.bin"]["base64"], "AP8KgA==");
+        let big = files(&[("a", "xx")]);
+        assert_eq!(
+            validate_files(&big, 1),
+            Err(FileError::TooLarge { size: 2, limit: 1 })
+        );
+    }
+
+    #[test]
+    fn files_are_text_or_base64_and_bad_base64_names_the_file() {
+        let given: BTreeMap<String, FileContent> = serde_json::from_value(serde_json::json!({
+            "a.txt": "hi",
+            "b.bin": {"base64": "AP8KgA=="},
+            "c.bin": {"base64": "AP8KgA"},
+        }))
+        .unwrap();
+        let f = decode_files(given).unwrap();
+        assert_eq!(f["a.txt"], b"hi");
+        assert_eq!(f["b.bin"], [0, 255, 10, 0x80]);
+        assert_eq!(f["c.bin"], [0, 255, 10, 0x80]);
+        let bad: BTreeMap<String, FileContent> =
+            serde_json::from_value(serde_json::json!({"x.bin": {"base64": "not base64!"}}))
+                .unwrap();
+        let err = decode_files(bad).unwrap_err().to_string();
+        assert!(err.contains("\"x.bin\"") && err.contains("base64"), "{err}");
+        assert!(serde_json::from_value::<BTreeMap<String, FileContent>>(
+            serde_json::json!({"y": {"hex": "00"}})
+        )
+        .is_err());
     }
 }

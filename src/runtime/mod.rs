@@ -10,8 +10,8 @@
 pub mod boot;
 
 pub use boot::{
-    boot_frame, boot_frame_with_files, ephemeral, session_boot_frame, session_run_message,
-    validate_files, FileError,
+    boot_frame, boot_frame_with_files, decode_files, ephemeral, session_boot_frame,
+    session_run_message, validate_files, FileContent, FileError, Files, MAX_FILES_BYTES,
 };
 
 use std::fmt;

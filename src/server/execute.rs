@@ -11,7 +11,6 @@
 //!    full workspace is reported as `workspace_quota_exceeded`.
 //! 6. The result, with personal data tokenized, and an audit record.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,7 +32,7 @@ use crate::spawner::{ChannelServer, LiveSandbox, RunEnd, SpawnSpec, Stream};
 
 /// What a call asked for, checked.
 pub(super) struct Checked {
-    pub(super) files: BTreeMap<String, String>,
+    pub(super) files: runtime::Files,
     pub(super) limits: crate::sandbox::Limits,
     pub(super) allow: AllowList,
     pub(super) pii: PiiMode,
@@ -68,8 +67,9 @@ impl CodeboxServer {
                 runtime::MAX_CODE_BYTES
             ));
         }
-        let files = params.files.clone().unwrap_or_default();
-        runtime::validate_files(&files).map_err(|e| e.to_string())?;
+        let files = runtime::decode_files(params.files.clone().unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        runtime::validate_files(&files, s.settings.max_files_bytes).map_err(|e| e.to_string())?;
         let mut limits = s.settings.profile.limits.clone();
         if let Some(ms) = params.timeout_ms {
             let max = s.settings.max_timeout;

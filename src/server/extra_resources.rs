@@ -21,6 +21,17 @@ pub const SESSIONS_PREFIX: &str = "codebox://sessions/";
 /// Largest workspace file read for a resource (what is served must also fit in one
 /// message once escaped: see `render::fits_wire`).
 const MAX_RESOURCE_BYTES: u64 = super::render::WIRE_BUDGET as u64;
+/// Largest workspace file served as blob pages.
+const MAX_BLOB_BYTES: u64 = 64 << 20;
+/// Bytes of one blob page (base64 makes it 4/3 of that on the wire, within one message).
+pub const BLOB_PAGE_BYTES: usize = 512 * 1024;
+
+/// A resource's contents: text, or one page of a binary file as base64.
+pub(super) enum ResourceBody {
+    Text(String),
+    Blob { base64: String },
+}
+
 /// Workspace entries listed per session.
 const MAX_LISTED: usize = 200;
 /// Serialized bytes of the skills and workspace files one `resources/list` lists: 200
@@ -103,7 +114,96 @@ impl CodeboxServer {
         &self,
         uri: &str,
         client: &str,
-    ) -> Option<Result<String, String>> {
+    ) -> Option<Result<ResourceBody, String>> {
+        if uri.starts_with(SESSIONS_PREFIX) {
+            return Some(self.read_workspace_resource(uri, client));
+        }
+        self.read_text_resource(uri, client)
+            .map(|read| read.map(ResourceBody::Text))
+    }
+
+    /// A session workspace file: text as text; other bytes as base64 blobs in pages of
+    /// [`BLOB_PAGE_BYTES`] (`?page=N`, default 1), never when PII handling is on (bytes
+    /// cannot be tokenized).
+    fn read_workspace_resource(&self, uri: &str, client: &str) -> Result<ResourceBody, String> {
+        let (base, page) = match uri.rsplit_once("?page=") {
+            Some((b, n)) => (
+                b,
+                Some(
+                    n.parse::<usize>()
+                        .ok()
+                        .filter(|n| *n >= 1)
+                        .ok_or_else(|| format!("{uri:?}: a page is a number from 1"))?,
+                ),
+            ),
+            None => (uri, None),
+        };
+        let (session, path) = self.workspace_path(base, client)?;
+        let bytes = disk::read_file(session.workspace(), &path, MAX_BLOB_BYTES)
+            .map_err(|e| format!("cannot read {path:?} in the session's workspace: {e}"))?;
+        let text_sized = bytes.len() as u64 <= MAX_RESOURCE_BYTES;
+        if text_sized && std::str::from_utf8(&bytes).is_ok() {
+            // Text: tokenized and redacted as text, whole.
+            if page.is_some_and(|p| p > 1) {
+                return Err(format!("{uri:?}: a text file has one page"));
+            }
+            return match self.read_text_resource(base, client) {
+                Some(read) => read.map(ResourceBody::Text),
+                None => Err(format!("unknown resource {uri:?}")),
+            };
+        }
+        if self.state.settings.pii_mode != PiiMode::Off {
+            return Err(format!(
+                "{base:?} is binary or larger than one message, and personal data cannot be tokenized in pages of bytes: read what you need from code"
+            ));
+        }
+        // Configured egress secrets never leave, whatever the form.
+        let bytes = match &self.state.settings.egress {
+            Some(egress) if !egress.secrets().is_empty() => egress.secrets().redact_all(&bytes),
+            _ => bytes,
+        };
+        let pages = bytes.len().div_ceil(BLOB_PAGE_BYTES).max(1);
+        let page = page.unwrap_or(1);
+        if page > pages {
+            return Err(format!("{uri:?}: there are {pages} pages"));
+        }
+        let chunk = bytes
+            .chunks(BLOB_PAGE_BYTES)
+            .nth(page - 1)
+            .unwrap_or_default();
+        use base64::Engine as _;
+        Ok(ResourceBody::Blob {
+            base64: base64::engine::general_purpose::STANDARD.encode(chunk),
+        })
+    }
+
+    /// The session and on-disk path a workspace URI names (tokens restored).
+    fn workspace_path(
+        &self,
+        uri: &str,
+        client: &str,
+    ) -> Result<(std::sync::Arc<crate::session::Session>, String), String> {
+        let rest = uri.strip_prefix(SESSIONS_PREFIX).unwrap_or_default();
+        let Some((id, path)) = rest
+            .split_once('/')
+            .and_then(|(id, p)| p.strip_prefix("workspace/").map(|p| (id, p)))
+        else {
+            return Err(format!("unknown resource {uri:?}"));
+        };
+        let session = self
+            .state
+            .sessions
+            .get(id, client)
+            .map_err(|e| e.to_string())?;
+        let path = match self.state.settings.pii_mode {
+            PiiMode::Off => path.to_string(),
+            _ => session.vault.restore(&percent_decoded(path)),
+        };
+        Ok((session, path))
+    }
+
+    /// A skills or sessions resource as text.
+    fn read_text_resource(&self, uri: &str, client: &str) -> Option<Result<String, String>> {
         if let Some(rest) = uri.strip_prefix(SKILLS_PREFIX) {
             let Some((name, file)) = rest.split_once('/') else {
                 return Some(Err(format!("unknown resource {uri:?}")));
@@ -158,7 +258,7 @@ impl CodeboxServer {
             Ok(t) => t,
             Err(e) => {
                 return Some(Err(format!(
-                    "{shown:?} is not UTF-8 text ({} bytes); read it from code instead",
+                    "{shown:?} is not UTF-8 text ({} bytes)",
                     e.into_bytes().len()
                 )))
             }

@@ -85,6 +85,8 @@ pub struct Settings {
     pub queue: usize,
     /// No request may ask for more.
     pub max_timeout: Duration,
+    /// Bytes of `files` one call may bring, all together.
+    pub max_files_bytes: usize,
     /// The upstream tools sandboxed code may call; a request's `allowed_tools` can only
     /// narrow it.
     pub allowed_tools: AllowList,
@@ -180,8 +182,9 @@ pub struct ExecuteParams {
     pub code: String,
     /// Wall-clock limit in ms (default 30000).
     pub timeout_ms: Option<u64>,
-    /// Text files to create in /workspace first: {"path": "content"}; at most 100, 1 MiB.
-    pub files: Option<BTreeMap<String, String>>,
+    /// Files to create in /workspace first: {"path": "text" | {"base64": "..."}}; at
+    /// most 100, `max_files_size` together.
+    pub files: Option<BTreeMap<String, crate::runtime::FileContent>>,
     /// Upstream tools the code may call: names or globs like "filesystem__*" (default all; [] none).
     pub allowed_tools: Option<Vec<String>>,
     /// "new" starts a session (id in the result); an id continues it: /workspace persists.
@@ -788,10 +791,20 @@ impl ServerHandler for CodeboxServer {
         }
         if let Some(read) = self.read_extra_resource(&request.uri, &client) {
             return match read {
-                Ok(text) => Ok(rmcp::model::ReadResourceResult::new(vec![
-                    rmcp::model::ResourceContents::text(text, request.uri.clone()),
-                ])
-                .into()),
+                Ok(extra_resources::ResourceBody::Text(text)) => {
+                    Ok(rmcp::model::ReadResourceResult::new(vec![
+                        rmcp::model::ResourceContents::text(text, request.uri.clone()),
+                    ])
+                    .into())
+                }
+                // The page count is in the error past the last page.
+                Ok(extra_resources::ResourceBody::Blob { base64 }) => {
+                    Ok(rmcp::model::ReadResourceResult::new(vec![
+                        rmcp::model::ResourceContents::blob(base64, request.uri.clone())
+                            .with_mime_type("application/octet-stream"),
+                    ])
+                    .into())
+                }
                 Err(why) => Err(McpError::resource_not_found(why, None)),
             };
         }

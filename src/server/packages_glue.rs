@@ -155,7 +155,7 @@ impl InstallRunner for SandboxInstaller {
             // spawner reports the sandbox gone after its cgroup is empty and removed.
             let (gone_tx, gone_rx) = tokio::sync::oneshot::channel::<()>();
             sandbox.hold_until_gone(gone_tx);
-            let files = std::collections::BTreeMap::from([("request.json".to_string(), request)]);
+            let files = runtime::Files::from([("request.json".to_string(), request.into_bytes())]);
             let frame = runtime::boot_frame_with_files(crate::packages::install::INSTALLER, &files);
             let outcome = sandbox
                 .run_to_completion(

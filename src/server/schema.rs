@@ -41,8 +41,10 @@ pub fn execution_input_schema() -> Arc<JsonObject> {
         "properties": {
             "code": {"type": "string"},
             "timeout_ms": {"type": "integer", "description": "default 30000"},
-            "files": {"type": "object", "additionalProperties": {"type": "string"},
-                      "description": "path: text, written to /workspace first"},
+            "files": {"type": "object",
+                      "additionalProperties": {"anyOf": [{"type": "string"},
+                          {"type": "object", "properties": {"base64": {"type": "string"}}}]},
+                      "description": "path: text or {base64}, written to /workspace first"},
             "allowed_tools": {"type": "array", "items": {"type": "string"},
                               "description": "upstream tools the code may call (names, globs)"},
             "session": {"type": "string", "description": "\"new\" or a session id: /workspace persists"},

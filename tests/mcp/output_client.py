@@ -130,6 +130,39 @@ async def another_connection_cannot_read_the_kept_output(s):
             pass
 
 
+@case
+async def a_binary_file_round_trips_in_and_out_byte_for_byte(s):
+    import base64
+    import hashlib
+    data = os.urandom(5 << 20)
+    code = ("import hashlib\n"
+            "b = open('/workspace/in.bin', 'rb').read()\n"
+            "open('/workspace/out.bin', 'wb').write(b[::-1])\n"
+            "print(len(b), hashlib.sha256(b).hexdigest())")
+    r, sc = await run(s, code, session="new",
+                      files={"in.bin": {"base64": base64.b64encode(data).decode()}, "note.txt": "text"})
+    assert not r.is_error, text_of(r)
+    assert sc["stdout"] == f"{len(data)} {hashlib.sha256(data).hexdigest()}\n", sc["stdout"]
+    uri = f"codebox://sessions/{sc['session']['id']}/workspace/out.bin"
+    got, page = b"", 1
+    while True:
+        try:
+            res = await s.read_resource(f"{uri}?page={page}")
+        except McpError as e:
+            assert "pages" in str(e), e
+            break
+        got += base64.b64decode(res.contents[0].blob)
+        page += 1
+    assert got == data[::-1], (len(got), page)
+    print(f"        5 MiB binary file in as base64 and out as {page - 1} blob pages, byte for byte")
+    await s.call_tool("close_session", {"session": sc["session"]["id"]})
+    r, _ = await run(s, "pass", files={"x.bin": {"base64": "not base64!"}})
+    assert r.is_error and "\"x.bin\"" in text_of(r) and "base64" in text_of(r), text_of(r)
+    big = base64.b64encode(b"\0" * (11 << 20)).decode()
+    r, _ = await run(s, "pass", files={"big.bin": {"base64": big}})
+    assert r.is_error and "at most 10485760" in text_of(r), text_of(r)
+
+
 async def personal_data_in_kept_output_is_tokenized(s):
     code = "for i in range(3000):\n    print(f'row {i}: contact alice.smith@example.com')"
     r, sc = await run(s, code)

@@ -225,9 +225,18 @@ function writeFiles(files, writeFile) {
     return "codebox: malformed codebox/run message (files)";
   }
   for (const [path, content] of Object.entries(files)) {
-    if (typeof content !== "string") return `codebox: malformed codebox/run message (file ${path})`;
+    // Bytes that are not UTF-8 come as {"base64": ...} (runtime/boot.rs).
+    let bytes;
+    if (typeof content === "string") bytes = encoder.encode(content);
+    else if (typeof content?.base64 === "string") {
+      try {
+        bytes = Uint8Array.from(atob(content.base64), (c) => c.charCodeAt(0));
+      } catch {
+        return `codebox: malformed codebox/run message (file ${path})`;
+      }
+    } else return `codebox: malformed codebox/run message (file ${path})`;
     try {
-      writeFile(path, encoder.encode(content));
+      writeFile(path, bytes);
     } catch (e) {
       return `codebox: cannot write ${path}: ${e?.message ?? e}`;
     }

@@ -59,8 +59,15 @@ def _write_files(files, write_file):
         return "codebox: malformed codebox/run message (files)"
     for path, content in files.items():
         try:
-            write_file(path.encode("utf-8") + b"\0" + content.encode("utf-8"))
-        except (OSError, AttributeError, UnicodeError, ValueError) as e:
+            if isinstance(content, dict):
+                # Bytes that are not UTF-8 come as {"base64": ...} (runtime/boot.rs).
+                import binascii
+
+                data = binascii.a2b_base64(content["base64"])
+            else:
+                data = content.encode("utf-8")
+            write_file(path.encode("utf-8") + b"\0" + data)
+        except (OSError, AttributeError, KeyError, TypeError, UnicodeError, ValueError) as e:
             return "codebox: cannot write %s: %s" % (path, getattr(e, "strerror", None) or e)
     return None
 
