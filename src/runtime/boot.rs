@@ -67,7 +67,7 @@ pub enum FileError {
 
 /// One file's content as a call gives it: text, or `{"base64": "..."}` for any bytes.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
-#[serde(untagged)]
+#[serde(try_from = "serde_json::Value")]
 pub enum FileContent {
     Text(String),
     Binary {
@@ -75,6 +75,26 @@ pub enum FileContent {
         base64: String,
     },
 }
+
+impl TryFrom<serde_json::Value> for FileContent {
+    type Error = String;
+
+    /// A string, or an object with one string `base64`; anything else in words the model
+    /// can act on (serde's own "did not match any variant" would not say what is wanted).
+    fn try_from(value: serde_json::Value) -> Result<FileContent, String> {
+        match value {
+            serde_json::Value::String(text) => Ok(FileContent::Text(text)),
+            serde_json::Value::Object(map) if map.len() == 1 => match map.get("base64") {
+                Some(serde_json::Value::String(b)) => Ok(FileContent::Binary { base64: b.clone() }),
+                _ => Err(FILE_CONTENT_EXPECTED.into()),
+            },
+            _ => Err(FILE_CONTENT_EXPECTED.into()),
+        }
+    }
+}
+
+const FILE_CONTENT_EXPECTED: &str =
+    "a file's content is expected as a string (text) or {\"base64\": \"...\"} (any bytes)";
 
 /// The files of a call as bytes; invalid base64 is an error naming the file.
 pub fn decode_files(given: BTreeMap<String, FileContent>) -> Result<Files, FileError> {
@@ -431,9 +451,15 @@ mod tests {
                 .unwrap();
         let err = decode_files(bad).unwrap_err().to_string();
         assert!(err.contains("\"x.bin\"") && err.contains("base64"), "{err}");
-        assert!(serde_json::from_value::<BTreeMap<String, FileContent>>(
-            serde_json::json!({"y": {"hex": "00"}})
-        )
-        .is_err());
+        for bad in [
+            serde_json::json!({"y": {"hex": "00"}}),
+            serde_json::json!({"y": 5}),
+            serde_json::json!({"y": {"base64": "AA==", "x": 1}}),
+        ] {
+            let err = serde_json::from_value::<BTreeMap<String, FileContent>>(bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("expected as a string (text) or"), "{err}");
+        }
     }
 }

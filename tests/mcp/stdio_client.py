@@ -105,8 +105,9 @@ async def bad_files_are_refused_before_the_run(s):
         ({"/etc/passwd": "x"}, "relative"),
         ({"a": "1", "a/b": "2"}, "both a file and a directory"),
         ({f"f{i}": "" for i in range(101)}, "at most 100"),
-        ({"big": "x" * (1024 * 1024 + 1)}, "at most 1048576"),
-        ({"x": 5}, "expected a string"),
+        ({"big": "x" * (10 * 1024 * 1024 + 1)}, "at most 10485760"),
+        ({"x": 5}, "expected as a string (text) or"),
+        ({"x": {"base64": "%%%"}}, "does not decode"),
     ]:
         r = await s.call_tool("execute_python", {"code": "print(1)", "files": files})
         assert r.is_error and r.structured_content is None, (list(files)[:3], r)
