@@ -309,6 +309,8 @@ def python_checks(rootfs):
               "a syntax error reports error, without boot.py frames", show(r))
         r = s.run('print(open("sub/dir/f.txt").read())', files={"sub/dir/f.txt": "from run message"}, extra_before=STALE)
         check(r == ("ok", "from run message\n", ""), "stale lines skipped; files of a run message written", show(r))
+        r = s.run('print(list(open("b.bin", "rb").read()))', files={"b.bin": {"base64": "AP8KgA=="}})
+        check(r == ("ok", "[0, 255, 10, 128]\n", ""), "a binary file of a run message (base64) written as bytes", show(r))
         s.send(run_message('print("bye")\nimport sys\nsys.exit(3)'))
         rc, out, err = s.expect_exit()
         check((rc, out) == (3, "bye\n"), "sys.exit(3) ends the process with 3", repr((rc, out, err)))
@@ -383,6 +385,8 @@ def ts_checks(rootfs):
         check(r[0] == "error" and "error: Uncaught (in promise)" in r[2] and "SyntaxError" in r[2], "a syntax error reports error", show(r))
         r = s.run('console.log(await Deno.readTextFile("sub/f.txt"))', files={"sub/f.txt": "from run message"}, extra_before=STALE)
         check(r == ("ok", "from run message\n", ""), "stale lines skipped; files of a run message written", show(r))
+        r = s.run('console.log([...await Deno.readFile("b.bin")].join(","))', files={"b.bin": {"base64": "AP8KgA=="}})
+        check(r == ("ok", "0,255,10,128\n", ""), "a binary file of a run message (base64) written as bytes", show(r))
         r = s.run("Promise.reject(new Error('nobody waits'));\nconsole.log('after')")
         check(r[0] == "error" and r[1] == "after\n" and "error: Uncaught (in promise) Error: nobody waits" in r[2],
               "an unhandled rejection fails the run but not the session", show(r))
