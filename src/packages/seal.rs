@@ -112,13 +112,18 @@ pub fn seal(root: &Path, me: (u32, u32), limit: u64) -> Result<Sealed> {
             records.push((rel_bytes, record));
         }
     }
-    // Directories last, deepest first: their own write bit is needed until then.
-    dirs.push(root.to_path_buf());
+    // Directories last, deepest first: their own write bit is needed until then. The root
+    // keeps its write bit for the caller's rename into place (moving a directory to
+    // another parent rewrites its `..`, which an unprivileged owner may do only while it
+    // is writable); [`finish_root`] clears it after.
     for dir in dirs.iter().rev() {
         lchown(dir, me)?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555))
             .map_err(io("set the mode of", dir))?;
     }
+    lchown(root, me)?;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755))
+        .map_err(io("set the mode of", root))?;
     records.sort();
     let mut h = Sha256::new();
     for (rel, record) in &records {
@@ -132,6 +137,12 @@ pub fn seal(root: &Path, me: (u32, u32), limit: u64) -> Result<Sealed> {
         bytes,
         digest: crate::rootfs::manifest::hex(&h.finalize()),
     })
+}
+
+/// Makes a sealed layer's root read-only, once it is in place.
+pub fn finish_root(root: &Path) -> Result<()> {
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o555))
+        .map_err(io("set the mode of", root))
 }
 
 fn file_sha256(path: &Path) -> Result<[u8; 32]> {

@@ -352,6 +352,7 @@ impl LayerStore {
         }
         let fresh = match std::fs::rename(&layer, &dest) {
             Ok(()) => {
+                super::seal::finish_root(&dest)?;
                 staging.committed = true;
                 let _ = remove_tree(&staging.dir);
                 true
@@ -551,6 +552,11 @@ mod tests {
                 .mode()
                 & 0o777,
             0o555
+        );
+        assert_eq!(
+            std::fs::metadata(&layer.path).unwrap().permissions().mode() & 0o777,
+            0o555,
+            "the root too, once in place"
         );
         let again = store.get(&s).unwrap();
         assert_eq!(again.meta.installed, ["six==1.16.0"]);
