@@ -12,7 +12,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use super::store::{Error, Result};
+use super::store::{io, Error, Result};
 
 /// Entries (files, directories, links) a layer may hold: numpy, pandas and matplotlib
 /// together are about 5,000; a wheel of a million empty files would exhaust inodes that
@@ -26,15 +26,6 @@ pub struct Sealed {
     pub bytes: u64,
     /// Its content address (hex SHA-256).
     pub digest: String,
-}
-
-fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
-    let path = path.to_path_buf();
-    move |source| Error::Io {
-        doing,
-        path,
-        source,
-    }
 }
 
 /// Checks, takes over, makes read-only and digests the tree at `root` (the installer

@@ -53,7 +53,8 @@ pub enum Error {
 
 pub(super) type Result<T> = std::result::Result<T, Error>;
 
-fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+/// Maps an i/o error to [`Error::Io`] naming what was done to which path.
+pub(super) fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.to_path_buf();
     move |source| Error::Io {
         doing,
