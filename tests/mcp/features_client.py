@@ -22,7 +22,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 import httpx2
 
-from helpers import processes_with, server_env
+from helpers import DrainedStderr, processes_with, server_env
 
 CODEBOX = sys.argv[1]
 UPSTREAMS = os.path.abspath(sys.argv[2])
@@ -723,6 +723,7 @@ async def another_clients_session_is_refused_over_http(w):
     env = w.env(CODEBOX_HTTP_CLIENTS="alice=token-alice-1,bob=token-bob-2", CODEBOX_AUDIT_LOG=w.audit + ".http")
     proc = subprocess.Popen([CODEBOX, "serve", "--http", f"127.0.0.1:{port}"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    DrainedStderr(proc)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -800,6 +801,7 @@ async def skills_belong_to_their_client_over_http(w):
                 CODEBOX_SKILLS_DIR=skills_root, CODEBOX_SKILLS_SHARED=shared)
     proc = subprocess.Popen([CODEBOX, "serve", "--http", f"127.0.0.1:{port}", "--pool-size", "1"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    DrainedStderr(proc)
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -20,3 +20,59 @@ def processes_with(marker):
         except OSError:
             pass
     return found
+
+
+class DrainedStderr:
+    """Reads a server's stderr on a thread for as long as the server runs.
+
+    A test that leaves `stderr=PIPE` unread stalls the server once 64 KiB of log fill
+    the pipe: its next log line blocks the thread that writes it (in CI that was the
+    HTTP accept loop, which then neither refused nor served connections). Every line
+    is kept, for assertions on the log and for failure messages.
+    """
+
+    def __init__(self, proc):
+        import threading
+
+        self._lines = []
+        self._cond = threading.Condition()
+        self._done = False
+        self._thread = threading.Thread(target=self._read, args=(proc.stderr,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream):
+        for line in stream:
+            if isinstance(line, bytes):
+                line = line.decode(errors="replace")
+            with self._cond:
+                self._lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def wait_for(self, pattern, timeout):
+        """The first match of the regex `pattern` in a line, or None when the stream ends
+        or `timeout` seconds pass first."""
+        import re
+        import time
+
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for line in self._lines[seen:]:
+                    m = re.search(pattern, line)
+                    if m:
+                        return m
+                seen = len(self._lines)
+                left = deadline - time.monotonic()
+                if self._done or left <= 0:
+                    return None
+                self._cond.wait(left)
+
+    def text(self, wait_for_end=0):
+        """Everything read so far; first waits up to `wait_for_end` s for the stream to end."""
+        self._thread.join(wait_for_end)
+        with self._cond:
+            return "".join(self._lines)

@@ -24,7 +24,7 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from helpers import server_env
+from helpers import DrainedStderr, server_env
 
 CODEBOX = sys.argv[1]
 SERVERS = []
@@ -44,15 +44,11 @@ def start(*args, token=None, extra_env=None):
     p = subprocess.Popen([CODEBOX, "serve", *args], env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     SERVERS.append(p)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = p.stderr.readline()
-        m = re.search(r"serving MCP at http://[^:]+:(\d+)/mcp", line)
-        if m:
-            return p, f"http://127.0.0.1:{m.group(1)}"
-        if not line and p.poll() is not None:
-            break
-    raise AssertionError(f"server did not start: {p.poll()}")
+    p.log = DrainedStderr(p)
+    m = p.log.wait_for(r"serving MCP at http://[^:]+:(\d+)/mcp", 30)
+    if m:
+        return p, f"http://127.0.0.1:{m.group(1)}"
+    raise AssertionError(f"server did not start: {p.poll()}: {p.log.text()[-2000:]}")
 
 
 def raw(url, data=None, headers=None):
@@ -421,7 +417,7 @@ async def main():
                     assert r.is_error, r
                     assert "server is stopping" in r.content[0].text, r
             assert bound_proc.wait(timeout=20) == 0
-            log = bound_proc.stderr.read()
+            log = bound_proc.log.text(wait_for_end=10)
             assert not [l for l in log.splitlines() if "ERROR" in l], log
             print("ok      sigterm_kills_at_the_drain_bound_and_answers", flush=True)
             passed += 1

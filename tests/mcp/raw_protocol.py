@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 
-from helpers import processes_with, server_env
+from helpers import DrainedStderr, processes_with, server_env
 
 CODEBOX = sys.argv[1]
 PROTOCOL = "2025-11-25"
@@ -183,13 +183,10 @@ class Http:
         self.p = subprocess.Popen([CODEBOX, "serve", "--http", "127.0.0.1:0"], env=env,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
-        while True:
-            assert time.monotonic() < deadline, "the HTTP server did not start"
-            m = re.search(r"serving MCP at http://[^:]+:(\d+)/mcp", self.p.stderr.readline())
-            if m:
-                self.port = int(m.group(1))
-                break
+        self.log = DrainedStderr(self.p)
+        m = self.log.wait_for(r"serving MCP at http://[^:]+:(\d+)/mcp", 30)
+        assert m, f"the HTTP server did not start: {self.log.text()[-2000:]}"
+        self.port = int(m.group(1))
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         status, headers, _ = self.post(INITIALIZE)
         assert status == 200, status
@@ -289,8 +286,9 @@ def http_client_gone_mid_run_then_session_deleted_kills_the_sandbox():
         h.close()
 
 
-def closed_within(sock, seconds):
-    """Reads until the server closes `sock`; returns what it sent. Fails after `seconds`."""
+def closed_within(sock, seconds, log=None):
+    """Reads until the server closes `sock`; returns what it sent. Fails after `seconds`,
+    with the tail of the server's `log` (a DrainedStderr) if given."""
     sock.settimeout(seconds)
     got = b""
     deadline = time.monotonic() + seconds
@@ -304,7 +302,9 @@ def closed_within(sock, seconds):
         if not chunk:
             return got
         got += chunk
-    raise AssertionError(f"the server kept the connection open for {seconds} s: {got[:200]!r}")
+    tail = log.text()[-3000:] if log else ""
+    raise AssertionError(f"the server kept the connection open for {seconds} s: {got[:200]!r}; "
+                         f"its log: {tail}")
 
 
 def connect(port, source="127.0.0.1"):
@@ -369,13 +369,13 @@ def http_connections_over_the_caps_get_503():
         time.sleep(0.3)
         # Generous bounds: a refusal is immediate, but a loaded machine may not schedule
         # the accept loop for a while.
-        answer = closed_within(connect(h.port), 30)
+        answer = closed_within(connect(h.port), 30, h.log)
         assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
         # Another address still gets in: four from 127.0.0.2 fill the server (8 in all);
         # then one from 127.0.0.3 is refused by the total cap.
         held += [connect(h.port, "127.0.0.2") for _ in range(4)]
         time.sleep(0.3)
-        answer = closed_within(connect(h.port, "127.0.0.3"), 30)
+        answer = closed_within(connect(h.port, "127.0.0.3"), 30, h.log)
         assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
         # Slots come back when connections close.
         for s in held:
