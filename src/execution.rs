@@ -71,6 +71,11 @@ pub struct ExecutionResult {
     pub language: Language,
     pub stdout: String,
     pub stderr: String,
+    /// The repr of the program's last expression, as a REPL shows it (`codebox serve`;
+    /// absent when the program did not end with an expression or its value was `None` /
+    /// `undefined`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
@@ -175,6 +180,9 @@ impl ExecutionResult {
         };
         redact(&mut self.stdout);
         redact(&mut self.stderr);
+        if let Some(v) = &mut self.value {
+            redact(v);
+        }
         for call in &mut self.tool_calls {
             if let Some(e) = &mut call.error {
                 redact(e);
@@ -482,6 +490,7 @@ pub fn result_from(
         language,
         stdout: outcome.stdout.text("stdout"),
         stderr: outcome.stderr.text("stderr"),
+        value: None,
         exit_code: outcome.exit_code(),
         signal: outcome.signal(),
         timed_out: outcome.timed_out,

@@ -71,6 +71,14 @@ fn the_output_budget_and_kept_output_through_the_python_sdk() {
 }
 
 #[test]
+fn results_values_and_help_through_the_python_sdk() {
+    run_client_script(
+        "results_values_and_help_through_the_python_sdk",
+        "results_client.py",
+    );
+}
+
+#[test]
 fn controlled_egress_through_the_python_sdk() {
     run_client_script(
         "controlled_egress_through_the_python_sdk",

@@ -54,6 +54,7 @@ fn scope_scanner_deno_tests() {
             "--allow-write",
         ])
         .arg(root.join("src/runtime/tests/scope_test.js"))
+        .arg(root.join("src/runtime/tests/value_test.js"))
         .env("DENO_DIR", cache.path())
         .env("NO_COLOR", "1")
         .env("DENO_NO_UPDATE_CHECK", "1")

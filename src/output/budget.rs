@@ -81,6 +81,41 @@ pub fn keep(
     )
 }
 
+/// The share of a result's budget the last expression's value may take; stdout and
+/// stderr share what it leaves.
+pub fn value_room(chars: usize) -> usize {
+    chars / 4
+}
+
+/// A value's repr within `room` characters: whole, or head and tail around a marker
+/// (a long list still shows where it ends). The whole repr is not kept anywhere.
+pub fn keep_value(repr: &str, room: usize) -> Kept {
+    let len = repr.chars().count();
+    if len <= room {
+        return Kept {
+            text: repr.to_string(),
+            cut: None,
+        };
+    }
+    let head_end = byte_at(repr, room / 2);
+    let tail_start = byte_at(repr, len - (room - room / 2));
+    let middle = &repr[head_end..tail_start];
+    let cut = Cut {
+        left_out_bytes: middle.len(),
+        left_out_lines: middle.matches('\n').count(),
+        kept_chars: room,
+    };
+    Kept {
+        text: format!(
+            "{}…[codebox: {} bytes of the value left out]…{}",
+            &repr[..head_end],
+            cut.left_out_bytes,
+            &repr[tail_start..]
+        ),
+        cut: Some(cut),
+    }
+}
+
 /// `text` (of `len` characters) within `room` characters: whole, or 40% head and 60%
 /// tail (the end of a run says most: a summary, a traceback) around the marker.
 fn keep_one(text: &str, len: usize, room: usize, uri: &str, stream: &str) -> Kept {
@@ -188,6 +223,32 @@ mod tests {
         let cut = o.cut.unwrap();
         assert_eq!(cut.kept_chars, 1_000);
         assert_eq!(cut.left_out_bytes, (30_000 - 1_000) * 2);
+    }
+
+    #[test]
+    fn a_long_value_keeps_both_ends_within_its_room() {
+        let repr = format!(
+            "[{}]",
+            (0..100_000)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let kept = keep_value(&repr, value_room(20_000));
+        let cut = kept.cut.expect("cut");
+        assert!(kept.text.starts_with("[0, 1, 2"));
+        assert!(kept.text.ends_with("99998, 99999]"));
+        assert_eq!(cut.kept_chars, 5_000);
+        assert_eq!(kept.text.chars().count() - marker_chars(&kept.text), 5_000);
+        assert_eq!(cut.left_out_bytes + 5_000, repr.len());
+        let short = keep_value("42", 5_000);
+        assert_eq!((short.text.as_str(), short.cut), ("42", None));
+    }
+
+    fn marker_chars(kept: &str) -> usize {
+        let start = kept.find("…[codebox").unwrap();
+        let end = kept.find("]…").unwrap() + "]…".len();
+        kept[start..end].chars().count()
     }
 
     #[test]

@@ -246,7 +246,15 @@ pub struct ProxyReport {
     /// Why the proxy closed the channel early (a malformed or oversized frame), or held
     /// it back (the program left its answers unread).
     pub channel_error: Option<String>,
+    /// The repr of the program's last expression (`codebox/value`; the last one sent
+    /// wins, cut to [`MAX_VALUE_BYTES`]). The program could send the line itself: it is
+    /// output of the program like its stdout, never trusted for anything else.
+    pub value: Option<String>,
 }
+
+/// The most bytes of a `codebox/value` repr kept (the runtimes send at most 200,000
+/// characters; the result's output budget cuts it further).
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
 
 #[cfg(test)]
 mod tests;

@@ -34,7 +34,7 @@ use tokio::task::JoinSet;
 
 use super::{
     clip, code, AllowList, CallObserver, ProxyLimits, ProxyReport, Redactor, ToolBackend,
-    ToolCallRecord, MAX_MESSAGE_ECHO, MAX_NAME_ECHO,
+    ToolCallRecord, MAX_MESSAGE_ECHO, MAX_NAME_ECHO, MAX_VALUE_BYTES,
 };
 use crate::line_reader::read_line_capped;
 
@@ -549,8 +549,9 @@ impl ProxySession {
         let _ = writer.await;
     }
 
-    /// A notification: only a `codebox/done` the supervisor waits for, or the first
-    /// `codebox/exit` of a one-shot run, goes anywhere.
+    /// A notification: only a `codebox/done` the supervisor waits for, the first
+    /// `codebox/exit` of a one-shot run, or a `codebox/value` (into the report), goes
+    /// anywhere.
     fn notify(&self, method: &str, params: Option<&RawValue>) {
         #[derive(Deserialize)]
         struct Done<'a> {
@@ -560,6 +561,20 @@ impl ProxySession {
         #[derive(Deserialize)]
         struct Exit {
             status: i32,
+        }
+        #[derive(Deserialize)]
+        struct ValueNotice<'a> {
+            #[serde(borrow)]
+            repr: Cow<'a, str>,
+        }
+        if method == crate::runtime::VALUE_METHOD {
+            if let Some(value) =
+                params.and_then(|p| serde_json::from_str::<ValueNotice>(p.get()).ok())
+            {
+                let repr = clip(&value.repr, MAX_VALUE_BYTES).into_owned();
+                self.state.lock().expect("proxy state").report.value = Some(repr);
+                return;
+            }
         }
         if method == "codebox/exit" {
             let exit = params.and_then(|p| serde_json::from_str::<Exit>(p.get()).ok());

@@ -571,6 +571,33 @@ async fn only_an_awaited_codebox_done_reaches_the_control_queue() {
     assert!(rx.try_recv().is_ok());
 }
 
+#[tokio::test]
+async fn the_last_codebox_value_lands_in_the_report_cut_to_its_bound() {
+    let mut h = harness(&["*"], ProxyLimits::default());
+    let value =
+        |repr: &str| json!({"jsonrpc": "2.0", "method": "codebox/value", "params": {"repr": repr}});
+    h.send(value("1").to_string().as_bytes()).await;
+    // Malformed ones are ignored, never an error.
+    h.send(br#"{"jsonrpc":"2.0","method":"codebox/value","params":{"repr":7}}"#)
+        .await;
+    h.send(br#"{"jsonrpc":"2.0","method":"codebox/value"}"#)
+        .await;
+    h.rpc(1, "tools/search", json!({"query": "x"})).await;
+    assert_eq!(h.session.report().value.as_deref(), Some("1"));
+    h.send(
+        value(&"v".repeat(MAX_VALUE_BYTES + 10))
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    h.rpc(2, "tools/search", json!({"query": "x"})).await;
+    let kept = h.session.take_report().value.unwrap();
+    assert!(kept.len() < MAX_VALUE_BYTES + 100);
+    assert!(kept.ends_with(&format!("…[truncated, {} bytes]", MAX_VALUE_BYTES + 10)));
+    // A keep-alive session's next run starts without one.
+    assert_eq!(h.session.report().value, None);
+}
+
 #[test]
 fn clip_cuts_at_a_character_boundary_with_a_marker() {
     assert_eq!(clip("short", 10), "short");

@@ -30,6 +30,14 @@
 //! (freeing every object, closing files no one can read any more), which for Python is
 //! several milliseconds of a `print(1)`.
 //!
+//! A record `VALUE 0\n` ([`with_value`]; the server sends it, `codebox run` does not) asks
+//! for the value of a program's last expression, as a REPL shows it: when the program (or
+//! a session's run) ends with an expression statement whose value is not `None` /
+//! `undefined`, the runtime sends `{"jsonrpc":"2.0","method":"codebox/value","params":
+//! {"repr":…}}` on fd 3 (Python's `repr`, Deno's `Deno.inspect`; at most 200,000
+//! characters) before the program's exit or the run's `codebox/done`. Without it nobody
+//! reads fd 3 past the frame, and a long line would block.
+//!
 //! Files travel inside the frame rather than through a host directory, so the host never
 //! writes into a tree the sandbox can also write (no symlink races, no ownership to fix
 //! up), and a pre-started sandbox can receive them with its code. The paths are validated
@@ -216,6 +224,26 @@ pub fn ephemeral(frame: Vec<u8>) -> Vec<u8> {
     out
 }
 
+/// The record that asks for the last expression's value.
+pub const VALUE_RECORD: &[u8] = b"VALUE 0\n";
+/// The notification that carries it.
+pub const VALUE_METHOD: &str = "codebox/value";
+
+/// `frame` (one-shot or a session's) with the [`VALUE_RECORD`]: after `SESSION`, which
+/// must come first, otherwise in front.
+pub fn with_value(frame: Vec<u8>) -> Vec<u8> {
+    let at = if frame.starts_with(SESSION_RECORD) {
+        SESSION_RECORD.len()
+    } else {
+        0
+    };
+    let mut out = Vec::with_capacity(VALUE_RECORD.len() + frame.len());
+    out.extend_from_slice(&frame[..at]);
+    out.extend_from_slice(VALUE_RECORD);
+    out.extend_from_slice(&frame[at..]);
+    out
+}
+
 /// The record that opens a session's boot frame.
 pub const SESSION_RECORD: &[u8] = b"SESSION 0\n";
 /// The notification the supervisor sends to start a session's next run.
@@ -288,6 +316,14 @@ mod tests {
     fn an_ephemeral_frame_starts_with_its_record() {
         let frame = ephemeral(boot_frame("print(1)"));
         assert_eq!(frame, b"EPHEMERAL 0\nCODE 8\nprint(1)".to_vec());
+        assert_eq!(
+            with_value(frame),
+            b"VALUE 0\nEPHEMERAL 0\nCODE 8\nprint(1)".to_vec()
+        );
+        assert_eq!(
+            with_value(session_boot_frame("1", &Files::new())),
+            b"SESSION 0\nVALUE 0\nCODE 1\n1".to_vec()
+        );
     }
 
     #[test]

@@ -11,7 +11,8 @@ pub mod boot;
 
 pub use boot::{
     boot_frame, boot_frame_with_files, decode_files, ephemeral, session_boot_frame,
-    session_run_message, validate_files, FileContent, FileError, Files, MAX_FILES_BYTES,
+    session_run_message, validate_files, with_value, FileContent, FileError, Files,
+    MAX_FILES_BYTES, VALUE_METHOD,
 };
 
 use std::fmt;

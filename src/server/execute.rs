@@ -355,6 +355,7 @@ impl CodeboxServer {
         result.tool_calls_dropped = ran.tools.tool_calls_dropped;
         result.start = ran.start;
         result.tool_channel_error = ran.tools.channel_error;
+        result.value = ran.tools.value;
         result.network = ran.network;
         if let Some(layer) = &layer {
             result.packages = Some(json!({
@@ -439,7 +440,8 @@ impl CodeboxServer {
         let backend: Arc<dyn ToolBackend> = s.backend.clone();
         let proxy = ProxySession::new(backend, c.allow.clone(), s.settings.proxy_limits.clone());
         hooks(&proxy);
-        let mut frame = runtime::boot_frame_with_files(code, &c.files);
+        // A model reads the last expression's value like a REPL's.
+        let mut frame = runtime::with_value(runtime::boot_frame_with_files(code, &c.files));
         // No host directory is bound: nothing of the sandbox outlives it, so the run may
         // end at the runtime's `codebox/exit` (a run that writes a session's workspace
         // ends only with its sandbox, which it could otherwise outlive).
@@ -551,7 +553,7 @@ impl CodeboxServer {
                     format!("the sandbox could not be created: {e}")
                 })?;
                 let egress_listener = sandbox.take_egress_listener();
-                let frame = runtime::session_boot_frame(code, &c.files);
+                let frame = runtime::with_value(runtime::session_boot_frame(code, &c.files));
                 let live = LiveSandbox::start(sandbox, frame, proxy)
                     .map_err(|e| format!("the sandbox failed: {e}"))?;
                 *slot = Some(LiveEntry {
@@ -680,6 +682,9 @@ impl CodeboxServer {
 fn tokenize_result(vault: &crate::pii::Vault, r: &mut ExecutionResult) {
     r.stdout = vault.tokenize(&r.stdout);
     r.stderr = vault.tokenize(&r.stderr);
+    if let Some(v) = &mut r.value {
+        *v = vault.tokenize(v);
+    }
     for call in &mut r.tool_calls {
         if let Some(e) = &call.error {
             call.error = Some(vault.tokenize(e));

@@ -12,11 +12,24 @@ use crate::output::{budget, kept};
 
 impl CodeboxServer {
     pub(super) fn fit_output(&self, client: &str, result: &mut ExecutionResult, chars: usize) {
+        // The last expression's value takes at most a quarter; the streams the rest.
+        let budget_chars = chars;
+        let mut value_cut = None;
+        let mut chars = chars;
+        if let Some(value) = &mut result.value {
+            let kept = budget::keep_value(value, budget::value_room(chars));
+            chars -= kept.cut.map_or(kept.text.chars().count(), |c| c.kept_chars);
+            value_cut = kept.cut;
+            *value = kept.text;
+        }
         let id = kept::new_id();
         let (out, err) = budget::keep(&result.stdout, &result.stderr, chars, |stream| {
             kept::uri(&id, stream)
         });
         if out.cut.is_none() && err.cut.is_none() {
+            if let Some(c) = value_cut {
+                result.output = Some(json!({"budget_chars": budget_chars, "value": c}));
+            }
             return;
         }
         let whole = |k: &budget::Kept, text: &mut String| k.cut.map(|_| std::mem::take(text));
@@ -51,9 +64,10 @@ impl CodeboxServer {
             })
         };
         result.output = Some(json!({
-            "budget_chars": chars,
+            "budget_chars": budget_chars,
             "stdout": describe(&out, "stdout"),
             "stderr": describe(&err, "stderr"),
+            "value": value_cut,
         }));
         tracing::debug!(
             execution = %id,

@@ -209,6 +209,15 @@ fn text_of(r: &ExecutionResult) -> String {
     if !r.stderr.is_empty() {
         text.push_str("--- stderr ---\n");
         text.push_str(&r.stderr);
+        if !r.stderr.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    if let Some(value) = &r.value {
+        // As a REPL shows it, after what the program printed.
+        text.push_str("--- value ---\n");
+        text.push_str(value);
+        text.push('\n');
     }
     if let Some(n) = &r.network {
         text.push_str(&network_lines(n));
@@ -337,6 +346,7 @@ mod tests {
             language: Language::Python,
             stdout: stdout.into(),
             stderr: stderr.into(),
+            value: None,
             exit_code: Some(0),
             signal: None,
             timed_out: false,

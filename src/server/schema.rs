@@ -22,6 +22,7 @@ pub fn execution_output_schema() -> Arc<JsonObject> {
         "properties": {
             "stdout": {"type": "string"},
             "stderr": {"type": "string"},
+            "value": {"type": "string"},
             "exit_code": opt_int,
             "signal": opt_int,
             "timed_out": {"type": "boolean"},
@@ -129,6 +130,7 @@ mod tests {
             language: Language::Python,
             stdout: "1\n".into(),
             stderr: String::new(),
+            value: full.then(|| "{'a': 1}".into()),
             exit_code: full.then_some(0),
             signal: (!full).then_some(9),
             timed_out: !full,

@@ -53,7 +53,7 @@ class Channel {
       this.fill();
     }
     const header = new TextDecoder().decode(this.buf.subarray(0, headerEnd));
-    const match = /^(CODE|FILE|SESSION|EPHEMERAL) (\d+)$/.exec(header);
+    const match = /^(CODE|FILE|SESSION|EPHEMERAL|VALUE) (\d+)$/.exec(header);
     if (!match) throw new Error(`codebox: bad boot header ${JSON.stringify(header.slice(0, 64))}`);
     const size = Number(match[2]);
     const payload = new Uint8Array(size);
@@ -103,10 +103,13 @@ function receive() {
   const channel = new Channel();
   let session = false;
   let ephemeral = false;
+  let wantValue = false;
   for (let first = true; ; first = false) {
     const [kind, payload] = channel.record();
-    if (kind === "CODE") return { code: payload, session, ephemeral, rest: channel.buf };
-    if (kind === "EPHEMERAL") {
+    if (kind === "CODE") return { code: payload, session, ephemeral, wantValue, rest: channel.buf };
+    if (kind === "VALUE") {
+      wantValue = true;
+    } else if (kind === "EPHEMERAL") {
       // What Deno's exit costs (~3 ms) is the kernel tearing down its address space: an
       // `_exit` saves nothing, but the supervisor need not wait for it (tellTheEnd).
       ephemeral = true;
@@ -189,19 +192,29 @@ function fullHint(e) {
 // first TypeScript import sets up Deno's module loader, transpiler and caches, which
 // would otherwise happen after the code arrives, on the request path. A cold run, whose
 // code is already there, does not pay for it.
-if (!codeWaiting()) await import("./codebox.ts");
+if (!codeWaiting()) {
+  await import("./codebox.ts");
+  await import("./value.js");
+}
 // Proxy mode: a refused tunnel's reason reaches the program's error (see egress.js).
 if (Deno.env.get("HTTPS_PROXY")) (await import("./egress.js")).install();
 announceReady();
-const { code, session, ephemeral, rest } = receive();
+const { code, session, ephemeral, wantValue, rest } = receive();
 if (session) {
   // A computed specifier: the module graph of a one-shot run does not include it.
   const { runSession } = await import(new URL("./session.js", import.meta.url).href);
-  await runSession({ code, rest, writeFile: writeWorkspaceFile });
+  await runSession({ code, rest, writeFile: writeWorkspaceFile, wantValue });
   Deno.exit(0); // not reached: a session ends with the process
 }
+// The last expression's value (value.js), loaded only when asked for (a pooled sandbox
+// loaded it before it was ready).
+const valueJs = wantValue ? await import(new URL("./value.js", import.meta.url).href) : null;
+let main = code;
+if (valueJs) {
+  main = new TextEncoder().encode(valueJs.captureLastValue(new TextDecoder().decode(code)).code);
+}
 try {
-  Deno.writeFileSync(MAIN_PATH, code, { mode: 0o600 });
+  Deno.writeFileSync(MAIN_PATH, main, { mode: 0o600 });
 } catch (e) {
   console.error(`codebox: cannot write ${MAIN_PATH}: ${e?.message ?? e}${fullHint(e)}`);
   Deno.exit(1);
@@ -212,4 +225,14 @@ try {
   await import("file://" + MAIN_PATH);
 } finally {
   forgetMain();
+}
+const value = valueJs?.takeValue() ?? null;
+if (value !== null) {
+  // Through client.ts's writer: behind any tool call's line still queued, never inside it.
+  const { notify } = await import(new URL("./client.ts", import.meta.url).href);
+  try {
+    notify("codebox/value", { repr: value });
+  } catch {
+    // the supervisor is gone
+  }
 }

@@ -354,7 +354,7 @@ function isP(tok, v) {
 }
 
 // Whether `prev` can end an expression, so that a line break after it may end a statement.
-function endsExpression(prev) {
+export function endsExpression(prev) {
   switch (prev.t) {
     case "id":
       return !CONTINUING_KEYWORDS.has(prev.v);

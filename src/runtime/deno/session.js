@@ -13,6 +13,7 @@
 // prints one before exiting, and the run's status is "error"; the session goes on.
 
 import { rewriteRun } from "./scope.js";
+import { captureLastValue, takeValue } from "./value.js";
 import { adopt, nextControl, notify } from "./client.ts";
 
 const RUN_PREFIX = "/workspace/.codebox-run-";
@@ -171,8 +172,11 @@ function tick() {
   return new Promise((resolve) => setTimeout(resolve, 0));
 }
 
-async function runOne(source, run, scope) {
-  const { code, prefix } = rewriteRun(source, Object.keys(scope), run);
+async function runOne(source, run, scope, wantValue) {
+  const captured = wantValue ? captureLastValue(source) : { code: source, linePrefix: "" };
+  const rewritten = rewriteRun(captured.code, Object.keys(scope), run);
+  const code = rewritten.code;
+  const prefix = rewritten.prefix + captured.linePrefix;
   runs.set(run, { source, prefix, prefixLength: prefix.length });
   const path = `${RUN_PREFIX}${run}.ts`;
   try {
@@ -207,6 +211,14 @@ async function runOne(source, run, scope) {
     }
   }
   await tick();
+  const value = takeValue();
+  if (value !== null && !runFailed) {
+    try {
+      notify("codebox/value", { repr: value });
+    } catch {
+      // nobody is listening any more; done() ends the process
+    }
+  }
   return runFailed ? "error" : "ok";
 }
 
@@ -245,7 +257,7 @@ function writeFiles(files, writeFile) {
 }
 
 /** Runs the session: `code` (bytes) first, then every codebox/run; never returns. */
-export async function runSession({ code, rest, writeFile }) {
+export async function runSession({ code, rest, writeFile, wantValue }) {
   adopt(rest);
   const scope = Object.create(null);
   globalThis.__codebox_scope = scope;
@@ -261,7 +273,7 @@ export async function runSession({ code, rest, writeFile }) {
   });
   let source = new TextDecoder().decode(code);
   for (let run = 1;; run++) {
-    done(await runOne(source, run, scope));
+    done(await runOne(source, run, scope, wantValue));
     for (;;) {
       const message = await nextControl();
       if (message === null) Deno.exit(0); // EOF on fd 3: the session is over

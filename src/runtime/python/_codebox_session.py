@@ -35,20 +35,24 @@ def _flush_output():
             pass
 
 
-def _run(source, filename, namespace):
-    """Runs one program in `namespace`: "ok", or "error" after printing the traceback as
-    the one-shot mode does. SystemExit propagates: it ends the process."""
-    # An mtime of None: linecache.checkcache keeps the entry.
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+def _run(source, filename, namespace, boot):
+    """Runs one program in `namespace` with boot.py's runner (which reports the last
+    expression's value): "ok", or "error" after printing the traceback as the one-shot
+    mode does. SystemExit propagates: it ends the process."""
+    run_program, print_program_exception = boot
+    # An mtime of None: linecache.checkcache keeps the entry. Every line ends with a
+    # newline, as linecache's own reads do (a last line without one shifts the carets
+    # under it by a column).
+    lines = source.splitlines(True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    linecache.cache[filename] = (len(source), None, lines, filename)
     try:
-        exec(compile(source, filename, "exec"), namespace)
+        run_program(source, filename, namespace)
     except SystemExit:
         raise
     except BaseException as exc:
-        import traceback
-
-        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
-        traceback.print_exception(type(exc), exc.with_traceback(tb), tb)
+        print_program_exception(exc, filename)
         return "error"
     return "ok"
 
@@ -80,9 +84,10 @@ def _done(channel, status, tool_error):
         raise SystemExit(0)  # nobody is listening any more
 
 
-def run(channel, module, source, rest, write_file, main_filename):
+def run(channel, module, source, rest, write_file, main_filename, boot):
     """The session: `source` first, then every codebox/run; ends only with the process.
-    `rest`: bytes boot.py read past the boot frame; `write_file`: boot.py's FILE writer."""
+    `rest`: bytes boot.py read past the boot frame; `write_file`: boot.py's FILE writer;
+    `boot`: boot.py's (run_program, print_program_exception)."""
     from codebox import ToolError
 
     channel.adopt(rest)
@@ -91,7 +96,7 @@ def run(channel, module, source, rest, write_file, main_filename):
     filename = main_filename
     runs = 1
     while True:
-        _done(channel, _run(source, filename, namespace), ToolError)
+        _done(channel, _run(source, filename, namespace, boot), ToolError)
         while True:
             try:
                 message = channel.next_control()

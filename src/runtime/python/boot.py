@@ -4,7 +4,9 @@ Protocol (src/runtime/boot.rs): records b"<KIND> <n>\\n" + n bytes; zero or more
 records (b"<path>\\0<content>", written under /workspace), then one CODE record (UTF-8).
 Runs with -I -S -B, so this file sets up what `python -c` would have: sys.path with the
 working directory first, exit()/quit(), and a clean __main__ module.
-A first record b"SESSION 0\\n" starts a keep-alive session (_codebox_session.py).
+A first record b"SESSION 0\\n" starts a keep-alive session (_codebox_session.py). A record
+b"VALUE 0\\n" asks for the value of a program's last expression, as a REPL shows it: its
+repr goes to the supervisor as `codebox/value` on fd 3 (unless it is None).
 
 sys.path: /workspace, the standard library, /opt/codebox/python (codebox, servers, skills),
 $CODEBOX_PACKAGES (a package layer bound at /packages, when the call asked for packages),
@@ -42,7 +44,7 @@ class _Channel:
             self._fill(0)
         header, _, self._buf = self._buf.partition(b"\n")
         kind, _, size = header.partition(b" ")
-        if kind not in (b"CODE", b"FILE", b"SESSION", b"EPHEMERAL") or not size.isdigit():
+        if kind not in (b"CODE", b"FILE", b"SESSION", b"EPHEMERAL", b"VALUE") or not size.isdigit():
             raise SystemExit("codebox: bad boot header %r" % header[:64])
         size = int(size)
         parts, got = [self._buf[:size]], min(len(self._buf), size)
@@ -86,6 +88,7 @@ def _write_file(record):
 def _receive():
     channel = _Channel()
     mode = None
+    global _want_value
     written = []
     while True:
         kind, payload = channel.record()
@@ -93,6 +96,8 @@ def _receive():
             return payload.decode("utf-8"), mode, channel._buf, written
         if kind in (b"SESSION", b"EPHEMERAL"):
             mode = kind
+        elif kind == b"VALUE":
+            _want_value = True
         else:
             _write_file(payload)
             written.append(payload.partition(b"\0")[0])
@@ -113,6 +118,83 @@ def _install_site_builtins():
 
     builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    # pydoc's help, imported at the first call. stdout is not a terminal, so pydoc pages
+    # with its plain pager (text straight to stdout); interactive help() reads stdin,
+    # which is empty, and returns.
+    builtins.help = _sitebuiltins._Helper()
+
+
+# Whether the frame asked for the last expression's value (a VALUE record).
+_want_value = False
+# The most characters of a value's repr sent; the supervisor cuts it to the result's
+# output budget.
+MAX_VALUE_CHARS = 200_000
+
+
+def run_program(source, filename, namespace):
+    """Runs `source` in `namespace` as __main__ code. When the frame asked for values and
+    the last statement is an expression, it is evaluated on its own, like a REPL cell's,
+    and its value reported (see report_value). Line numbers are the source's: the code is
+    compiled from its own syntax tree."""
+    if not _want_value:
+        exec(compile(source, filename, "exec", dont_inherit=True), namespace)
+        return
+    import _ast  # built in
+
+    tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
+    last = tree.body[-1] if tree.body else None
+    if type(last) is not _ast.Expr:
+        exec(compile(tree, filename, "exec", dont_inherit=True), namespace)
+        return
+    del tree.body[-1]
+    exec(compile(tree, filename, "exec", dont_inherit=True), namespace)
+    expression = _ast.Expression(last.value)
+    report_value(eval(compile(expression, filename, "eval", dont_inherit=True), namespace))
+
+
+def print_program_exception(exc, filename):
+    """Prints `exc` as `python -c` would: from the program's own frame (`filename`) on,
+    without the frames of codebox's files that ran it (none at all for a SyntaxError)."""
+    import traceback
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc.with_traceback(tb), tb)
+
+
+def report_value(value):
+    """Sends the repr of `value` (not None) as `codebox/value {repr}` on fd 3 and keeps it
+    in builtins._, as the interactive interpreter does. A repr that fails is reported as
+    such; the program goes on either way."""
+    if value is None:
+        return
+    builtins._ = value
+    try:
+        text = repr(value)
+    except BaseException as exc:  # a repr may raise anything, even SystemExit
+        text = "<repr() failed: %s: %s>" % (type(exc).__name__, exc)
+    if not isinstance(text, str):
+        return
+    if len(text) > MAX_VALUE_CHARS:
+        text = text[:MAX_VALUE_CHARS] + "…[%d more characters]" % (len(text) - MAX_VALUE_CHARS)
+    import _json  # built in: the C encoder of the json module
+
+    line = b'{"jsonrpc":"2.0","method":"codebox/value","params":{"repr":%s}}\n' % (
+        _json.encode_basestring_ascii(text).encode("ascii")
+    )
+    codebox = sys.modules.get("codebox")
+    channel = getattr(codebox, "_channel", None)
+    try:
+        if channel is not None:
+            # Its write lock keeps the line whole beside threads' tool calls.
+            channel._write(line)
+            return
+        view = memoryview(line)
+        while view:
+            view = view[posix.write(CHANNEL_FD, view):]
+    except OSError:
+        pass  # nobody listens any more: the supervisor is gone
 
 
 def _announce_ready():
@@ -199,21 +281,26 @@ def main():
         import codebox, _codebox_session
 
         del sys.path[0]
-        _codebox_session.run(codebox._channel, module, source, rest, _write_file, MAIN_FILENAME)
+        _codebox_session.run(
+            codebox._channel,
+            module,
+            source,
+            rest,
+            _write_file,
+            MAIN_FILENAME,
+            (run_program, print_program_exception),
+        )
     status = 0
     try:
-        exec(compile(source, MAIN_FILENAME, "exec"), module.__dict__)
+        run_program(source, MAIN_FILENAME, module.__dict__)
     except SystemExit as exc:
         if mode != b"EPHEMERAL":
             raise
         status = _exit_status(exc)
     except BaseException as exc:
-        # Report as `python -c` would, without this file's frame. The pure-Python printer
-        # reads source lines through linecache, which asks the module's __loader__.
-        import traceback
-
-        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
-        traceback.print_exception(type(exc), exc.with_traceback(tb), tb)
+        # The pure-Python printer reads source lines through linecache, which asks the
+        # module's __loader__.
+        print_program_exception(exc, MAIN_FILENAME)
         status = 1
     if mode == b"EPHEMERAL":
         _quick_exit(status)

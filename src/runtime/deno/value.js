@@ -1,0 +1,160 @@
+// The value of a TypeScript program's last expression, as a REPL shows it.
+//
+// When the supervisor asks for it (a VALUE record, src/runtime/boot.rs), the program's
+// last top-level statement, if it is an expression statement, is rewritten in place:
+//
+//   <the program up to it>globalThis[Symbol.for("codebox.value")] = (<the expression>
+//   );<whatever followed it: a semicolon, comments>
+//
+// so that after the module has run (top-level `await` included) boot.js or session.js
+// reads the value and sends `Deno.inspect` of it. Lines before it keep their numbers and
+// columns; only the statement's first line shifts right.
+//
+// Statements are found with scope.js's lexer and JavaScript's own rule for where a line
+// break ends one: a line that starts with a token that can continue an expression (`.`,
+// `(`, `[`, a template, a binary operator...) continues the statement before it. The
+// check is conservative: whatever it does not recognise as an expression statement is
+// left alone, and the program then simply has no value; a wrong rewrite would break it.
+//
+// Plain JavaScript with no imports but scope.js, so that `deno test` can run it as it is.
+
+import { endsExpression, tokenize } from "./scope.js";
+
+/** Where the value lands; boot.js and session.js read and delete it. */
+export const VALUE_KEY = Symbol.for("codebox.value");
+const ASSIGN = 'globalThis[Symbol.for("codebox.value")] = (';
+
+// Keywords that begin a statement which is not an expression statement (declarations,
+// control flow, modules). `async` too: `async function` is a declaration, and an
+// `async` arrow at the very end of a program is rare enough to go without a value.
+const STATEMENT_KEYWORDS = new Set(
+  ("abstract async break case catch class const continue debugger declare default do " +
+    "else enum export finally for function if interface let module namespace return " +
+    "static switch throw try type using var while with yield").split(" "),
+);
+
+// Punctuators that may begin an expression statement.
+const EXPRESSION_PUNCTUATORS = new Set(["!", "~", "+", "-", "++", "--", "(", "["]);
+
+// Tokens that, first on a line, continue the statement of the line before (no automatic
+// semicolon before them). `++`/`--` are not among them: after a line break they are
+// prefix operators of a new statement.
+function continues(tok) {
+  switch (tok.t) {
+    case "open":
+      return tok.v === "(" || tok.v === "[";
+    case "close":
+      return true;
+    case "tpl":
+    case "tplhead":
+      return true;
+    case "p":
+      return tok.v !== "++" && tok.v !== "--";
+    case "id":
+      return ["in", "instanceof", "as", "satisfies", "of"].includes(tok.v);
+    default:
+      return false;
+  }
+}
+
+function isPunct(tok, v) {
+  return tok !== undefined && (tok.t === "p" || tok.t === "open" || tok.t === "close") &&
+    tok.v === v;
+}
+
+/**
+ * The span { start, end } (offsets in `source`) of the expression of the program's last
+ * top-level statement when that is an expression statement, else null.
+ */
+export function lastExpression(source) {
+  let toks;
+  try {
+    toks = tokenize(source);
+  } catch {
+    return null;
+  }
+  // Top-level tokens only; trailing empty statements (`;`) are not statements of note.
+  let last = toks.length - 1;
+  while (last >= 0 && toks[last].d === 0 && isPunct(toks[last], ";")) last--;
+  if (last < 0 || toks[last].d !== 0) return null;
+  // An unterminated string or template at the end: the program's own syntax error, to be
+  // reported as it is, not inside a rewrite.
+  const end = toks[last];
+  if (end.t === "str" || end.t === "tpl") {
+    const raw = source.slice(end.s, end.e);
+    const quote = end.t === "str" ? raw[0] : "`";
+    let escapes = 0;
+    while (raw[raw.length - 2 - escapes] === "\\") escapes++;
+    if (raw.length < 2 || raw[raw.length - 1] !== quote || escapes % 2 === 1) return null;
+  }
+  let start = -1;
+  for (let k = 0; k <= last; k++) {
+    const tok = toks[k];
+    if (tok.d !== 0) continue;
+    const prev = toks[k - 1];
+    if (prev === undefined || isPunct(prev, ";")) {
+      if (!isPunct(tok, ";")) start = k;
+    } else if (tok.nl && !continues(tok) && (isPunct(prev, "}") || endsExpression(prev))) {
+      start = k;
+    }
+  }
+  if (start < 0) return null;
+  const first = toks[start];
+  const second = toks[start + 1];
+  switch (first.t) {
+    case "id":
+      if (STATEMENT_KEYWORDS.has(first.v)) return null;
+      // `import("m")` and `import.meta` are expressions; `import x from` is not.
+      if (first.v === "import" && !(isPunct(second, "(") || isPunct(second, "."))) return null;
+      // A label.
+      if (isPunct(second, ":")) return null;
+      break;
+    case "p":
+    case "open":
+      if (!EXPRESSION_PUNCTUATORS.has(first.v)) return null;
+      break;
+    case "num":
+    case "str":
+    case "tpl":
+    case "tplhead":
+    case "re":
+      break;
+    default:
+      return null;
+  }
+  return { start: first.s, end: toks[last].e };
+}
+
+/**
+ * `source` with its last expression's value captured (see the top): { code, linePrefix },
+ * where linePrefix is what line 1 gained at its start ("" unless the expression is the
+ * very beginning of the program), for error positions.
+ */
+export function captureLastValue(source) {
+  const span = lastExpression(source);
+  if (span === null) return { code: source, linePrefix: "" };
+  const code = source.slice(0, span.start) + ASSIGN + source.slice(span.start, span.end) +
+    "\n)" + source.slice(span.end);
+  return { code, linePrefix: span.start === 0 ? ASSIGN : "" };
+}
+
+/**
+ * Takes the captured value off globalThis: its text as a REPL shows it (strings quoted),
+ * or null when there is none or it is undefined. At most `max` characters.
+ */
+export function takeValue(max = 200_000) {
+  if (!(VALUE_KEY in globalThis)) return null;
+  const value = globalThis[VALUE_KEY];
+  delete globalThis[VALUE_KEY];
+  if (value === undefined) return null;
+  let text;
+  try {
+    text = typeof value === "string"
+      ? JSON.stringify(value)
+      : Deno.inspect(value, { colors: false, depth: 4, iterableLimit: 100 });
+  } catch (e) {
+    text = `<inspect failed: ${e?.message ?? e}>`;
+  }
+  if (text.length > max) text = text.slice(0, max) + `…[${text.length - max} more characters]`;
+  return text;
+}
