@@ -139,6 +139,20 @@ pub struct ExecutionResult {
     /// resources holding them whole; absent when nothing was cut.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<serde_json::Value>,
+    /// Output files returned (`/workspace/out`, `outputs`): how each is shown and where
+    /// it can be read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<crate::output::files::FileRecord>,
+    /// Output files not returned, and why (a symlink, too large, ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files_skipped: Vec<crate::output::files::Skipped>,
+    /// Output files past the count returned.
+    #[serde(skip_serializing_if = "crate::execution::is_zero")]
+    pub files_omitted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ExecutionResult {
@@ -491,6 +505,9 @@ pub fn result_from(
         stdout: outcome.stdout.text("stdout"),
         stderr: outcome.stderr.text("stderr"),
         value: None,
+        files: Vec::new(),
+        files_skipped: Vec::new(),
+        files_omitted: 0,
         exit_code: outcome.exit_code(),
         signal: outcome.signal(),
         timed_out: outcome.timed_out,

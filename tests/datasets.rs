@@ -59,7 +59,7 @@ fn numpy_pandas_matplotlib_and_requests_work_cold_and_pooled() {
     let out = python_ok_cold_and_warm(DATA_SET);
     assert_eq!(
         out,
-        "10000 10 10000 0.5\nAgg True True\n[1.0, 2.0]\n\
+        "10000 10 10000 0.5\nmodule://codebox_mpl True True\n[1.0, 2.0]\n\
          Session /opt/codebox/site-packages/certifi/cacert.pem\n"
     );
 }

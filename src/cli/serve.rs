@@ -400,10 +400,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )),
         None => None,
     };
-    let (output_budget, kept_output) = args.output.settings()?;
+    let output = args.output.settings()?;
+    let mut proxy_limits = args.proxy_limits.clone();
+    proxy_limits.out_files = output.files;
     let mut settings = Settings {
-        output_budget,
-        kept_output,
+        output_budget: output.budget,
+        kept_output: output.kept,
         network,
         egress,
         packages: None,
@@ -413,7 +415,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_timeout: args.max_timeout,
         max_files_bytes: args.max_files_bytes,
         allowed_tools: args.allowed_tools.clone(),
-        proxy_limits: args.proxy_limits.clone(),
+        proxy_limits,
         pii_mode: args.pii_mode,
         pii_detector,
         rate: args.rate,

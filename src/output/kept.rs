@@ -1,8 +1,10 @@
-//! Whole output streams of results whose budget cut them, kept for a while as resources
-//! of the client that ran them: `codebox://executions/<id>/stdout` (and `stderr`), read
-//! in pages (`?page=2`) that each fit in one MCP message. Another client's executions
-//! are unknown to a caller. What is kept is what the result was made from: secrets
-//! redacted and personal data tokenized already.
+//! Whole output streams of results whose budget cut them, and the output files of
+//! executions, kept for a while as resources of the client that ran them:
+//! `codebox://executions/<id>/stdout` (and `stderr`), read in pages (`?page=2`) that each
+//! fit in one MCP message, and `codebox://executions/<id>/files/<path>` (text in pages
+//! of text, anything else as base64 blobs in pages of [`BLOB_PAGE_BYTES`]). Another
+//! client's executions are unknown to a caller. What is kept is what the result was made
+//! from: secrets redacted and personal data tokenized already (a file's path too).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -14,6 +16,38 @@ pub const PREFIX: &str = "codebox://executions/";
 /// Escaped JSON bytes of one page (with the envelope, well within what a client accepts
 /// in one message).
 pub const PAGE_BYTES: usize = 256 * 1024;
+
+/// Bytes of a binary file per page (base64 makes a third more).
+pub const BLOB_PAGE_BYTES: usize = 512 * 1024;
+
+/// One kept output file, under the path the model sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptFile {
+    pub path: String,
+    pub mime: &'static str,
+    pub bytes: Vec<u8>,
+}
+
+impl KeptFile {
+    fn is_text(&self) -> bool {
+        std::str::from_utf8(&self.bytes).is_ok()
+    }
+
+    fn pages(&self) -> usize {
+        match std::str::from_utf8(&self.bytes) {
+            Ok(text) => crate::server::render::pieces(text, PAGE_BYTES).len().max(1),
+            Err(_) => self.bytes.len().div_ceil(BLOB_PAGE_BYTES).max(1),
+        }
+    }
+}
+
+/// One page of a kept file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilePage {
+    Text(String),
+    /// Base64 of the page's bytes.
+    Blob(String),
+}
 
 /// Limits of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,11 +73,14 @@ struct Entry {
     at: Instant,
     stdout: Option<String>,
     stderr: Option<String>,
+    files: Vec<KeptFile>,
 }
 
 impl Entry {
     fn bytes(&self) -> usize {
-        self.stdout.as_ref().map_or(0, String::len) + self.stderr.as_ref().map_or(0, String::len)
+        self.stdout.as_ref().map_or(0, String::len)
+            + self.stderr.as_ref().map_or(0, String::len)
+            + self.files.iter().map(|f| f.bytes.len()).sum::<usize>()
     }
 }
 
@@ -59,6 +96,7 @@ pub struct Listed {
     pub uri: String,
     pub bytes: usize,
     pub pages: usize,
+    pub mime: &'static str,
 }
 
 impl KeptOutputs {
@@ -78,13 +116,30 @@ impl KeptOutputs {
         stdout: Option<String>,
         stderr: Option<String>,
     ) -> bool {
-        let entry = Entry {
+        self.insert(Entry {
             id: id.to_string(),
             owner: owner.to_string(),
             at: Instant::now(),
             stdout,
             stderr,
-        };
+            files: Vec::new(),
+        })
+    }
+
+    /// Keeps the output files of execution `id` for `owner`; false when they are larger
+    /// than the whole store.
+    pub fn keep_files(&self, id: &str, owner: &str, files: Vec<KeptFile>) -> bool {
+        self.insert(Entry {
+            id: id.to_string(),
+            owner: owner.to_string(),
+            at: Instant::now(),
+            stdout: None,
+            stderr: None,
+            files,
+        })
+    }
+
+    fn insert(&self, entry: Entry) -> bool {
         let size = entry.bytes();
         if size > self.limits.max_bytes {
             tracing::info!(
@@ -121,17 +176,98 @@ impl KeptOutputs {
                         uri: format!("{PREFIX}{}/{stream}", e.id),
                         bytes: text.len(),
                         pages: crate::server::render::pieces(text, PAGE_BYTES).len().max(1),
+                        mime: "text/plain",
                     });
                 }
             }
+            for f in &e.files {
+                out.push(Listed {
+                    uri: file_uri(&e.id, &f.path),
+                    bytes: f.bytes.len(),
+                    pages: f.pages(),
+                    mime: f.mime,
+                });
+            }
         }
         out
+    }
+
+    /// `None` when `uri` is not a kept file's; else page N of it (text or a blob) with
+    /// its MIME type and page count, or why there is none.
+    pub fn read_file(
+        &self,
+        owner: &str,
+        uri: &str,
+    ) -> Option<Result<(FilePage, &'static str, usize), String>> {
+        let rest = uri.strip_prefix(PREFIX)?;
+        let (id, path) = rest.split_once("/files/")?;
+        let unknown = || {
+            format!("unknown resource {uri:?}: output files are readable for {} s after their execution, by the client that ran it", self.limits.ttl.as_secs())
+        };
+        let mut guard = self.entries.lock().expect("kept outputs lock");
+        let (entries, total) = &mut *guard;
+        expire(entries, total, self.limits.ttl);
+        let files = entries
+            .iter()
+            .filter(|e| e.id == id && e.owner == owner)
+            .flat_map(|e| e.files.iter());
+        // The whole rest is the path, unless no file has that name and it ends in a page
+        // (a file may be called "a?page=2").
+        let mut page = 1;
+        let mut file = None;
+        for f in files {
+            if f.path == path {
+                file = Some(f);
+                page = 1;
+                break;
+            }
+            if let Some((p, n)) = path.rsplit_once("?page=") {
+                if f.path == p {
+                    let n = n.parse::<usize>().ok().filter(|n| *n >= 1);
+                    let Some(n) = n else {
+                        return Some(Err(format!("{uri:?}: a page is a number from 1")));
+                    };
+                    file = Some(f);
+                    page = n;
+                }
+            }
+        }
+        let Some(file) = file else {
+            return Some(Err(unknown()));
+        };
+        let pages = file.pages();
+        if page > pages {
+            return Some(Err(format!("{uri:?}: there are {pages} pages")));
+        }
+        let body = if file.is_text() {
+            let text = std::str::from_utf8(&file.bytes).unwrap_or_default();
+            let piece = crate::server::render::pieces(text, PAGE_BYTES)
+                .get(page - 1)
+                .copied()
+                .unwrap_or_default();
+            FilePage::Text(piece.to_string())
+        } else {
+            use base64::Engine as _;
+            let chunk = file
+                .bytes
+                .chunks(BLOB_PAGE_BYTES)
+                .nth(page - 1)
+                .unwrap_or_default();
+            FilePage::Blob(base64::engine::general_purpose::STANDARD.encode(chunk))
+        };
+        Some(Ok((body, file.mime, pages)))
     }
 
     /// `None` when `uri` is not a kept stream's; else page N of it with the page count,
     /// or why there is none (expired, another client's, no such page).
     pub fn read(&self, owner: &str, uri: &str) -> Option<Result<(String, usize), String>> {
         let rest = uri.strip_prefix(PREFIX)?;
+        if rest
+            .split_once('/')
+            .is_some_and(|(_, s)| s.starts_with("files/"))
+        {
+            return None; // a file's: `read_file`
+        }
         Some(self.read_page(owner, uri, rest))
     }
 
@@ -190,6 +326,11 @@ pub fn new_id() -> String {
 /// The URI of one kept stream.
 pub fn uri(id: &str, stream: &str) -> String {
     format!("{PREFIX}{id}/{stream}")
+}
+
+/// The URI of one kept output file (`path` as the model sees it).
+pub fn file_uri(id: &str, path: &str) -> String {
+    format!("{PREFIX}{id}/files/{path}")
 }
 
 fn expire(entries: &mut VecDeque<Entry>, total: &mut usize, ttl: Duration) {

@@ -5,8 +5,10 @@
 
 pub mod budget;
 pub mod config;
+pub mod files;
 pub mod kept;
 
 pub use budget::{Budget, Cut, Kept, MIN_CHARS};
-pub use config::OutputSection;
+pub use config::{OutputSection, OutputSettings};
+pub use files::{OutFile, OutFiles, OutFilesLimits};
 pub use kept::{KeptLimits, KeptOutputs};

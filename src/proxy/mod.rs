@@ -144,6 +144,8 @@ pub struct ProxyLimits {
     /// `tool_calls` records a result keeps (and the audit log writes one by one); the
     /// rest are counted in [`ProxyReport::tool_calls_dropped`].
     pub max_call_records: usize,
+    /// Output files the runtime may send at the end of a run (`codebox/file`).
+    pub out_files: crate::output::OutFilesLimits,
 }
 
 impl Default for ProxyLimits {
@@ -158,6 +160,7 @@ impl Default for ProxyLimits {
             max_in_flight_bytes: 64 * 1024 * 1024,
             max_queued_reply_bytes: 16 * 1024 * 1024,
             max_call_records: DEFAULT_MAX_CALL_RECORDS,
+            out_files: crate::output::OutFilesLimits::default(),
         }
     }
 }
@@ -250,6 +253,8 @@ pub struct ProxyReport {
     /// wins, cut to [`MAX_VALUE_BYTES`]). The program could send the line itself: it is
     /// output of the program like its stdout, never trusted for anything else.
     pub value: Option<String>,
+    /// The output files the runtime sent (`codebox/file`, `codebox/files`).
+    pub out_files: crate::output::OutFiles,
 }
 
 /// The most bytes of a `codebox/value` repr kept (the runtimes send at most 200,000

@@ -119,6 +119,8 @@ pub(super) struct State {
     /// Bytes through `tools/call` so far.
     pub(super) bytes: u64,
     pub(super) report: ProxyReport,
+    /// Output files being received (`codebox/file`); into the report at `take_report`.
+    files: Option<crate::output::files::Assembler>,
 }
 
 /// A line for the sandbox (newline included) and its share of the queue's byte budget,
@@ -338,16 +340,21 @@ impl ProxySession {
     }
 
     /// What happened on the channel so far.
+    /// What happened so far, without the output files (see [`Self::take_report`]).
     pub fn report(&self) -> ProxyReport {
         self.state.lock().expect("proxy state").report.clone()
     }
 
-    /// What happened since the last call, and the per-execution counters start again
-    /// (one run of a keep-alive session).
+    /// What happened since the last call, output files included, and the per-execution
+    /// counters start again (one run of a keep-alive session).
     pub fn take_report(&self) -> ProxyReport {
         let mut st = self.state.lock().expect("proxy state");
         st.bytes = 0;
-        std::mem::take(&mut st.report)
+        let mut report = std::mem::take(&mut st.report);
+        if let Some(files) = st.files.take() {
+            report.out_files = files.finish();
+        }
+        report
     }
 
     /// Notes in the report (once) that answers went unread and the reader was held back.
@@ -567,6 +574,12 @@ impl ProxySession {
             #[serde(borrow)]
             repr: Cow<'a, str>,
         }
+        if method == crate::runtime::FILE_METHOD || method == crate::runtime::FILES_METHOD {
+            if let Some(params) = params {
+                self.out_file(method, params);
+            }
+            return;
+        }
         if method == crate::runtime::VALUE_METHOD {
             if let Some(value) =
                 params.and_then(|p| serde_json::from_str::<ValueNotice>(p.get()).ok())
@@ -601,6 +614,49 @@ impl ProxySession {
             method = %clip(method, MAX_NAME_ECHO),
             "ignoring a notification on fd 3"
         );
+    }
+
+    /// One `codebox/file` chunk or the `codebox/files` summary, into the assembler; a
+    /// malformed one is dropped (the program could write such lines itself: they only
+    /// ever make its own result).
+    fn out_file(&self, method: &str, params: &RawValue) {
+        #[derive(Deserialize)]
+        struct Chunk<'a> {
+            #[serde(borrow)]
+            path: Cow<'a, str>,
+            offset: u64,
+            #[serde(borrow)]
+            base64: Cow<'a, str>,
+        }
+        #[derive(Deserialize)]
+        struct Summary {
+            #[serde(default)]
+            skipped: Vec<crate::output::files::Skipped>,
+            #[serde(default)]
+            omitted: u64,
+        }
+        use base64::Engine as _;
+        let mut st = self.state.lock().expect("proxy state");
+        let limits = self.limits.out_files;
+        let files = st
+            .files
+            .get_or_insert_with(|| crate::output::files::Assembler::new(limits));
+        if method == crate::runtime::FILE_METHOD {
+            match serde_json::from_str::<Chunk>(params.get()) {
+                Ok(c) => {
+                    match base64::engine::general_purpose::STANDARD.decode(c.base64.as_bytes()) {
+                        Ok(data) => files.chunk(&c.path, c.offset, data),
+                        Err(e) => tracing::debug!(error = %e, "an output file chunk is not base64"),
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "a malformed output file chunk"),
+            }
+        } else {
+            match serde_json::from_str::<Summary>(params.get()) {
+                Ok(s) => files.summary(s.skipped, s.omitted),
+                Err(e) => tracing::debug!(error = %e, "a malformed output files summary"),
+            }
+        }
     }
 
     /// Answers one request.

@@ -165,7 +165,8 @@ pub fn validate_files(files: &Files, max_bytes: usize) -> Result<(), FileError> 
     Ok(())
 }
 
-fn validate_path(path: &str) -> Result<(), FileError> {
+/// Checks one path for the workspace (see [`validate_files`]).
+pub fn validate_path(path: &str) -> Result<(), FileError> {
     let bad = |why| {
         Err(FileError::BadPath {
             path: path.chars().take(120).collect(),
@@ -232,14 +233,45 @@ pub const VALUE_METHOD: &str = "codebox/value";
 /// `frame` (one-shot or a session's) with the [`VALUE_RECORD`]: after `SESSION`, which
 /// must come first, otherwise in front.
 pub fn with_value(frame: Vec<u8>) -> Vec<u8> {
+    insert_record(frame, VALUE_RECORD)
+}
+
+/// The record that asks for the output files at the end of a run, with their limits and
+/// the workspace files the call named: `OUTPUTS <n>\n{"max_files", "max_bytes",
+/// "paths"}`.
+pub const OUTPUTS_KIND: &str = "OUTPUTS";
+/// A chunk of one output file: `{"path", "offset", "base64"}` (at most 1 MiB of bytes).
+pub const FILE_METHOD: &str = "codebox/file";
+/// After the chunks: `{"skipped": [{"path", "why"}], "omitted": n}`.
+pub const FILES_METHOD: &str = "codebox/files";
+
+/// `frame` (one-shot or a session's) with an OUTPUTS record (see [`OUTPUTS_KIND`]).
+pub fn with_outputs(
+    frame: Vec<u8>,
+    limits: &crate::output::OutFilesLimits,
+    paths: &[String],
+) -> Vec<u8> {
+    let spec = serde_json::json!({
+        "max_files": limits.max_files,
+        "max_bytes": limits.max_bytes,
+        "paths": paths,
+    })
+    .to_string();
+    let mut rec = Vec::with_capacity(spec.len() + 16);
+    record(&mut rec, OUTPUTS_KIND, &[spec.as_bytes()]);
+    insert_record(frame, &rec)
+}
+
+/// `frame` with `rec` after `SESSION`, which must come first, otherwise in front.
+fn insert_record(frame: Vec<u8>, rec: &[u8]) -> Vec<u8> {
     let at = if frame.starts_with(SESSION_RECORD) {
         SESSION_RECORD.len()
     } else {
         0
     };
-    let mut out = Vec::with_capacity(VALUE_RECORD.len() + frame.len());
+    let mut out = Vec::with_capacity(rec.len() + frame.len());
     out.extend_from_slice(&frame[..at]);
-    out.extend_from_slice(VALUE_RECORD);
+    out.extend_from_slice(rec);
     out.extend_from_slice(&frame[at..]);
     out
 }
@@ -262,11 +294,15 @@ pub fn session_boot_frame(code: &str, files: &Files) -> Vec<u8> {
 
 /// A session's next run: the `codebox/run` notification as one JSON line, newline
 /// included. `files` (validated with [`validate_files`]) are written under `/workspace`
-/// before `code` runs; the key is left out when there are none.
-pub fn session_run_message(code: &str, files: &Files) -> Vec<u8> {
+/// before `code` runs; the key is left out when there are none. `outputs`: the workspace
+/// files the run returns besides `/workspace/out`'s (left out when empty).
+pub fn session_run_message(code: &str, files: &Files, outputs: &[String]) -> Vec<u8> {
     use base64::Engine as _;
     let mut params = serde_json::Map::new();
     params.insert("code".into(), code.into());
+    if !outputs.is_empty() {
+        params.insert("outputs".into(), outputs.into());
+    }
     if !files.is_empty() {
         // Text as a string, anything else as {"base64": ...} (the runtimes take both).
         let files = files
@@ -356,7 +392,7 @@ mod tests {
 
     #[test]
     fn run_message_is_one_json_line() {
-        let line = session_run_message("print(\"a\\nb\")\n", &BTreeMap::new());
+        let line = session_run_message("print(\"a\\nb\")\n", &BTreeMap::new(), &[]);
         assert_eq!(line.last(), Some(&b'\n'));
         assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
         let msg: serde_json::Value = serde_json::from_slice(&line).unwrap();
@@ -374,7 +410,7 @@ mod tests {
     #[test]
     fn run_message_carries_files() {
         let f = files(&[("dir/b.txt", "line\n\u{e9}"), ("a.csv", "1,2")]);
-        let line = session_run_message("pass", &f);
+        let line = session_run_message("pass", &f, &[]);
         assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
         let msg: serde_json::Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(msg["method"], RUN_METHOD);
@@ -459,7 +495,7 @@ mod tests {
         ]
         .concat();
         assert!(frame.starts_with(&expect), "{frame:?}");
-        let line = session_run_message("pass", &f);
+        let line = session_run_message("pass", &f, &[]);
         let msg: serde_json::Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(msg["params"]["files"]["a.txt"], "text");
         assert_eq!(msg["params"]["files"]["b.bin"]["base64"], "AP8KgA==");

@@ -11,8 +11,8 @@ pub mod boot;
 
 pub use boot::{
     boot_frame, boot_frame_with_files, decode_files, ephemeral, session_boot_frame,
-    session_run_message, validate_files, with_value, FileContent, FileError, Files,
-    MAX_FILES_BYTES, VALUE_METHOD,
+    session_run_message, validate_files, validate_path, with_outputs, with_value, FileContent,
+    FileError, Files, FILES_METHOD, FILE_METHOD, MAX_FILES_BYTES, VALUE_METHOD,
 };
 
 use std::fmt;
@@ -154,9 +154,10 @@ impl Language {
         let extra: &[(&str, &str)] = match self {
             Language::Python => &[
                 ("PYTHONDONTWRITEBYTECODE", "1"),
-                // matplotlib: draw to files (no display here), and keep its config and
-                // font cache in the sandbox's /tmp (HOME is /workspace, the user's).
-                ("MPLBACKEND", "Agg"),
+                // matplotlib: Agg, with figures shown (plt.show()) or left open saved
+                // as PNG under /workspace/out (codebox_mpl.py), and its config and font
+                // cache in the sandbox's /tmp (HOME is /workspace, the user's).
+                ("MPLBACKEND", "module://codebox_mpl"),
                 ("MPLCONFIGDIR", "/tmp/.matplotlib"),
             ],
             Language::TypeScript => &[
@@ -284,7 +285,10 @@ mod tests {
             ("1".into(), "1".into(), "2".into(), "4".into())
         );
         let py = Language::Python.env();
-        assert!(py.contains(&("MPLBACKEND", "Agg")), "{py:?}");
+        assert!(
+            py.contains(&("MPLBACKEND", "module://codebox_mpl")),
+            "{py:?}"
+        );
         let ts = Language::TypeScript.env();
         assert!(ts.contains(&("DENO_DIR", DENO_CACHE)), "{ts:?}");
         let args = Language::TypeScript.program().unwrap().argv;

@@ -42,6 +42,8 @@ pub(super) struct Checked {
     pub(super) packages: Option<crate::packages::PackageSet>,
     /// Characters of stdout and stderr the result carries.
     pub(super) output_chars: usize,
+    /// Workspace files returned besides `/workspace/out`'s (`outputs`).
+    pub(super) outputs: Vec<String>,
 }
 
 /// What running a program gave, before it becomes a result.
@@ -111,8 +113,10 @@ impl CodeboxServer {
         let narrowing = self.narrowing(params.network.as_deref())?;
         let packages = self.package_set(language, params.packages.as_deref(), &params.code)?;
         let output_chars = s.settings.output_budget.for_call(params.output_budget)?;
+        let outputs = checked_outputs(params.outputs.as_deref().unwrap_or_default())?;
         Ok(Checked {
             output_chars,
+            outputs,
             files,
             limits,
             allow,
@@ -356,6 +360,7 @@ impl CodeboxServer {
         result.start = ran.start;
         result.tool_channel_error = ran.tools.channel_error;
         result.value = ran.tools.value;
+        let out_files = ran.tools.out_files;
         result.network = ran.network;
         if let Some(layer) = &layer {
             result.packages = Some(json!({
@@ -382,7 +387,11 @@ impl CodeboxServer {
         if let Some(v) = &redact {
             tokenize_result(v, &mut result);
         }
-        self.fit_output(&client, &mut result, c.output_chars);
+        // One id for what the store keeps of this execution: cut streams and files.
+        let kept_id = crate::output::kept::new_id();
+        let file_blocks =
+            self.present_out_files(&client, &kept_id, out_files, redact.as_deref(), &mut result);
+        self.fit_output(&client, &kept_id, &mut result, c.output_chars);
         s.counters.run.fetch_add(1, Ordering::Relaxed);
         if result.failed() {
             s.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -412,7 +421,7 @@ impl CodeboxServer {
             }),
         )
         .await;
-        let rendered = super::render::render(&result);
+        let rendered = super::render::render_with(&result, file_blocks);
         tracing::debug!(
             %language,
             prepared_us = prepared.as_micros() as u64,
@@ -442,6 +451,7 @@ impl CodeboxServer {
         hooks(&proxy);
         // A model reads the last expression's value like a REPL's.
         let mut frame = runtime::with_value(runtime::boot_frame_with_files(code, &c.files));
+        frame = runtime::with_outputs(frame, &s.settings.proxy_limits.out_files, &c.outputs);
         // No host directory is bound: nothing of the sandbox outlives it, so the run may
         // end at the runtime's `codebox/exit` (a run that writes a session's workspace
         // ends only with its sandbox, which it could otherwise outlive).
@@ -506,7 +516,7 @@ impl CodeboxServer {
         let outcome = outcome.map_err(|e| format!("the sandbox failed: {e}"))?;
         Ok(Ran {
             outcome,
-            tools: proxy.report(),
+            tools: proxy.take_report(),
             network,
             start: Some(start),
             interpreter: "none",
@@ -543,7 +553,10 @@ impl CodeboxServer {
             }
         }
         let (message, mut interpreter) = match slot {
-            Some(_) => (Some(runtime::session_run_message(code, &c.files)), "kept"),
+            Some(_) => (
+                Some(runtime::session_run_message(code, &c.files, &c.outputs)),
+                "kept",
+            ),
             None => {
                 let backend: Arc<dyn ToolBackend> = s.backend.clone();
                 let proxy =
@@ -554,6 +567,8 @@ impl CodeboxServer {
                 })?;
                 let egress_listener = sandbox.take_egress_listener();
                 let frame = runtime::with_value(runtime::session_boot_frame(code, &c.files));
+                let frame =
+                    runtime::with_outputs(frame, &s.settings.proxy_limits.out_files, &c.outputs);
                 let live = LiveSandbox::start(sandbox, frame, proxy)
                     .map_err(|e| format!("the sandbox failed: {e}"))?;
                 *slot = Some(LiveEntry {
@@ -676,6 +691,26 @@ impl CodeboxServer {
             "max_entries": limits.max_entries,
         }));
     }
+}
+
+/// The `outputs` of a call, checked like file paths: at most [`runtime::boot::MAX_FILES`],
+/// each named once.
+fn checked_outputs(asked: &[String]) -> Result<Vec<String>, String> {
+    if asked.len() > runtime::boot::MAX_FILES {
+        return Err(format!(
+            "outputs names {} files; at most {} are allowed",
+            asked.len(),
+            runtime::boot::MAX_FILES
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(asked.len());
+    for path in asked {
+        runtime::validate_path(path).map_err(|e| format!("outputs: {e}"))?;
+        if !out.contains(path) {
+            out.push(path.clone());
+        }
+    }
+    Ok(out)
 }
 
 /// Everything of a result that reaches the model, with personal data tokenized.

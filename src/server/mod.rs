@@ -29,6 +29,7 @@ pub mod http;
 mod http_answers;
 pub mod http_conn;
 mod model_facing;
+mod out_files_glue;
 mod output_glue;
 pub mod packages_glue;
 mod pool_glue;
@@ -202,6 +203,8 @@ pub struct ExecuteParams {
     /// Characters of stdout+stderr returned (default 20000): head and tail; the whole
     /// output is then a resource.
     pub output_budget: Option<u64>,
+    /// Workspace files returned with the result, besides those under /workspace/out.
+    pub outputs: Option<Vec<String>>,
 }
 
 /// Arguments of `search_tools`.
@@ -758,16 +761,7 @@ impl ServerHandler for CodeboxServer {
             None => Vec::new(),
         };
         let client = self.client_of(&context);
-        for k in self.state.kept_outputs.list(&client) {
-            let mut r = rmcp::model::Resource::new(k.uri.clone(), k.uri.clone());
-            r.mime_type = Some("text/plain".into());
-            r.size = Some(k.bytes as u64);
-            r.description = Some(format!(
-                "an execution's whole output, {} pages: ?page=1..{}",
-                k.pages, k.pages
-            ));
-            items.push(r);
-        }
+        items.extend(self.kept_resources(&client));
         items.extend(self.extra_resources(&client));
         Ok(rmcp::model::ListResourcesResult::with_all_items(items))
     }
@@ -788,6 +782,9 @@ impl ServerHandler for CodeboxServer {
                 .into()),
                 Err(why) => Err(McpError::resource_not_found(why, None)),
             };
+        }
+        if let Some(read) = self.read_out_file(&request.uri, &client) {
+            return read;
         }
         if let Some(read) = self.read_extra_resource(&request.uri, &client) {
             return match read {

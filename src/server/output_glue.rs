@@ -11,7 +11,14 @@ use crate::execution::ExecutionResult;
 use crate::output::{budget, kept};
 
 impl CodeboxServer {
-    pub(super) fn fit_output(&self, client: &str, result: &mut ExecutionResult, chars: usize) {
+    /// `id`: the execution's id in the kept store ([`kept::new_id`]).
+    pub(super) fn fit_output(
+        &self,
+        client: &str,
+        id: &str,
+        result: &mut ExecutionResult,
+        chars: usize,
+    ) {
         // The last expression's value takes at most a quarter; the streams the rest.
         let budget_chars = chars;
         let mut value_cut = None;
@@ -22,9 +29,8 @@ impl CodeboxServer {
             value_cut = kept.cut;
             *value = kept.text;
         }
-        let id = kept::new_id();
         let (out, err) = budget::keep(&result.stdout, &result.stderr, chars, |stream| {
-            kept::uri(&id, stream)
+            kept::uri(id, stream)
         });
         if out.cut.is_none() && err.cut.is_none() {
             if let Some(c) = value_cut {
@@ -40,7 +46,7 @@ impl CodeboxServer {
         let kept = self
             .state
             .kept_outputs
-            .keep(&id, client, stdout.clone(), stderr.clone());
+            .keep(id, client, stdout.clone(), stderr.clone());
         let (out, err) = if kept {
             (out, err)
         } else {
@@ -59,7 +65,7 @@ impl CodeboxServer {
                     "left_out_bytes": c.left_out_bytes,
                     "left_out_lines": c.left_out_lines,
                     "kept_chars": c.kept_chars,
-                    "resource": kept.then(|| kept::uri(&id, stream)),
+                    "resource": kept.then(|| kept::uri(id, stream)),
                 })
             })
         };

@@ -97,8 +97,32 @@ fn bounded_to(s: &str, max: usize) -> String {
 }
 
 /// structuredContent plus a short text a model reads first, within [`WIRE_BUDGET`].
-pub fn render(r: &ExecutionResult) -> CallToolResult {
+#[cfg(test)]
+fn render(r: &ExecutionResult) -> CallToolResult {
     render_within(r, WIRE_BUDGET)
+}
+
+/// structuredContent plus a short text a model reads first, then `blocks` (output files shown as images, embedded text, links) after
+/// the text; the rest of the result is cut to leave them room. Blocks that would leave
+/// too little are dropped (the files stay listed, with their resources).
+pub fn render_with(r: &ExecutionResult, blocks: Vec<ContentBlock>) -> CallToolResult {
+    let size: usize = blocks
+        .iter()
+        .map(|b| serde_json::to_vec(b).map_or(0, |v| v.len()) + 1)
+        .sum();
+    let (budget, blocks) = if size + MIN_KEEP * 16 <= WIRE_BUDGET {
+        (WIRE_BUDGET - size, blocks)
+    } else {
+        tracing::warn!(
+            size,
+            limit = WIRE_BUDGET,
+            "output files shown inline would not fit in one message; listed only"
+        );
+        (WIRE_BUDGET, Vec::new())
+    };
+    let mut result = render_within(r, budget);
+    result.content.extend(blocks);
+    result
 }
 
 fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
@@ -213,6 +237,9 @@ fn text_of(r: &ExecutionResult) -> String {
             text.push('\n');
         }
     }
+    if !r.files.is_empty() || !r.files_skipped.is_empty() || r.files_omitted > 0 {
+        text.push_str(&files_lines(r));
+    }
     if let Some(value) = &r.value {
         // As a REPL shows it, after what the program printed.
         text.push_str("--- value ---\n");
@@ -223,6 +250,50 @@ fn text_of(r: &ExecutionResult) -> String {
         text.push_str(&network_lines(n));
     }
     text
+}
+
+/// The output files in words: each one's type, size and how it is shown (the records are
+/// in structuredContent).
+fn files_lines(r: &ExecutionResult) -> String {
+    const SHOWN: usize = 20;
+    let mut text = String::from("--- files ---\n");
+    for f in r.files.iter().take(SHOWN) {
+        let how = match f.shown {
+            crate::output::files::Shown::Image => "shown below as an image",
+            crate::output::files::Shown::Embedded => "embedded below",
+            crate::output::files::Shown::Link => "linked below: read it as a resource",
+            crate::output::files::Shown::Withheld => {
+                "withheld: binary content cannot be checked for personal data, or too large to keep"
+            }
+        };
+        text.push_str(&format!(
+            "{} ({}, {} bytes): {how}\n",
+            clip(&f.path),
+            f.mime,
+            f.bytes
+        ));
+    }
+    if r.files.len() > SHOWN {
+        text.push_str(&format!("… and {} more files\n", r.files.len() - SHOWN));
+    }
+    for k in r.files_skipped.iter().take(SHOWN) {
+        text.push_str(&format!(
+            "not returned: {}: {}\n",
+            clip(&k.path),
+            clip(&k.why)
+        ));
+    }
+    let more = r.files_omitted + r.files_skipped.len().saturating_sub(SHOWN) as u64;
+    if more > 0 {
+        text.push_str(&format!(
+            "{more} more files not returned (over the count returned)\n"
+        ));
+    }
+    text
+}
+
+fn clip(s: &str) -> std::borrow::Cow<'_, str> {
+    crate::proxy::clip(s, 300)
 }
 
 /// Denied connections and a reached limit, in words (the records are in
@@ -348,6 +419,9 @@ mod tests {
             stderr: stderr.into(),
             value: None,
             exit_code: Some(0),
+            files: Vec::new(),
+            files_skipped: Vec::new(),
+            files_omitted: 0,
             signal: None,
             timed_out: false,
             stdout_truncated: false,
@@ -378,6 +452,20 @@ mod tests {
 
     fn wire_len(r: &CallToolResult) -> usize {
         serde_json::to_vec(r).unwrap().len()
+    }
+
+    #[test]
+    fn file_blocks_come_after_the_text_and_the_output_leaves_them_room() {
+        let image = ContentBlock::image("A".repeat(600 * 1024), "image/png");
+        let r = render_with(&result(&"x".repeat(900 * 1024), ""), vec![image]);
+        assert!(wire_len(&r) <= WIRE_BUDGET, "{}", wire_len(&r));
+        assert_eq!(r.content.len(), 2);
+        assert!(r.content[0].as_text().is_some() && r.content[1].as_image().is_some());
+        // Blocks that would crowd everything else out are dropped, never the result.
+        let huge = ContentBlock::image("A".repeat(WIRE_BUDGET), "image/png");
+        let r = render_with(&result("hi\n", ""), vec![huge]);
+        assert_eq!(r.content.len(), 1);
+        assert!(wire_len(&r) <= WIRE_BUDGET);
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub fn execution_input_schema() -> Arc<JsonObject> {
             "packages": {"type": "array", "items": {"type": "string"},
                          "description": "install first: pip requirements, or npm:/jsr: specifiers"},
             "output_budget": {"type": "integer", "description": "output chars returned (default 20000)"},
+            "outputs": {"type": "array", "items": {"type": "string"},
+                        "description": "files returned, besides /workspace/out/*"},
         },
         "required": ["code"],
     }))
@@ -131,6 +133,9 @@ mod tests {
             stdout: "1\n".into(),
             stderr: String::new(),
             value: full.then(|| "{'a': 1}".into()),
+            files: Vec::new(),
+            files_skipped: Vec::new(),
+            files_omitted: 0,
             exit_code: full.then_some(0),
             signal: (!full).then_some(9),
             timed_out: !full,

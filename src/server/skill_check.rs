@@ -98,6 +98,7 @@ impl CodeboxServer {
             narrowing: self.no_hosts(),
             packages: None,
             output_chars: s.settings.output_budget.default_chars,
+            outputs: Vec::new(),
         };
         let wrappers = self.wrapper_dir();
         // A TypeScript skill's imports are resolved, so it sees the upstream wrappers and

@@ -53,7 +53,7 @@ class Channel {
       this.fill();
     }
     const header = new TextDecoder().decode(this.buf.subarray(0, headerEnd));
-    const match = /^(CODE|FILE|SESSION|EPHEMERAL|VALUE) (\d+)$/.exec(header);
+    const match = /^(CODE|FILE|SESSION|EPHEMERAL|VALUE|OUTPUTS) (\d+)$/.exec(header);
     if (!match) throw new Error(`codebox: bad boot header ${JSON.stringify(header.slice(0, 64))}`);
     const size = Number(match[2]);
     const payload = new Uint8Array(size);
@@ -104,11 +104,16 @@ function receive() {
   let session = false;
   let ephemeral = false;
   let wantValue = false;
+  let outputs = null;
   for (let first = true; ; first = false) {
     const [kind, payload] = channel.record();
-    if (kind === "CODE") return { code: payload, session, ephemeral, wantValue, rest: channel.buf };
+    if (kind === "CODE") {
+      return { code: payload, session, ephemeral, wantValue, outputs, rest: channel.buf };
+    }
     if (kind === "VALUE") {
       wantValue = true;
+    } else if (kind === "OUTPUTS") {
+      outputs = JSON.parse(new TextDecoder().decode(payload));
     } else if (kind === "EPHEMERAL") {
       // What Deno's exit costs (~3 ms) is the kernel tearing down its address space: an
       // `_exit` saves nothing, but the supervisor need not wait for it (tellTheEnd).
@@ -128,7 +133,7 @@ function receive() {
 // the program listens for `unload` itself (its listeners run after this one and may still
 // print; so may Node's `process.on("exit")` listeners) or a tool call's line is still
 // being written to fd 3.
-function tellTheEndOnUnload() {
+function tellTheEndOnUnload(sendOutputs) {
   let programListens = false;
   const add = EventTarget.prototype.addEventListener;
   globalThis.addEventListener = function (type, ...rest) {
@@ -141,6 +146,12 @@ function tellTheEndOnUnload() {
     if (globalThis.process?.listenerCount?.("exit") > 0) return;
     const out = globalThis[Symbol.for("codebox.channel.output")];
     if (out && (out.busy || out.queue.length > 0)) return;
+    // Deno.exit() before the end of the module: the output files still go.
+    try {
+      sendOutputs?.();
+    } catch {
+      // the supervisor is gone
+    }
     const line = new TextEncoder().encode(
       `{"jsonrpc":"2.0","method":"codebox/exit","params":{"status":${Deno.exitCode}}}\n`,
     );
@@ -195,15 +206,19 @@ function fullHint(e) {
 if (!codeWaiting()) {
   await import("./codebox.ts");
   await import("./value.js");
+  await import("./outputs.js");
 }
 // Proxy mode: a refused tunnel's reason reaches the program's error (see egress.js).
 if (Deno.env.get("HTTPS_PROXY")) (await import("./egress.js")).install();
 announceReady();
-const { code, session, ephemeral, wantValue, rest } = receive();
+const { code, session, ephemeral, wantValue, outputs, rest } = receive();
+// Output files (outputs.js), loaded only when asked for (a pooled sandbox loaded it
+// before it was ready).
+const outputsJs = outputs ? await import(new URL("./outputs.js", import.meta.url).href) : null;
 if (session) {
   // A computed specifier: the module graph of a one-shot run does not include it.
   const { runSession } = await import(new URL("./session.js", import.meta.url).href);
-  await runSession({ code, rest, writeFile: writeWorkspaceFile, wantValue });
+  await runSession({ code, rest, writeFile: writeWorkspaceFile, wantValue, outputs });
   Deno.exit(0); // not reached: a session ends with the process
 }
 // The last expression's value (value.js), loaded only when asked for (a pooled sandbox
@@ -220,7 +235,13 @@ try {
   Deno.exit(1);
 }
 globalThis.addEventListener("unload", forgetMain);
-if (ephemeral) tellTheEndOnUnload();
+let outputsSent = !outputsJs;
+const sendOutputsOnce = () => {
+  if (outputsSent) return;
+  outputsSent = true;
+  outputsJs.sendOutputs(outputs);
+};
+if (ephemeral) tellTheEndOnUnload(sendOutputsOnce);
 try {
   await import("file://" + MAIN_PATH);
 } finally {
@@ -235,4 +256,9 @@ if (value !== null) {
   } catch {
     // the supervisor is gone
   }
+}
+try {
+  sendOutputsOnce();
+} catch {
+  // the supervisor is gone
 }

@@ -14,6 +14,7 @@
 
 import { rewriteRun } from "./scope.js";
 import { captureLastValue, takeValue } from "./value.js";
+import { sendOutputs } from "./outputs.js";
 import { adopt, nextControl, notify } from "./client.ts";
 
 const RUN_PREFIX = "/workspace/.codebox-run-";
@@ -172,7 +173,7 @@ function tick() {
   return new Promise((resolve) => setTimeout(resolve, 0));
 }
 
-async function runOne(source, run, scope, wantValue) {
+async function runOne(source, run, scope, wantValue, outputs) {
   const captured = wantValue ? captureLastValue(source) : { code: source, linePrefix: "" };
   const rewritten = rewriteRun(captured.code, Object.keys(scope), run);
   const code = rewritten.code;
@@ -219,6 +220,13 @@ async function runOne(source, run, scope, wantValue) {
       // nobody is listening any more; done() ends the process
     }
   }
+  if (outputs.spec) {
+    try {
+      outputs.seen = sendOutputs(outputs.spec, { seen: outputs.seen, paths: outputs.paths });
+    } catch (e) {
+      writeStderr(`codebox: sending the output files failed: ${e?.message ?? e}`);
+    }
+  }
   return runFailed ? "error" : "ok";
 }
 
@@ -257,7 +265,9 @@ function writeFiles(files, writeFile) {
 }
 
 /** Runs the session: `code` (bytes) first, then every codebox/run; never returns. */
-export async function runSession({ code, rest, writeFile, wantValue }) {
+export async function runSession({ code, rest, writeFile, wantValue, outputs: spec }) {
+  // The first run's named outputs are in the record; later runs name their own.
+  const outputs = { spec, paths: null, seen: null };
   adopt(rest);
   const scope = Object.create(null);
   globalThis.__codebox_scope = scope;
@@ -273,7 +283,7 @@ export async function runSession({ code, rest, writeFile, wantValue }) {
   });
   let source = new TextDecoder().decode(code);
   for (let run = 1;; run++) {
-    done(await runOne(source, run, scope, wantValue));
+    done(await runOne(source, run, scope, wantValue, outputs));
     for (;;) {
       const message = await nextControl();
       if (message === null) Deno.exit(0); // EOF on fd 3: the session is over
@@ -284,6 +294,7 @@ export async function runSession({ code, rest, writeFile, wantValue }) {
       }
       if (problem === null) {
         source = params.code;
+        outputs.paths = Array.isArray(params.outputs) ? params.outputs : [];
         break;
       }
       writeStderr(problem);

@@ -39,7 +39,7 @@ def _run(source, filename, namespace, boot):
     """Runs one program in `namespace` with boot.py's runner (which reports the last
     expression's value): "ok", or "error" after printing the traceback as the one-shot
     mode does. SystemExit propagates: it ends the process."""
-    run_program, print_program_exception = boot
+    run_program, print_program_exception = boot[:2]
     # An mtime of None: linecache.checkcache keeps the entry. Every line ends with a
     # newline, as linecache's own reads do (a last line without one shifts the carets
     # under it by a column).
@@ -87,7 +87,9 @@ def _done(channel, status, tool_error):
 def run(channel, module, source, rest, write_file, main_filename, boot):
     """The session: `source` first, then every codebox/run; ends only with the process.
     `rest`: bytes boot.py read past the boot frame; `write_file`: boot.py's FILE writer;
-    `boot`: boot.py's (run_program, print_program_exception)."""
+    `boot`: boot.py's (run_program, print_program_exception, capture_figures,
+    send_outputs): after each run, its figures and the output files it changed go out
+    before `codebox/done`."""
     from codebox import ToolError
 
     channel.adopt(rest)
@@ -95,8 +97,15 @@ def run(channel, module, source, rest, write_file, main_filename, boot):
     namespace = module.__dict__
     filename = main_filename
     runs = 1
+    capture_figures, send_outputs = boot[2:]
+    outputs = None  # the first run's are in the boot frame
+    seen = None  # the output files as the last run left them
     while True:
-        _done(channel, _run(source, filename, namespace, boot), ToolError)
+        status = _run(source, filename, namespace, boot)
+        capture_figures()
+        _flush_output()
+        seen = send_outputs(seen, outputs)
+        _done(channel, status, ToolError)
         while True:
             try:
                 message = channel.next_control()
@@ -109,6 +118,9 @@ def run(channel, module, source, rest, write_file, main_filename, boot):
             params = message.get("params")
             params = params if isinstance(params, dict) else {}
             source = params.get("code")
+            outputs = params.get("outputs")
+            if not isinstance(outputs, list):
+                outputs = []
             problem = _write_files(params.get("files") or {}, write_file)
             if problem is None and not isinstance(source, str):
                 problem = "codebox: malformed codebox/run message (no code)"

@@ -6,7 +6,9 @@ Runs with -I -S -B, so this file sets up what `python -c` would have: sys.path w
 working directory first, exit()/quit(), and a clean __main__ module.
 A first record b"SESSION 0\\n" starts a keep-alive session (_codebox_session.py). A record
 b"VALUE 0\\n" asks for the value of a program's last expression, as a REPL shows it: its
-repr goes to the supervisor as `codebox/value` on fd 3 (unless it is None).
+repr goes to the supervisor as `codebox/value` on fd 3 (unless it is None). A record
+b"OUTPUTS <n>\\n<json>" asks for the output files at the end (_codebox_outputs.py):
+matplotlib figures still open are saved under /workspace/out first (codebox_mpl.py).
 
 sys.path: /workspace, the standard library, /opt/codebox/python (codebox, servers, skills),
 $CODEBOX_PACKAGES (a package layer bound at /packages, when the call asked for packages),
@@ -44,7 +46,8 @@ class _Channel:
             self._fill(0)
         header, _, self._buf = self._buf.partition(b"\n")
         kind, _, size = header.partition(b" ")
-        if kind not in (b"CODE", b"FILE", b"SESSION", b"EPHEMERAL", b"VALUE") or not size.isdigit():
+        known = (b"CODE", b"FILE", b"SESSION", b"EPHEMERAL", b"VALUE", b"OUTPUTS")
+        if kind not in known or not size.isdigit():
             raise SystemExit("codebox: bad boot header %r" % header[:64])
         size = int(size)
         parts, got = [self._buf[:size]], min(len(self._buf), size)
@@ -88,7 +91,7 @@ def _write_file(record):
 def _receive():
     channel = _Channel()
     mode = None
-    global _want_value
+    global _want_value, _outputs_spec
     written = []
     while True:
         kind, payload = channel.record()
@@ -98,6 +101,8 @@ def _receive():
             mode = kind
         elif kind == b"VALUE":
             _want_value = True
+        elif kind == b"OUTPUTS":
+            _outputs_spec = payload
         else:
             _write_file(payload)
             written.append(payload.partition(b"\0")[0])
@@ -126,6 +131,8 @@ def _install_site_builtins():
 
 # Whether the frame asked for the last expression's value (a VALUE record).
 _want_value = False
+# The OUTPUTS record's JSON (bytes), or None: no output files are sent.
+_outputs_spec = None
 # The most characters of a value's repr sent; the supervisor cuts it to the result's
 # output budget.
 MAX_VALUE_CHARS = 200_000
@@ -163,6 +170,57 @@ def print_program_exception(exc, filename):
     traceback.print_exception(type(exc), exc.with_traceback(tb), tb)
 
 
+def _write_line(line):
+    """Writes one whole line on fd 3: through codebox's channel (whose write lock keeps it
+    whole beside threads' tool calls) when the program loaded it."""
+    codebox = sys.modules.get("codebox")
+    channel = getattr(codebox, "_channel", None)
+    if channel is not None:
+        channel._write(line)
+        return
+    view = memoryview(line)
+    while view:
+        view = view[posix.write(CHANNEL_FD, view):]
+
+
+def capture_figures():
+    """Saves the matplotlib figures still open under /workspace/out (codebox_mpl.py),
+    when the program used pyplot and the frame asked for output files."""
+    if _outputs_spec is None or "matplotlib.pyplot" not in sys.modules:
+        return
+    try:
+        sys.path.insert(0, "/opt/codebox/python")
+        try:
+            import codebox_mpl
+        finally:
+            del sys.path[0]
+        codebox_mpl.capture(shown=False)
+    except Exception as exc:
+        print("codebox: saving the open matplotlib figures failed: %r" % (exc,), file=sys.stderr)
+
+
+def send_outputs(seen=None, paths=None):
+    """Sends the output files (_codebox_outputs.py) when the frame asked for them; returns
+    what a session passes as `seen` after its next run."""
+    if _outputs_spec is None:
+        return None
+    try:
+        import json
+
+        sys.path.insert(0, "/opt/codebox/python")
+        try:
+            import _codebox_outputs
+        finally:
+            del sys.path[0]
+        spec = json.loads(_outputs_spec)
+        return _codebox_outputs.send(_write_line, spec, seen, paths)
+    except OSError:
+        pass  # nobody listens any more: the supervisor is gone
+    except Exception as exc:
+        print("codebox: sending the output files failed: %r" % (exc,), file=sys.stderr)
+    return seen
+
+
 def report_value(value):
     """Sends the repr of `value` (not None) as `codebox/value {repr}` on fd 3 and keeps it
     in builtins._, as the interactive interpreter does. A repr that fails is reported as
@@ -183,16 +241,8 @@ def report_value(value):
     line = b'{"jsonrpc":"2.0","method":"codebox/value","params":{"repr":%s}}\n' % (
         _json.encode_basestring_ascii(text).encode("ascii")
     )
-    codebox = sys.modules.get("codebox")
-    channel = getattr(codebox, "_channel", None)
     try:
-        if channel is not None:
-            # Its write lock keeps the line whole beside threads' tool calls.
-            channel._write(line)
-            return
-        view = memoryview(line)
-        while view:
-            view = view[posix.write(CHANNEL_FD, view):]
+        _write_line(line)
     except OSError:
         pass  # nobody listens any more: the supervisor is gone
 
@@ -288,7 +338,7 @@ def main():
             rest,
             _write_file,
             MAIN_FILENAME,
-            (run_program, print_program_exception),
+            (run_program, print_program_exception, capture_figures, send_outputs),
         )
     status = 0
     try:
@@ -302,8 +352,11 @@ def main():
         # module's __loader__.
         print_program_exception(exc, MAIN_FILENAME)
         status = 1
+    # Before the exit handlers: pyplot's closes every figure.
+    capture_figures()
     if mode == b"EPHEMERAL":
         _quick_exit(status)
+    send_outputs()
     sys.exit(status)
 
 
@@ -338,6 +391,8 @@ def _quick_exit(status):
             stream.flush()
         except Exception:
             status = status or 120
+    # Files threads and exit handlers wrote included.
+    send_outputs()
     _tell_the_end(status)
     posix._exit(status)
 
