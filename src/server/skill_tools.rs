@@ -24,9 +24,8 @@ pub struct SaveSkillParams {
     pub description: String,
     /// "python" or "typescript".
     pub language: String,
-    /// The module to import later.
     pub code: String,
-    /// Markdown usage notes.
+    /// Markdown notes.
     pub usage: Option<String>,
 }
 
@@ -34,7 +33,7 @@ pub struct SaveSkillParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListSkillsParams {
-    /// Words that must all appear in the name or description.
+    /// Words that must all match.
     pub query: Option<String>,
 }
 
@@ -189,8 +188,8 @@ fn outcome_of(e: &crate::skills::Error) -> &'static str {
 impl CodeboxServer {
     #[tool(
         name = "save_skill",
-        description = "Save reusable code as your skill (replacing yours of the same name), \
-                       syntax-checked, for later programs to import from /skills."
+        description = "Save code as your skill (replacing yours of that name) for later \
+                       programs to import; syntax-checked."
     )]
     async fn save_skill(
         &self,
@@ -210,8 +209,7 @@ impl CodeboxServer {
 
     #[tool(
         name = "list_skills",
-        description = "Your skills and the shared ones: name, description, language, origin \
-                       (no code; see get_skill)."
+        description = "Your skills and the shared ones, without code."
     )]
     async fn list_skills(
         &self,
@@ -239,7 +237,7 @@ impl CodeboxServer {
 
     #[tool(
         name = "get_skill",
-        description = "One skill: description, usage, code, origin and how to import it."
+        description = "One skill: code, usage, import line."
     )]
     async fn get_skill(
         &self,
