@@ -11,6 +11,7 @@ use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, ErrorData as McpError, RoleServer};
 use serde::Deserialize;
 
+use super::skill_check::CheckFor;
 use super::{tool_error, CodeboxServer};
 use crate::skills::{ClientSkills, NewSkill, SkillLanguage};
 
@@ -59,6 +60,19 @@ impl CodeboxServer {
         }
     }
 
+    /// What `list_skills` lists for `client`, as `codebox.list_skills()` gets it.
+    pub(super) fn skills_value(
+        &self,
+        client: &str,
+        query: Option<&str>,
+    ) -> Result<serde_json::Value, String> {
+        let Some(skills) = &self.state.skills else {
+            return Err(self.skills_unavailable());
+        };
+        let list = skills.list(client, query).map_err(|e| e.to_string())?;
+        Ok(serde_json::json!({ "skills": list }))
+    }
+
     fn skills_unavailable(&self) -> String {
         self.state
             .skills_error
@@ -68,15 +82,18 @@ impl CodeboxServer {
 
     /// `save_skill` once its arguments hold real values: cheap checks, the syntax check,
     /// the save, and an audit record whatever the outcome.
-    async fn save_checked(
+    /// For `client`, asked by the tool or by running code (`asker`).
+    pub(super) async fn save_checked(
         &self,
         p: SaveSkillParams,
-        ctx: &RequestContext<RoleServer>,
+        client: &str,
+        ct: tokio_util::sync::CancellationToken,
+        asker: CheckFor,
     ) -> CallToolResult {
         let Some(skills) = &self.state.skills else {
             return tool_error(self.skills_unavailable());
         };
-        let client = self.client_of(ctx);
+        let client = client.to_string();
         let refuse = |e: crate::skills::Error, language: Option<&str>| {
             self.audit_skill(
                 &client,
@@ -112,7 +129,7 @@ impl CodeboxServer {
             return refuse(e, lang);
         }
         match self
-            .check_skill_syntax(&client, &p.name, language, &p.code, ctx)
+            .check_skill_syntax(&client, &p.name, language, &p.code, ct, asker)
             .await
         {
             Ok(Ok(())) => {}
@@ -203,7 +220,10 @@ impl CodeboxServer {
             usage: p.usage.as_deref().map(|u| self.pii_restored(u)),
             ..p
         };
-        let result = self.save_checked(p, &ctx).await;
+        let client = self.client_of(&ctx);
+        let result = self
+            .save_checked(p, &client, ctx.ct.clone(), CheckFor::Tool)
+            .await;
         Ok(self.for_model(result))
     }
 
