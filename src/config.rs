@@ -14,6 +14,7 @@
 //! rootfs = "/opt/codebox/rootfs"
 //! root_host_id = 65534
 //! mcp_config = "./.mcp.json"
+//! tools = "full"                                    # or "minimal": execute tools + search_tools
 //! allowed_tools = ["filesystem__read_*", "time__*"]   # default: every upstream tool
 //! max_tool_calls = 1000                             # requests of any kind per execution
 //! max_tool_calls_in_flight = 16                     # requests handled at once per execution
@@ -79,6 +80,9 @@ pub struct Config {
     pub mcp_config: Option<PathBuf>,
     /// Upstream tools sandboxed code may call (names and `server__*` globs).
     pub allowed_tools: Option<Vec<String>>,
+    /// Which of codebox's own tools `tools/list` offers: `full` (default) or `minimal`
+    /// (the execute tools and `search_tools`; see `server::tool_set`).
+    pub tools: Option<crate::server::ToolSet>,
     /// Requests (calls, searches, gets, anything) one execution may send to the proxy.
     pub max_tool_calls: Option<u32>,
     /// Requests of one execution the proxy handles at once; past it, it stops reading
@@ -257,6 +261,15 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_MCP_CONFIG") {
             self.mcp_config = Some(v.into());
+        }
+        if let Some(v) = env("CODEBOX_TOOLS") {
+            self.tools = Some(v.parse().map_err(
+                |e: crate::server::tool_set::UnknownToolSet| Error::BadEnv {
+                    var: "CODEBOX_TOOLS".into(),
+                    value: v.clone(),
+                    reason: e.to_string(),
+                },
+            )?);
         }
         if let Some(v) = env("CODEBOX_ALLOWED_TOOLS") {
             self.allowed_tools = Some(list(v));
@@ -616,6 +629,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT"), "{e}");
+    }
+
+    #[test]
+    fn the_tool_set_from_file_and_environment() {
+        use crate::server::ToolSet;
+        let mut c = Config::parse("tools = \"minimal\"\n", Path::new("c")).unwrap();
+        assert_eq!(c.tools, Some(ToolSet::Minimal));
+        c.apply_env(&env_of(&[("CODEBOX_TOOLS", "full")])).unwrap();
+        assert_eq!(c.tools, Some(ToolSet::Full));
+        assert_eq!(Config::default().tools, None);
+        let e = Config::parse("tools = \"tiny\"\n", Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tiny") || e.contains("minimal"), "{e}");
+        let e = Config::default()
+            .apply_env(&env_of(&[("CODEBOX_TOOLS", "tiny")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CODEBOX_TOOLS") && e.contains("minimal"), "{e}");
     }
 
     #[test]

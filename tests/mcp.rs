@@ -79,6 +79,14 @@ fn results_values_and_help_through_the_python_sdk() {
 }
 
 #[test]
+fn minimal_tools_with_skills_and_health_from_code_through_the_python_sdk() {
+    run_client_script(
+        "minimal_tools_with_skills_and_health_from_code_through_the_python_sdk",
+        "minimal_client.py",
+    );
+}
+
+#[test]
 fn controlled_egress_through_the_python_sdk() {
     run_client_script(
         "controlled_egress_through_the_python_sdk",

@@ -14,8 +14,10 @@ use serde_json::{json, Value};
 
 use common::{codebox_bin, strict};
 
-/// The bound on codebox's own tools/list (o200k_base tokens).
-const OWN_TOOLS_BUDGET: u64 = 1500;
+/// The bound on codebox's own tools/list (o200k_base tokens), by default.
+const OWN_TOOLS_BUDGET: u64 = 1000;
+/// The bound on codebox's own tools/list with `tools = "minimal"`.
+const MINIMAL_TOOLS_BUDGET: u64 = 500;
 
 /// Tools each reference server lists (as in `tests/fixtures/tools/<server>.json`).
 const EXPECTED_TOOLS: [(&str, u64); 4] = [
@@ -96,13 +98,19 @@ fn json_of(out: &Output) -> Value {
 fn own_tokens_are_sane(report: &Value) -> u64 {
     let own = report["codebox"]["tokens"].as_u64().unwrap();
     assert!(
-        own > 0 && own < OWN_TOOLS_BUDGET,
+        own > 0 && own <= OWN_TOOLS_BUDGET,
         "codebox's own tools/list: {own} tokens"
     );
     assert!(
         report["codebox"]["tools"].as_u64().unwrap() >= 2,
         "{report:#}"
     );
+    let minimal = report["codebox_minimal"]["tokens"].as_u64().unwrap();
+    assert!(
+        minimal > 0 && minimal <= MINIMAL_TOOLS_BUDGET && minimal < own,
+        "codebox's own tools/list with tools = \"minimal\": {minimal} tokens"
+    );
+    assert_eq!(report["codebox_minimal"]["tools"], 3, "{report:#}");
     own
 }
 
@@ -177,6 +185,7 @@ fn four_real_servers_cost_more_than_codebox() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{table}");
     assert!(table.contains("annotations"), "{table}");
+    assert!(table.contains("tools = \"minimal\""), "{table}");
     assert!(
         table.contains(&format!("saving: {} tokens", total - own)),
         "{table}"

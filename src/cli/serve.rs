@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// Host names accepted in the Host header besides loopback (for public deployments).
     #[arg(long = "allowed-host", value_name = "HOST")]
     allowed_hosts: Vec<String>,
+    /// Which of codebox's own tools clients see: full, or minimal (the execute tools and
+    /// search_tools; skills and health from code and as resources) [default: full].
+    #[arg(long, value_name = "SET")]
+    tools: Option<codebox::server::ToolSet>,
     /// On SIGINT/SIGTERM, how long running executions may still finish before they are killed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     drain_timeout: Duration,
@@ -99,6 +103,7 @@ struct Resolved {
     /// The `.mcp.json` and whether it was named explicitly (then it must exist).
     mcp_config: (PathBuf, bool),
     allowed_tools: AllowList,
+    tools: codebox::server::ToolSet,
     proxy_limits: ProxyLimits,
     pii_mode: PiiMode,
     pii_custom: Vec<codebox::pii::CustomPattern>,
@@ -247,6 +252,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             Some(p) => (p, true),
             None => (PathBuf::from(".mcp.json"), false),
         },
+        tools: args.tools.or(file.tools).unwrap_or_default(),
         allowed_tools: match &file.allowed_tools {
             Some(list) => AllowList::new(list).context("allowed_tools")?,
             None => AllowList::all(),
@@ -415,6 +421,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_timeout: args.max_timeout,
         max_files_bytes: args.max_files_bytes,
         allowed_tools: args.allowed_tools.clone(),
+        tools: args.tools,
         proxy_limits,
         pii_mode: args.pii_mode,
         pii_detector,

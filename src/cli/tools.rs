@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use codebox::catalog::synthetic::synthetic_catalog;
-use codebox::server::CodeboxServer;
+use codebox::server::{CodeboxServer, ToolSet};
 use codebox::tokens;
 use codebox::upstream::{ServerState, UpstreamOptions, Upstreams};
 
@@ -47,6 +47,9 @@ pub struct TokensArgs {
 /// The seed of the synthetic catalog: the same N gives the same tools on every run.
 const SYNTHETIC_SEED: u64 = 0;
 
+/// The table's row of codebox's minimal tools/list.
+const MINIMAL_ROW: &str = "codebox, tools = \"minimal\"";
+
 const WHAT_IS_COUNTED: &str = "the tools array of each tools/list result as compact JSON; \
 upstream tools are rebuilt from name, title, description, inputSchema and outputSchema \
 (annotations, icons and _meta are not included, so upstream figures are a lower bound)";
@@ -58,7 +61,11 @@ struct Report {
     /// One row per configured server, plus one for the synthetic catalog.
     servers: Vec<Row>,
     total: Figures,
+    /// codebox's own tools/list by default (`tools = "full"`).
     codebox: Figures,
+    /// codebox's own tools/list with `tools = "minimal"`.
+    codebox_minimal: Figures,
+    /// Against the default list.
     saving: Saving,
 }
 
@@ -162,15 +169,21 @@ fn upstream_rows(servers: Vec<codebox::upstream::ServerConfig>) -> anyhow::Resul
         .collect())
 }
 
-fn report(servers: Vec<Row>) -> Report {
-    let own: Vec<serde_json::Value> = CodeboxServer::tool_definitions()
+/// codebox's own tools/list under the `tools` setting `set`.
+fn own_figures(set: ToolSet) -> Figures {
+    let own: Vec<serde_json::Value> = CodeboxServer::tool_definitions_for(set)
         .iter()
         .map(|t| serde_json::to_value(t).expect("a tool definition serialises"))
         .collect();
-    let codebox = Figures {
+    Figures {
         tools: own.len(),
         tokens: tokens::tools_list_tokens(&own),
-    };
+    }
+}
+
+fn report(servers: Vec<Row>) -> Report {
+    let codebox = own_figures(ToolSet::Full);
+    let codebox_minimal = own_figures(ToolSet::Minimal);
     let total = Figures {
         tools: servers.iter().map(|r| r.tools).sum(),
         tokens: servers.iter().map(|r| r.tokens).sum(),
@@ -187,6 +200,7 @@ fn report(servers: Vec<Row>) -> Report {
         servers,
         total,
         codebox,
+        codebox_minimal,
         saving,
     }
 }
@@ -196,7 +210,7 @@ fn print_table(r: &Report) -> anyhow::Result<()> {
         .servers
         .iter()
         .map(|s| s.name.len())
-        .chain(["codebox (own tools/list)".len()])
+        .chain([MINIMAL_ROW.len()])
         .max()
         .unwrap_or(0);
     outln!("Tokens of tools/list ({}): {}\n", r.tokenizer, r.counted)?;
@@ -232,6 +246,7 @@ fn print_table(r: &Report) -> anyhow::Result<()> {
     };
     line("total", &r.total)?;
     line("codebox (own tools/list)", &r.codebox)?;
+    line(MINIMAL_ROW, &r.codebox_minimal)?;
     let mut saving = format!("\nsaving: {} tokens", r.saving.tokens);
     if let Some(p) = r.saving.percent {
         saving.push_str(&format!(" ({p:.1}% of the total"));

@@ -1,4 +1,6 @@
-//! The three methods of the channel: `tools/call`, `tools/search`, `tools/get`.
+//! The methods of the channel: `tools/call`, `tools/search`, `tools/get`, and codebox's
+//! own (`codebox/save_skill`, `codebox/list_skills`, `codebox/health`), which go to the
+//! server's [`OwnMethods`](super::OwnMethods).
 //!
 //! They run once the reader has admitted the request (counted against
 //! [`ProxyLimits::max_calls`](super::ProxyLimits::max_calls)); whatever they echo of the
@@ -10,7 +12,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::session::{err, shown, RpcError};
-use super::{clip, code, CallError, ProxySession, Redactor, ToolCallRecord, MAX_MESSAGE_ECHO};
+use super::{
+    clip, code, CallError, OwnMethod, ProxySession, Redactor, ToolCallRecord, MAX_MESSAGE_ECHO,
+};
 use crate::catalog::{Detail, SearchQuery, DEFAULT_LIMIT};
 
 /// Longest `tools/search` query, in bytes.
@@ -228,6 +232,44 @@ impl ProxySession {
             .get(name)
             .ok_or_else(|| unknown(name))?;
         Ok(serde_json::to_vec(&tool).expect("JSON values serialise"))
+    }
+}
+
+impl ProxySession {
+    /// One of codebox's own methods: tokens in the params restored (as for `tools/call`),
+    /// the server's answer tokenized in strict mode (the sandbox never sees raw values).
+    pub(super) async fn own(
+        &self,
+        method: OwnMethod,
+        mut params: Value,
+    ) -> Result<Vec<u8>, RpcError> {
+        let Some(own) = self.own_methods() else {
+            return Err(err(
+                code::METHOD_NOT_FOUND,
+                format!("{} is not available in this sandbox", method.wire()),
+            ));
+        };
+        if !params.is_object() {
+            return Err(err(
+                code::INVALID_PARAMS,
+                format!("{} params must be an object", method.wire()),
+            ));
+        }
+        let redactor = self.redactor();
+        if let Some((r, _)) = &redactor {
+            r.restore_json(&mut params);
+        }
+        let mut value = own.call(method, params).await.map_err(|why| {
+            let why = match &redactor {
+                Some((r, true)) => r.tokenize(&why),
+                _ => why,
+            };
+            err(code::CODEBOX, why)
+        })?;
+        if let Some((r, true)) = &redactor {
+            r.tokenize_json(&mut value);
+        }
+        Ok(serde_json::to_vec(&value).expect("JSON values serialise"))
     }
 }
 

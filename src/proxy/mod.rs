@@ -12,7 +12,13 @@
 //! - `tools/search {query, detail?: "name"|"summary"|"full", server?, limit?, cursor?}` →
 //!   `{tools, next_cursor, total}` (BM25 over the catalog, `crate::catalog`), over the
 //!   tools this execution may call;
-//! - `tools/get {name}` → one tool's full definition with signatures and an example.
+//! - `tools/get {name}` → one tool's full definition with signatures and an example;
+//! - codebox's own capabilities ([`OwnMethod`], served by the server through
+//!   [`OwnMethods`]): `codebox/save_skill {name, code, description, language, usage?}` →
+//!   `{name, language, import}`, `codebox/list_skills {query?}` → `{skills}`,
+//!   `codebox/health {}` → what the `health` tool shows. They act for the client whose
+//!   execution this is; `allowed_tools` does not govern them (they are not upstream
+//!   tools), but every one counts against [`ProxyLimits::max_calls`] like any request.
 //!
 //! In a keep-alive session the sandbox also sends the notification `codebox/done` after
 //! each run, and the supervisor sends `codebox/run` (see `runtime::boot`); the proxy hands
@@ -91,6 +97,50 @@ pub mod code {
     pub const LIMIT: i64 = -32004;
     /// The call took longer than the per-call timeout.
     pub const TIMEOUT: i64 = -32005;
+    /// One of codebox's own methods refused or failed (a skill not saved, skills
+    /// unavailable); the message says why.
+    pub const CODEBOX: i64 = -32006;
+}
+
+/// codebox's own capabilities that sandboxed code reaches over fd 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnMethod {
+    SaveSkill,
+    ListSkills,
+    Health,
+}
+
+impl OwnMethod {
+    /// Every method, as spelled on the channel.
+    pub const ALL: [OwnMethod; 3] = [
+        OwnMethod::SaveSkill,
+        OwnMethod::ListSkills,
+        OwnMethod::Health,
+    ];
+
+    /// The method's name on the channel.
+    pub const fn wire(self) -> &'static str {
+        match self {
+            OwnMethod::SaveSkill => "codebox/save_skill",
+            OwnMethod::ListSkills => "codebox/list_skills",
+            OwnMethod::Health => "codebox/health",
+        }
+    }
+
+    pub fn from_wire(method: &str) -> Option<OwnMethod> {
+        OwnMethod::ALL.into_iter().find(|m| m.wire() == method)
+    }
+}
+
+/// Serves [`OwnMethod`]s for one execution (the server implements it, for the client
+/// the execution belongs to). The params have their PII tokens restored already; the
+/// answer is a JSON result or the message of a [`code::CODEBOX`] error.
+pub trait OwnMethods: Send + Sync + 'static {
+    fn call(
+        &self,
+        method: OwnMethod,
+        params: serde_json::Value,
+    ) -> Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send + 'static>>;
 }
 
 /// Where tool calls go: the upstream servers (or, in tests, anything that can answer).

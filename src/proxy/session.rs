@@ -33,8 +33,8 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use super::{
-    clip, code, AllowList, CallObserver, ProxyLimits, ProxyReport, Redactor, ToolBackend,
-    ToolCallRecord, MAX_MESSAGE_ECHO, MAX_NAME_ECHO, MAX_VALUE_BYTES,
+    clip, code, AllowList, CallObserver, OwnMethod, OwnMethods, ProxyLimits, ProxyReport, Redactor,
+    ToolBackend, ToolCallRecord, MAX_MESSAGE_ECHO, MAX_NAME_ECHO, MAX_VALUE_BYTES,
 };
 use crate::line_reader::read_line_capped;
 
@@ -102,6 +102,8 @@ pub struct ProxySession {
 struct Hooks {
     redactor: Option<(Arc<dyn Redactor>, bool)>,
     observer: Option<CallObserver>,
+    /// codebox's own methods (`codebox/save_skill`, ...), for the execution's client.
+    own: Option<Arc<dyn OwnMethods>>,
     /// Where `codebox/done` notifications from the sandbox go (keep-alive sessions).
     control: Option<mpsc::UnboundedSender<Value>>,
     /// `codebox/done` notifications the supervisor waits for: one per run. Others are
@@ -300,6 +302,16 @@ impl ProxySession {
         self.hooks().redactor.clone()
     }
 
+    /// Serves codebox's own methods ([`OwnMethod`]) with `own`; without it they are
+    /// answered "not available".
+    pub fn set_own_methods(&self, own: Arc<dyn OwnMethods>) {
+        self.hooks().own = Some(own);
+    }
+
+    pub(super) fn own_methods(&self) -> Option<Arc<dyn OwnMethods>> {
+        self.hooks().own.clone()
+    }
+
     /// Calls `observer` with every `tools/call` the report keeps a record of.
     pub fn set_observer(&self, observer: CallObserver) {
         self.hooks().observer = Some(observer);
@@ -489,7 +501,8 @@ impl ProxySession {
                         None
                     }
                     Frame::Request { id, method, params } => {
-                        let known = matches!(method, "tools/call" | "tools/search" | "tools/get");
+                        let known = matches!(method, "tools/call" | "tools/search" | "tools/get")
+                            || OwnMethod::from_wire(method).is_some();
                         // An unknown method's params are never looked at, nor kept.
                         let params = params.filter(|_| known);
                         let cost = params.map_or(0, |raw| parse_cost(raw.get()));
@@ -665,11 +678,14 @@ impl ProxySession {
             "tools/call" => self.call(params).await,
             "tools/search" => self.search(params),
             "tools/get" => self.get(params),
-            other => Err(err(
-                code::METHOD_NOT_FOUND,
-                // Clipped by the reader already.
-                format!("unknown method {other:?}: use tools/call, tools/search or tools/get"),
-            )),
+            other => match OwnMethod::from_wire(other) {
+                Some(own) => self.own(own, params).await,
+                None => Err(err(
+                    code::METHOD_NOT_FOUND,
+                    // Clipped by the reader already.
+                    format!("unknown method {other:?}: use tools/call, tools/search or tools/get"),
+                )),
+            },
         };
         match result {
             Ok(body) => {

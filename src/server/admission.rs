@@ -10,6 +10,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 #[derive(Debug, Clone)]
 pub struct Admission {
     slots: Arc<Semaphore>,
+    /// One slot only for sandboxes an execution needs while it holds its own (the
+    /// syntax check of a skill saved from code): see [`Admission::enter_nested`].
+    nested: Arc<Semaphore>,
     waiting: Arc<AtomicUsize>,
     closed: Arc<AtomicBool>,
     concurrency: usize,
@@ -33,12 +36,17 @@ pub enum Busy {
         "codebox is shutting down and takes no new executions; retry against a running server"
     )]
     ShuttingDown,
+    #[error(
+        "no sandbox slot came free within {waited_s} s (every slot is in use, and so is the one kept for checks from running code); retry shortly"
+    )]
+    NoNestedSlot { waited_s: u64 },
 }
 
 impl Admission {
     pub fn new(concurrency: usize, queue: usize) -> Admission {
         Admission {
             slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            nested: Arc::new(Semaphore::new(1)),
             waiting: Arc::new(AtomicUsize::new(0)),
             closed: Arc::new(AtomicBool::new(false)),
             concurrency: concurrency.max(1),
@@ -71,6 +79,38 @@ impl Admission {
         Ok(Slot {
             _permit: permit.expect("the semaphore is never closed"),
         })
+    }
+
+    /// A slot for a sandbox that a running execution needs before it can go on (the
+    /// syntax check of a skill its code saves): a free slot, else the one kept for such
+    /// sandboxes, waiting at most `within`.
+    ///
+    /// Never the queue: the caller holds a slot itself, so with every slot held by such
+    /// callers it would wait for its own end (at `concurrency = 1`, always). The kept
+    /// slot is held only by these sandboxes, which wait for nothing and are bounded in
+    /// time, so the wait ends; live sandboxes stay within `concurrency + 1`.
+    pub async fn enter_nested(&self, within: std::time::Duration) -> Result<Slot, Busy> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Busy::ShuttingDown);
+        }
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            return Ok(Slot { _permit: p });
+        }
+        let (slots, nested) = (self.slots.clone(), self.nested.clone());
+        let either = async move {
+            tokio::select! {
+                p = slots.acquire_owned() => p,
+                p = nested.acquire_owned() => p,
+            }
+        };
+        match tokio::time::timeout(within, either).await {
+            Ok(p) => Ok(Slot {
+                _permit: p.expect("the semaphores are never closed"),
+            }),
+            Err(_) => Err(Busy::NoNestedSlot {
+                waited_s: within.as_secs(),
+            }),
+        }
     }
 
     /// Refuses every new execution from now on (shutdown); running ones go on.
@@ -116,5 +156,27 @@ mod tests {
         assert_eq!(a.waiting(), 0);
         a.close();
         assert_eq!(a.enter().await.unwrap_err(), Busy::ShuttingDown);
+    }
+
+    #[tokio::test]
+    async fn a_nested_slot_never_waits_behind_its_own_caller() {
+        let wait = std::time::Duration::from_millis(200);
+        let a = Admission::new(1, 0);
+        let running = a.enter().await.unwrap();
+        // The only slot is the caller's own: the kept one serves the check.
+        let check = a.enter_nested(wait).await.unwrap();
+        // A second check meanwhile waits, boundedly, and says so.
+        let e = a.enter_nested(wait).await.unwrap_err();
+        assert_eq!(e, Busy::NoNestedSlot { waited_s: 0 });
+        assert!(e.to_string().contains("retry"), "{e}");
+        drop(check);
+        let again = a.enter_nested(wait).await.unwrap();
+        drop((again, running));
+        // With a free slot, that one is taken.
+        let free = a.enter_nested(wait).await.unwrap();
+        assert_eq!(a.running(), 1);
+        drop(free);
+        a.close();
+        assert_eq!(a.enter_nested(wait).await.unwrap_err(), Busy::ShuttingDown);
     }
 }

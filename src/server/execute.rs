@@ -300,6 +300,7 @@ impl CodeboxServer {
             if let Some(observer) = self.call_observer(&client, session_id.as_deref()) {
                 proxy.set_observer(observer);
             }
+            proxy.set_own_methods(super::sandbox_methods::FromSandbox::new(self, &client));
         };
         let prepared = entered.elapsed();
         let ran = if keep_alive {

@@ -3,7 +3,12 @@
 //! - `codebox://skills/<name>/SKILL.md` and `.../skill.py|skill.ts`: the caller's own
 //!   skills and the shared ones (another client's skills are unknown);
 //! - `codebox://sessions/<id>/workspace/<path>`: the files of the caller's own sessions
-//!   (text files, read without following symlinks; another client's session is unknown).
+//!   (text files, read without following symlinks; another client's session is unknown);
+//! - `codebox://health`: what the `health` tool shows (JSON), and `codebox://sessions`:
+//!   the caller's own open sessions (JSON: id, idle seconds, workspace usage), so a
+//!   client with `tools = "minimal"` reaches them without the tools. The sessions listing
+//!   holds ids and numbers only, nothing a program or a user wrote, and is not tokenized
+//!   (a tokenized id could not be used); health is, like the tool's result.
 //!
 //! When PII handling is on, everything listed reaches the model tokenized: a workspace
 //! path in a URI and a name becomes `[EMAIL_1].txt` (the session's token map, so reading
@@ -18,6 +23,8 @@ use crate::session::disk;
 
 pub const SKILLS_PREFIX: &str = "codebox://skills/";
 pub const SESSIONS_PREFIX: &str = "codebox://sessions/";
+pub const HEALTH_URI: &str = "codebox://health";
+pub const SESSIONS_URI: &str = "codebox://sessions";
 /// Largest workspace file read for a resource (what is served must also fit in one
 /// message once escaped: see `render::fits_wire`).
 const MAX_RESOURCE_BYTES: u64 = super::render::WIRE_BUDGET as u64;
@@ -65,6 +72,18 @@ impl CodeboxServer {
     pub(super) fn extra_resources(&self, client: &str) -> Vec<Resource> {
         let pii = self.state.settings.pii_mode != PiiMode::Off;
         let mut out = Listing::default();
+        for (uri, what) in [
+            (HEALTH_URI, "codebox's state, as the health tool shows it"),
+            (
+                SESSIONS_URI,
+                "your open sessions: id, idle seconds, workspace usage",
+            ),
+        ] {
+            let mut r = Resource::new(uri, uri.trim_start_matches("codebox://"));
+            r.description = Some(what.into());
+            r.mime_type = Some("application/json".into());
+            out.push(r);
+        }
         if let Some(store) = &self.state.skills {
             for skill in store.list(client, None).unwrap_or_default() {
                 let name = &skill.summary.name;
@@ -115,11 +134,46 @@ impl CodeboxServer {
         uri: &str,
         client: &str,
     ) -> Option<Result<ResourceBody, String>> {
+        if uri == HEALTH_URI {
+            let mut health = self.health_value();
+            if self.pii_on() {
+                self.conn.vault.tokenize_json(&mut health);
+            }
+            return Some(Ok(ResourceBody::Text(health.to_string())));
+        }
+        if uri == SESSIONS_URI {
+            return Some(Ok(ResourceBody::Text(
+                self.sessions_value(client).to_string(),
+            )));
+        }
         if uri.starts_with(SESSIONS_PREFIX) {
             return Some(self.read_workspace_resource(uri, client));
         }
         self.read_text_resource(uri, client)
             .map(|read| read.map(ResourceBody::Text))
+    }
+
+    /// The open sessions of `client`, for `codebox://sessions`.
+    fn sessions_value(&self, client: &str) -> serde_json::Value {
+        let sessions: Vec<serde_json::Value> = self
+            .state
+            .sessions
+            .of_owner(client)
+            .iter()
+            .map(|session| {
+                let usage = disk::usage(session.workspace()).ok();
+                serde_json::json!({
+                    "id": session.id(),
+                    "idle_s": session.idle_for().as_secs(),
+                    "workspace_bytes": usage.as_ref().map(|u| u.bytes),
+                    "workspace_entries": usage.as_ref().map(|u| u.entries),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "sessions": sessions,
+            "idle_ttl_s": self.state.settings.sessions.idle_ttl.as_secs(),
+        })
     }
 
     /// A session workspace file: text as text; other bytes as base64 blobs in pages of

@@ -35,12 +35,14 @@ pub mod packages_glue;
 mod pool_glue;
 pub(crate) mod render;
 pub mod resources;
+mod sandbox_methods;
 pub mod schema;
 mod session_owners;
 mod session_tools;
 mod skill_check;
 mod skill_tools;
 pub mod stdio_guard;
+pub mod tool_set;
 pub mod wrappers;
 
 use std::collections::BTreeMap;
@@ -72,6 +74,7 @@ use crate::spawner::SpawnerClient;
 use crate::upstream::Upstreams;
 
 use admission::Admission;
+pub use tool_set::ToolSet;
 
 /// Server settings.
 #[derive(Clone)]
@@ -122,6 +125,8 @@ pub struct Settings {
     pub packages: Option<Arc<crate::packages::Installer>>,
     /// Characters of output a result carries, by default and at most.
     pub output_budget: crate::output::Budget,
+    /// Which of codebox's own tools `tools/list` offers.
+    pub tools: ToolSet,
     /// How long and how much of cut results' whole streams is kept.
     pub kept_output: crate::output::KeptLimits,
 }
@@ -211,15 +216,15 @@ pub struct ExecuteParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchParams {
-    /// What you need, e.g. "read a file" ("" lists all).
+    /// e.g. "read a file"; "" lists all.
     pub query: String,
     /// "name", "summary" (default) or "full".
     pub detail: Option<String>,
     /// Only this server's tools.
     pub server: Option<String>,
-    /// 1-100 (default 10).
+    /// Default 10, at most 100.
     pub limit: Option<usize>,
-    /// next_cursor of the previous page.
+    /// A result's next_cursor.
     pub cursor: Option<String>,
 }
 
@@ -227,19 +232,18 @@ pub struct SearchParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetToolParams {
-    /// The tool's name, "<server>__<tool>".
+    /// "<server>__<tool>".
     pub name: String,
 }
 
-const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program (stdlib, numpy, pandas, \
-matplotlib; no network) in an isolated sandbox; returns stdout, stderr, exit status. Upstream \
-tools: `from servers.<server> import <tool>` (find them with search_tools); skills: `from \
-skills import <name>`. Print only what you need.";
+const PYTHON_DESCRIPTION: &str = "Run a Python 3.11 program (numpy, pandas, \
+matplotlib; no network) in a fresh sandbox. Returns its output, last expression's value \
+and /workspace/out files. Upstream tools: \
+`from servers.<server> import <tool>`; skills: `from skills import <name>`.";
 
-const TYPESCRIPT_DESCRIPTION: &str = "Run a TypeScript program (Deno 2; no network) in \
-an isolated sandbox; returns stdout, stderr, exit status. Upstream tools: `import { tool } from \
-\"/servers/<server>/index.ts\"` (find them with search_tools); skills: \
-\"/skills/<name>/skill.ts\". Print only what you need.";
+const TYPESCRIPT_DESCRIPTION: &str = "execute_python for TypeScript (Deno 2; no network), \
+same arguments. Upstream tools: `import { tool } from \
+\"/servers/<server>/index.ts\"`; skills: \"/skills/<name>/skill.ts\".";
 
 impl CodeboxServer {
     pub fn new(
@@ -328,6 +332,7 @@ impl CodeboxServer {
     fn with_state(state: Arc<State>) -> Self {
         let vault = Arc::new(Vault::new(state.settings.pii_detector.clone()));
         let network_mode = state.settings.profile.network_mode;
+        let tools = state.settings.tools;
         CodeboxServer {
             state,
             conn: Arc::new(Connection {
@@ -336,6 +341,7 @@ impl CodeboxServer {
             }),
             tool_router: {
                 let mut router = Self::all_tools();
+                tools.apply(&mut router);
                 egress_glue::describe_network(&mut router, network_mode);
                 router
             },
@@ -392,8 +398,7 @@ impl CodeboxServer {
     #[tool(
         name = "execute_python",
         description = PYTHON_DESCRIPTION,
-        input_schema = schema::execution_input_schema(),
-        output_schema = schema::execution_output_schema()
+        input_schema = schema::execution_input_schema(true)
     )]
     async fn execute_python(
         &self,
@@ -406,8 +411,7 @@ impl CodeboxServer {
     #[tool(
         name = "execute_typescript",
         description = TYPESCRIPT_DESCRIPTION,
-        input_schema = schema::execution_input_schema(),
-        output_schema = schema::execution_output_schema()
+        input_schema = schema::execution_input_schema(false)
     )]
     async fn execute_typescript(
         &self,
@@ -419,69 +423,18 @@ impl CodeboxServer {
 
     #[tool(
         name = "health",
-        description = "codebox's state: version, uptime, isolation layers, executions, queue, \
-                       network policy, upstream servers."
+        description = "codebox's state: version, isolation layers, load, limits, network, \
+                       upstream servers."
     )]
     async fn health(&self) -> Result<CallToolResult, McpError> {
-        let s = &self.state;
-        let layers: Vec<serde_json::Value> = s
-            .layers
-            .iter()
-            .map(|c| serde_json::json!({"layer": c.layer, "status": c.status, "detail": c.detail}))
-            .collect();
-        let (open_sessions, live_interpreters) = s.sessions.counts();
-        let value = serde_json::json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "uptime_s": s.started.elapsed().as_secs(),
-            "profile": s.settings.profile.name,
-            "layers": layers,
-            "executions": {
-                "run": s.counters.run.load(Ordering::Relaxed),
-                "failed": s.counters.failed.load(Ordering::Relaxed),
-                "running": s.admission.running(),
-            },
-            "queue_depth": s.admission.waiting(),
-            "concurrency": s.settings.concurrency,
-            "pool": pool_glue::health(s.pool.as_ref()),
-            "spawner": s.spawner.status(),
-            "sessions": {
-                "open": open_sessions,
-                "live_interpreters": live_interpreters,
-                "idle_ttl_s": s.settings.sessions.idle_ttl.as_secs(),
-                "quota_bytes": s.settings.sessions.quota_bytes,
-                "max_entries": s.settings.sessions.max_entries,
-            },
-            "rate_limits": {
-                "per_minute": s.settings.rate.per_minute.map(|n| n.get()),
-                "concurrent": s.settings.rate.concurrent,
-            },
-            "network": egress_glue::health(&s.settings),
-            "packages": packages_glue::health(&s.settings),
-            "pii": s.settings.pii_mode,
-            "audit": s.settings.audit.as_ref().map(|a| serde_json::to_value(a.status()).unwrap_or_default()),
-            "skills": match &s.skills {
-                Some(store) => serde_json::json!({"dir": store.root(), "shared": store.shared_root()}),
-                None => serde_json::json!({"error": s.skills_error}),
-            },
-            "upstreams": self.server_list(),
-            "context_tokens": {
-                "upstream_tools_list": crate::tokens::catalog_tokens(&s.backend.catalog()),
-                "codebox_tools_list": crate::tokens::tools_list_tokens(
-                    &Self::tool_definitions()
-                        .iter()
-                        .filter_map(|t| serde_json::to_value(t).ok())
-                        .collect::<Vec<_>>(),
-                ),
-            },
-        });
-        Ok(self.for_model(CallToolResult::structured(value)))
+        Ok(self.for_model(CallToolResult::structured(self.health_value())))
     }
 
     #[tool(
         name = "search_tools",
-        description = "Search the upstream MCP tools callable from execute_python and \
-                       execute_typescript code, best match first. Start with detail \
-                       \"summary\", then get_tool or detail \"full\" for the ones you use."
+        description = "Find upstream tools for execute_* code, best first; detail \"full\" \
+                       adds schemas and signatures.",
+        input_schema = schema::search_input_schema()
     )]
     async fn search_tools(
         &self,
@@ -537,8 +490,7 @@ impl CodeboxServer {
 
     #[tool(
         name = "get_tool",
-        description = "One upstream tool in full: description, input and output schema, its \
-                       TypeScript and Python signatures, and an example call."
+        description = "An upstream tool in full: schemas, signatures, an example."
     )]
     async fn get_tool(
         &self,
@@ -561,8 +513,7 @@ impl CodeboxServer {
 
     #[tool(
         name = "list_servers",
-        description = "The upstream MCP servers callable from sandboxed code: name, status \
-                       and tool count."
+        description = "Upstream MCP servers: name, status, tool count."
     )]
     async fn list_servers(&self) -> Result<CallToolResult, McpError> {
         let servers = self.server_list();
@@ -617,6 +568,65 @@ impl CodeboxServer {
         }
     }
 
+    /// What `health` shows, to any client: the server's own state, nothing of other
+    /// clients beyond counts (also `codebox.health()` from code and `codebox://health`).
+    fn health_value(&self) -> serde_json::Value {
+        let s = &self.state;
+        let layers: Vec<serde_json::Value> = s
+            .layers
+            .iter()
+            .map(|c| serde_json::json!({"layer": c.layer, "status": c.status, "detail": c.detail}))
+            .collect();
+        let (open_sessions, live_interpreters) = s.sessions.counts();
+        serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_s": s.started.elapsed().as_secs(),
+            "profile": s.settings.profile.name,
+            "layers": layers,
+            "executions": {
+                "run": s.counters.run.load(Ordering::Relaxed),
+                "failed": s.counters.failed.load(Ordering::Relaxed),
+                "running": s.admission.running(),
+            },
+            "queue_depth": s.admission.waiting(),
+            "concurrency": s.settings.concurrency,
+            "pool": pool_glue::health(s.pool.as_ref()),
+            "spawner": s.spawner.status(),
+            "sessions": {
+                "open": open_sessions,
+                "live_interpreters": live_interpreters,
+                "idle_ttl_s": s.settings.sessions.idle_ttl.as_secs(),
+                "quota_bytes": s.settings.sessions.quota_bytes,
+                "max_entries": s.settings.sessions.max_entries,
+            },
+            "rate_limits": {
+                "per_minute": s.settings.rate.per_minute.map(|n| n.get()),
+                "concurrent": s.settings.rate.concurrent,
+            },
+            "network": egress_glue::health(&s.settings),
+            "packages": packages_glue::health(&s.settings),
+            "pii": s.settings.pii_mode,
+            "audit": s.settings.audit.as_ref().map(|a| serde_json::to_value(a.status()).unwrap_or_default()),
+            "skills": match &s.skills {
+                Some(store) => serde_json::json!({"dir": store.root(), "shared": store.shared_root()}),
+                None => serde_json::json!({"error": s.skills_error}),
+            },
+            "upstreams": self.server_list(),
+            "context_tokens": {
+                "upstream_tools_list": crate::tokens::catalog_tokens(&s.backend.catalog()),
+                "codebox_tools_list": crate::tokens::tools_list_tokens(
+                    &self
+                        .tool_router
+                        .list_all()
+                        .iter()
+                        .filter_map(|t| serde_json::to_value(t).ok())
+                        .collect::<Vec<_>>(),
+                ),
+                "tools": s.settings.tools,
+            },
+        })
+    }
+
     /// The upstream servers as `list_servers` and `health` report them.
     fn server_list(&self) -> Vec<serde_json::Value> {
         self.state
@@ -649,9 +659,17 @@ impl CodeboxServer {
         }
     }
 
-    /// codebox's own tool definitions, as its `tools/list` sends them (no server needed).
+    /// codebox's own tool definitions, as its `tools/list` sends them by default (no
+    /// server needed).
     pub fn tool_definitions() -> Vec<rmcp::model::Tool> {
-        Self::all_tools().list_all()
+        Self::tool_definitions_for(ToolSet::Full)
+    }
+
+    /// codebox's own tool definitions under the `tools` setting `set`.
+    pub fn tool_definitions_for(set: ToolSet) -> Vec<rmcp::model::Tool> {
+        let mut router = Self::all_tools();
+        set.apply(&mut router);
+        router.list_all()
     }
 
     /// Every tool: execution and discovery, skills, sessions; input schemas compacted.
@@ -728,6 +746,11 @@ impl ServerHandler for CodeboxServer {
         request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, McpError> {
+        let set = self.state.settings.tools;
+        if !self.tool_router.has_route(&request.name) && Self::all_tools().has_route(&request.name)
+        {
+            return Err(tool_set::hidden_tool(&request.name, set));
+        }
         let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
         render::bounded_answer(self.tool_router.call(tcc).await)
     }

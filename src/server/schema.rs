@@ -1,76 +1,111 @@
-//! The `outputSchema` of the execute tools, written compactly by hand.
+//! The input schemas of codebox's own tools, written compactly.
 //!
-//! Every tool definition is loaded into the model's context, so its size matters: the
-//! schema schemars derives from `ExecutionResult` (with its doc comments, `format`,
-//! `minimum` and `$defs`) costs about 900 tokens per tool; this one says the same about
-//! the fields a model reads in about a fifth of that. A unit test checks it against real
-//! serialised results, and the Python SDK validates every structuredContent against it
-//! in the end-to-end tests.
+//! Every tool definition is loaded into the model's context with each `tools/list`, so
+//! its size matters (`codebox tools tokens`): the execute tools' and `search_tools`'
+//! schemas are written by hand, the others derived by schemars and compacted. The
+//! execute tools carry no `outputSchema`: the one schemars derives from
+//! `ExecutionResult` cost about 900 tokens per tool, and even a hand-written one of the
+//! few fields a model reads (stdout, stderr, exit_code) took 30 tokens per tool that no
+//! model needs to call them. The result still comes as structuredContent (which MCP
+//! allows without an output schema) and as text.
 
 use std::sync::Arc;
 
 use rmcp::model::JsonObject;
 use serde_json::json;
 
-/// The output schema of `execute_python` and `execute_typescript`: the fields a model
-/// reads; the others (truncation, CPU, memory, landlock, workspace usage) are there too
-/// and need no introduction (additional properties are allowed).
-pub fn execution_output_schema() -> Arc<JsonObject> {
-    let opt_int = json!({"type": ["integer", "null"]});
-    object(json!({
-        "type": "object",
-        "properties": {
-            "stdout": {"type": "string"},
-            "stderr": {"type": "string"},
-            "value": {"type": "string"},
-            "exit_code": opt_int,
-            "signal": opt_int,
-            "timed_out": {"type": "boolean"},
-            "duration_ms": {"type": "number"},
-            "tool_calls": {"type": "array", "items": {"type": "object"}},
-            "session": {"type": "object"},
-        },
-        "required": ["stdout", "stderr", "exit_code", "signal", "timed_out", "duration_ms"],
-    }))
-}
-
-/// The input schema of `execute_python` and `execute_typescript`, by hand for the same
-/// reason (the derived one cost twice as much); `ExecuteParams` still checks every call.
-pub fn execution_input_schema() -> Arc<JsonObject> {
-    object(json!({
+/// The input schema of `execute_python` (`described`) and `execute_typescript` (types
+/// only: its description says the arguments are execute_python's, so the model reads
+/// their notes once), by hand (the derived one cost twice as much); `ExecuteParams` still
+/// checks every call.
+pub fn execution_input_schema(described: bool) -> Arc<JsonObject> {
+    let mut schema = json!({
         "type": "object",
         "properties": {
             "code": {"type": "string"},
             "timeout_ms": {"type": "integer", "description": "default 30000"},
-            "files": {"type": "object",
-                      "description": "path: text or {\"base64\": ...}, written to /workspace first"},
+            "files": {"type": "object", "description": "path: text or {\"base64\"}, put in /workspace"},
             "allowed_tools": {"type": "array", "items": {"type": "string"},
-                              "description": "upstream tools the code may call (names, globs)"},
-            "session": {"type": "string", "description": "\"new\" or a session id: /workspace persists"},
+                              "description": "upstream tools callable (names, globs)"},
+            "session": {"type": "string", "description": "\"new\" or an id: /workspace persists"},
             "keep_alive": {"type": "boolean", "description": "with session: variables persist"},
             "pii": {"type": "string", "enum": ["off", "output", "strict"],
                     "description": "tokenize personal data"},
             "packages": {"type": "array", "items": {"type": "string"},
-                         "description": "install first: pip requirements, or npm:/jsr: specifiers"},
+                         "description": "install first: pip, npm: or jsr: specs"},
             "output_budget": {"type": "integer", "description": "output chars returned (default 20000)"},
-            "outputs": {"type": "array", "items": {"type": "string"},
-                        "description": "files returned, besides /workspace/out/*"},
+            "outputs": {"type": "array", "items": {"type": "string"}},
         },
         "required": ["code"],
+    });
+    if !described {
+        for prop in schema["properties"]
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|p| p.values_mut())
+        {
+            if let Some(p) = prop.as_object_mut() {
+                p.remove("description");
+            }
+        }
+    }
+    object(schema)
+}
+
+/// The input schema of `search_tools`, by hand: `detail` as an enum, no `null`s.
+pub fn search_input_schema() -> Arc<JsonObject> {
+    object(json!({
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "\"\" lists all"},
+            "detail": {"type": "string", "enum": ["summary", "name", "full"]},
+            "server": {"type": "string"},
+            "limit": {"type": "integer", "description": "max 100"},
+            "cursor": {"type": "string", "description": "a next_cursor"},
+        },
+        "required": ["query"],
     }))
 }
 
-/// Drops what the derived input schemas carry and no client needs (`$schema`: 15 tokens
-/// per tool in every `tools/list`).
+/// Compacts the input schemas schemars derives for the other tools, keeping what a
+/// model needs to call them: drops `$schema` (15 tokens per tool in every `tools/list`),
+/// `additionalProperties: false` (the argument structs still refuse unknown fields),
+/// `format`/`minimum` of unsigned integers, and the `null` of optional arguments (an
+/// argument not in `required` may be left out).
 pub(super) fn compact_input_schemas(
     router: &mut rmcp::handler::server::router::tool::ToolRouter<super::CodeboxServer>,
 ) {
     for route in router.map.values_mut() {
         let tool = &mut route.attr;
-        if tool.input_schema.contains_key("$schema") {
-            let mut schema = (*tool.input_schema).clone();
-            schema.remove("$schema");
-            tool.input_schema = Arc::new(schema);
+        let mut schema = (*tool.input_schema).clone();
+        compact(&mut schema);
+        tool.input_schema = Arc::new(schema);
+    }
+}
+
+fn compact(schema: &mut JsonObject) {
+    schema.remove("$schema");
+    schema.remove("title");
+    if schema.get("additionalProperties") == Some(&serde_json::Value::Bool(false)) {
+        schema.remove("additionalProperties");
+    }
+    let Some(serde_json::Value::Object(props)) = schema.get_mut("properties") else {
+        return;
+    };
+    for prop in props.values_mut() {
+        let Some(prop) = prop.as_object_mut() else {
+            continue;
+        };
+        prop.remove("format");
+        if prop.get("minimum") == Some(&json!(0)) {
+            prop.remove("minimum");
+        }
+        if let Some(serde_json::Value::Array(types)) = prop.get("type") {
+            let named: Vec<&serde_json::Value> = types.iter().filter(|t| *t != "null").collect();
+            if let [one] = named[..] {
+                let one = one.clone();
+                prop.insert("type".into(), one);
+            }
         }
     }
 }
@@ -85,15 +120,11 @@ fn object(value: serde_json::Value) -> Arc<JsonObject> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::execution::ExecutionResult;
-    use crate::proxy::ToolCallRecord;
-    use crate::runtime::Language;
-    use crate::sandbox::LandlockStatus;
 
     #[test]
     fn the_pii_enum_names_every_mode_as_calls_spell_it() {
         use crate::pii::PiiMode;
-        let schema = execution_input_schema();
+        let schema = execution_input_schema(true);
         let listed: Vec<&str> = schema["properties"]["pii"]["enum"]
             .as_array()
             .unwrap()
@@ -108,79 +139,9 @@ mod tests {
         }
     }
 
-    fn type_matches(schema: &serde_json::Value, v: &serde_json::Value) -> bool {
-        let names: Vec<&str> = match &schema["type"] {
-            serde_json::Value::String(s) => vec![s.as_str()],
-            serde_json::Value::Array(a) => a.iter().filter_map(|t| t.as_str()).collect(),
-            _ => return false,
-        };
-        names.iter().any(|t| match *t {
-            "string" => v.is_string(),
-            "integer" => v.is_i64() || v.is_u64(),
-            "number" => v.is_number(),
-            "boolean" => v.is_boolean(),
-            "null" => v.is_null(),
-            "array" => v.is_array(),
-            "object" => v.is_object(),
-            _ => false,
-        })
-    }
-
-    fn result(full: bool) -> ExecutionResult {
-        ExecutionResult {
-            start: full.then_some(crate::execution::SandboxStart::Warm),
-            language: Language::Python,
-            stdout: "1\n".into(),
-            stderr: String::new(),
-            value: full.then(|| "{'a': 1}".into()),
-            files: Vec::new(),
-            files_skipped: Vec::new(),
-            files_omitted: 0,
-            exit_code: full.then_some(0),
-            signal: (!full).then_some(9),
-            timed_out: !full,
-            stdout_truncated: false,
-            stderr_truncated: false,
-            stdout_total_bytes: 2,
-            stderr_total_bytes: 0,
-            duration_ms: 12.5,
-            landlock: full.then_some(LandlockStatus::FullyEnforced),
-            seccomp_violation: false,
-            oom_killed: false,
-            pids_limited: false,
-            peak_memory_bytes: full.then_some(1 << 20),
-            cpu_ms: full.then_some(3.0),
-            workspace_files: None,
-            workspace_files_truncated: false,
-            tool_calls: if full {
-                vec![ToolCallRecord {
-                    name: "time__get_current_time".into(),
-                    ok: true,
-                    duration_ms: 1.0,
-                    bytes_in: 2,
-                    bytes_out: 100,
-                    error: None,
-                    error_kind: None,
-                }]
-            } else {
-                Vec::new()
-            },
-            tool_calls_dropped: None,
-            tool_channel_error: (!full).then(|| "garbage".into()),
-            network: None,
-            packages: None,
-            session: full.then(
-                || serde_json::json!({"id": "cbx_1", "keep_alive": true, "interpreter": "kept"}),
-            ),
-            workspace_usage: full.then(|| serde_json::json!({"bytes": 1, "entries": 1})),
-            workspace_quota_exceeded: full,
-            output: None,
-        }
-    }
-
     #[test]
     fn the_input_schema_names_every_argument() {
-        let schema = execution_input_schema();
+        let schema = execution_input_schema(true);
         let derived =
             serde_json::to_value(schemars::schema_for!(super::super::ExecuteParams)).unwrap();
         let mut ours: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
@@ -193,19 +154,50 @@ mod tests {
     }
 
     #[test]
-    fn real_results_match_the_schema() {
-        let schema = execution_output_schema();
-        let props = schema["properties"].as_object().unwrap();
-        for full in [true, false] {
-            let v = serde_json::to_value(result(full)).unwrap();
-            for (key, prop) in props {
-                if let Some(value) = v.get(key) {
-                    assert!(type_matches(prop, value), "{key}: {value} vs {prop}");
-                }
-            }
-            for required in schema["required"].as_array().unwrap() {
-                assert!(v.get(required.as_str().unwrap()).is_some(), "{required}");
-            }
+    fn the_search_schema_names_every_argument_and_detail() {
+        let schema = search_input_schema();
+        let derived =
+            serde_json::to_value(schemars::schema_for!(super::super::SearchParams)).unwrap();
+        let mut ours: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+        let mut theirs: Vec<&String> = derived["properties"].as_object().unwrap().keys().collect();
+        ours.sort();
+        theirs.sort();
+        assert_eq!(ours, theirs);
+        for detail in schema["properties"]["detail"]["enum"].as_array().unwrap() {
+            detail
+                .as_str()
+                .unwrap()
+                .parse::<crate::catalog::Detail>()
+                .unwrap();
         }
+    }
+
+    #[test]
+    fn derived_schemas_lose_only_what_no_client_needs() {
+        let mut schema = object(json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "P",
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "a": {"type": ["string", "null"], "description": "kept"},
+                "n": {"type": ["integer", "null"], "format": "uint", "minimum": 0},
+                "m": {"type": "integer", "minimum": 1},
+            },
+            "required": ["m"],
+        }));
+        compact(std::sync::Arc::make_mut(&mut schema));
+        assert_eq!(
+            serde_json::Value::Object((*schema).clone()),
+            json!({
+                "type": "object",
+                "properties": {
+                    "a": {"type": "string", "description": "kept"},
+                    "n": {"type": "integer"},
+                    "m": {"type": "integer", "minimum": 1},
+                },
+                "required": ["m"],
+            })
+        );
     }
 }

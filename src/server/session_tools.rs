@@ -13,7 +13,6 @@ use super::{tool_error, CodeboxServer};
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CloseSessionParams {
-    /// The session id from an execute result.
     pub session: String,
 }
 
@@ -21,8 +20,7 @@ pub struct CloseSessionParams {
 impl CodeboxServer {
     #[tool(
         name = "close_session",
-        description = "End a session now: its live interpreters stop and its /workspace is \
-                       deleted (sessions also end after being idle for their TTL)."
+        description = "End a session now: its interpreters stop, its /workspace is deleted."
     )]
     async fn close_session(
         &self,

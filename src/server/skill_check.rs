@@ -8,8 +8,7 @@
 
 use std::time::Duration;
 
-use rmcp::service::RequestContext;
-use rmcp::RoleServer;
+use tokio_util::sync::CancellationToken;
 
 use super::execute::Checked;
 use super::CodeboxServer;
@@ -22,6 +21,24 @@ use crate::spawner::SpawnSpec;
 
 /// Wall-clock limit of one syntax check.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long the check of a skill saved from running code waits for a sandbox slot
+/// (`Admission::enter_nested`): longer than one check takes, so one other such check
+/// ahead of it does not make it fail.
+const NESTED_SLOT_WAIT: Duration = Duration::from_secs(30);
+
+/// Who asks for a syntax check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CheckFor {
+    /// The `save_skill` tool: a sandbox like any execution's (the client's rate limits,
+    /// an admission slot or a queue place).
+    Tool,
+    /// Code running in an execution (`codebox.save_skill`): that execution holds the
+    /// client's rate-limit place and an admission slot already, so the check takes
+    /// neither again (waiting for them could wait for the caller's own end) and gets
+    /// its sandbox from `Admission::enter_nested`.
+    RunningCode,
+}
 
 impl CodeboxServer {
     /// The host directory bound at `/skills` for a run of `client`, in a session or not
@@ -74,14 +91,20 @@ impl CodeboxServer {
         name: &str,
         language: SkillLanguage,
         code: &str,
-        ctx: &RequestContext<RoleServer>,
+        ct: CancellationToken,
+        asker: CheckFor,
     ) -> Result<Result<(), String>, String> {
         let s = &self.state;
-        // A check is a sandbox like an execution: it counts against the client's limits.
-        let _permit = s
-            .rate
-            .admit(client)
-            .map_err(|limited| limited.to_string())?;
+        // A check is a sandbox like an execution: it counts against the client's limits
+        // (a check from running code is part of the execution that counts already).
+        let _permit = match asker {
+            CheckFor::Tool => Some(
+                s.rate
+                    .admit(client)
+                    .map_err(|limited| limited.to_string())?,
+            ),
+            CheckFor::RunningCode => None,
+        };
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(|e| format!("no random marker: {e}"))?;
         let marker: String = raw.iter().map(|b| format!("{b:02x}")).collect();
@@ -126,8 +149,14 @@ impl CodeboxServer {
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills,
         };
-        let admitted = s.admission.enter().await.map_err(|busy| busy.to_string())?;
-        let ct = ctx.ct.clone();
+        let admitted = match asker {
+            CheckFor::Tool => s.admission.enter().await,
+            CheckFor::RunningCode => s.admission.enter_nested(NESTED_SLOT_WAIT).await,
+        }
+        .map_err(|busy| {
+            tracing::info!(%busy, ?asker, "no sandbox for a skill's syntax check");
+            busy.to_string()
+        })?;
         let outcome = self
             .run_once(
                 spec,

@@ -11,6 +11,7 @@ use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, ErrorData as McpError, RoleServer};
 use serde::Deserialize;
 
+use super::skill_check::CheckFor;
 use super::{tool_error, CodeboxServer};
 use crate::skills::{ClientSkills, NewSkill, SkillLanguage};
 
@@ -24,9 +25,8 @@ pub struct SaveSkillParams {
     pub description: String,
     /// "python" or "typescript".
     pub language: String,
-    /// The module to import later.
     pub code: String,
-    /// Markdown usage notes.
+    /// Markdown notes.
     pub usage: Option<String>,
 }
 
@@ -34,7 +34,7 @@ pub struct SaveSkillParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListSkillsParams {
-    /// Words that must all appear in the name or description.
+    /// Words that must all match.
     pub query: Option<String>,
 }
 
@@ -60,6 +60,19 @@ impl CodeboxServer {
         }
     }
 
+    /// What `list_skills` lists for `client`, as `codebox.list_skills()` gets it.
+    pub(super) fn skills_value(
+        &self,
+        client: &str,
+        query: Option<&str>,
+    ) -> Result<serde_json::Value, String> {
+        let Some(skills) = &self.state.skills else {
+            return Err(self.skills_unavailable());
+        };
+        let list = skills.list(client, query).map_err(|e| e.to_string())?;
+        Ok(serde_json::json!({ "skills": list }))
+    }
+
     fn skills_unavailable(&self) -> String {
         self.state
             .skills_error
@@ -69,15 +82,18 @@ impl CodeboxServer {
 
     /// `save_skill` once its arguments hold real values: cheap checks, the syntax check,
     /// the save, and an audit record whatever the outcome.
-    async fn save_checked(
+    /// For `client`, asked by the tool or by running code (`asker`).
+    pub(super) async fn save_checked(
         &self,
         p: SaveSkillParams,
-        ctx: &RequestContext<RoleServer>,
+        client: &str,
+        ct: tokio_util::sync::CancellationToken,
+        asker: CheckFor,
     ) -> CallToolResult {
         let Some(skills) = &self.state.skills else {
             return tool_error(self.skills_unavailable());
         };
-        let client = self.client_of(ctx);
+        let client = client.to_string();
         let refuse = |e: crate::skills::Error, language: Option<&str>| {
             self.audit_skill(
                 &client,
@@ -113,7 +129,7 @@ impl CodeboxServer {
             return refuse(e, lang);
         }
         match self
-            .check_skill_syntax(&client, &p.name, language, &p.code, ctx)
+            .check_skill_syntax(&client, &p.name, language, &p.code, ct, asker)
             .await
         {
             Ok(Ok(())) => {}
@@ -189,8 +205,8 @@ fn outcome_of(e: &crate::skills::Error) -> &'static str {
 impl CodeboxServer {
     #[tool(
         name = "save_skill",
-        description = "Save reusable code as your skill (replacing yours of the same name), \
-                       syntax-checked, for later programs to import from /skills."
+        description = "Save code as your skill (replacing yours of that name) for later \
+                       programs to import; syntax-checked."
     )]
     async fn save_skill(
         &self,
@@ -204,14 +220,16 @@ impl CodeboxServer {
             usage: p.usage.as_deref().map(|u| self.pii_restored(u)),
             ..p
         };
-        let result = self.save_checked(p, &ctx).await;
+        let client = self.client_of(&ctx);
+        let result = self
+            .save_checked(p, &client, ctx.ct.clone(), CheckFor::Tool)
+            .await;
         Ok(self.for_model(result))
     }
 
     #[tool(
         name = "list_skills",
-        description = "Your skills and the shared ones: name, description, language, origin \
-                       (no code; see get_skill)."
+        description = "Your skills and the shared ones, without code."
     )]
     async fn list_skills(
         &self,
@@ -239,7 +257,7 @@ impl CodeboxServer {
 
     #[tool(
         name = "get_skill",
-        description = "One skill: description, usage, code, origin and how to import it."
+        description = "One skill: code, usage, import line."
     )]
     async fn get_skill(
         &self,

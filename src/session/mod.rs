@@ -188,7 +188,8 @@ impl Session {
         *self.last_used.lock().expect("session clock") = Instant::now();
     }
 
-    fn idle_for(&self) -> Duration {
+    /// How long since the session was last used.
+    pub fn idle_for(&self) -> Duration {
         self.last_used.lock().expect("session clock").elapsed()
     }
 }

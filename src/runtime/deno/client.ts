@@ -407,3 +407,41 @@ export async function searchTools(query: string, options: SearchOptions = {}): P
 export async function getTool(name: string): Promise<unknown> {
   return await request("tools/get", { name });
 }
+
+/** A skill to save: `language` defaults to "typescript". */
+export type SkillToSave = {
+  name: string;
+  code: string;
+  description: string;
+  language?: "python" | "typescript";
+  usage?: string;
+};
+
+/**
+ * Saves a skill of the client running this program, as the save_skill tool does (name
+ * and size checks, a syntax check, an audit record); later programs import it
+ * ("/skills/<name>/skill.ts", `from skills import <name>`). Throws ToolError when it is
+ * not saved. codebox's own capability, not an upstream tool: allowed_tools does not
+ * limit it.
+ */
+export async function saveSkill(
+  skill: SkillToSave,
+): Promise<{ name: string; language: string; import: string }> {
+  const params = { language: "typescript", ...skill };
+  return (await request("codebox/save_skill", params)) as {
+    name: string;
+    language: string;
+    import: string;
+  };
+}
+
+/** Your skills and the shared ones, optionally those matching every word of `query`. */
+export async function listSkills(query?: string): Promise<unknown[]> {
+  const params = query === undefined ? {} : { query };
+  return ((await request("codebox/list_skills", params)) as { skills: unknown[] }).skills;
+}
+
+/** What codebox's health tool shows: version, layers, load, limits, network, upstreams. */
+export async function health(): Promise<Record<string, unknown>> {
+  return (await request("codebox/health", {})) as Record<string, unknown>;
+}

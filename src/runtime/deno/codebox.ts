@@ -1,6 +1,7 @@
 // The codebox module inside the sandbox, for TypeScript:
 //
 //   import { callMCPTool, searchTools, getTool } from "/opt/codebox/deno/codebox.ts";
+//   import { saveSkill, listSkills, health } from "/opt/codebox/deno/codebox.ts";
 //
 // The same API as /servers/client.ts (which the generated tool wrappers import).
 

@@ -6,6 +6,13 @@
     for t in codebox.search_tools("read file", detail="summary"):
         print(t["name"], t.get("description"))
 
+codebox's own capabilities, for the client running this code (not upstream tools, so
+`allowed_tools` does not limit them):
+
+    codebox.save_skill("slugify", code, "URL slugs")   # then: from skills import slugify
+    codebox.list_skills()
+    codebox.health()
+
 The generated package `servers` wraps every tool in a typed function
 (`from servers.filesystem import read_text_file`); both go through `call_tool`.
 
@@ -33,6 +40,9 @@ __all__ = [
     "search_tools_async",
     "search_tools_page",
     "get_tool",
+    "save_skill",
+    "list_skills",
+    "health",
     "sandbox_info",
     "to_thread",
 ]
@@ -285,6 +295,29 @@ def get_tool(name):
     """One tool's full definition: description, input and output schema, TypeScript and
     Python signatures, and an example call."""
     return _channel.request("tools/get", {"name": name})
+
+
+def save_skill(name, code, description, language="python", usage=None):
+    """Save `code` as a skill of the client running this program, as the save_skill tool
+    does (name and size checks, a syntax check, an audit record); later programs import
+    it (`from skills import <name>`, "/skills/<name>/skill.ts"). Returns {"name",
+    "language", "import"}; raises ToolError when it is not saved."""
+    params = {"name": name, "code": code, "description": description, "language": language}
+    if usage is not None:
+        params["usage"] = usage
+    return _channel.request("codebox/save_skill", params)
+
+
+def list_skills(query=None):
+    """Your skills and the shared ones (name, description, language, origin), optionally
+    those matching every word of `query`."""
+    return _channel.request("codebox/list_skills", {} if query is None else {"query": query})["skills"]
+
+
+def health():
+    """What codebox's health tool shows: version, isolation layers, load, limits,
+    network policy, upstream servers."""
+    return _channel.request("codebox/health", {})
 
 
 def sandbox_info():
