@@ -76,3 +76,39 @@ class DrainedStderr:
         self._thread.join(wait_for_end)
         with self._cond:
             return "".join(self._lines)
+
+
+def stdio_params(codebox, config=None):
+    """`codebox serve` over stdio for the SDK's stdio_client: a pool of one per language,
+    `config` a codebox.toml or None."""
+    from mcp import StdioServerParameters
+
+    env = server_env()
+    env["CODEBOX_POOL_SIZE"] = "1"
+    if config:
+        env["CODEBOX_CONFIG"] = config
+    return StdioServerParameters(command=codebox, args=["serve"], env=env)
+
+
+async def cases_over_stdio(codebox, config, cases, timeout=120):
+    """Runs `cases` (async functions of a ClientSession) one after another against one
+    `codebox serve` over stdio (a pool of one per language; `config`: a codebox.toml or
+    None); prints "ok"/"FAILED" per case and returns (passed, failed)."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    passed = failed = 0
+    async with stdio_client(stdio_params(codebox, config)) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            for fn in cases:
+                try:
+                    with anyio.fail_after(timeout):
+                        await fn(s)
+                    print(f"ok      {fn.__name__}", flush=True)
+                    passed += 1
+                except Exception as e:  # noqa: BLE001 - report every failure
+                    print(f"FAILED  {fn.__name__}: {e!r}", flush=True)
+                    failed += 1
+    return passed, failed

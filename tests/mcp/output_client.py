@@ -13,11 +13,11 @@ import sys
 import tempfile
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError as McpError
 
-from helpers import server_env
+from helpers import cases_over_stdio, stdio_params
 
 CODEBOX = sys.argv[1]
 CASES = []
@@ -113,7 +113,7 @@ async def non_utf8_output_is_shown_escaped_never_a_crash(s):
 async def another_connection_cannot_read_the_kept_output(s):
     r, sc = await run(s, "print('secret ' * 10_000)")
     uri = sc["output"]["stdout"]["resource"]
-    async with stdio_client(server(None)) as (read, write):
+    async with stdio_client(stdio_params(CODEBOX)) as (read, write):
         async with ClientSession(read, write) as other:
             await other.initialize()
             try:
@@ -173,30 +173,6 @@ async def personal_data_in_kept_output_is_tokenized(s):
     assert "[EMAIL_1]" in whole, whole[:200]
 
 
-def server(config):
-    env = server_env()
-    env["CODEBOX_POOL_SIZE"] = "1"
-    if config:
-        env["CODEBOX_CONFIG"] = config
-    return StdioServerParameters(command=CODEBOX, args=["serve"], env=env)
-
-
-async def session_cases(config, cases):
-    passed = failed = 0
-    async with stdio_client(server(config)) as (read, write):
-        async with ClientSession(read, write) as s:
-            await s.initialize()
-            for fn in cases:
-                try:
-                    with anyio.fail_after(120):
-                        await fn(s)
-                    print(f"ok      {fn.__name__}", flush=True)
-                    passed += 1
-                except Exception as e:  # noqa: BLE001 - report every failure
-                    print(f"FAILED  {fn.__name__}: {e!r}", flush=True)
-                    failed += 1
-    return passed, failed
-
 
 async def main():
     with tempfile.TemporaryDirectory(prefix="codebox-output-test-") as tmp:
@@ -206,8 +182,8 @@ async def main():
         pii = os.path.join(tmp, "pii.toml")
         with open(pii, "w") as f:
             f.write('[pii]\nmode = "output"\n')
-        p1, f1 = await session_cases(plain, CASES)
-        p2, f2 = await session_cases(pii, [personal_data_in_kept_output_is_tokenized])
+        p1, f1 = await cases_over_stdio(CODEBOX, plain, CASES)
+        p2, f2 = await cases_over_stdio(CODEBOX, pii, [personal_data_in_kept_output_is_tokenized])
     print(f"{p1 + p2} passed, {f1 + f2} failed")
     return f1 + f2
 

@@ -16,10 +16,8 @@ import sys
 import tempfile
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
-from helpers import server_env
+from helpers import cases_over_stdio
 
 CODEBOX = sys.argv[1]
 CASES = []
@@ -367,30 +365,6 @@ async def personal_data_in_output_files_is_tokenized_and_images_withheld(s):
     assert "EMAIL" in res.contents[0].text and "bob@" not in res.contents[0].text, res
 
 
-def server(config):
-    env = server_env()
-    env["CODEBOX_POOL_SIZE"] = "1"
-    if config:
-        env["CODEBOX_CONFIG"] = config
-    return StdioServerParameters(command=CODEBOX, args=["serve"], env=env)
-
-
-async def session_cases(config, cases):
-    passed = failed = 0
-    async with stdio_client(server(config)) as (read, write):
-        async with ClientSession(read, write) as s:
-            await s.initialize()
-            for fn in cases:
-                try:
-                    with anyio.fail_after(120):
-                        await fn(s)
-                    print(f"ok      {fn.__name__}", flush=True)
-                    passed += 1
-                except Exception as e:  # noqa: BLE001 - report every failure
-                    print(f"FAILED  {fn.__name__}: {e!r}", flush=True)
-                    failed += 1
-    return passed, failed
-
 
 async def main():
     with tempfile.TemporaryDirectory(prefix="codebox-results-test-") as tmp:
@@ -400,8 +374,8 @@ async def main():
         pii = os.path.join(tmp, "pii.toml")
         with open(pii, "w") as f:
             f.write('[pii]\nmode = "output"\n')
-        p1, f1 = await session_cases(plain, CASES)
-        p2, f2 = await session_cases(pii, [
+        p1, f1 = await cases_over_stdio(CODEBOX, plain, CASES)
+        p2, f2 = await cases_over_stdio(CODEBOX, pii, [
             personal_data_in_a_value_is_tokenized,
             personal_data_in_output_files_is_tokenized_and_images_withheld,
         ])
