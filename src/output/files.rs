@@ -157,8 +157,12 @@ impl Assembler {
         self.out.omitted = self.out.omitted.saturating_add(omitted);
     }
 
+    /// Remembers a refused path so that its later chunks are dropped quietly: only a
+    /// path that could be a file's (at most [`crate::runtime::boot::MAX_PATH_BYTES`]; a
+    /// longer one's later chunks are refused again as out of order), and at most
+    /// [`MAX_REFUSED`] of them.
     fn remember_refused(&mut self, path: &str) {
-        if self.refused.len() < MAX_REFUSED {
+        if self.refused.len() < MAX_REFUSED && path.len() <= crate::runtime::boot::MAX_PATH_BYTES {
             self.refused.insert(path.to_string(), ());
         }
     }
@@ -360,6 +364,28 @@ mod tests {
         assert_eq!(names, ["out/twice"]);
         assert_eq!(out.files[0].bytes, b"1");
         assert_eq!(out.skipped.len(), 9, "{:?}", out.skipped);
+    }
+
+    #[test]
+    fn refused_paths_hold_little_memory_however_long() {
+        let mut a = Assembler::new(OutFilesLimits::default());
+        let long = "a".repeat(1 << 20);
+        for i in 0..50 {
+            a.chunk(&format!("{i}{long}"), 0, Vec::new());
+            a.chunk(&format!("{i}{long}"), 1, Vec::new());
+        }
+        assert!(a.refused.is_empty(), "no over-long path is remembered");
+        let held: usize = a
+            .out
+            .skipped
+            .iter()
+            .map(|s| s.path.len() + s.why.len())
+            .sum();
+        assert!(held < 100 * 2_000, "{held}");
+        for i in 0..5_000 {
+            a.chunk(&format!("../{i}"), 0, Vec::new());
+        }
+        assert_eq!(a.refused.len(), MAX_REFUSED);
     }
 
     #[test]

@@ -200,38 +200,33 @@ impl KeptOutputs {
         uri: &str,
     ) -> Option<Result<(FilePage, &'static str, usize), String>> {
         let rest = uri.strip_prefix(PREFIX)?;
-        let (id, path) = rest.split_once("/files/")?;
+        let (id, encoded) = rest.split_once("/files/")?;
+        // A `?page=N` is outside the encoded path (whose `?` is `%3F`).
+        let (encoded, page) = match encoded.rsplit_once("?page=") {
+            Some((p, n)) => (p, Some(n)),
+            None => (encoded, None),
+        };
         let unknown = || {
             format!("unknown resource {uri:?}: output files are readable for {} s after their execution, by the client that ran it", self.limits.ttl.as_secs())
         };
         let mut guard = self.entries.lock().expect("kept outputs lock");
         let (entries, total) = &mut *guard;
         expire(entries, total, self.limits.ttl);
-        let files = entries
+        let page = match page {
+            None => 1,
+            Some(n) => match n.parse::<usize>().ok().filter(|n| *n >= 1) {
+                Some(n) => n,
+                None => return Some(Err(format!("{uri:?}: a page is a number from 1"))),
+            },
+        };
+        let Some(path) = percent_decoded(encoded) else {
+            return Some(Err(unknown()));
+        };
+        let file = entries
             .iter()
             .filter(|e| e.id == id && e.owner == owner)
-            .flat_map(|e| e.files.iter());
-        // The whole rest is the path, unless no file has that name and it ends in a page
-        // (a file may be called "a?page=2").
-        let mut page = 1;
-        let mut file = None;
-        for f in files {
-            if f.path == path {
-                file = Some(f);
-                page = 1;
-                break;
-            }
-            if let Some((p, n)) = path.rsplit_once("?page=") {
-                if f.path == p {
-                    let n = n.parse::<usize>().ok().filter(|n| *n >= 1);
-                    let Some(n) = n else {
-                        return Some(Err(format!("{uri:?}: a page is a number from 1")));
-                    };
-                    file = Some(f);
-                    page = n;
-                }
-            }
-        }
+            .flat_map(|e| e.files.iter())
+            .find(|f| f.path == path);
         let Some(file) = file else {
             return Some(Err(unknown()));
         };
@@ -289,16 +284,17 @@ impl KeptOutputs {
         let mut guard = self.entries.lock().expect("kept outputs lock");
         let (entries, total) = &mut *guard;
         expire(entries, total, self.limits.ttl);
-        let entry = entries
+        // An execution may have two entries (its cut streams, its files): the one that
+        // holds the stream.
+        let text = entries
             .iter()
-            .find(|e| e.id == id && e.owner == owner)
+            .filter(|e| e.id == id && e.owner == owner)
+            .find_map(|e| match stream {
+                "stdout" => e.stdout.as_deref(),
+                "stderr" => e.stderr.as_deref(),
+                _ => None,
+            })
             .ok_or_else(unknown)?;
-        let text = match stream {
-            "stdout" => entry.stdout.as_deref(),
-            "stderr" => entry.stderr.as_deref(),
-            _ => None,
-        }
-        .ok_or_else(unknown)?;
         let pages = crate::server::render::pieces(text, PAGE_BYTES);
         let count = pages.len().max(1);
         match pages.get(page - 1) {
@@ -328,9 +324,40 @@ pub fn uri(id: &str, stream: &str) -> String {
     format!("{PREFIX}{id}/{stream}")
 }
 
-/// The URI of one kept output file (`path` as the model sees it).
+/// The URI of one kept output file (`path` as the model sees it), every byte but
+/// unreserved characters and `/` percent-encoded (RFC 3986: a name may hold a space, `#`
+/// or `?`).
 pub fn file_uri(id: &str, path: &str) -> String {
-    format!("{PREFIX}{id}/files/{path}")
+    let mut uri = format!("{PREFIX}{id}/files/");
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri
+}
+
+/// `text` with `%XX` escapes decoded (`None` when the result is not UTF-8).
+fn percent_decoded(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |k: usize| bytes.get(k).and_then(|b| (*b as char).to_digit(16));
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 fn expire(entries: &mut VecDeque<Entry>, total: &mut usize, ttl: Duration) {
@@ -382,6 +409,41 @@ mod tests {
         assert!(kept.read("alice", "codebox://servers/x.ts").is_none());
         assert_eq!(kept.list("alice").len(), 1);
         assert!(kept.list("mallory").is_empty());
+    }
+
+    #[test]
+    fn streams_and_files_of_one_execution_are_both_readable() {
+        let kept = KeptOutputs::new(KeptLimits::default());
+        let id = new_id();
+        let file = KeptFile {
+            path: "out/a b#c?page=2.txt".into(),
+            mime: "text/plain",
+            bytes: b"hi".to_vec(),
+        };
+        assert!(kept.keep_files(&id, "alice", vec![file]));
+        assert!(kept.keep(&id, "alice", Some("whole".into()), None));
+        let (text, _) = kept.read("alice", &uri(&id, "stdout")).unwrap().unwrap();
+        assert_eq!(text, "whole");
+        let listed = kept.list("alice");
+        let file_uri = &listed
+            .iter()
+            .find(|l| l.uri.contains("/files/"))
+            .unwrap()
+            .uri;
+        assert!(
+            file_uri.ends_with("/files/out/a%20b%23c%3Fpage%3D2.txt"),
+            "{file_uri}"
+        );
+        let (page, mime, pages) = kept.read_file("alice", file_uri).unwrap().unwrap();
+        assert_eq!(
+            (page, mime, pages),
+            (FilePage::Text("hi".into()), "text/plain", 1)
+        );
+        assert!(kept.read_file("mallory", file_uri).unwrap().is_err());
+        assert!(kept
+            .read_file("alice", &format!("{file_uri}?page=2"))
+            .unwrap()
+            .is_err());
     }
 
     #[test]

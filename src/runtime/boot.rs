@@ -237,12 +237,14 @@ pub fn with_value(frame: Vec<u8>) -> Vec<u8> {
 }
 
 /// The record that asks for the output files at the end of a run, with their limits and
-/// the workspace files the call named: `OUTPUTS <n>\n{"max_files", "max_bytes",
-/// "paths"}`.
+/// the workspace files the call named: `OUTPUTS <n>\n<max_files> <max_bytes>\n` then one
+/// path per line (paths hold no control character: [`validate_path`]). Not JSON: Python
+/// would import its json module (milliseconds) for every run to read it.
 pub const OUTPUTS_KIND: &str = "OUTPUTS";
 /// A chunk of one output file: `{"path", "offset", "base64"}` (at most 1 MiB of bytes).
 pub const FILE_METHOD: &str = "codebox/file";
-/// After the chunks: `{"skipped": [{"path", "why"}], "omitted": n}`.
+/// After the chunks, when a file was skipped or left out: `{"skipped": [{"path", "why"}],
+/// "omitted": n}`.
 pub const FILES_METHOD: &str = "codebox/files";
 
 /// `frame` (one-shot or a session's) with an OUTPUTS record (see [`OUTPUTS_KIND`]).
@@ -251,12 +253,12 @@ pub fn with_outputs(
     limits: &crate::output::OutFilesLimits,
     paths: &[String],
 ) -> Vec<u8> {
-    let spec = serde_json::json!({
-        "max_files": limits.max_files,
-        "max_bytes": limits.max_bytes,
-        "paths": paths,
-    })
-    .to_string();
+    let mut spec = format!("{} {}\n", limits.max_files, limits.max_bytes);
+    for path in paths {
+        debug_assert!(validate_path(path).is_ok());
+        spec.push_str(path);
+        spec.push('\n');
+    }
     let mut rec = Vec::with_capacity(spec.len() + 16);
     record(&mut rec, OUTPUTS_KIND, &[spec.as_bytes()]);
     insert_record(frame, &rec)
@@ -359,6 +361,12 @@ mod tests {
         assert_eq!(
             with_value(session_boot_frame("1", &Files::new())),
             b"SESSION 0\nVALUE 0\nCODE 1\n1".to_vec()
+        );
+        let limits = crate::output::OutFilesLimits::default();
+        let paths = ["a.csv".to_string(), "d/b c.txt".to_string()];
+        assert_eq!(
+            with_outputs(boot_frame("1"), &limits, &paths),
+            b"OUTPUTS 28\n50 16777216\na.csv\nd/b c.txt\nCODE 1\n1".to_vec()
         );
     }
 

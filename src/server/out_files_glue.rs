@@ -25,98 +25,116 @@ impl CodeboxServer {
     ) -> Vec<ContentBlock> {
         let s = &self.state;
         let limits = s.settings.proxy_limits.out_files;
-        let secrets = s.settings.egress.as_ref().map(|e| e.secrets());
-        let tokenized = |text: &str| match vault {
-            Some(v) => v.tokenize(text),
-            None => text.to_string(),
+        let secrets = s
+            .settings
+            .egress
+            .as_ref()
+            .map(|e| e.secrets())
+            .filter(|s| !s.is_empty());
+        // Everything that leaves, names and reasons too: secrets redacted, then personal
+        // data tokenized.
+        let model_facing = |text: &str| {
+            let text = match secrets {
+                Some(secrets) => {
+                    String::from_utf8_lossy(&secrets.redact_all(text.as_bytes())).into_owned()
+                }
+                None => text.to_string(),
+            };
+            match vault {
+                Some(v) => v.tokenize(&text),
+                None => text,
+            }
         };
         result.files_omitted = out.omitted;
         result.files_skipped = out
             .skipped
             .into_iter()
-            .map(|mut k| {
-                k.path = tokenized(&k.path);
-                k
+            .map(|k| files::Skipped {
+                path: model_facing(&k.path),
+                why: model_facing(&k.why),
             })
             .collect();
-        // What leaves: secrets redacted; with PII on, text tokenized (binary is withheld
-        // by the plan below and never kept).
-        let mut ready: Vec<(files::OutFile, &'static str)> = out
-            .files
-            .into_iter()
-            .map(|mut f| {
-                let mime = files::mime_of(&f.path, &f.bytes);
-                if let Some(secrets) = secrets.filter(|s| !s.is_empty()) {
-                    f.bytes = secrets.redact_all(&f.bytes);
-                }
-                if vault.is_some() {
-                    if let Ok(text) = std::str::from_utf8(&f.bytes) {
-                        f.bytes = tokenized(text).into_bytes();
-                    }
-                }
-                f.path = tokenized(&f.path);
-                (f, mime)
-            })
-            .collect();
-        let plain: Vec<files::OutFile> = ready.iter().map(|(f, _)| f.clone()).collect();
-        let shown = files::plan(&plain, &limits, vault.is_none());
-        drop(plain);
-        let kept: Vec<KeptFile> = ready
+        // File contents: secrets redacted; with PII on, text tokenized (binary is withheld
+        // by the plan below and never kept). The type is told from what the program
+        // wrote.
+        let mut ready = out.files;
+        let mimes: Vec<&'static str> = ready
             .iter()
-            .zip(&shown)
-            .filter(|(_, shown)| **shown != Shown::Withheld)
-            .map(|((f, mime), _)| KeptFile {
-                path: f.path.clone(),
-                mime,
-                bytes: f.bytes.clone(),
-            })
+            .map(|f| files::mime_of(&f.path, &f.bytes))
             .collect();
-        let is_kept = kept.is_empty() || s.kept_outputs.keep_files(id, client, kept);
+        for f in &mut ready {
+            if let Some(secrets) = secrets {
+                f.bytes = secrets.redact_all(&f.bytes);
+            }
+            if vault.is_some() {
+                if let Ok(text) = std::str::from_utf8(&f.bytes) {
+                    f.bytes = model_facing(text).into_bytes();
+                }
+            }
+            f.path = model_facing(&f.path);
+        }
+        let shown = files::plan(&ready, &limits, vault.is_none());
         let mut blocks = Vec::new();
-        for ((f, mime), shown) in ready.drain(..).zip(shown) {
+        let mut records = Vec::with_capacity(ready.len());
+        for ((f, mime), shown) in ready.iter().zip(&mimes).zip(&shown) {
             let uri = kept::file_uri(id, &f.path);
-            let resource = (is_kept && shown != Shown::Withheld).then(|| uri.clone());
-            let shown = match shown {
-                // A link to nothing is no use: say it was not kept instead.
-                Shown::Link if !is_kept => Shown::Withheld,
-                other => other,
-            };
             match shown {
                 Shown::Image => blocks.push(ContentBlock::image(
                     base64::engine::general_purpose::STANDARD.encode(&f.bytes),
-                    mime,
+                    *mime,
                 )),
                 Shown::Embedded => blocks.push(ContentBlock::resource(
                     ResourceContents::TextResourceContents {
                         uri: uri.clone(),
-                        mime_type: Some(mime.into()),
+                        mime_type: Some((*mime).into()),
                         text: String::from_utf8_lossy(&f.bytes).into_owned(),
                         meta: None,
                     },
                 )),
                 Shown::Link => {
                     let mut link = Resource::new(uri.clone(), f.path.clone());
-                    link.mime_type = Some(mime.into());
+                    link.mime_type = Some((*mime).into());
                     link.size = Some(f.bytes.len() as u64);
                     blocks.push(ContentBlock::resource_link(link));
                 }
                 Shown::Withheld => {}
             }
-            result.files.push(FileRecord {
-                path: f.path,
+            records.push(FileRecord {
+                path: f.path.clone(),
                 mime,
                 bytes: f.bytes.len(),
-                shown,
-                resource,
+                shown: *shown,
+                resource: (*shown != Shown::Withheld).then_some(uri),
             });
         }
-        if !is_kept {
+        // The files move into the store (no copy); withheld ones are not kept.
+        let kept: Vec<KeptFile> = ready
+            .into_iter()
+            .zip(mimes)
+            .zip(&shown)
+            .filter(|(_, shown)| **shown != Shown::Withheld)
+            .map(|((f, mime), _)| KeptFile {
+                path: f.path,
+                mime,
+                bytes: f.bytes,
+            })
+            .collect();
+        if !kept.is_empty() && !s.kept_outputs.keep_files(id, client, kept) {
+            // A link to nothing is no use: say the file was not kept.
             tracing::info!(
                 execution = %id,
-                files = result.files.len(),
+                files = records.len(),
                 "output files larger than the kept-output store were not kept"
             );
+            blocks.retain(|b| b.as_resource_link().is_none());
+            for r in &mut records {
+                r.resource = None;
+                if r.shown == Shown::Link {
+                    r.shown = Shown::Withheld;
+                }
+            }
         }
+        result.files = records;
         blocks
     }
 }

@@ -122,6 +122,17 @@ pub fn render_with(r: &ExecutionResult, blocks: Vec<ContentBlock>) -> CallToolRe
     };
     let mut result = render_within(r, budget);
     result.content.extend(blocks);
+    let size = serde_json::to_vec(&result).map_or(usize::MAX, |v| v.len());
+    if size > WIRE_BUDGET {
+        // What render_within cannot shrink (escaping beyond its estimate): the result
+        // without the blocks, rather than no result.
+        tracing::warn!(
+            size,
+            limit = WIRE_BUDGET,
+            "output files dropped from a result too large for the wire"
+        );
+        return render_within(r, WIRE_BUDGET);
+    }
     result
 }
 
@@ -131,7 +142,7 @@ fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
     let stderr = std::mem::take(&mut r.stderr);
     // Everything but the output must leave room for some of it: long lists (workspace
     // entries, tool calls) are halved until it does.
-    let fixed = |r: &ExecutionResult| serialized_len(r) + text_of(r).len() + 512;
+    let fixed = |r: &ExecutionResult| serialized_len(r) + escaped_len(&text_of(r)) + 512;
     let roomy = |r: &ExecutionResult| fixed(r) + MIN_KEEP * 4 <= budget;
     let (files_before, calls_before) = (
         r.workspace_files.as_ref().map_or(0, Vec::len),
@@ -153,6 +164,23 @@ fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
     }
     while !roomy(&r) && !r.tool_calls.is_empty() {
         r.tool_calls.truncate(r.tool_calls.len() / 2);
+    }
+    // The output files' records (whose blocks, if any, are already counted) and the
+    // skipped ones, then the last expression's value.
+    while !roomy(&r) && !r.files_skipped.is_empty() {
+        let keep = r.files_skipped.len() / 2;
+        r.files_omitted += (r.files_skipped.len() - keep) as u64;
+        r.files_skipped.truncate(keep);
+    }
+    while !roomy(&r) && !r.files.is_empty() {
+        let keep = r.files.len() / 2;
+        r.files_omitted += (r.files.len() - keep) as u64;
+        r.files.truncate(keep);
+    }
+    while !roomy(&r) && r.value.as_ref().is_some_and(|v| v.len() > MIN_KEEP) {
+        let value = r.value.take().unwrap_or_default();
+        let (cut, _) = fit(&value, escaped_len(&value) / 2, "value");
+        r.value = Some(cut);
     }
     let dropped = (
         files_before - r.workspace_files.as_ref().map_or(0, Vec::len),
@@ -466,6 +494,30 @@ mod tests {
         let r = render_with(&result("hi\n", ""), vec![huge]);
         assert_eq!(r.content.len(), 1);
         assert!(wire_len(&r) <= WIRE_BUDGET);
+    }
+
+    #[test]
+    fn long_file_records_and_values_are_cut_never_the_result() {
+        let mut r = result("important result: 42\n", "");
+        r.value = Some("\u{1}".repeat(200_000));
+        r.files_skipped = (0..200)
+            .map(|i| crate::output::files::Skipped {
+                path: format!("out/{i}{}", "\"".repeat(900)),
+                why: "a symlink (never followed)".into(),
+            })
+            .collect();
+        let image = ContentBlock::image("A".repeat(500 * 1024), "image/png");
+        let rendered = render_with(&r, vec![image]);
+        assert!(
+            wire_len(&rendered) <= WIRE_BUDGET,
+            "{}",
+            wire_len(&rendered)
+        );
+        assert_ne!(rendered.is_error, Some(true));
+        let sc = rendered.structured_content.as_ref().unwrap();
+        assert_eq!(sc["stdout"], "important result: 42\n");
+        assert!(sc["files_omitted"].as_u64().unwrap() > 0);
+        assert!(rendered.content.iter().any(|b| b.as_image().is_some()));
     }
 
     #[test]

@@ -126,6 +126,16 @@ async def the_last_typescript_expression_is_the_value(s):
     for code in ["console.log(1)", "const x = 1", "if (true) { 5 }", "undefined", "function f() {}"]:
         r, sc = await run(s, code, "execute_typescript")
         assert not r.is_error and "value" not in sc, (code, sc)
+    # Programs a careless rewrite would break run as written (the review's cases): the
+    # lexer knows them, and a rewrite that does not parse falls back to the program.
+    for code, out in [
+        ("console.log('start')\n!function () { console.log('iife ran') }()", "start\niife ran\n"),
+        ("class Base {}\nconsole.log('ok')\nclass Child\n  extends Base {}", "ok\n"),
+        ("function dec(c: any) { return c }\nconsole.log(1)\n@dec class X {}", "1\n"),
+        ("let t = 0\nfor (const x of [1, 2])\n  t += x\nconsole.log(t)", "3\n"),
+    ]:
+        r, sc = await run(s, code, "execute_typescript")
+        assert not r.is_error and sc["stdout"] == out, (code, text_of(r))
     # An error in the last expression: Deno's report, the line of the program.
     r, sc = await run(s, "const o: any = {}\no.a.b", "execute_typescript")
     assert r.is_error and "value" not in sc, sc
@@ -279,6 +289,16 @@ async def hostile_output_files_are_refused_with_reasons(s):
     assert why["out/fifo"] == "not a regular file", why
     assert "symlink" in why["named"], why
     assert "root:" not in text_of(r)
+    # Output files and a cut stdout of one run: both readable.
+    code = (
+        "import os\nos.makedirs('/workspace/out')\nopen('/workspace/out/a.txt', 'w').write('hi')\n"
+        "for i in range(20000): print('line', i)\n"
+    )
+    r, sc = await run(s, code)
+    res = await s.read_resource(sc["output"]["stdout"]["resource"])
+    assert res.contents[0].text.startswith("line 0\n"), res.contents[0].text[:50]
+    res = await s.read_resource(sc["files"][0]["resource"])
+    assert res.contents[0].text == "hi", res
     r, sc = await run(s, "import os\nos.symlink('/etc', '/workspace/out')")
     assert "files" not in sc and sc["files_skipped"][0]["path"] == "out", sc
     for bad in ["../etc/passwd", "/etc/passwd", "a/../../b", ""]:
@@ -363,6 +383,21 @@ async def personal_data_in_output_files_is_tokenized_and_images_withheld(s):
     # The tokenized name is the resource's; reading it gives tokenized text.
     res = await s.read_resource(csv["resource"])
     assert "EMAIL" in res.contents[0].text and "bob@" not in res.contents[0].text, res
+    # Reasons for skipped files are tokenized too, whoever wrote them: an unreadable
+    # directory (Deno's own error would name it) and a summary the program forged.
+    code = (
+        "Deno.mkdirSync('/workspace/out/bob@example.org', { recursive: true });\n"
+        "Deno.chmodSync('/workspace/out/bob@example.org', 0o000);\n"
+    )
+    r, sc = await run(s, code, "execute_typescript")
+    assert "bob@example.org" not in text_of(r) + str(sc), sc
+    code = (
+        "import os, json\n"
+        "os.write(3, json.dumps({'jsonrpc': '2.0', 'method': 'codebox/files', 'params': "
+        "{'skipped': [{'path': 'out/x', 'why': 'customer alice@example.com'}]}}).encode() + b'\\n')\n"
+    )
+    r, sc = await run(s, code)
+    assert "alice@example.com" not in text_of(r) + str(sc) and "EMAIL" in str(sc["files_skipped"]), sc
 
 
 

@@ -113,7 +113,10 @@ function receive() {
     if (kind === "VALUE") {
       wantValue = true;
     } else if (kind === "OUTPUTS") {
-      outputs = JSON.parse(new TextDecoder().decode(payload));
+      // `<max_files> <max_bytes>\n` then a path per line.
+      const [head, ...paths] = new TextDecoder().decode(payload).split("\n");
+      const [maxFiles, maxBytes] = head.split(" ").map(Number);
+      outputs = { max_files: maxFiles, max_bytes: maxBytes, paths: paths.filter((p) => p) };
     } else if (kind === "EPHEMERAL") {
       // What Deno's exit costs (~3 ms) is the kernel tearing down its address space: an
       // `_exit` saves nothing, but the supervisor need not wait for it (tellTheEnd).
@@ -226,7 +229,9 @@ if (session) {
 const valueJs = wantValue ? await import(new URL("./value.js", import.meta.url).href) : null;
 let main = code;
 if (valueJs) {
-  main = new TextEncoder().encode(valueJs.captureLastValue(new TextDecoder().decode(code)).code);
+  const source = new TextDecoder().decode(code);
+  const captured = valueJs.captureLastValue(source).code;
+  if (captured !== source) main = new TextEncoder().encode(captured);
 }
 try {
   Deno.writeFileSync(MAIN_PATH, main, { mode: 0o600 });
@@ -243,7 +248,15 @@ const sendOutputsOnce = () => {
 };
 if (ephemeral) tellTheEndOnUnload(sendOutputsOnce);
 try {
-  await import("file://" + MAIN_PATH);
+  try {
+    await import("file://" + MAIN_PATH);
+  } catch (e) {
+    // A rewrite that broke a program (it never ran: its marker import did not): run the
+    // program as written, without a value; its own error, if any, is then the one shown.
+    if (main === code || valueJs.wasParsed()) throw e;
+    Deno.writeFileSync(MAIN_PATH, code, { mode: 0o600 });
+    await import("file://" + MAIN_PATH + "?as-written");
+  }
 } finally {
   forgetMain();
 }

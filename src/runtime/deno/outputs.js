@@ -23,7 +23,7 @@ function walkOut(state, rel, depth) {
   try {
     entries = [...Deno.readDirSync(`/workspace/${rel}`)].map((e) => e.name).sort();
   } catch (e) {
-    state.skip(rel, `cannot be listed: ${e?.message ?? e}`);
+    state.skip(rel, `cannot be listed: ${why(e)}`);
     return;
   }
   for (const name of entries) {
@@ -36,7 +36,7 @@ function walkOut(state, rel, depth) {
     try {
       info = Deno.lstatSync(`/workspace/${path}`);
     } catch (e) {
-      state.skip(path, `cannot be looked at: ${e?.message ?? e}`);
+      state.skip(path, `cannot be looked at: ${why(e)}`);
       continue;
     }
     if (info.isSymlink) state.skip(path, "a symlink (never followed)");
@@ -48,14 +48,32 @@ function walkOut(state, rel, depth) {
   }
 }
 
+// An error in words without the path (Deno's messages repeat it, and a path may hold
+// what must not leave untokenized: the supervisor tokenizes the path it is given).
+function why(e) {
+  if (e instanceof Deno.errors.NotFound) return "no such file";
+  if (e instanceof Deno.errors.PermissionDenied) return "permission denied";
+  return e?.code ?? e?.name ?? "unreadable";
+}
+
 // The bytes of the regular file at `path` (relative to /workspace) as it is now, or a
-// reason it is not sent.
+// reason it is not sent. No directory on the way may be a symlink either.
 function readRegular(path, budget) {
+  const parts = path.split("/");
+  for (let i = 1; i < parts.length; i++) {
+    try {
+      if (Deno.lstatSync(`/workspace/${parts.slice(0, i).join("/")}`).isSymlink) {
+        return { why: "a symlink on its way (never followed)" };
+      }
+    } catch (e) {
+      return { why: why(e) };
+    }
+  }
   let before;
   try {
     before = Deno.lstatSync(`/workspace/${path}`);
   } catch (e) {
-    return { why: e instanceof Deno.errors.NotFound ? "no such file" : String(e?.message ?? e) };
+    return { why: why(e) };
   }
   if (before.isSymlink) return { why: "a symlink (never followed)" };
   if (!before.isFile) return { why: "not a regular file" };
@@ -66,7 +84,7 @@ function readRegular(path, budget) {
   try {
     file = Deno.openSync(`/workspace/${path}`, { read: true });
   } catch (e) {
-    return { why: String(e?.message ?? e) };
+    return { why: why(e) };
   }
   try {
     const now = file.statSync();
@@ -148,6 +166,8 @@ export function sendOutputs(spec, { seen = null, paths = null } = {}) {
     budget -= read.bytes.length;
     sent++;
   }
-  notify("codebox/files", { skipped: state.skipped, omitted: state.omitted });
+  if (state.skipped.length > 0 || state.omitted > 0) {
+    notify("codebox/files", { skipped: state.skipped, omitted: state.omitted });
+  }
   return marks;
 }

@@ -13,12 +13,12 @@
 // prints one before exiting, and the run's status is "error"; the session goes on.
 
 import { rewriteRun } from "./scope.js";
-import { captureLastValue, takeValue } from "./value.js";
+import { captureLastValue, takeValue, wasParsed } from "./value.js";
 import { sendOutputs } from "./outputs.js";
 import { adopt, nextControl, notify } from "./client.ts";
 
 const RUN_PREFIX = "/workspace/.codebox-run-";
-const RUN_URL = /file:\/\/\/workspace\/\.codebox-run-(\d+)\.ts/;
+const RUN_URL = /file:\/\/\/workspace\/\.codebox-run-(\d+)\.ts(?:\?as-written)?/;
 // Frames of the session machinery itself, left out of error reports.
 const OWN_FRAMES = [new URL("./boot.js", import.meta.url).href, import.meta.url];
 // Longest source line Deno shows under an error message (bytes).
@@ -196,7 +196,17 @@ async function runOne(source, run, scope, wantValue, outputs) {
   globalThis.__codebox_scope = scope; // in case the program replaced it
   globalThis.__codebox_capture = undefined;
   try {
-    await import("file://" + path);
+    try {
+      await import("file://" + path);
+    } catch (err) {
+      // A value rewrite that broke the run (it never ran: its marker import did not):
+      // the run as written, without a value.
+      if (captured.code === source || wasParsed()) throw err;
+      const plain = rewriteRun(source, Object.keys(scope), run);
+      runs.set(run, { source, prefix: plain.prefix, prefixLength: plain.prefix.length });
+      Deno.writeFileSync(path, encoder.encode(plain.code), { mode: 0o600 });
+      await import("file://" + path + "?as-written");
+    }
   } catch (err) {
     reportUncaught(err, true);
   } finally {

@@ -8,7 +8,10 @@
 //
 // so that after the module has run (top-level `await` included) boot.js or session.js
 // reads the value and sends `Deno.inspect` of it. Lines before it keep their numbers and
-// columns; only the statement's first line shifts right.
+// columns; only the statement's first line shifts right. A side-effect import of a data:
+// URL at the end sets PARSED_KEY when the module has parsed and linked (imports evaluate
+// before the body): a rewritten module that fails without it never ran, and is imported
+// again as the program wrote it (`wasParsed`).
 //
 // Statements are found with scope.js's lexer and JavaScript's own rule for where a line
 // break ends one: a line that starts with a token that can continue an expression (`.`,
@@ -30,8 +33,24 @@ const ASSIGN = 'globalThis[Symbol.for("codebox.value")] = (';
 const STATEMENT_KEYWORDS = new Set(
   ("abstract async break case catch class const continue debugger declare default do " +
     "else enum export finally for function if interface let module namespace return " +
-    "static switch throw try type using var while with yield").split(" "),
+    "static switch throw try type using var while with yield " +
+    // They continue a declaration's header on a new line (`class C\n  extends B {}`,
+    // `import { a }\n  from "m"`).
+    "extends implements from").split(" "),
 );
+
+/** Set by the marker import once the rewritten module parsed. */
+const PARSED_KEY = Symbol.for("codebox.parsed");
+// Each capture's marker is its own module (a module is evaluated once per process).
+let markers = 0;
+const parsedMarker = () =>
+  '\nimport "data:application/javascript,' +
+  encodeURIComponent(`globalThis[Symbol.for("codebox.parsed")] = true; // ${++markers}`) +
+  '";\n';
+
+// Statement keywords whose parenthesised head is followed by a body that may be a single
+// statement on the next line: that line is not a statement of its own.
+const CONTROL_HEADS = new Set(["if", "for", "while", "with"]);
 
 // Punctuators that may begin an expression statement.
 const EXPRESSION_PUNCTUATORS = new Set(["!", "~", "+", "-", "++", "--", "(", "["]);
@@ -49,7 +68,9 @@ function continues(tok) {
     case "tplhead":
       return true;
     case "p":
-      return tok.v !== "++" && tok.v !== "--";
+      // After a line break these only ever begin a statement: prefix operators, a
+      // decorator, a private name.
+      return !["++", "--", "!", "~", "@", "#", "..."].includes(tok.v);
     case "id":
       return ["in", "instanceof", "as", "satisfies", "of"].includes(tok.v);
     default:
@@ -95,6 +116,17 @@ export function lastExpression(source) {
     if (prev === undefined || isPunct(prev, ";")) {
       if (!isPunct(tok, ";")) start = k;
     } else if (tok.nl && !continues(tok) && (isPunct(prev, "}") || endsExpression(prev))) {
+      // Not the body of `if (...)`, `for (...)`, `while (...)` on the next line.
+      if (isPunct(prev, ")") && prev.opener !== undefined) {
+        const head = toks[prev.opener - 1];
+        const head2 = toks[prev.opener - 2];
+        if (
+          head?.t === "id" &&
+          (CONTROL_HEADS.has(head.v) || (head.v === "await" && head2?.v === "for"))
+        ) {
+          continue;
+        }
+      }
       start = k;
     }
   }
@@ -134,8 +166,19 @@ export function captureLastValue(source) {
   const span = lastExpression(source);
   if (span === null) return { code: source, linePrefix: "" };
   const code = source.slice(0, span.start) + ASSIGN + source.slice(span.start, span.end) +
-    "\n)" + source.slice(span.end);
+    "\n)" + source.slice(span.end) + parsedMarker();
+  delete globalThis[PARSED_KEY];
   return { code, linePrefix: span.start === 0 ? ASSIGN : "" };
+}
+
+/**
+ * Whether the last rewritten module parsed and linked (its marker import ran). A module
+ * that failed without it never ran a line: it can be imported again unrewritten.
+ */
+export function wasParsed() {
+  const parsed = globalThis[PARSED_KEY] === true;
+  delete globalThis[PARSED_KEY];
+  return parsed;
 }
 
 /**

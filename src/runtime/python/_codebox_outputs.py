@@ -1,10 +1,10 @@
 """Output files: what the program left under /workspace/out (and the workspace files the
 call named in `outputs`), sent to the supervisor on fd 3 at the end of a run.
 
-Protocol (src/runtime/boot.rs, OUTPUTS record): per file, lines
+Protocol (src/runtime/boot.rs, OUTPUTS record, read by boot.py): per file, lines
 `codebox/file {"path", "offset", "base64"}` with at most CHUNK bytes each (a file's
-chunks in order; an empty file is one line at offset 0), then one
-`codebox/files {"skipped": [{"path", "why"}], "omitted": n}`. The supervisor checks
+chunks in order; an empty file is one line at offset 0), then, when anything was left
+out, one `codebox/files {"skipped": [{"path", "why"}], "omitted": n}`. The supervisor checks
 everything again: this is the program's sandbox, and the program could write such lines
 itself.
 
@@ -110,12 +110,12 @@ def _line(method, params_json):
 
 
 def send(write_line, spec, seen=None, paths=None):
-    """Sends the output files with `write_line(bytes)`. `spec`: the OUTPUTS record
-    ({"max_files", "max_bytes", "paths"}); `seen`: in a session, what the last run's
-    call returned, so that only files under /workspace/out that are new or changed since
-    go (named paths always); `paths`: the workspace files the call named (`outputs`;
-    None: the record's). Returns what to pass as `seen` next time: each file's
-    (inode, size, mtime, ctime)."""
+    """Sends the output files with `write_line(bytes)`. `spec`: the OUTPUTS record as
+    boot.py read it ({"max_files", "max_bytes", "paths"}); `seen`: in a session, what the
+    last run's call returned, so that only files under /workspace/out that are new or
+    changed since go (named paths always); `paths`: the workspace files the call named
+    (`outputs`; None: the record's). Returns what to pass as `seen` next time: each
+    file's (inode, size, mtime, ctime)."""
     import _json
     import binascii
 
@@ -196,8 +196,9 @@ def send(write_line, spec, seen=None, paths=None):
             sent += 1
         finally:
             posix.close(fd)
-    import json
+    if walk.skipped or walk.omitted:
+        import json
 
-    summary = json.dumps({"skipped": walk.skipped, "omitted": walk.omitted})
-    write_line(_line(b"codebox/files", summary.encode()))
+        summary = json.dumps({"skipped": walk.skipped, "omitted": walk.omitted})
+        write_line(_line(b"codebox/files", summary.encode()))
     return fingerprints

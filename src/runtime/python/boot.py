@@ -131,8 +131,10 @@ def _install_site_builtins():
 
 # Whether the frame asked for the last expression's value (a VALUE record).
 _want_value = False
-# The OUTPUTS record's JSON (bytes), or None: no output files are sent.
+# The OUTPUTS record (bytes), or None: no output files are sent.
 _outputs_spec = None
+# What report_value last put in builtins._ (a private marker until then).
+_last_value = object()
 # The most characters of a value's repr sent; the supervisor cuts it to the result's
 # output budget.
 MAX_VALUE_CHARS = 200_000
@@ -188,6 +190,10 @@ def capture_figures():
     when the program used pyplot and the frame asked for output files."""
     if _outputs_spec is None or "matplotlib.pyplot" not in sys.modules:
         return
+    # pyplot is preloaded in the pool: only open figures are worth loading the backend.
+    helpers = sys.modules.get("matplotlib._pylab_helpers")
+    if helpers is None or not helpers.Gcf.get_num_fig_managers():
+        return
     try:
         sys.path.insert(0, "/opt/codebox/python")
         try:
@@ -199,20 +205,31 @@ def capture_figures():
         print("codebox: saving the open matplotlib figures failed: %r" % (exc,), file=sys.stderr)
 
 
+def _outputs():
+    """The OUTPUTS record: `<max_files> <max_bytes>\\n` then a path per line."""
+    head, _, rest = _outputs_spec.partition(b"\n")
+    max_files, max_bytes = head.split()
+    paths = [p.decode("utf-8") for p in rest.split(b"\n") if p]
+    return {"max_files": int(max_files), "max_bytes": int(max_bytes), "paths": paths}
+
+
 def send_outputs(seen=None, paths=None):
     """Sends the output files (_codebox_outputs.py) when the frame asked for them; returns
     what a session passes as `seen` after its next run."""
     if _outputs_spec is None:
         return None
     try:
-        import json
-
+        spec = _outputs()
+        if not (spec["paths"] if paths is None else paths):
+            try:
+                posix.lstat("/workspace/out")
+            except FileNotFoundError:
+                return {}  # nothing to send: the common case costs one lstat
         sys.path.insert(0, "/opt/codebox/python")
         try:
             import _codebox_outputs
         finally:
             del sys.path[0]
-        spec = json.loads(_outputs_spec)
         return _codebox_outputs.send(_write_line, spec, seen, paths)
     except OSError:
         pass  # nobody listens any more: the supervisor is gone
@@ -223,11 +240,14 @@ def send_outputs(seen=None, paths=None):
 
 def report_value(value):
     """Sends the repr of `value` (not None) as `codebox/value {repr}` on fd 3 and keeps it
-    in builtins._, as the interactive interpreter does. A repr that fails is reported as
-    such; the program goes on either way."""
+    in builtins._, as the interactive interpreter does, unless the program put something
+    else there (gettext.install's _). A repr that fails is reported as such; the program
+    goes on either way."""
+    global _last_value
     if value is None:
         return
-    builtins._ = value
+    if getattr(builtins, "_", _last_value) is _last_value:
+        builtins._ = _last_value = value
     try:
         text = repr(value)
     except BaseException as exc:  # a repr may raise anything, even SystemExit

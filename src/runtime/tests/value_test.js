@@ -1,7 +1,7 @@
 // Tests of src/runtime/deno/value.js, the last-expression capture of TypeScript runs.
 // Run with Deno (tests/runtime_scope.rs does, from `cargo test`).
 
-import { captureLastValue, lastExpression, takeValue } from "../deno/value.js";
+import { captureLastValue, lastExpression, takeValue, wasParsed } from "../deno/value.js";
 
 function assertEquals(actual, expected, what = "") {
   const a = JSON.stringify(actual);
@@ -33,6 +33,12 @@ Deno.test("the last expression statement is found", () => {
   assertEquals(found("!done"), "!done");
   assertEquals(found("a = 1;\n/re/.test(s)"), "/re/.test(s)");
   assertEquals(found("if (x) { y }\nz"), "z");
+  // After a line break `!`, `~` and `@` begin a statement (TypeScript's non-null `!`
+  // cannot follow one).
+  assertEquals(found("console.log('start')\n!function () {}()"), "!function () {}()");
+  assertEquals(found("console.log(1)\n~5"), "~5");
+  assertEquals(found("m.get('a')\n!0"), "!0");
+  assertEquals(found("if (ok)\n  report()\nsummary"), "summary");
 });
 
 Deno.test("declarations, control flow and anything unclear have none", () => {
@@ -62,6 +68,12 @@ Deno.test("declarations, control flow and anything unclear have none", () => {
       // After a declaration's closing brace a line starting with "(" or "[" would, by
       // JavaScript's rule, continue nothing; the finder does not tell, so no value.
       "function f() { return 3 }\n[1, 2].map(f)",
+      // The review's: a statement that continues on the next line.
+      "class Base {}\nconsole.log('ok')\nclass Child\n  extends Base {}",
+      "import { assert }\n  from 'jsr:@std/assert'",
+      "let t = 0\nfor (const x of [1, 2])\n  t += x",
+      "if (ok)\n  report()",
+      "while (more())\n  step()",
       // Unterminated: the program's own syntax error, never a rewrite's.
       "'abc",
       "x + `abc",
@@ -93,6 +105,7 @@ Deno.test("a captured program keeps its lines and gives the value", async () => 
       const path = `${dir}/m${i}.ts`;
       await Deno.writeTextFile(path, code);
       await import("file://" + path);
+      assertEquals(wasParsed(), true, source);
       const shown = takeValue();
       assertEquals(
         shown,
@@ -101,6 +114,16 @@ Deno.test("a captured program keeps its lines and gives the value", async () => 
       );
       assertEquals(takeValue(), null, "taken once");
     }
+    // A rewrite that would break a program is caught: its marker never ran.
+    const broken = `${dir}/broken.ts`;
+    await Deno.writeTextFile(broken, captureLastValue("const a = (1").code);
+    let failed = false;
+    try {
+      await import("file://" + broken);
+    } catch {
+      failed = true;
+    }
+    assertEquals([failed, wasParsed()], [true, false]);
     // No expression: the program is left exactly as it was.
     assertEquals(captureLastValue("const x = 1\n").code, "const x = 1\n");
   } finally {
