@@ -451,13 +451,15 @@ fn timeout_counts_from_delivery() -> Result<(), Failed> {
     block_on(async {
         let pool = pool(1, &[Language::Python]);
         until_idle(&pool, Language::Python, 1).await?;
-        // Idle for longer than the run's timeout: the run still gets all of it.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Idle for longer than the run's timeout: the run still gets all of it. (2 s of
+        // room beside the program's 0.5 s: the interpreter's exit and a loaded CI
+        // machine took more than 0.5 s once.)
+        tokio::time::sleep(Duration::from_millis(3000)).await;
         let r = run(
             Some(&pool),
             Language::Python,
             "import time\ntime.sleep(0.5)\nprint('in time')",
-            Duration::from_secs(1),
+            Duration::from_millis(2500),
         )
         .await?;
         check(
