@@ -195,7 +195,16 @@ fn refuse(tcp: TcpStream) {
          content-length: {}\r\nretry-after: 1\r\n\r\n{BODY}",
         BODY.len()
     );
-    let _ = tcp.try_write(answer.as_bytes());
+    // A write on the socket itself: tokio's `try_write` answers WouldBlock until its
+    // reactor has seen the new socket writable, and the 503 would be lost. The send
+    // buffer of a connection just accepted has room for this; it never blocks
+    // (the socket is non-blocking).
+    match tcp.into_std() {
+        Ok(mut std) => {
+            let _ = std::io::Write::write(&mut std, answer.as_bytes());
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot answer a refused connection"),
+    }
 }
 
 /// Serves one connection until it ends, goes idle, or the server closes.
