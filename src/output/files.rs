@@ -10,12 +10,9 @@
 //! anything else (or over its budget) as a resource link with its size. All of it is the
 //! program's own output: a path or a byte is checked here, never trusted.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use serde::Serialize;
-
-/// The directory under `/workspace` whose files come back.
-pub const OUT_DIR: &str = "out";
 
 /// Bounds on the output files of one execution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +80,7 @@ pub struct Assembler {
     open: Option<usize>,
     /// Paths already refused once (further chunks of them are dropped quietly); at most
     /// [`MAX_REFUSED`], so a flood of made-up paths cannot grow it.
-    refused: BTreeMap<String, ()>,
+    refused: BTreeSet<String>,
 }
 
 impl Assembler {
@@ -93,7 +90,7 @@ impl Assembler {
             out: OutFiles::default(),
             bytes: 0,
             open: None,
-            refused: BTreeMap::new(),
+            refused: BTreeSet::new(),
         }
     }
 
@@ -101,7 +98,7 @@ impl Assembler {
     /// a later chunk must continue the file being received. Anything else is dropped
     /// (and the file with it).
     pub fn chunk(&mut self, path: &str, offset: u64, data: Vec<u8>) {
-        if self.refused.contains_key(path) {
+        if self.refused.contains(path) {
             return;
         }
         if offset == 0 {
@@ -163,7 +160,7 @@ impl Assembler {
     /// [`MAX_REFUSED`] of them.
     fn remember_refused(&mut self, path: &str) {
         if self.refused.len() < MAX_REFUSED && path.len() <= crate::runtime::boot::MAX_PATH_BYTES {
-            self.refused.insert(path.to_string(), ());
+            self.refused.insert(path.to_string());
         }
     }
 
@@ -183,10 +180,6 @@ impl Assembler {
 
     pub fn finish(self) -> OutFiles {
         self.out
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.out.files.is_empty() && self.out.skipped.is_empty() && self.out.omitted == 0
     }
 }
 
