@@ -3,7 +3,7 @@
 //!
 //! Every setting can be overridden from the environment (`CODEBOX_<KEY>`, with
 //! `CODEBOX_HTTP_<KEY>` for the `[http]` table; lists are comma-separated), and command-line
-//! flags override both. A secret may be written `env:VAR` to read it from the
+//! flags override both. Relative paths in the file are relative to the file's directory. A secret may be written `env:VAR` to read it from the
 //! environment. Unknown keys are an error naming the key.
 //!
 //! ```toml
@@ -22,6 +22,8 @@
 //! tool_answer_queue = "16MiB"                       # unread answers queued per execution
 //! tool_request_memory = "64MiB"                     # parsed requests handled at once
 //! tool_call_timeout = "60s"
+//! upstream_connect_timeout = "30s"                  # an upstream's start and first tools/list
+//! upstream_wait = "10s"                             # a call waits this long for a connecting server
 //!
 //! [http]
 //! addr = "127.0.0.1:8080"
@@ -99,6 +101,11 @@ pub struct Config {
     pub tool_request_memory: Option<String>,
     /// Wall-clock limit of one upstream tool call.
     pub tool_call_timeout: Option<String>,
+    /// How long an upstream server may take to start and list its tools (default 30s).
+    pub upstream_connect_timeout: Option<String>,
+    /// How long a tool call waits for its server while it connects or reconnects before
+    /// failing with the server's state (default 10s; `0s`: never wait).
+    pub upstream_wait: Option<String>,
     /// Where saved skills live, one directory per client below it (default
     /// `$XDG_DATA_HOME/codebox/skills`).
     pub skills_dir: Option<PathBuf>,
@@ -206,7 +213,13 @@ impl Config {
         };
         for (path, required) in candidates {
             match std::fs::read_to_string(&path) {
-                Ok(text) => return Ok((Config::parse(&text, &path)?, Some(path))),
+                Ok(text) => {
+                    let mut config = Config::parse(&text, &path)?;
+                    if let Some(dir) = path.parent() {
+                        config.resolve_paths(dir);
+                    }
+                    return Ok((config, Some(path)));
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => continue,
                 Err(source) => return Err(Error::Read { path, source }),
             }
@@ -214,12 +227,62 @@ impl Config {
         Ok((Config::default(), None))
     }
 
-    /// Parses config TOML; `path` names the file in errors.
+    /// Parses config TOML; `path` names the file in errors, with the line and column
+    /// where the parser stopped.
     pub fn parse(text: &str, path: &Path) -> Result<Config> {
-        toml::from_str(text).map_err(|e| Error::Invalid {
-            path: path.to_path_buf(),
-            message: e.message().to_string(),
+        toml::from_str(text).map_err(|e| {
+            let at = e
+                .span()
+                .map(|span| {
+                    let before = &text[..span.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    format!("line {line}, column {column}: ")
+                })
+                .unwrap_or_default();
+            Error::Invalid {
+                path: path.to_path_buf(),
+                message: format!("{at}{}", e.message().trim_end()),
+            }
         })
+    }
+
+    /// Makes the file's relative paths relative to `dir`, the file's directory (not to
+    /// the directory `serve` was started in). Paths from the environment or flags stay
+    /// relative to the working directory.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        let under = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        for p in [
+            &mut self.rootfs,
+            &mut self.mcp_config,
+            &mut self.skills_dir,
+            &mut self.skills_shared,
+            &mut self.state_dir,
+            &mut self.packages.cache_dir,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            under(p);
+        }
+        if let Some(audit) = &mut self.audit {
+            under(&mut audit.path);
+        }
+        if let Some(network) = &mut self.network {
+            network.extra_roots.iter_mut().for_each(under);
+        }
+        // A profile is a name (`default`) or a path to a .toml file.
+        if let Some(profile) = &mut self.profile {
+            if profile.contains('/') || profile.ends_with(".toml") {
+                let mut p = PathBuf::from(&*profile);
+                under(&mut p);
+                *profile = p.to_string_lossy().into_owned();
+            }
+        }
     }
 
     /// Applies `CODEBOX_*` environment overrides.
@@ -291,6 +354,12 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_TOOL_CALL_TIMEOUT") {
             self.tool_call_timeout = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_UPSTREAM_CONNECT_TIMEOUT") {
+            self.upstream_connect_timeout = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_UPSTREAM_WAIT") {
+            self.upstream_wait = Some(v);
         }
         if let Some(v) = env("CODEBOX_STATE_DIR") {
             self.state_dir = Some(v.into());

@@ -169,6 +169,7 @@ mod tests {
                 tool("files", "read", Some("Reads a file")),
                 tool("time", "convert", None),
             ],
+            ..Default::default()
         };
         let servers = per_server(&catalog);
         let time = [

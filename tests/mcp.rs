@@ -119,6 +119,15 @@ fn pii_skills_sessions_audit_and_rate_limits_through_the_python_sdk() {
     run_client_script_with(test, "features_client.py", &[upstreams().into_os_string()]);
 }
 
+#[test]
+fn ready_at_once_and_honest_about_upstreams_through_the_python_sdk() {
+    let test = "ready_at_once_and_honest_about_upstreams_through_the_python_sdk";
+    if !upstreams_installed(test) {
+        return;
+    }
+    run_client_script_with(test, "startup_client.py", &[upstreams().into_os_string()]);
+}
+
 /// Whether `cargo xtask test` installed the upstream servers (else skip, or fail when strict).
 fn upstreams_installed(test: &str) -> bool {
     let marker =

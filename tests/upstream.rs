@@ -32,7 +32,7 @@ async fn four_servers_connect_concurrently_and_answer() {
         fx.time(),
     ];
     let started = Instant::now();
-    let u = Upstreams::start(servers, options()).await;
+    let u = Upstreams::connect(servers, options()).await;
     eprintln!("four upstream servers connected in {:?}", started.elapsed());
     for s in u.servers() {
         assert_eq!(s.state, ServerState::Ready, "{s:?}");
@@ -123,7 +123,7 @@ async fn filesystem_reads_small_and_ten_megabyte_files() {
     let big: String = line.repeat(10 * 1024 * 1024 / line.len() + 1);
     std::fs::write(dir.join("big.txt"), &big).unwrap();
 
-    let u = Upstreams::start(vec![fx.filesystem(&dir)], options()).await;
+    let u = Upstreams::connect(vec![fx.filesystem(&dir)], options()).await;
     assert_eq!(status(&u, "filesystem").state, ServerState::Ready);
     let small = u
         .call(
@@ -160,7 +160,7 @@ async fn memory_takes_nested_arguments() {
     let Some(fx) = fixtures("memory_takes_nested_arguments") else {
         return;
     };
-    let u = Upstreams::start(vec![fx.memory()], options()).await;
+    let u = Upstreams::connect(vec![fx.memory()], options()).await;
     assert_eq!(status(&u, "memory").state, ServerState::Ready);
     let created = u
         .call(
@@ -227,7 +227,7 @@ async fn broken_servers_fail_fast_are_retried_and_do_not_hold_up_the_others() {
         ..options()
     };
     let started = Instant::now();
-    let u = Upstreams::start(servers, opts).await;
+    let u = Upstreams::connect(servers, opts).await;
     let elapsed = started.elapsed();
     eprintln!("start with one silent server (5 s connect timeout) returned after {elapsed:?}");
     // Bounded by the silent server's timeout (plus the time server's own start), not more.
@@ -256,7 +256,8 @@ async fn broken_servers_fail_fast_are_retried_and_do_not_hold_up_the_others() {
     let e = u.call("nosuchserver__tool", None, CALL).await.unwrap_err();
     assert!(matches!(e, UpstreamError::UnknownTool { .. }), "{e}");
     let e = u.call("time__no_such_tool", None, CALL).await.unwrap_err();
-    assert!(matches!(e, UpstreamError::UnknownTool { .. }), "{e}");
+    assert!(matches!(e, UpstreamError::NotListed { .. }), "{e}");
+    assert!(e.to_string().contains("time__get_current_time"), "{e}");
     // The healthy one works meanwhile.
     u.call(
         "time__get_current_time",
@@ -281,7 +282,7 @@ async fn a_killed_server_fails_the_call_in_flight_and_comes_back() {
     let Some(fx) = fixtures("a_killed_server_fails_the_call_in_flight_and_comes_back") else {
         return;
     };
-    let u = Upstreams::start(vec![fx.everything()], options()).await;
+    let u = Upstreams::connect(vec![fx.everything()], options()).await;
     let first = status(&u, "everything");
     assert_eq!(first.state, ServerState::Ready);
     let pid = first.pid.unwrap();
@@ -334,7 +335,7 @@ async fn a_call_that_times_out_is_cancelled_and_the_server_stays() {
     let Some(fx) = fixtures("a_call_that_times_out_is_cancelled_and_the_server_stays") else {
         return;
     };
-    let u = Upstreams::start(vec![fx.everything()], options()).await;
+    let u = Upstreams::connect(vec![fx.everything()], options()).await;
     let e = u
         .call(
             "everything__trigger_long_running_operation",
@@ -379,7 +380,7 @@ async fn shutdown_kills_grandchildren_too() {
         vec!["-c".into(), script],
         BTreeMap::new(),
     );
-    let u = Upstreams::start(vec![wrapped], options()).await;
+    let u = Upstreams::connect(vec![wrapped], options()).await;
     let s = status(&u, "wrapped");
     assert_eq!(s.state, ServerState::Ready, "{s:?}");
     let pgid = s.pid.unwrap();
@@ -404,7 +405,7 @@ async fn streamable_http_upstream() {
             headers: [("X-Codebox-Test".to_string(), "1".to_string())].into(),
         },
     };
-    let u = Upstreams::start(vec![http], options()).await;
+    let u = Upstreams::connect(vec![http], options()).await;
     let s = status(&u, "remote-everything");
     assert_eq!(s.state, ServerState::Ready, "{s:?}");
     assert_eq!((s.transport, s.pid), ("http", None));
@@ -476,7 +477,7 @@ async fn list_changed_refreshes_the_catalog_and_pages_are_followed() {
     let Some(fx) = fixtures("list_changed_refreshes_the_catalog_and_pages_are_followed") else {
         return;
     };
-    let u = Upstreams::start(vec![fx.dynamic()], options()).await;
+    let u = Upstreams::connect(vec![fx.dynamic()], options()).await;
     let s = status(&u, "dynamic");
     assert_eq!(s.state, ServerState::Ready, "{s:?}");
     // Four tools, two a page: all of them means nextCursor was followed.
@@ -520,7 +521,7 @@ async fn dropping_the_last_handle_stops_the_servers() {
     let Some(fx) = fixtures("dropping_the_last_handle_stops_the_servers") else {
         return;
     };
-    let u = Upstreams::start(vec![fx.everything(), fx.time()], options()).await;
+    let u = Upstreams::connect(vec![fx.everything(), fx.time()], options()).await;
     let pgids = stdio_pids(&u);
     assert_eq!(pgids.len(), 2, "{:?}", u.servers());
     let clone = u.clone();
@@ -540,13 +541,15 @@ async fn a_reconnecting_server_keeps_its_tools_listed_and_calls_say_why() {
     else {
         return;
     };
-    // A backoff long enough to look at the server while it waits to reconnect.
+    // A backoff long enough to look at the server while it waits to reconnect; calls
+    // do not wait for it (see the next test for the wait).
     let options = UpstreamOptions {
         backoff_initial: Duration::from_secs(3),
         backoff_max: Duration::from_secs(60),
+        call_wait: Duration::ZERO,
         ..options()
     };
-    let u = Upstreams::start(vec![fx.memory()], options).await;
+    let u = Upstreams::connect(vec![fx.memory()], options).await;
     let first = status(&u, "memory");
     assert_eq!(first.state, ServerState::Ready, "{first:?}");
     let pid = first.pid.unwrap();
@@ -596,4 +599,67 @@ async fn a_reconnecting_server_keeps_its_tools_listed_and_calls_say_why() {
     let s = status(&u, "memory");
     shutdown_and_check(&u, &[pid, s.pid.unwrap()]).await;
     assert!(u.catalog().tools.is_empty(), "tools leave at shutdown");
+}
+
+/// A call while its server reconnects waits for it (up to `call_wait`), and one whose
+/// server will not be back within the bound fails when the bound is over, saying so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_waits_for_a_reconnecting_server_up_to_the_bound() {
+    let Some(fx) = fixtures("a_call_waits_for_a_reconnecting_server_up_to_the_bound") else {
+        return;
+    };
+    let waiting = UpstreamOptions {
+        backoff_initial: Duration::from_secs(2),
+        backoff_max: Duration::from_secs(60),
+        call_wait: Duration::from_secs(20),
+        ..options()
+    };
+    let u = Upstreams::connect(vec![fx.memory()], waiting).await;
+    let pid = status(&u, "memory").pid.unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until(&u, "the loss is noticed", |u| {
+        status(u, "memory").state != ServerState::Ready
+    })
+    .await;
+    let started = Instant::now();
+    let graph = u.call("memory__read_graph", None, CALL).await.unwrap();
+    eprintln!(
+        "the call waited {:?} for the reconnection",
+        started.elapsed()
+    );
+    assert!(text(&graph).contains("entities"), "{graph:?}");
+    let second = status(&u, "memory").pid.unwrap();
+    assert_ne!(second, pid);
+    shutdown_and_check(&u, &[pid, second]).await;
+
+    // Back off 30 s, wait at most 1 s: the call gives up at the bound and says why.
+    let bounded = UpstreamOptions {
+        backoff_initial: Duration::from_secs(30),
+        backoff_max: Duration::from_secs(60),
+        call_wait: Duration::from_secs(1),
+        ..options()
+    };
+    let u = Upstreams::connect(vec![fx.memory()], bounded).await;
+    let pid = status(&u, "memory").pid.unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until(&u, "the loss is noticed", |u| {
+        status(u, "memory").state != ServerState::Ready
+    })
+    .await;
+    let e = u.call("memory__read_graph", None, CALL).await.unwrap_err();
+    let message = e.to_string();
+    assert!(
+        message.contains("\"memory\" is reconnecting (attempt 1, next in")
+            && message.contains("retry"),
+        "{message}"
+    );
+    shutdown_and_check(&u, &[pid]).await;
 }

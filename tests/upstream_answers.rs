@@ -67,7 +67,7 @@ async fn bad_answers_fail_their_call_at_once_and_the_server_stays() {
     let Some(fx) = fixtures("bad_answers_fail_their_call_at_once_and_the_server_stays") else {
         return;
     };
-    let u = Upstreams::start(vec![fx.hostile()], small_limit()).await;
+    let u = Upstreams::connect(vec![fx.hostile()], small_limit()).await;
     let first = status(&u, "hostile");
     assert_eq!(first.state, ServerState::Ready, "{first:?}");
     let pid = first.pid.unwrap();
@@ -141,7 +141,7 @@ async fn an_oversized_answer_without_an_id_fails_at_once_and_the_server_is_recon
     };
     let mut config = fx.hostile();
     set_env(&mut config, "HOSTILE_BANNER", "1");
-    let u = Upstreams::start(vec![config], small_limit()).await;
+    let u = Upstreams::connect(vec![config], small_limit()).await;
     let first = status(&u, "hostile");
     assert_eq!(
         first.state,
@@ -212,7 +212,7 @@ async fn oversized_http_answers_fail_at_once_naming_the_limit() {
         return;
     };
     let (_server, config) = HttpHostile::start(&fx);
-    let u = Upstreams::start(vec![config], small_limit()).await;
+    let u = Upstreams::connect(vec![config], small_limit()).await;
     let first = status(&u, "hostile");
     assert_eq!(first.state, ServerState::Ready, "{first:?}");
     // A JSON body: rmcp reads at most 16 MiB of it, whatever max_message_bytes says.

@@ -127,6 +127,7 @@ impl SearchIndex {
                 let single = Catalog {
                     version: catalog.version,
                     tools: vec![tool.clone()],
+                    ..Default::default()
                 };
                 tool_names(&single).remove(&tool.name).expect("named")
             });

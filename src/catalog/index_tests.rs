@@ -50,6 +50,7 @@ fn catalog(version: u64) -> Catalog {
                 json!({}),
             ),
         ],
+        ..Default::default()
     }
 }
 

@@ -533,7 +533,11 @@ pub fn synthetic_catalog(n: usize, seed: u64) -> Catalog {
         };
         tools.extend(server_tools(&mut rng, domain, &server, count));
     }
-    Catalog { version: 1, tools }
+    Catalog {
+        version: 1,
+        tools,
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

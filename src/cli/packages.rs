@@ -2,7 +2,7 @@
 //! own index and the host npm's registry), the installer's own egress proxy (those hosts
 //! only) and the installer sandbox.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
@@ -11,7 +11,9 @@ use anyhow::Context;
 use codebox::egress::{
     Egress, EgressOptions, EgressPolicy, NetworkMode, NetworkSection, SystemResolver,
 };
-use codebox::packages::{Installer, LayerStore, NamePolicy, PackagesSection, Sources};
+use codebox::packages::{
+    Discover, Installer, LayerStore, NamePolicy, PackagesSection, Sourced, Sources,
+};
 use codebox::rootfs::manifest::{Entry, Manifest};
 use codebox::runtime::Language;
 use codebox::server::packages_glue::SandboxInstaller;
@@ -26,11 +28,10 @@ const DENO_CACHE: &str = "opt/codebox/deno-cache";
 /// What `serve` prepares before its runtime exists: `None` when packages on request are
 /// off (by configuration, or because the rootfs has no installer).
 pub struct Prepared {
-    deno_cache: std::path::PathBuf,
+    deno_cache: PathBuf,
     store: LayerStore,
     names: NamePolicy,
-    sources: Sources,
-    egress: Arc<Egress>,
+    discovery: Discovery,
 }
 
 /// What layers of one language are installed for: the digests of the rootfs's
@@ -90,93 +91,129 @@ pub fn prepare(
             Language::TypeScript,
             runtime_identity(rootfs, "/usr/bin/deno"),
         );
-    let (default_index, default_files) = pip_defaults(rootfs);
-    let python_index = section.python_index.clone().or(default_index);
-    let python_files = match (&section.python_files, &section.python_index) {
-        (Some(f), _) => f.clone(),
-        (None, None) => default_files.into_iter().collect(),
-        (None, Some(_)) => Vec::new(),
-    };
-    let sources = Sources {
-        python_index,
-        npm_registry: section.npm_registry.clone().or_else(npm_registry),
-        jsr_registry: section.jsr_registry.clone(),
-    };
-    let mut hosts = Vec::new();
-    for url in [
-        &sources.python_index,
-        &sources.npm_registry,
-        &sources.jsr_registry,
-    ]
-    .into_iter()
-    .flatten()
-    .chain(python_files.iter())
-    {
-        hosts.push(
-            host_rule(url).with_context(|| format!("packages: {url:?} is not an http(s) URL"))?,
-        );
-    }
-    // The sources are trusted by name: the addresses they resolve to now are allowed
-    // even when they are not public (a private mirror; a registry behind the host's own
-    // gateway). Nothing else non-public is.
-    let mut allow_private = section.allow_private.clone();
-    for host in &hosts {
-        allow_private.extend(resolved(host));
-    }
-    let policy = EgressPolicy::from_section(
-        &NetworkSection {
-            mode: Some(NetworkMode::Proxy),
-            allow: hosts.clone(),
-            allow_private,
-            ..NetworkSection::default()
-        },
-        &codebox::config::process_env,
-    )
-    .context("the package installer's egress policy")?;
-    let egress = Egress::new(
-        policy,
-        EgressOptions {
-            state_dir: state_dir.join("installer"),
-            resolver: Arc::new(SystemResolver),
-        },
-    )
-    .context("the package installer's egress proxy")?;
-    codebox::server::reachable_by(
-        egress.trust_dir(),
-        sandbox_ids,
-        "state_dir (CODEBOX_STATE_DIR)",
-    )
-    .map_err(|why| anyhow::anyhow!("the installer cannot read its trust bundle: {why}"))?;
-    tracing::info!(hosts = ?hosts, cache = %cache.display(), "packages on request ready");
+    tracing::info!(cache = %cache.display(), "packages on request: on (sources are found in the background)");
     Ok(Some(Prepared {
         deno_cache: rootfs.join(DENO_CACHE),
         store,
         names,
-        sources,
-        egress: Arc::new(egress),
+        discovery: Discovery {
+            section: section.clone(),
+            rootfs: rootfs.to_path_buf(),
+            state_dir: state_dir.to_path_buf(),
+            sandbox_ids,
+        },
     }))
 }
 
+/// What finding the sources needs: asking the rootfs's pip and the host's npm for their
+/// defaults (a Python and a Node start, up to half a second) and resolving the hosts.
+struct Discovery {
+    section: PackagesSection,
+    rootfs: PathBuf,
+    state_dir: PathBuf,
+    sandbox_ids: (u32, u32),
+}
+
+impl Discovery {
+    /// The sources and the installer's own egress proxy (those hosts only).
+    fn run(self) -> anyhow::Result<(Sources, Egress)> {
+        let section = &self.section;
+        let (default_index, default_files) = pip_defaults(&self.rootfs);
+        let python_index = section.python_index.clone().or(default_index);
+        let python_files = match (&section.python_files, &section.python_index) {
+            (Some(f), _) => f.clone(),
+            (None, None) => default_files.into_iter().collect(),
+            (None, Some(_)) => Vec::new(),
+        };
+        let sources = Sources {
+            python_index,
+            npm_registry: section.npm_registry.clone().or_else(npm_registry),
+            jsr_registry: section.jsr_registry.clone(),
+        };
+        let mut hosts = Vec::new();
+        for url in [
+            &sources.python_index,
+            &sources.npm_registry,
+            &sources.jsr_registry,
+        ]
+        .into_iter()
+        .flatten()
+        .chain(python_files.iter())
+        {
+            hosts.push(
+                host_rule(url)
+                    .with_context(|| format!("packages: {url:?} is not an http(s) URL"))?,
+            );
+        }
+        // The sources are trusted by name: the addresses they resolve to now are allowed
+        // even when they are not public (a private mirror; a registry behind the host's
+        // own gateway). Nothing else non-public is.
+        let mut allow_private = section.allow_private.clone();
+        for host in &hosts {
+            allow_private.extend(resolved(host));
+        }
+        let policy = EgressPolicy::from_section(
+            &NetworkSection {
+                mode: Some(NetworkMode::Proxy),
+                allow: hosts.clone(),
+                allow_private,
+                ..NetworkSection::default()
+            },
+            &codebox::config::process_env,
+        )
+        .context("the package installer's egress policy")?;
+        let egress = Egress::new(
+            policy,
+            EgressOptions {
+                state_dir: self.state_dir.join("installer"),
+                resolver: Arc::new(SystemResolver),
+            },
+        )
+        .context("the package installer's egress proxy")?;
+        codebox::server::reachable_by(
+            egress.trust_dir(),
+            self.sandbox_ids,
+            "state_dir (CODEBOX_STATE_DIR)",
+        )
+        .map_err(|why| anyhow::anyhow!("the installer cannot read its trust bundle: {why}"))?;
+        tracing::info!(hosts = ?hosts, "package installer's hosts");
+        Ok((sources, egress))
+    }
+}
+
 impl Prepared {
-    /// The installer, once the spawner client exists.
+    /// The installer, once the spawner client exists; its sources are found in the
+    /// background from now on (the first install waits for them if it comes first).
     pub fn start(
         self,
         spawner: SpawnerClient,
         profile: &codebox::profile::Profile,
     ) -> Arc<Installer> {
-        let runner = SandboxInstaller {
-            spawner,
-            profile: profile.source.clone(),
-            base_limits: profile.limits.clone(),
-            network: SpawnNetwork::Proxy {
-                trust: Some(self.egress.trust_dir().to_path_buf()),
-            },
-            egress: self.egress,
-        };
-        Arc::new(
-            Installer::new(self.store, self.names, self.sources, Arc::new(runner))
+        let profile_source = profile.source.clone();
+        let base_limits = profile.limits.clone();
+        let discovery = self.discovery;
+        let discover: Discover = Box::new(move || {
+            let (sources, egress) = discovery.run().map_err(|e| format!("{e:#}"))?;
+            let runner = SandboxInstaller {
+                spawner,
+                profile: profile_source,
+                base_limits,
+                network: SpawnNetwork::Proxy {
+                    trust: Some(egress.trust_dir().to_path_buf()),
+                },
+                egress: Arc::new(egress),
+            };
+            Ok(Sourced {
+                sources,
+                runner: Arc::new(runner),
+            })
+        });
+        let installer = Arc::new(
+            Installer::discovering(self.store, self.names, discover)
                 .with_preinstalled(codebox::packages::Preinstalled::new(&self.deno_cache)),
-        )
+        );
+        installer.discover_now();
+        installer
     }
 }
 

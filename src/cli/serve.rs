@@ -23,14 +23,14 @@ use codebox::rootfs;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
 use codebox::sandbox::IdMapping;
 use codebox::server::http::{self, HttpOptions};
-use codebox::server::{CodeboxServer, Settings};
+use codebox::server::{CodeboxServer, Layers, Settings};
 use codebox::session::SessionLimits;
 use codebox::spawner::factory::Factory;
 use codebox::spawner::SpawnerClient;
 use codebox::units::{parse_duration, parse_size};
-use codebox::upstream::{self, UpstreamOptions, Upstreams};
+use codebox::upstream::{UpstreamOptions, Upstreams};
 
-use super::upstreams::without_self;
+use super::upstreams::McpConfigs;
 
 /// Warm sandboxes per language when nothing says otherwise: enough for a client that
 /// runs one program after another, at the memory cost `health` reports per sandbox.
@@ -78,6 +78,11 @@ pub struct ServeArgs {
     /// search_tools; skills and health from code and as resources) [default: full].
     #[arg(long, value_name = "SET")]
     tools: Option<codebox::server::ToolSet>,
+    /// An MCP server config (`.mcp.json` format, as Claude Code writes it) naming the
+    /// upstream servers, instead of the config file's `mcp_config` [default: ./.mcp.json];
+    /// repeat it to merge several (a server name in two files is an error).
+    #[arg(long = "mcp-config", value_name = "PATH")]
+    mcp_config: Vec<PathBuf>,
     /// On SIGINT/SIGTERM, how long running executions may still finish before they are killed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     drain_timeout: Duration,
@@ -100,8 +105,9 @@ struct Resolved {
     allowed_origins: Vec<String>,
     allowed_hosts: Vec<String>,
     drain_timeout: Duration,
-    /// The `.mcp.json` and whether it was named explicitly (then it must exist).
-    mcp_config: (PathBuf, bool),
+    /// The `.mcp.json` files naming the upstream servers.
+    mcp_config: McpConfigs,
+    upstream_options: UpstreamOptions,
     allowed_tools: AllowList,
     tools: codebox::server::ToolSet,
     proxy_limits: ProxyLimits,
@@ -248,9 +254,21 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         ),
         allowed_hosts: or_list(args.allowed_hosts, file.http.allowed_hosts, &[]),
         drain_timeout: args.drain_timeout,
-        mcp_config: match file.mcp_config {
-            Some(p) => (p, true),
-            None => (PathBuf::from(".mcp.json"), false),
+        mcp_config: McpConfigs::choose(&args.mcp_config, file.mcp_config.clone()),
+        upstream_options: {
+            let mut o = UpstreamOptions::default();
+            if let Some(t) = &file.upstream_connect_timeout {
+                o.connect_timeout = parse_duration(t)
+                    .map_err(|e| anyhow::anyhow!("upstream_connect_timeout: {e}"))?;
+                if o.connect_timeout.is_zero() {
+                    bail!("upstream_connect_timeout must be more than 0");
+                }
+            }
+            if let Some(t) = &file.upstream_wait {
+                o.call_wait =
+                    parse_duration(t).map_err(|e| anyhow::anyhow!("upstream_wait: {e}"))?;
+            }
+            o
         },
         tools: args.tools.or(file.tools).unwrap_or_default(),
         allowed_tools: match &file.allowed_tools {
@@ -362,14 +380,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     )?;
     let dir = rootfs::locate(args.rootfs.as_deref())?;
     let rootfs = rootfs::verify(&dir, rootfs::default_stamp_dir().as_deref())?;
-    let report = doctor::run(&profile, Some(&rootfs.path), args.root_host_id);
-    if !report.ready {
-        let missing: Vec<String> = report
-            .checks
-            .iter()
-            .filter(|c| c.blocks())
-            .map(|c| format!("{}: {}", c.layer, c.detail))
-            .collect();
+    // The host's layers now (forked probes, milliseconds); the sandbox checks (a real
+    // sandbox per runtime, ~100 ms) run in a forked checker while the server answers.
+    let mut checks = doctor::host_layers(&profile, args.root_host_id);
+    checks.push(doctor::rootfs_verified(&rootfs));
+    let missing: Vec<String> = checks
+        .iter()
+        .filter(|c| c.blocks())
+        .map(|c| format!("{}: {}", c.layer, c.detail))
+        .collect();
+    if !missing.is_empty() {
         bail!(
             "this host cannot run the {} profile: {} (see `codebox doctor`)",
             profile.name,
@@ -384,6 +404,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     )?;
     let mut host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     host.python_preload = args.preload.clone();
+    // SAFETY: no thread exists yet: the tokio runtime is built below, after the forks.
+    let sandbox_checks = unsafe { doctor::deferred::start(&host, &profile) }
+        .context("cannot fork the sandbox checker")?;
     // SAFETY: no thread exists yet: the tokio runtime is built below, after the fork.
     let factory = std::sync::Arc::new(unsafe { Factory::start(&host) }?);
     // The factory forks the spawners, this first one included (see spawner/factory.rs).
@@ -391,12 +414,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(spawner = first.pid.as_raw(), factory = factory.pid().as_raw(), profile = %profile.name, "spawner started");
     let factory_pid = factory.pid();
 
-    let (mcp_path, mcp_named) = &args.mcp_config;
-    let upstream_servers = without_self(upstream::config::load(
-        mcp_path,
-        !mcp_named,
-        &config::process_env,
-    )?);
+    let upstream_servers = super::upstreams::load(&args.mcp_config)?;
     let pii_detector =
         std::sync::Arc::new(codebox::pii::Detector::new(&args.pii_custom).context("pii.custom")?);
     let audit = match &args.audit {
@@ -445,9 +463,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let client = SpawnerClient::with_factory(first, factory)?;
         settings.packages = packages.map(|p| p.start(client.clone(), &settings.profile));
-        let upstreams = Upstreams::start(upstream_servers, UpstreamOptions::default()).await;
-        let server =
-            CodeboxServer::new(client.clone(), settings, report.checks, upstreams.clone())?;
+        // Upstreams connect in the background: the server answers at once.
+        let upstreams = Upstreams::start(upstream_servers, args.upstream_options.clone());
+        let server = CodeboxServer::new(
+            client.clone(),
+            settings,
+            Layers::new(checks, true),
+            upstreams.clone(),
+        )?;
+        server.follow_sandbox_checks(sandbox_checks);
         let result = serve_until_done(server.clone(), args, drain).await;
         client.stop();
         server.shutdown().await;

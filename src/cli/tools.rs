@@ -36,6 +36,10 @@ pub struct TokensArgs {
     /// ./codebox.toml, ~/.config/codebox/config.toml; then ./.mcp.json].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// An MCP server config (`.mcp.json` format) naming the upstream servers, instead of
+    /// the config file's `mcp_config`; repeat it to merge several.
+    #[arg(long = "mcp-config", value_name = "PATH")]
+    mcp_config: Vec<PathBuf>,
     /// Also count a synthetic catalog of N tools (a stand-in for a large deployment).
     #[arg(long, value_name = "N")]
     synthetic: Option<usize>,
@@ -104,7 +108,7 @@ pub fn run(args: ToolsArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn tokens_command(args: TokensArgs) -> anyhow::Result<ExitCode> {
-    let servers = upstreams::configured(args.config.as_deref())?;
+    let servers = upstreams::configured(args.config.as_deref(), &args.mcp_config)?;
     // About one server per 20 tools (see `codebox::catalog::synthetic`).
     let synthetic = args.synthetic.map(|n| synthetic_catalog(n, SYNTHETIC_SEED));
     let mut rows = upstream_rows(servers)?;
@@ -143,7 +147,7 @@ fn upstream_rows(servers: Vec<codebox::upstream::ServerConfig>) -> anyhow::Resul
         .build()
         .context("cannot start the async runtime")?;
     let (catalog, statuses) = rt.block_on(async {
-        let upstreams = Upstreams::start(servers, UpstreamOptions::default()).await;
+        let upstreams = Upstreams::connect(servers, UpstreamOptions::default()).await;
         let seen = (upstreams.catalog(), upstreams.servers());
         upstreams.shutdown().await;
         seen

@@ -42,6 +42,7 @@ fn names_of(tools: &[CatalogTool], name: &str) -> ToolNames {
     let catalog = Catalog {
         version: 1,
         tools: tools.to_vec(),
+        ..Default::default()
     };
     tool_names(&catalog).remove(name).expect("named")
 }
@@ -203,6 +204,7 @@ fn names_match_the_generated_tree() {
     let catalog = Catalog {
         version: 1,
         tools: tools.clone(),
+        ..Default::default()
     };
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("servers");

@@ -141,21 +141,47 @@ fn render_typescript(
     );
 }
 
-/// Renders the whole tree in memory.
+/// Renders the whole tree in memory: a module for every configured server, those
+/// without known tools (still connecting, or failed) as modules that call by name.
 fn render(catalog: &Catalog) -> Result<(Tree, usize)> {
-    let servers = by_server(catalog)?;
+    let mut servers = by_server(catalog)?;
+    let mut unknown: BTreeMap<&str, &str> = BTreeMap::new();
+    for s in &catalog.servers {
+        if !is_ident(&s.ident) {
+            return Err(Error::InvalidIdent {
+                name: s.name.clone(),
+                what: "server_ident",
+                ident: s.ident.clone(),
+            });
+        }
+        if !servers.contains_key(s.ident.as_str()) {
+            unknown.insert(&s.ident, &s.name);
+        }
+    }
+    for ident in unknown.keys() {
+        servers.insert(ident, Vec::new());
+    }
     let mut tree = Tree::new();
     tree.insert(PathBuf::from("client.ts"), CLIENT_TS.to_string());
     let idents: Vec<&str> = servers.keys().copied().collect();
     let modules = tool_names::module_names(&idents);
     let mut listing = Vec::new();
     for ((ident, tools), module) in servers.iter().zip(modules) {
+        let path = PathBuf::from(&module).join("__init__.py");
+        if let Some(server) = unknown.get(ident) {
+            tree.insert(
+                Path::new(ident).join("index.ts"),
+                typescript::unknown_index_module(server, ident),
+            );
+            tree.insert(path, python::unknown_server_module(server, ident));
+            listing.push((module, server.to_string(), 0));
+            continue;
+        }
         let server = tools[0].server.as_str();
         let names = tool_names::server_names(ident, &module, tools);
         render_typescript(&mut tree, Path::new(ident), server, tools, &names);
         let functions = names.iter().map(|n| n.py_function.clone());
         let pairs: Vec<(&CatalogTool, String)> = tools.iter().copied().zip(functions).collect();
-        let path = PathBuf::from(&module).join("__init__.py");
         tree.insert(path, python::server_module(server, &pairs));
         listing.push((module, server.to_string(), tools.len()));
     }

@@ -21,7 +21,11 @@ fn tool(server: &str, name: &str) -> CatalogTool {
 }
 
 fn catalog(tools: Vec<CatalogTool>) -> Catalog {
-    Catalog { version: 1, tools }
+    Catalog {
+        version: 1,
+        tools,
+        ..Default::default()
+    }
 }
 
 fn listing(dir: &Path) -> Vec<(String, u32)> {

@@ -76,14 +76,26 @@ pub struct Counters {
     pub refused: AtomicU64,
 }
 
+/// Where packages come from, and the runner that installs from there (its egress
+/// allows exactly those hosts).
+pub struct Sourced {
+    pub sources: Sources,
+    pub runner: Arc<dyn InstallRunner>,
+}
+
+/// Finds the sources (asking the rootfs's pip and the host's npm, resolving hosts: up to
+/// half a second) — run once, on the blocking pool, off the server's start-up path.
+pub type Discover = Box<dyn FnOnce() -> Result<Sourced, String> + Send>;
+
 /// Packages on request: policy, sources, store and runner.
 pub struct Installer {
     store: LayerStore,
     names: NamePolicy,
-    sources: Sources,
+    /// The sources and runner once known (or why they cannot be).
+    sourced: tokio::sync::OnceCell<Result<Sourced, String>>,
+    discover: std::sync::Mutex<Option<Discover>>,
     /// What the rootfs's Deno cache already holds (TypeScript sets need no install for it).
     preinstalled: Option<super::Preinstalled>,
-    runner: Arc<dyn InstallRunner>,
     pub counters: Counters,
 }
 
@@ -108,11 +120,61 @@ impl Installer {
         Installer {
             store,
             names,
-            sources,
+            sourced: tokio::sync::OnceCell::new_with(Some(Ok(Sourced { sources, runner }))),
+            discover: std::sync::Mutex::new(None),
             preinstalled: None,
-            runner,
             counters: Counters::default(),
         }
+    }
+
+    /// An installer whose sources are found by `discover` when first needed (or when
+    /// [`Installer::discover_now`] runs it early).
+    pub fn discovering(store: LayerStore, names: NamePolicy, discover: Discover) -> Installer {
+        Installer {
+            store,
+            names,
+            sourced: tokio::sync::OnceCell::new(),
+            discover: std::sync::Mutex::new(Some(discover)),
+            preinstalled: None,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The sources and runner, found now if they are not yet.
+    async fn sourced(&self) -> Result<&Sourced, InstallError> {
+        let found = self
+            .sourced
+            .get_or_init(|| async {
+                let discover = self
+                    .discover
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                let Some(discover) = discover else {
+                    return Err("the package sources were never set".to_string());
+                };
+                let started = Instant::now();
+                let found = tokio::task::spawn_blocking(discover)
+                    .await
+                    .unwrap_or_else(|e| Err(format!("finding the sources panicked: {e}")));
+                match &found {
+                    Ok(s) => tracing::info!(sources = ?s.sources, ms = started.elapsed().as_millis() as u64, "package sources found"),
+                    Err(why) => tracing::error!(why, "packages on request are unavailable"),
+                }
+                found
+            })
+            .await;
+        found.as_ref().map_err(|why| {
+            InstallError::new(None, format!("packages on request are unavailable: {why}"))
+        })
+    }
+
+    /// Finds the sources now, in the background, so the first install does not wait.
+    pub fn discover_now(self: &Arc<Self>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _ = me.sourced().await;
+        });
     }
 
     /// Specifiers the rootfs's Deno cache satisfies need no layer.
@@ -133,24 +195,42 @@ impl Installer {
         &self.store
     }
 
-    pub fn sources(&self) -> &Sources {
-        &self.sources
+    /// The sources once found: `Ok(None)` while they are being found, `Err` when they
+    /// cannot be.
+    pub fn sources(&self) -> Result<Option<&Sources>, String> {
+        match self.sourced.get() {
+            None => Ok(None),
+            Some(Ok(s)) => Ok(Some(&s.sources)),
+            Some(Err(why)) => Err(why.clone()),
+        }
     }
 
     /// What must hold before any install is tried: every name allowed, a source for
-    /// every registry asked for. Cheap: checked with the call's other arguments.
+    /// every registry asked for (once the sources are known; [`Installer::layer`] checks
+    /// again then). Cheap: checked with the call's other arguments.
     pub fn check(&self, set: &PackageSet) -> Result<(), InstallError> {
+        let sources = match self.sourced.get() {
+            None => None,
+            Some(Ok(s)) => Some(&s.sources),
+            Some(Err(why)) => {
+                return Err(InstallError::new(
+                    None,
+                    format!("packages on request are unavailable: {why}"),
+                ))
+            }
+        };
         for spec in &set.specs {
             if let Some(why) = self.names.refuses(&spec.name) {
                 self.counters.refused.fetch_add(1, Ordering::Relaxed);
                 return Err(InstallError::new(Some(&spec.text), why));
             }
+            let Some(sources) = sources else { continue };
             let (source, key) = match set.language {
-                Language::Python => (&self.sources.python_index, "python_index"),
+                Language::Python => (&sources.python_index, "python_index"),
                 Language::TypeScript if spec.text.starts_with("jsr:") => {
-                    (&self.sources.jsr_registry, "jsr_registry")
+                    (&sources.jsr_registry, "jsr_registry")
                 }
-                Language::TypeScript => (&self.sources.npm_registry, "npm_registry"),
+                Language::TypeScript => (&sources.npm_registry, "npm_registry"),
             };
             if source.is_none() {
                 return Err(InstallError::new(
@@ -164,6 +244,7 @@ impl Installer {
 
     /// The layer of `set`: the kept one, or a new install (one per set at a time).
     pub async fn layer(&self, set: &PackageSet) -> Result<Arc<Layer>, InstallError> {
+        self.sourced().await?;
         self.check(set)?;
         if let Some(layer) = self.store.get(set) {
             self.counters.reused.fetch_add(1, Ordering::Relaxed);
@@ -209,18 +290,18 @@ impl Installer {
                 format!("the install could not run ({what}); the server log says why"),
             )
         };
+        let Sourced { sources, runner } = self.sourced().await?;
         let staging = self.store.staging().map_err(|e| internal("staging", &e))?;
         let request = serde_json::json!({
             "language": set.language,
             "specs": set.texts(),
-            "python_index": self.sources.python_index,
-            "npm_registry": self.sources.npm_registry,
-            "jsr_registry": self.sources.jsr_registry,
+            "python_index": sources.python_index,
+            "npm_registry": sources.npm_registry,
+            "jsr_registry": sources.jsr_registry,
         });
         let limits = self.store.limits().clone();
         let started = Instant::now();
-        let out = self
-            .runner
+        let out = runner
             .run(request.to_string(), staging.dir.clone(), limits.clone())
             .await
             .map_err(|e| internal("sandbox", &e))?;

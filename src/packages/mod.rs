@@ -22,7 +22,7 @@ pub mod spec;
 pub mod store;
 
 pub use config::{Limits, NamePolicy, PackagesSection};
-pub use install::{InstallError, InstallRunner, Installer, RunOutput, Sources};
+pub use install::{Discover, InstallError, InstallRunner, Installer, RunOutput, Sourced, Sources};
 pub use preinstalled::Preinstalled;
 pub use spec::{PackageSet, Spec};
 pub use store::{Layer, LayerMeta, LayerStore, Staging};

@@ -41,6 +41,7 @@ impl ToolBackend for Echo {
                 tool("mem__slow"),
                 tool("mem__fail"),
             ],
+            ..Default::default()
         })
     }
 

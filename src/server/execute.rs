@@ -150,6 +150,10 @@ impl CodeboxServer {
         if let Some(why) = self.audit_refusal() {
             return Ok(tool_error(why));
         }
+        if let Some(why) = s.layers.refusal() {
+            self.audit_refused(&client, None, language, &params.code, "host_not_ready");
+            return Ok(tool_error(why));
+        }
         let _client_permit = match s.rate.admit(&client) {
             Ok(p) => p,
             Err(limited) => {

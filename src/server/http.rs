@@ -14,7 +14,10 @@
 //!   `Mcp-Session-Id` gets the answer an unknown session gets (404), on POST, GET and
 //!   DELETE alike. A DELETE that ends a session answers 200 (the SDKs log 202 as a
 //!   failure).
-//! - `GET /healthz` answers without auth, for load balancers and service managers.
+//! - `GET /healthz` answers without auth, for load balancers and service managers: the
+//!   process is up (liveness).
+//! - `GET /readyz` (bearer auth when tokens are configured): 200 once executions can run
+//!   as configured, else 503, with the pool's and each upstream's state.
 //! - A POST body goes through [`framing::check`](super::framing::check) before rmcp sees
 //!   it: one that is not a JSON-RPC message gets 400 with the JSON-RPC error (with the
 //!   request's id when readable), one over 16 MiB 413, one that does not arrive within
@@ -112,6 +115,7 @@ pub async fn serve(
         .with_max_request_body_bytes(super::framing::MAX_MESSAGE_BYTES)
         .with_sse_keep_alive(Some(options.limits.sse_keep_alive()));
     let sessions = Arc::new(LocalSessionManager::default());
+    let readyz_server = server.clone();
     let service = StreamableHttpService::new(
         move || Ok(server.for_new_connection()),
         sessions.clone(),
@@ -128,6 +132,13 @@ pub async fn serve(
     let posts = super::http_answers::PostsInFlight::default();
     let mcp = Router::new()
         .nest_service("/mcp", service)
+        .route(
+            "/readyz",
+            get(move || {
+                let server = readyz_server.clone();
+                async move { readyz(&server) }
+            }),
+        )
         .layer(axum::middleware::from_fn_with_state(
             BodyCheck {
                 timeout: options.limits.body_timeout,
@@ -169,6 +180,19 @@ pub async fn serve(
 
 async fn healthz() -> impl IntoResponse {
     (StatusCode::OK, "ok\n")
+}
+
+/// 200 once executions can run as configured (sandbox checks passed, pool warm), else
+/// 503; the body says the state of each part and which upstreams are ready, pending or
+/// failed. Behind the bearer check: it names the upstream servers.
+fn readyz(server: &CodeboxServer) -> Response {
+    let (ready, value) = server.readiness();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(value)).into_response()
 }
 
 /// The digest of every client's token, and the client it names.

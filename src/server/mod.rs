@@ -25,6 +25,7 @@ mod egress_glue;
 mod execute;
 mod extra_resources;
 pub mod framing;
+mod health;
 pub mod http;
 mod http_answers;
 pub mod http_conn;
@@ -32,6 +33,9 @@ mod model_facing;
 mod out_files_glue;
 mod output_glue;
 pub mod packages_glue;
+mod readiness;
+mod upstream_status;
+pub use readiness::Layers;
 mod pool_glue;
 pub(crate) mod render;
 pub mod resources;
@@ -61,7 +65,6 @@ use rmcp::{tool, tool_handler, tool_router, ErrorData as McpError, RoleServer, S
 use serde::Deserialize;
 
 use crate::audit::AuditLog;
-use crate::doctor;
 use crate::pii::{Detector, PiiMode, Vault};
 use crate::pool::WarmPool;
 use crate::profile::Profile;
@@ -143,8 +146,11 @@ struct State {
     admission: Admission,
     started: Instant,
     counters: Counters,
-    /// The host's layers, checked at start-up (before any thread existed).
-    layers: Vec<doctor::Check>,
+    /// The host's layers: checked at start-up (before any thread existed), the sandbox
+    /// checks when they are in.
+    layers: Arc<readiness::Layers>,
+    /// Connections told when the resource list changes.
+    listeners: readiness::Listeners,
     log_level: std::sync::Mutex<LoggingLevel>,
     backend: Arc<IndexedUpstreams>,
     wrappers: wrappers::Wrappers,
@@ -249,7 +255,7 @@ impl CodeboxServer {
     pub fn new(
         spawner: SpawnerClient,
         settings: Settings,
-        layers: Vec<doctor::Check>,
+        layers: readiness::Layers,
         upstreams: Upstreams,
     ) -> anyhow::Result<Self> {
         let admission = Admission::new(settings.concurrency, settings.queue);
@@ -299,7 +305,8 @@ impl CodeboxServer {
             admission,
             started: Instant::now(),
             counters: Counters::default(),
-            layers,
+            layers: Arc::new(layers),
+            listeners: readiness::Listeners::default(),
             log_level: std::sync::Mutex::new(LoggingLevel::Info),
             backend,
             wrappers,
@@ -360,6 +367,24 @@ impl CodeboxServer {
 
     fn client_of(&self, ctx: &RequestContext<RoleServer>) -> String {
         client::client_of(ctx, &self.conn.id)
+    }
+
+    /// Takes the sandbox checks `serve` started before its runtime existed.
+    pub fn follow_sandbox_checks(&self, pending: crate::doctor::deferred::PendingChecks) {
+        readiness::follow_sandbox_checks(
+            self.state.layers.clone(),
+            pending,
+            self.state.settings.profile.name.clone(),
+        );
+    }
+
+    /// Whether executions can run as configured, and each part's state (`/readyz`).
+    pub fn readiness(&self) -> (bool, serde_json::Value) {
+        readiness::value(
+            &self.state.layers,
+            self.state.pool.as_ref(),
+            self.state.backend.upstreams(),
+        )
     }
 
     /// Refuses new executions from now on; running ones finish (graceful shutdown).
@@ -461,7 +486,7 @@ impl CodeboxServer {
             Ok(page) => page,
             Err(e) => return Ok(tool_error(format!("invalid arguments: {e}"))),
         };
-        self.mark_down_servers(&mut page.tools);
+        upstream_status::mark_down_servers(&self.state.backend, &mut page.tools);
         let mut text = format!("{} of {} matching tools", page.tools.len(), page.total);
         if let Some(c) = &page.next_cursor {
             text.push_str(&format!(" (more with cursor {c:?})"));
@@ -478,11 +503,12 @@ impl CodeboxServer {
             }
             text.push('\n');
         }
-        let value = serde_json::json!({
+        let mut value = serde_json::json!({
             "tools": page.tools,
             "next_cursor": page.next_cursor,
             "total": page.total,
         });
+        upstream_status::add_not_ready(self.state.backend.upstreams(), &mut text, &mut value);
         let mut result = CallToolResult::structured(value);
         result.content = vec![ContentBlock::text(text)];
         Ok(self.for_model(result))
@@ -516,19 +542,7 @@ impl CodeboxServer {
         description = "Upstream MCP servers: name, status, tool count."
     )]
     async fn list_servers(&self) -> Result<CallToolResult, McpError> {
-        let servers = self.server_list();
-        let mut text = String::new();
-        for s in &servers {
-            text.push_str(&format!(
-                "{} ({}): {} tools\n",
-                s["name"].as_str().unwrap_or(""),
-                s["status"].as_str().unwrap_or(""),
-                s["tool_count"]
-            ));
-        }
-        if servers.is_empty() {
-            text.push_str("no upstream servers are configured\n");
-        }
+        let (text, servers) = upstream_status::list(self.state.backend.upstreams());
         let mut result = CallToolResult::structured(serde_json::json!({ "servers": servers }));
         result.content = vec![ContentBlock::text(text)];
         Ok(self.for_model(result))
@@ -539,110 +553,6 @@ impl CodeboxServer {
     /// The wrapper tree of the current catalog (`None` without upstream tools).
     fn wrapper_dir(&self) -> Option<Arc<wrappers::WrapperDir>> {
         pool_glue::current_wrappers(&self.state.wrappers, &self.state.backend)
-    }
-
-    /// Adds `server_status` to each tool whose server is not ready (its last known tools
-    /// stay listed while it reconnects).
-    fn mark_down_servers(&self, tools: &mut [serde_json::Value]) {
-        let down: std::collections::HashMap<String, String> = self
-            .state
-            .backend
-            .upstreams()
-            .servers()
-            .into_iter()
-            .filter(|s| s.state != crate::upstream::ServerState::Ready)
-            .map(|s| (s.name, s.state.to_string()))
-            .collect();
-        if down.is_empty() {
-            return;
-        }
-        let catalog = self.state.backend.catalog();
-        for t in tools {
-            let server = t["name"]
-                .as_str()
-                .and_then(|n| catalog.get(n))
-                .map(|c| c.server.as_str());
-            if let Some(state) = server.and_then(|s| down.get(s)) {
-                t["server_status"] = serde_json::json!(state);
-            }
-        }
-    }
-
-    /// What `health` shows, to any client: the server's own state, nothing of other
-    /// clients beyond counts (also `codebox.health()` from code and `codebox://health`).
-    fn health_value(&self) -> serde_json::Value {
-        let s = &self.state;
-        let layers: Vec<serde_json::Value> = s
-            .layers
-            .iter()
-            .map(|c| serde_json::json!({"layer": c.layer, "status": c.status, "detail": c.detail}))
-            .collect();
-        let (open_sessions, live_interpreters) = s.sessions.counts();
-        serde_json::json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "uptime_s": s.started.elapsed().as_secs(),
-            "profile": s.settings.profile.name,
-            "layers": layers,
-            "executions": {
-                "run": s.counters.run.load(Ordering::Relaxed),
-                "failed": s.counters.failed.load(Ordering::Relaxed),
-                "running": s.admission.running(),
-            },
-            "queue_depth": s.admission.waiting(),
-            "concurrency": s.settings.concurrency,
-            "pool": pool_glue::health(s.pool.as_ref()),
-            "spawner": s.spawner.status(),
-            "sessions": {
-                "open": open_sessions,
-                "live_interpreters": live_interpreters,
-                "idle_ttl_s": s.settings.sessions.idle_ttl.as_secs(),
-                "quota_bytes": s.settings.sessions.quota_bytes,
-                "max_entries": s.settings.sessions.max_entries,
-            },
-            "rate_limits": {
-                "per_minute": s.settings.rate.per_minute.map(|n| n.get()),
-                "concurrent": s.settings.rate.concurrent,
-            },
-            "network": egress_glue::health(&s.settings),
-            "packages": packages_glue::health(&s.settings),
-            "pii": s.settings.pii_mode,
-            "audit": s.settings.audit.as_ref().map(|a| serde_json::to_value(a.status()).unwrap_or_default()),
-            "skills": match &s.skills {
-                Some(store) => serde_json::json!({"dir": store.root(), "shared": store.shared_root()}),
-                None => serde_json::json!({"error": s.skills_error}),
-            },
-            "upstreams": self.server_list(),
-            "context_tokens": {
-                "upstream_tools_list": crate::tokens::catalog_tokens(&s.backend.catalog()),
-                "codebox_tools_list": crate::tokens::tools_list_tokens(
-                    &self
-                        .tool_router
-                        .list_all()
-                        .iter()
-                        .filter_map(|t| serde_json::to_value(t).ok())
-                        .collect::<Vec<_>>(),
-                ),
-                "tools": s.settings.tools,
-            },
-        })
-    }
-
-    /// The upstream servers as `list_servers` and `health` report them.
-    fn server_list(&self) -> Vec<serde_json::Value> {
-        self.state
-            .backend
-            .upstreams()
-            .servers()
-            .into_iter()
-            .map(|s| {
-                serde_json::json!({
-                    "name": s.name,
-                    "status": s.state.to_string(),
-                    "tool_count": s.tool_count,
-                    "last_error": s.last_error,
-                })
-            })
-            .collect()
     }
 
     /// Sends a log message to the client if its `logging/setLevel` lets it through.
@@ -755,12 +665,18 @@ impl ServerHandler for CodeboxServer {
         render::bounded_answer(self.tool_router.call(tcc).await)
     }
 
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        tracing::info!("client initialized");
+        self.state.listeners.add(context.peer);
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_logging()
                 .enable_resources()
+                .enable_resources_list_changed()
                 .build(),
         )
         .with_server_info(rmcp::model::Implementation::new(

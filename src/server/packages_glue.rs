@@ -71,13 +71,18 @@ pub(super) fn health(settings: &super::Settings) -> serde_json::Value {
     };
     let c = &installer.counters;
     let limits = installer.store().limits();
+    let sources = match installer.sources() {
+        Ok(Some(s)) => serde_json::json!({
+            "python_index": s.python_index,
+            "npm_registry": s.npm_registry,
+            "jsr_registry": s.jsr_registry,
+        }),
+        Ok(None) => serde_json::json!("being found"),
+        Err(why) => serde_json::json!({ "error": why }),
+    };
     serde_json::json!({
         "enabled": true,
-        "sources": {
-            "python_index": installer.sources().python_index,
-            "npm_registry": installer.sources().npm_registry,
-            "jsr_registry": installer.sources().jsr_registry,
-        },
+        "sources": sources,
         "installed": c.installed.load(Relaxed),
         "reused": c.reused.load(Relaxed),
         "failed": c.failed.load(Relaxed),

@@ -86,6 +86,8 @@ pub(super) fn follow_catalog(state: Weak<State>) {
                         pool.set_template(language, template);
                     }
                 }
+                // The wrappers are resources: clients list them again.
+                s.listeners.resources_changed();
             })
             .await;
             if let Err(e) = refreshed {

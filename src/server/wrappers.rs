@@ -121,6 +121,7 @@ mod tests {
                 input_schema: serde_json::json!({"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}),
                 output_schema: None,
             }],
+            ..Default::default()
         }
     }
 

@@ -29,15 +29,33 @@ pub struct CatalogTool {
     pub output_schema: Option<serde_json::Value>,
 }
 
+/// A configured server, whatever its state: code finds a module for each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CatalogServer {
+    /// As configured in `.mcp.json`.
+    pub name: String,
+    /// The prefix of its tools' exposed names, its module's name.
+    pub ident: String,
+}
+
 /// A consistent snapshot of all tools; `version` grows whenever any server's list changes.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Catalog {
     pub version: u64,
     pub tools: Vec<CatalogTool>,
+    /// Every configured server, in configuration order (those without known tools too).
+    pub servers: Vec<CatalogServer>,
 }
 
 impl Catalog {
     pub fn get(&self, name: &str) -> Option<&CatalogTool> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// The configured server whose tools `name` would be (`<server_ident>__...`), known
+    /// tools or not.
+    pub fn server_of(&self, name: &str) -> Option<&CatalogServer> {
+        let (ident, _) = super::naming::split(name)?;
+        self.servers.iter().find(|s| s.ident == ident)
     }
 }

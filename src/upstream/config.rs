@@ -82,6 +82,9 @@ pub enum TransportConfig {
         url: String,
         headers: BTreeMap<String, String>,
     },
+    /// An entry codebox cannot start (a transport it does not speak, a missing command,
+    /// an unset variable): listed as failed with `reason`, never tried.
+    Unusable { reason: String },
 }
 
 impl TransportConfig {
@@ -90,6 +93,7 @@ impl TransportConfig {
         match self {
             TransportConfig::Stdio { .. } => "stdio",
             TransportConfig::Http { .. } => "http",
+            TransportConfig::Unusable { .. } => "none",
         }
     }
 }
@@ -139,17 +143,43 @@ pub fn parse(
             })
         }
     };
-    servers
+    Ok(servers
         .iter()
         .map(|(name, entry)| {
-            Entry {
+            let read = Entry {
                 path,
                 server: name,
                 env,
             }
-            .server(entry)
+            .server(entry);
+            read.unwrap_or_else(|e| {
+                // One entry codebox cannot use does not take the others down: it is
+                // listed as failed, with this reason, wherever servers are listed.
+                let reason = entry_error(&e);
+                tracing::warn!(path = %path.display(), server = %name, reason, "skipping an MCP server entry codebox cannot start");
+                ServerConfig {
+                    name: name.clone(),
+                    transport: TransportConfig::Unusable { reason },
+                }
+            })
         })
-        .collect()
+        .collect())
+}
+
+/// An entry's error without the file and server (they are said where it is shown).
+fn entry_error(e: &Error) -> String {
+    match e {
+        Error::Server { path, message, .. } => {
+            format!("its entry in {} is not usable: {message}", path.display())
+        }
+        Error::MissingVar {
+            path, field, var, ..
+        } => format!(
+            "its entry in {} is not usable: environment variable {var} (in {field}) is not set and has no default",
+            path.display()
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// One entry of `mcpServers` being read.
@@ -207,6 +237,13 @@ impl Entry<'_> {
                 }
                 let headers = self.string_map(entry, "headers")?;
                 TransportConfig::Http { url, headers }
+            }
+            "sse" => {
+                return Err(self.invalid(
+                    "transport type \"sse\" (the legacy HTTP+SSE transport) is not supported: \
+                     codebox speaks \"stdio\" and \"http\" (streamable HTTP, which most SSE \
+                     servers also serve, often at /mcp)",
+                ))
             }
             other => {
                 return Err(self.invalid(&format!(

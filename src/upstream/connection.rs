@@ -58,6 +58,8 @@ pub enum Error {
     },
     #[error("cancelled by shutdown")]
     Cancelled,
+    #[error("not started: {reason}")]
+    Unusable { reason: String },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -152,6 +154,11 @@ pub async fn connect(
                 None,
                 bounded(timeout, stop, handshake(handler, transport)).await,
             )
+        }
+        TransportConfig::Unusable { reason } => {
+            return Err(Error::Unusable {
+                reason: reason.clone(),
+            })
         }
     };
     let failure = match outcome {

@@ -34,6 +34,9 @@ pub struct UpstreamOptions {
     pub backoff_max: Duration,
     /// How long a stdio server's process group gets between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
+    /// How long a tool call waits for its server while it connects or reconnects
+    /// (never longer than the call's own timeout) before failing with the server's state.
+    pub call_wait: Duration,
     /// The largest message taken from a server (a stdio line, an SSE event). Over stdio
     /// a larger one is skipped without being buffered and the call it answered fails at
     /// once with an error naming this limit (see `stdio_transport`); over HTTP a larger
@@ -49,6 +52,7 @@ impl Default for UpstreamOptions {
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(30),
             kill_grace: Duration::from_secs(2),
+            call_wait: Duration::from_secs(10),
             // Tool results are often sent twice (text and structuredContent): a 10 MB file
             // read is over 20 MB of JSON.
             max_message_bytes: 64 << 20,
@@ -81,7 +85,7 @@ impl std::fmt::Display for ServerState {
 }
 
 /// One server as `list_servers` and `health` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerStatus {
     /// As configured in `.mcp.json`.
     pub name: String,
@@ -98,6 +102,27 @@ pub struct ServerStatus {
     pub attempts: u32,
     /// The stdio server's pid (and process group id) while ready.
     pub pid: Option<u32>,
+    /// How long it has been in `state`.
+    pub state_for: Duration,
+    /// When its next attempt starts, while one is scheduled.
+    pub next_attempt_in: Option<Duration>,
+}
+
+impl ServerStatus {
+    /// What a call to one of its tools would be told now (`None` when it is ready).
+    pub fn note(&self) -> Option<String> {
+        (self.state != ServerState::Ready).then(|| {
+            unavailable_text(
+                &self.name,
+                &self.state,
+                &self.attempts,
+                &self.state_for,
+                &self.next_attempt_in,
+                &self.last_error,
+                &Duration::ZERO,
+            )
+        })
+    }
 }
 
 /// Why a call to an upstream tool failed. Messages are complete on one line: they go back
@@ -106,11 +131,27 @@ pub struct ServerStatus {
 pub enum UpstreamError {
     #[error("no upstream tool {name:?}")]
     UnknownTool { name: String },
-    #[error("upstream server {server:?} is {state}{}", .last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    #[error(
+        "no upstream tool {name:?}: server {server:?} lists {listed} (a sandbox started \
+         before the server's tools were known has wrappers of the old list: run again)"
+    )]
+    NotListed {
+        name: String,
+        server: String,
+        listed: String,
+    },
+    #[error("{}", unavailable_text(.server, .state, .attempts, .for_, .next_in, .last_error, .waited))]
     Unavailable {
         server: String,
         state: ServerState,
         last_error: Option<String>,
+        attempts: u32,
+        /// How long the server has been in `state`.
+        for_: Duration,
+        /// When its next attempt starts, if one is scheduled.
+        next_in: Option<Duration>,
+        /// How long the call waited for it.
+        waited: Duration,
     },
     #[error(
         "upstream server {server:?} went away during the call to {tool:?}; it is being reconnected"
@@ -152,6 +193,81 @@ pub enum UpstreamError {
     ShutDown,
 }
 
+/// `server "time" is reconnecting (attempt 3, next in 2 s): <why>; retry`: the state,
+/// what is known about it, and what the code can do.
+fn unavailable_text(
+    server: &str,
+    state: &ServerState,
+    attempts: &u32,
+    for_: &Duration,
+    next_in: &Option<Duration>,
+    last_error: &Option<String>,
+    waited: &Duration,
+) -> String {
+    let secs = |d: &Duration| {
+        let s = d.as_secs_f64();
+        if s < 10.0 {
+            format!("{s:.1} s")
+        } else {
+            format!("{s:.0} s")
+        }
+    };
+    let next = match next_in {
+        Some(n) => format!("next in {}", secs(n)),
+        None => "under way".to_string(),
+    };
+    let why = last_error
+        .as_deref()
+        .map(|e| format!(": {e}"))
+        .unwrap_or_default();
+    let waited = if waited.as_millis() >= 100 {
+        format!(" (this call waited {})", secs(waited))
+    } else {
+        String::new()
+    };
+    match state {
+        // An entry of the MCP server config codebox cannot start: never tried.
+        ServerState::Failed if *attempts <= 1 && next_in.is_none() => format!(
+            "server {server:?} is not started{why}; the MCP server config needs fixing"
+        ),
+        ServerState::Connecting => format!(
+            "server {server:?} is still connecting (for {}){waited}; retry shortly",
+            secs(for_)
+        ),
+        ServerState::Reconnecting => format!(
+            "server {server:?} is reconnecting (attempt {attempts}, {next}){why}{waited}; retry shortly"
+        ),
+        ServerState::Failed => format!(
+            "server {server:?} is down (attempt {attempts} failed, {next}){why}{waited}; retry later, \
+             or see list_servers"
+        ),
+        ServerState::Ready => format!("server {server:?} is ready{waited}; retry"),
+    }
+}
+
+/// A tool name the server does not list: say what it does list.
+fn unknown_of_server(name: &str, server: &str, tools: &[String]) -> UpstreamError {
+    const SHOWN: usize = 20;
+    let mut list = tools
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if tools.len() > SHOWN {
+        list.push_str(&format!(", … ({} in all)", tools.len()));
+    }
+    UpstreamError::NotListed {
+        name: name.to_string(),
+        server: server.to_string(),
+        listed: if tools.is_empty() {
+            "no tools".to_string()
+        } else {
+            format!("only {list}")
+        },
+    }
+}
+
 /// The handle: cheap to clone, all clones share the servers.
 #[derive(Debug, Clone)]
 pub struct Upstreams {
@@ -163,6 +279,10 @@ struct Inner {
     shared: Arc<Shared>,
     stop: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Told when each server's first attempt is over.
+    firsts: tokio::sync::Mutex<Vec<oneshot::Receiver<()>>>,
+    /// How long a call waits for a server that is connecting or reconnecting.
+    call_wait: Duration,
 }
 
 impl Drop for Inner {
@@ -173,9 +293,10 @@ impl Drop for Inner {
 }
 
 impl Upstreams {
-    /// Connects to every server concurrently and returns once each has connected or
-    /// failed its first attempt; failed servers are retried in the background.
-    pub async fn start(servers: Vec<ServerConfig>, options: UpstreamOptions) -> Upstreams {
+    /// Starts a supervisor per server and returns at once: the servers connect in the
+    /// background (`servers()` says how far each is; `subscribe` sees their tools
+    /// arrive). [`Upstreams::first_attempts`] waits for the first attempts.
+    pub fn start(servers: Vec<ServerConfig>, options: UpstreamOptions) -> Upstreams {
         let shared = Arc::new(Shared::new(servers));
         let stop = CancellationToken::new();
         let mut tasks = Vec::new();
@@ -191,16 +312,31 @@ impl Upstreams {
                 tx,
             )));
         }
-        for first in firsts {
-            // An error means the supervisor ended, which also ends its first attempt.
-            let _ = first.await;
-        }
         Upstreams {
             inner: Arc::new(Inner {
                 shared,
                 stop,
                 tasks: Mutex::new(tasks),
+                firsts: tokio::sync::Mutex::new(firsts),
+                call_wait: options.call_wait,
             }),
+        }
+    }
+
+    /// [`Upstreams::start`], then [`Upstreams::first_attempts`].
+    pub async fn connect(servers: Vec<ServerConfig>, options: UpstreamOptions) -> Upstreams {
+        let upstreams = Upstreams::start(servers, options);
+        upstreams.first_attempts().await;
+        upstreams
+    }
+
+    /// Returns once every server has connected or failed its first attempt (each bounded
+    /// by the connect timeout).
+    pub async fn first_attempts(&self) {
+        let firsts = std::mem::take(&mut *self.inner.firsts.lock().await);
+        for first in firsts {
+            // An error means the supervisor ended, which also ends its first attempt.
+            let _ = first.await;
         }
     }
 
@@ -211,6 +347,8 @@ impl Upstreams {
                 shared: Arc::new(Shared::new(Vec::new())),
                 stop: CancellationToken::new(),
                 tasks: Mutex::new(Vec::new()),
+                firsts: tokio::sync::Mutex::new(Vec::new()),
+                call_wait: Duration::ZERO,
             }),
         }
     }
@@ -251,12 +389,14 @@ impl Upstreams {
             .slot_by_ident(server_ident)
             .ok_or_else(unknown)?;
         let server = slot.config.name.clone();
-        let live = slot.live().map_err(|down| UpstreamError::Unavailable {
-            server: server.clone(),
-            state: down.state,
-            last_error: down.last_error,
-        })?;
-        let tool = slot.upstream_tool(name).ok_or_else(unknown)?;
+        let started = tokio::time::Instant::now();
+        let live = self
+            .wait_live(slot, timeout.min(self.inner.call_wait))
+            .await?;
+        let timeout = timeout.saturating_sub(started.elapsed());
+        let tool = slot
+            .upstream_tool(name)
+            .ok_or_else(|| unknown_of_server(name, &server, &slot.tool_names()))?;
         let mut params = CallToolRequestParams::new(tool.clone());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
@@ -335,6 +475,53 @@ impl Upstreams {
         outcome
     }
 
+    /// The server's live connection; while it connects or reconnects (or its next
+    /// attempt is due within the bound) the call waits for it, at most `bound`.
+    async fn wait_live(
+        &self,
+        slot: &supervisor::Slot,
+        bound: Duration,
+    ) -> Result<supervisor::Live, UpstreamError> {
+        let started = tokio::time::Instant::now();
+        let deadline = started + bound;
+        let mut states = self.inner.shared.subscribe_states();
+        let mut first_attempt = None;
+        loop {
+            let down = match slot.live() {
+                Ok(live) => return Ok(live),
+                Err(down) => down,
+            };
+            let first_attempt = *first_attempt.get_or_insert(down.attempts);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // Wait through an attempt under way, or one due within the bound; once an
+            // attempt made while waiting failed, the server is down: say so at once.
+            let due_in_time = down.next_in.is_none_or(|n| n < left);
+            let worth_waiting = match down.state {
+                ServerState::Connecting | ServerState::Reconnecting => due_in_time,
+                ServerState::Ready => true,
+                ServerState::Failed => {
+                    down.attempts == first_attempt && down.next_in.is_some() && due_in_time
+                }
+            };
+            if !worth_waiting || left.is_zero() || self.inner.stop.is_cancelled() {
+                return Err(UpstreamError::Unavailable {
+                    server: slot.config.name.clone(),
+                    state: down.state,
+                    last_error: down.last_error,
+                    attempts: down.attempts,
+                    for_: down.for_,
+                    next_in: down.next_in,
+                    waited: started.elapsed(),
+                });
+            }
+            tokio::select! {
+                changed = states.changed() => if changed.is_err() { return Err(UpstreamError::ShutDown) },
+                _ = tokio::time::sleep(left) => {}
+                _ = self.inner.stop.cancelled() => return Err(UpstreamError::ShutDown),
+            }
+        }
+    }
+
     /// Closes every client, stops every stdio server's process group (SIGTERM, grace,
     /// SIGKILL) and waits until they are gone. Calls fail with `ShutDown` afterwards.
     pub async fn shutdown(&self) {
@@ -385,7 +572,7 @@ mod tests {
             backoff_max: Duration::from_millis(200),
             ..UpstreamOptions::default()
         };
-        let u = Upstreams::start(vec![failing("my-srv")], options).await;
+        let u = Upstreams::connect(vec![failing("my-srv")], options).await;
         let status = &u.servers()[0];
         assert_eq!(status.ident, "my_srv");
         assert_ne!(status.state, ServerState::Ready);

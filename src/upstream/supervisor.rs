@@ -27,7 +27,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::{Catalog, CatalogTool};
+use super::catalog::{Catalog, CatalogServer, CatalogTool};
 use super::config::ServerConfig;
 use super::connection::{self, Connected, Connection};
 use super::manager::{ServerState, ServerStatus, UpstreamOptions};
@@ -38,7 +38,10 @@ use super::naming;
 pub struct Shared {
     pub slots: Vec<Slot>,
     catalog: Mutex<Arc<Catalog>>,
+    /// The catalog's version: bumped when the tools change.
     version: watch::Sender<u64>,
+    /// Bumped whenever any server's state changes (a call waiting for its server).
+    states: watch::Sender<u64>,
 }
 
 /// One configured server.
@@ -59,6 +62,10 @@ struct SlotState {
     live: Option<Live>,
     /// The tools of the last connection, kept while the server is down.
     tools: Vec<CatalogTool>,
+    /// When the state last changed.
+    since: Instant,
+    /// When the next attempt starts, while one is scheduled.
+    next_attempt: Option<Instant>,
 }
 
 /// What a call needs from a ready server.
@@ -75,6 +82,11 @@ pub struct Live {
 pub struct Down {
     pub state: ServerState,
     pub last_error: Option<String>,
+    pub attempts: u32,
+    /// How long the server has been in this state.
+    pub for_: Duration,
+    /// When the next attempt starts, if one is scheduled and not under way.
+    pub next_in: Option<Duration>,
 }
 
 impl Shared {
@@ -94,13 +106,27 @@ impl Shared {
                     pid: None,
                     live: None,
                     tools: Vec::new(),
+                    since: Instant::now(),
+                    next_attempt: None,
                 }),
+            })
+            .collect::<Vec<Slot>>();
+        let servers = slots
+            .iter()
+            .map(|s| CatalogServer {
+                name: s.config.name.clone(),
+                ident: s.ident.clone(),
             })
             .collect();
         Shared {
             slots,
-            catalog: Mutex::new(Arc::new(Catalog::default())),
+            catalog: Mutex::new(Arc::new(Catalog {
+                version: 0,
+                tools: Vec::new(),
+                servers,
+            })),
             version: watch::Sender::new(0),
+            states: watch::Sender::new(0),
         }
     }
 
@@ -116,16 +142,35 @@ impl Shared {
         self.slots.iter().find(|s| s.ident == ident)
     }
 
-    /// Rebuilds the catalog from every ready server and bumps the version.
+    /// Server states: the value changes whenever any server's state does.
+    pub fn subscribe_states(&self) -> watch::Receiver<u64> {
+        self.states.subscribe()
+    }
+
+    /// After a server's state changed: wakes whoever waits for one.
+    fn state_changed(&self) {
+        self.states.send_modify(|n| *n += 1);
+    }
+
+    /// Rebuilds the catalog from every server's known tools and bumps the version when
+    /// they changed (a server going down keeps its tools: nothing to regenerate).
     fn publish(&self) {
+        self.state_changed();
         let mut catalog = lock(&self.catalog);
-        let tools = self
+        let tools: Vec<CatalogTool> = self
             .slots
             .iter()
             .flat_map(|slot| lock(&slot.state).tools.clone())
             .collect();
+        if tools == catalog.tools {
+            return;
+        }
         let version = catalog.version + 1;
-        *catalog = Arc::new(Catalog { version, tools });
+        *catalog = Arc::new(Catalog {
+            version,
+            tools,
+            servers: catalog.servers.clone(),
+        });
         self.version.send_replace(version);
         tracing::debug!(
             version,
@@ -147,6 +192,10 @@ impl Slot {
             last_error: s.last_error.clone(),
             attempts: s.attempts,
             pid: s.pid,
+            state_for: s.since.elapsed(),
+            next_attempt_in: s
+                .next_attempt
+                .map(|at| at.saturating_duration_since(Instant::now())),
         }
     }
 
@@ -159,6 +208,15 @@ impl Slot {
             .map(|t| t.tool.clone())
     }
 
+    /// The exposed names of the server's known tools.
+    pub fn tool_names(&self) -> Vec<String> {
+        lock(&self.state)
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
     /// The live connection, or why there is none.
     pub fn live(&self) -> Result<Live, Down> {
         let s = lock(&self.state);
@@ -167,6 +225,11 @@ impl Slot {
             _ => Err(Down {
                 state: s.state,
                 last_error: s.last_error.clone(),
+                attempts: s.attempts,
+                for_: s.since.elapsed(),
+                next_in: s
+                    .next_attempt
+                    .map(|at| at.saturating_duration_since(Instant::now())),
             }),
         }
     }
@@ -174,17 +237,29 @@ impl Slot {
     fn begin_attempt(&self) -> u32 {
         let mut s = lock(&self.state);
         s.attempts += 1;
-        s.state = if s.attempts == 1 {
+        s.next_attempt = None;
+        let state = if s.attempts == 1 {
             ServerState::Connecting
         } else {
             ServerState::Reconnecting
         };
+        if s.state != state {
+            s.since = Instant::now();
+        }
+        s.state = state;
         s.attempts
+    }
+
+    /// The next attempt starts after `delay`.
+    fn retry_in(&self, delay: Duration) {
+        lock(&self.state).next_attempt = Some(Instant::now() + delay);
     }
 
     fn ready(&self, connection: &Connection, tools: Vec<Tool>, suspect: Arc<Notify>) -> usize {
         let mut s = lock(&self.state);
         s.state = ServerState::Ready;
+        s.since = Instant::now();
+        s.next_attempt = None;
         s.last_error = None;
         s.pid = connection.pid();
         s.tools = self.catalog_tools(tools);
@@ -206,6 +281,9 @@ impl Slot {
     /// The server cannot take calls; its last known tools stay listed.
     fn down(&self, state: ServerState, error: Option<String>) {
         let mut s = lock(&self.state);
+        if s.state != state {
+            s.since = Instant::now();
+        }
         s.state = state;
         s.live = None;
         s.pid = None;
@@ -275,6 +353,16 @@ pub async fn supervise(
         let result = connection::connect(&slot.config, &options, &stop).await;
         let delay = match result {
             Err(connection::Error::Cancelled) => break,
+            Err(connection::Error::Unusable { reason }) => {
+                // Never tried again: only a new configuration can fix it.
+                slot.down(ServerState::Failed, Some(reason));
+                shared.publish();
+                if let Some(first) = first.take() {
+                    let _ = first.send(());
+                }
+                stop.cancelled().await;
+                break;
+            }
             Err(err) => {
                 let error = err.describe();
                 tracing::warn!(server, attempt, error, retry_in = ?backoff, "cannot connect to MCP server");
@@ -296,6 +384,8 @@ pub async fn supervise(
                 }
             }
         };
+        slot.retry_in(delay);
+        shared.state_changed();
         if let Some(first) = first.take() {
             let _ = first.send(());
         }

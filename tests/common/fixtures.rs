@@ -60,5 +60,9 @@ pub fn fixture_catalog(version: u64) -> Catalog {
                 .collect::<Vec<_>>()
         })
         .collect();
-    Catalog { version, tools }
+    Catalog {
+        version,
+        tools,
+        ..Default::default()
+    }
 }

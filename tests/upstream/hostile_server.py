@@ -12,7 +12,13 @@ Tools (all take optional `bytes` and `id_last`):
 - `zeros(bytes)`: structuredContent `{"zeros": [0, 0, ...]}` of about `bytes` bytes (a
   small answer on the wire that parses into a value per two bytes)
 
-With `HOSTILE_BANNER=1` it prints a line that is not JSON before anything else.
+With `HOSTILE_BANNER=1` it prints a line that is not JSON before anything else. How it
+starts (for codebox's start-up and reconnection tests):
+- `HOSTILE_REFUSE_IF=PATH`: while PATH exists, exits at once with status 3 (a server
+  that fails to start);
+- `HOSTILE_HANG=1`: reads its input and never answers (hangs in `initialize`);
+- `HOSTILE_DELAY_S=N`: sleeps N seconds before it reads anything (a slow start);
+- `HOSTILE_STDERR_FLOOD=N`: a thread writes N MB of lines to stderr as fast as it can.
 
 `hostile_server.py --http PORT` serves the same over streamable HTTP at
 http://127.0.0.1:PORT/mcp, without sessions: each answer is the POST's response body,
@@ -113,6 +119,24 @@ def handle(msg):
         answer(rid, {})
 
 def stdio():
+    refuse = os.environ.get("HOSTILE_REFUSE_IF")
+    if refuse and os.path.exists(refuse):
+        sys.stderr.write(f"hostile server: refusing to start while {refuse} exists\n")
+        sys.exit(3)
+    if os.environ.get("HOSTILE_STDERR_FLOOD"):
+        megabytes = int(os.environ["HOSTILE_STDERR_FLOOD"])
+        def flood():
+            line = "hostile server: noise " + "x" * 200 + "\n"
+            for _ in range(megabytes * 1_000_000 // len(line)):
+                sys.stderr.write(line)
+        threading.Thread(target=flood, daemon=True).start()
+    if os.environ.get("HOSTILE_DELAY_S"):
+        import time
+        time.sleep(float(os.environ["HOSTILE_DELAY_S"]))
+    if os.environ.get("HOSTILE_HANG") == "1":
+        for _ in sys.stdin.buffer:
+            pass
+        return
     if os.environ.get("HOSTILE_BANNER") == "1":
         write(b"hostile server starting")
     for line in sys.stdin.buffer:

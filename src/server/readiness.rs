@@ -1,0 +1,239 @@
+//! What the server knows about itself while it comes up, and who hears when it changes.
+//!
+//! `serve` answers as soon as its own tools exist; three things finish after that:
+//! - the sandbox checks (`doctor::deferred`): until they are in, `health` says so; a
+//!   required layer found missing refuses every execution with the doctor's words;
+//! - the warm pool's first fill;
+//! - the upstream servers, each connecting in the background.
+//!
+//! [`Readiness::value`] is `/readyz` and `health.ready`. [`Listeners`] holds the peers of
+//! initialized connections, so a catalog change (an upstream became ready, or listed
+//! other tools) reaches every client as `notifications/resources/list_changed`: the
+//! wrappers are resources. codebox's own tool list does not depend on the upstreams,
+//! so it never announces `tools/list_changed`.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rmcp::service::{Peer, RoleServer};
+
+use crate::doctor::{self, Check};
+use crate::pool::WarmPool;
+use crate::runtime::Language;
+use crate::upstream::{ServerState, Upstreams};
+
+/// The host's layers: those checked before serving, then the sandbox checks.
+#[derive(Debug)]
+pub struct Layers {
+    inner: Mutex<LayersState>,
+}
+
+#[derive(Debug)]
+struct LayersState {
+    checks: Vec<Check>,
+    sandbox_checks: SandboxChecks,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SandboxChecks {
+    Pending,
+    Passed,
+    /// A required layer is missing: why, in one line.
+    Failed(String),
+}
+
+impl Layers {
+    /// `pending`: the sandbox checks run in the background and arrive by [`Layers::add`].
+    pub fn new(checks: Vec<Check>, pending: bool) -> Layers {
+        Layers {
+            inner: Mutex::new(LayersState {
+                checks,
+                sandbox_checks: if pending {
+                    SandboxChecks::Pending
+                } else {
+                    SandboxChecks::Passed
+                },
+            }),
+        }
+    }
+
+    /// The sandbox checks are in.
+    pub fn add(&self, checks: Vec<Check>, profile: &str) {
+        let missing: Vec<String> = checks
+            .iter()
+            .filter(|c| c.blocks())
+            .map(|c| format!("{}: {}", c.layer, c.detail))
+            .collect();
+        let mut s = lock(&self.inner);
+        s.checks.extend(checks);
+        s.sandbox_checks = if missing.is_empty() {
+            tracing::info!("sandbox checks passed");
+            SandboxChecks::Passed
+        } else {
+            let why = format!(
+                "this host cannot run the {profile} profile: {} (see `codebox doctor`)",
+                missing.join("; ")
+            );
+            tracing::error!(why, "sandbox checks failed; executions are refused");
+            SandboxChecks::Failed(why)
+        };
+    }
+
+    pub fn checks(&self) -> Vec<Check> {
+        lock(&self.inner).checks.clone()
+    }
+
+    /// Why executions are refused, when a required layer is missing.
+    pub fn refusal(&self) -> Option<String> {
+        match &lock(&self.inner).sandbox_checks {
+            SandboxChecks::Failed(why) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    fn sandbox_checks(&self) -> serde_json::Value {
+        match &lock(&self.inner).sandbox_checks {
+            SandboxChecks::Pending => serde_json::json!("pending"),
+            SandboxChecks::Passed => serde_json::json!("passed"),
+            SandboxChecks::Failed(why) => serde_json::json!({"failed": why}),
+        }
+    }
+
+    fn passed(&self) -> bool {
+        lock(&self.inner).sandbox_checks == SandboxChecks::Passed
+    }
+}
+
+/// Takes the deferred sandbox checks once they are done (on the blocking pool).
+pub fn follow_sandbox_checks(
+    layers: std::sync::Arc<Layers>,
+    pending: doctor::deferred::PendingChecks,
+    profile: String,
+) {
+    tokio::spawn(async move {
+        match tokio::task::spawn_blocking(move || pending.wait()).await {
+            Ok(checks) => layers.add(checks, &profile),
+            Err(e) => tracing::error!(error = %e, "waiting for the sandbox checks failed"),
+        }
+    });
+}
+
+/// Whether the server is ready, and the state of each part: `/readyz` and
+/// `health.ready`. Ready means executions can run as configured: the sandbox checks
+/// passed and (with a pool) each language's first pooled sandbox came up. Upstreams are
+/// reported, never waited for: one that hangs must not keep codebox out of service.
+pub fn value(
+    layers: &Layers,
+    pool: Option<&WarmPool>,
+    upstreams: &Upstreams,
+) -> (bool, serde_json::Value) {
+    let pool_warm = pool.map(|p| {
+        let stats = p.stats();
+        Language::ALL
+            .iter()
+            .all(|l| stats.get(l).is_some_and(|s| s.idle > 0 || s.handed_out > 0))
+    });
+    let mut ready_servers = Vec::new();
+    let mut pending = Vec::new();
+    let mut failed = Vec::new();
+    for s in upstreams.servers() {
+        match s.state {
+            ServerState::Ready => ready_servers.push(s.name),
+            ServerState::Connecting | ServerState::Reconnecting => pending.push(s.name),
+            ServerState::Failed => failed.push(s.name),
+        }
+    }
+    let ready = layers.passed() && pool_warm != Some(false);
+    (
+        ready,
+        serde_json::json!({
+            "ready": ready,
+            "sandbox_checks": layers.sandbox_checks(),
+            "pool_warm": pool_warm,
+            "upstreams": {"ready": ready_servers, "pending": pending, "failed": failed},
+        }),
+    )
+}
+
+/// The peers of initialized connections, told when the resource list changed.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+}
+
+/// How long one client may take to accept a notification before it is skipped.
+const NOTIFY_BOUND: Duration = Duration::from_secs(5);
+
+impl Listeners {
+    pub fn add(&self, peer: Peer<RoleServer>) {
+        let mut peers = lock(&self.peers);
+        peers.retain(|p| !p.is_transport_closed());
+        peers.push(peer);
+    }
+
+    /// `notifications/resources/list_changed` to every open connection, each bounded.
+    pub fn resources_changed(&self) {
+        let peers: Vec<Peer<RoleServer>> = {
+            let mut peers = lock(&self.peers);
+            peers.retain(|p| !p.is_transport_closed());
+            peers.clone()
+        };
+        for peer in peers {
+            tokio::spawn(async move {
+                match tokio::time::timeout(NOTIFY_BOUND, peer.notify_resource_list_changed()).await
+                {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "resources/list_changed not sent")
+                    }
+                    Err(_) => tracing::warn!(
+                        bound_s = NOTIFY_BOUND.as_secs(),
+                        "a client did not take resources/list_changed in time"
+                    ),
+                }
+            });
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::Status;
+
+    fn check(layer: &str, status: Status) -> Check {
+        serde_json::from_value(serde_json::json!({
+            "layer": layer, "status": status, "detail": "d", "fix": null, "required": true
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_missing_sandbox_layer_refuses_executions() {
+        let layers = Layers::new(vec![check("seccomp", Status::Ok)], true);
+        assert!(!layers.passed());
+        assert_eq!(layers.refusal(), None);
+        layers.add(vec![check("python in sandbox", Status::Missing)], "default");
+        let why = layers.refusal().unwrap();
+        assert!(
+            why.contains("python in sandbox") && why.contains("codebox doctor"),
+            "{why}"
+        );
+        assert_eq!(layers.checks().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn ready_waits_for_the_checks_not_for_upstreams() {
+        let layers = Layers::new(vec![], true);
+        let upstreams = Upstreams::empty();
+        assert!(!value(&layers, None, &upstreams).0);
+        layers.add(vec![check("python in sandbox", Status::Ok)], "default");
+        let (ready, v) = value(&layers, None, &upstreams);
+        assert!(ready, "{v}");
+        assert_eq!(v["sandbox_checks"], "passed");
+    }
+}
