@@ -11,6 +11,7 @@ mod passthrough;
 mod prepare;
 mod run;
 mod serve;
+mod setup_cgroups;
 mod tools;
 mod upstreams;
 
@@ -50,6 +51,15 @@ enum Command {
     Tools(tools::ToolsArgs),
     /// The audit log: `audit verify FILE` checks its hash chain.
     Audit(audit::AuditArgs),
+    /// As root, without systemd: delegate a cgroup directory in every hierarchy to a user
+    /// so their codebox runs rootless with limits (v1, hybrid, v2); `--enter -- COMMAND`
+    /// runs a command inside it, `--remove` undoes it.
+    #[command(
+        name = "setup-cgroups",
+        override_usage = "codebox setup-cgroups --user USER [--name DIR] [--remove]\n       \
+                          codebox setup-cgroups [--user USER] [--name DIR] --enter -- COMMAND [ARGS]..."
+    )]
+    SetupCgroups(setup_cgroups::SetupCgroupsArgs),
 }
 
 /// Parses the command line. Help names `serve`'s tools from the server's tool router,
@@ -86,6 +96,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(args),
         Command::Tools(args) => tools::run(args),
         Command::Audit(args) => audit::run(args),
+        Command::SetupCgroups(args) => setup_cgroups::run(args),
     }
 }
 

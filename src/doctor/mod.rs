@@ -273,11 +273,8 @@ fn session_workspace_check(root_host_id: u32) -> Check {
 fn cgroup_check(found: &Result<CgroupManager, cgroup::Error>, profile: &Profile) -> Check {
     let needed = sandbox::cgroup_limits(&profile.limits).controllers();
     let required = !needed.is_empty();
-    let fix = "as root it works out of the box; rootless needs a delegated cgroup: run codebox \
-               as a systemd user service with Delegate=yes (cgroup v2), or have root create a \
-               cgroup below yours, chown it to you and move your shell into it";
     match found {
-        Err(e) => Check::new("cgroups", Status::Missing, e.to_string(), required).fix(fix),
+        Err(e) => Check::new("cgroups", Status::Missing, e.to_string(), required).fix(cgroup_fix()),
         Ok(m) => {
             let have = m.backend().controllers();
             let missing: Vec<String> = needed
@@ -291,7 +288,7 @@ fn cgroup_check(found: &Result<CgroupManager, cgroup::Error>, profile: &Profile)
                 detail.push_str(note);
             }
             if matches!(m.backend(), Backend::None) {
-                Check::new("cgroups", Status::Missing, detail, required).fix(fix)
+                Check::new("cgroups", Status::Missing, detail, required).fix(cgroup_fix())
             } else if missing.is_empty() {
                 Check::new("cgroups", Status::Ok, detail, required)
             } else {
@@ -301,9 +298,48 @@ fn cgroup_check(found: &Result<CgroupManager, cgroup::Error>, profile: &Profile)
                     format!("{detail}; missing for this profile: {}", missing.join(", ")),
                     required,
                 )
-                .fix(fix)
+                .fix(cgroup_fix())
             }
         }
+    }
+}
+
+/// How to get writable cgroups: as root, mount them; rootless, a delegation — from
+/// systemd (`Delegate=yes`) or from `codebox setup-cgroups` — that this process runs in.
+fn cgroup_fix() -> String {
+    if nix::unistd::geteuid().is_root() {
+        return "mount the cgroup hierarchies (cgroup2, or v1 memory, pids, cpu, cpuacct and \
+                freezer under /sys/fs/cgroup)"
+            .to_string();
+    }
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |u| u.name);
+    let name = cgroup::delegate::default_name(&user);
+    let found = cgroup::delegate::existing(
+        std::path::Path::new("/proc"),
+        std::path::Path::new("/"),
+        &name,
+        uid.as_raw(),
+    );
+    let enter = format!(
+        "as root `codebox setup-cgroups --user {user} --enter -- codebox …`, or yourself \
+         `codebox setup-cgroups --enter -- codebox …` (v1 hierarchies only)"
+    );
+    if let Some(dir) = found.first() {
+        format!(
+            "a cgroup delegation for {user} exists ({}), but this process does not run in \
+             it: start codebox inside it, {enter}",
+            dir.display()
+        )
+    } else {
+        format!(
+            "rootless needs a delegated cgroup: with systemd, run codebox as a service with \
+             Delegate=yes (cgroup v2); without systemd, have root run `codebox setup-cgroups \
+             --user {user}` once and start codebox inside it, {enter}"
+        )
     }
 }
 

@@ -68,6 +68,8 @@ pub(super) struct CgroupMount {
     pub v2: bool,
     /// Super options; for v1 they name the controllers (`rw,cpu,cpuacct`).
     pub options: Vec<String>,
+    /// The mount (field 6) or its super block is read-only: nothing can be created there.
+    pub read_only: bool,
 }
 
 /// The cgroup mounts of a mountinfo file (other lines and malformed lines are skipped).
@@ -88,11 +90,15 @@ pub(super) fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
             "cgroup" => false,
             _ => continue,
         };
+        let options: Vec<String> = right[2].split(',').map(str::to_string).collect();
+        let read_only = left.get(5).is_some_and(|o| o.split(',').any(|o| o == "ro"))
+            || options.iter().any(|o| o == "ro");
         out.push(CgroupMount {
             root: unescape(left[3]),
             mount_point: PathBuf::from(unescape(left[4])),
             v2,
-            options: right[2].split(',').map(str::to_string).collect(),
+            options,
+            read_only,
         });
     }
     out
@@ -172,6 +178,8 @@ pub(super) struct V2Base {
 pub(super) struct V1Base {
     /// The supervisor's own cgroup in this hierarchy.
     pub dir: PathBuf,
+    /// The same cgroup as `/proc/<pid>/cgroup` names it.
+    pub cgroup_path: String,
     /// The wanted controllers this hierarchy carries.
     pub controllers: Vec<Controller>,
     /// `cpuset` is co-mounted: new cgroups need `cpuset.cpus`/`cpuset.mems` copied in.
@@ -233,23 +241,14 @@ fn v2_base(
     }
     if !files::writable(&dir) {
         layout.notes.push(format!(
-            "v2: {} is not writable by this user (rootless needs a delegated subtree, \
-             e.g. systemd Delegate=yes)",
+            "v2: {} is not writable by this user (rootless needs a delegated subtree: \
+             systemd Delegate=yes, or `codebox setup-cgroups`)",
             dir.display()
         ));
         return Ok(());
     }
-    let wanted = |file: &str| -> Result<Vec<Controller>> {
-        let text = files::read_optional(&dir.join(file))?.unwrap_or_default();
-        let mut found: Vec<Controller> = text
-            .split_whitespace()
-            .filter_map(Controller::from_v2_name)
-            .collect();
-        found.sort();
-        Ok(found)
-    };
-    let available = wanted("cgroup.controllers")?;
-    let enabled = wanted("cgroup.subtree_control")?;
+    let available = v2_controllers(&dir.join("cgroup.controllers"))?;
+    let enabled = v2_controllers(&dir.join("cgroup.subtree_control"))?;
     let missing: Vec<&str> = available
         .iter()
         .filter(|c| !enabled.contains(c))
@@ -272,20 +271,45 @@ fn v2_base(
     Ok(())
 }
 
-fn v1_base(m: &Membership, mounts: &[CgroupMount], fs_root: &Path, layout: &mut Layout) {
-    let controllers: Vec<Controller> = m
-        .controllers
+/// The controllers codebox uses among those a v2 list file names (`cgroup.controllers`,
+/// `cgroup.subtree_control`), sorted; a missing file lists none.
+pub(super) fn v2_controllers(file: &Path) -> Result<Vec<Controller>> {
+    let text = files::read_optional(file)?.unwrap_or_default();
+    let mut found: Vec<Controller> = text
+        .split_whitespace()
+        .filter_map(Controller::from_v2_name)
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// The controllers codebox uses among those of a v1 hierarchy (one `/proc/<pid>/cgroup`
+/// line), in the line's order.
+pub(super) fn v1_controllers(m: &Membership) -> Vec<Controller> {
+    m.controllers
         .iter()
         .filter_map(|c| Controller::from_v1_name(c))
-        .collect();
+        .collect()
+}
+
+/// The mounts of the v1 hierarchy `m` is a line of (every one of its controllers among
+/// the mount's super options).
+pub(super) fn v1_mounts<'a>(
+    m: &'a Membership,
+    mounts: &'a [CgroupMount],
+) -> impl Iterator<Item = &'a CgroupMount> {
+    mounts
+        .iter()
+        .filter(|mt| !mt.v2 && m.controllers.iter().all(|c| mt.options.contains(c)))
+}
+
+fn v1_base(m: &Membership, mounts: &[CgroupMount], fs_root: &Path, layout: &mut Layout) {
+    let controllers = v1_controllers(m);
     if controllers.is_empty() {
         return;
     }
     let names = m.controllers.join(",");
-    let dir = mounts
-        .iter()
-        .filter(|mt| !mt.v2 && m.controllers.iter().all(|c| mt.options.contains(c)))
-        .find_map(|mt| dir_in_mount(fs_root, mt, &m.path));
+    let dir = v1_mounts(m, mounts).find_map(|mt| dir_in_mount(fs_root, mt, &m.path));
     let Some(dir) = dir else {
         layout.notes.push(format!(
             "v1 {names}: own cgroup {} is not visible under any mount",
@@ -295,13 +319,15 @@ fn v1_base(m: &Membership, mounts: &[CgroupMount], fs_root: &Path, layout: &mut 
     };
     if !files::writable(&dir) {
         layout.notes.push(format!(
-            "v1 {names}: {} is not writable by this user (rootless needs it delegated)",
+            "v1 {names}: {} is not writable by this user (rootless needs it delegated: \
+             `codebox setup-cgroups`)",
             dir.display()
         ));
         return;
     }
     layout.v1.push(V1Base {
         dir,
+        cgroup_path: m.path.clone(),
         controllers,
         with_cpuset: m.controllers.iter().any(|c| c == "cpuset"),
     });
@@ -408,6 +434,12 @@ mod tests {
         );
         assert_eq!(escaped[0].root, "/docker/a b");
         assert_eq!(escaped[0].mount_point, Path::new("/sys/fs/cg x"));
+        assert!(mounts.iter().all(|m| !m.read_only));
+        let ro = parse_mountinfo(
+            "1 2 0:3 / /sys/fs/cgroup/pids ro,nosuid - cgroup cgroup rw,pids\n\
+             1 2 0:4 / /sys/fs/cgroup/cpu rw - cgroup cgroup ro,cpu\n",
+        );
+        assert!(ro[0].read_only && ro[1].read_only);
     }
 
     #[test]
@@ -418,6 +450,7 @@ mod tests {
             mount_point: "/sys/fs/cgroup".into(),
             v2: true,
             options: vec![],
+            read_only: false,
         };
         assert_eq!(
             dir_in_mount(fs, &mount("/"), "/user.slice/codebox.service"),

@@ -330,7 +330,7 @@ impl Drop for SandboxCgroup {
 }
 
 /// Removes `dir`, retrying while it is busy until `deadline`.
-fn rmdir_retrying(dir: &Path, deadline: Instant) -> Result<()> {
+pub(super) fn rmdir_retrying(dir: &Path, deadline: Instant) -> Result<()> {
     let mut pause = Duration::from_millis(1);
     let mut attempts = 0u32;
     loop {

@@ -123,7 +123,14 @@
 //! On v1 codebox just needs its own cgroup directory in each hierarchy to be writable by
 //! it; see [`CgroupManager::delegate_for_user`] for exactly what root has to prepare
 //! (which `cargo xtask test` does for the `codebox-test` user).
+//!
+//! # Delegation without systemd (`codebox setup-cgroups`)
+//!
+//! [`delegate`] plans and carries out a delegation at the top of every hierarchy codebox
+//! uses (v1, hybrid and v2), starts a process inside it, and removes it again; see there
+//! for who may move a process into which hierarchy.
 
+pub mod delegate;
 mod discover;
 mod error;
 mod files;
@@ -136,7 +143,6 @@ mod v2;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::os::unix::fs::chown;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -707,56 +713,56 @@ impl CgroupManager {
     }
 
     /// Prepares, as root, a cgroup in which the user `uid:gid` can run codebox rootless,
-    /// and returns the `cgroup.procs` files to write the user's process pid into.
-    ///
-    /// For every hierarchy this (root) manager uses, that is below root's own cgroup in
-    /// the v2 hierarchy and in each v1 hierarchy carrying memory, pids, cpu, cpuacct or
-    /// freezer:
-    ///
-    /// 1. `mkdir <base>/<dir_name>` (an existing one is reused);
-    /// 2. `chown uid:gid` on that directory and on its `cgroup.procs`, plus `tasks` (v1)
-    ///    or `cgroup.threads` and `cgroup.subtree_control` (v2);
-    /// 3. the caller then writes the pid of the process that will `exec` the rootless
-    ///    program into every returned `cgroup.procs` **as root** (moving a process on v2
-    ///    needs write access to the common ancestor's `cgroup.procs`, which the user does
-    ///    not have for root's cgroup), e.g.
-    ///    `sh -c 'for f in …; do echo $$ > $f; done; exec runuser -u USER -- PROGRAM'`;
-    /// 4. afterwards, once those processes have exited, `rmdir` the directories (the
-    ///    sandbox cgroups below them are already gone: codebox removes its own).
+    /// `<base>/<dir_name>` below root's own cgroup in every hierarchy this manager uses
+    /// (created or reused, then the directory, its `cgroup.procs` and `tasks` (v1) or
+    /// `cgroup.threads` and `cgroup.subtree_control` (v2) chowned to the user), and returns
+    /// the `cgroup.procs` files into which root writes the pid of the process that will
+    /// exec the rootless program (on v2 only root may move it: see [`delegate`]). Root's
+    /// own `cgroup.subtree_control` is left as it is. Undo: `rmdir` the directories once
+    /// those processes have exited. `codebox setup-cgroups` does the same at the top of
+    /// each hierarchy ([`delegate::at_roots`]); both go through [`delegate::plan`] and
+    /// [`delegate::apply`].
     ///
     /// `cargo xtask test` cannot link this crate, so it repeats these steps itself with
     /// `dir_name = codebox-delegated-<user>`; on the development machine that is
     /// `/sys/fs/cgroup/{unified,pids,cpu,cpuacct,freezer}/codebox-delegated-codebox-test`
     /// and `/sys/fs/cgroup/memory/<root's memory cgroup>/codebox-delegated-codebox-test`.
-    /// Controllers need no extra step on v1; on a v2 host with controllers the user's
-    /// supervisor enables them itself ([`CgroupManager::enable_v2_controllers`]), as long
-    /// as root's `<base>/cgroup.subtree_control` has them enabled for `<dir_name>`.
-    pub fn delegate_for_user(&self, dir_name: &str, uid: u32, gid: u32) -> Result<Vec<PathBuf>> {
-        if dir_name.is_empty() || dir_name.contains('/') || dir_name == "." || dir_name == ".." {
-            return Err(Error::InvalidName(dir_name.to_string()));
-        }
-        let mut procs_files = Vec::new();
-        for (version, base, _) in self.bases() {
-            let dir = base.join(dir_name);
-            match std::fs::create_dir(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(source) => return Err(Error::Create { path: dir, source }),
-            }
-            let owned: &[&str] = if version == 2 {
-                &["cgroup.procs", "cgroup.threads", "cgroup.subtree_control"]
-            } else {
-                &["cgroup.procs", "tasks"]
-            };
-            for path in std::iter::once(dir.clone()).chain(owned.iter().map(|f| dir.join(f))) {
-                chown(&path, Some(uid), Some(gid)).map_err(|source| {
-                    tracing::error!(?source, path = %path.display(), uid, "chown for delegation failed");
-                    Error::Chown { path, source }
-                })?;
-            }
-            procs_files.push(dir.join("cgroup.procs"));
-        }
-        Ok(procs_files)
+    pub fn delegate_for_user(
+        &self,
+        dir_name: &str,
+        uid: u32,
+        gid: u32,
+    ) -> std::result::Result<Vec<PathBuf>, delegate::DelegationError> {
+        let plan = delegate::plan(&self.own_parents(), dir_name, uid, gid)?;
+        delegate::apply(&plan)?;
+        Ok(plan
+            .dirs
+            .iter()
+            .map(|d| d.dir.join("cgroup.procs"))
+            .collect())
+    }
+
+    /// This manager's bases as delegation parents: only what sandboxes here get.
+    fn own_parents(&self) -> Vec<delegate::ParentDir> {
+        let v2 = self.v2.iter().map(|b| delegate::ParentDir {
+            version: 2,
+            controllers: b.enabled.clone(),
+            enabled: b.enabled.clone(),
+            dir: b.dir.clone(),
+            cgroup_path: b.cgroup_path.clone(),
+            read_only: false,
+            with_cpuset: false,
+        });
+        let v1 = self.v1.iter().map(|b| delegate::ParentDir {
+            version: 1,
+            controllers: b.controllers.clone(),
+            enabled: Vec::new(),
+            dir: b.dir.clone(),
+            cgroup_path: b.cgroup_path.clone(),
+            read_only: false,
+            with_cpuset: b.with_cpuset,
+        });
+        v2.chain(v1).collect()
     }
 }
 

@@ -9,12 +9,12 @@ const PID: i32 = 4242;
 const START: u64 = 1000;
 
 /// A fake host: `proc/` and `fs/` (the root the mount points are relative to).
-struct FakeHost {
+pub(super) struct FakeHost {
     tmp: tempfile::TempDir,
 }
 
 impl FakeHost {
-    fn new(self_cgroup: &str, mountinfo: &str) -> FakeHost {
+    pub(super) fn new(self_cgroup: &str, mountinfo: &str) -> FakeHost {
         let host = FakeHost {
             tmp: tempfile::tempdir().unwrap(),
         };
@@ -27,7 +27,7 @@ impl FakeHost {
     }
 
     /// This development machine's layout (see discover.rs).
-    fn hybrid() -> FakeHost {
+    pub(super) fn hybrid() -> FakeHost {
         let host = FakeHost::new(HYBRID_CGROUP, HYBRID_MOUNTINFO);
         for d in [
             "cpu",
@@ -71,17 +71,17 @@ impl FakeHost {
         host
     }
 
-    fn path(&self, rel: &str) -> PathBuf {
+    pub(super) fn path(&self, rel: &str) -> PathBuf {
         self.tmp.path().join(rel)
     }
 
-    fn write(&self, rel: &str, text: &str) {
+    pub(super) fn write(&self, rel: &str, text: &str) {
         let p = self.path(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
 
-    fn read(&self, rel: &str) -> String {
+    pub(super) fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.path(rel)).unwrap()
     }
 
@@ -90,9 +90,9 @@ impl FakeHost {
     }
 }
 
-const HYBRID_CGROUP: &str = "9:name=systemd:/\n8:pids:/\n7:blkio:/\n6:freezer:/\n\
+pub(super) const HYBRID_CGROUP: &str = "9:name=systemd:/\n8:pids:/\n7:blkio:/\n6:freezer:/\n\
     5:devices:/\n4:memory:/process_api/abc\n3:cpuset:/\n2:cpuacct:/\n1:cpu:/\n0::/\n";
-const HYBRID_MOUNTINFO: &str = "\
+pub(super) const HYBRID_MOUNTINFO: &str = "\
 25 1 0:22 / / rw,relatime - ext4 /dev/vda rw
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
@@ -575,8 +575,15 @@ fn delegation_creates_and_chowns_in_every_hierarchy() {
             host.write(&format!("{root}/{h}/{name}/{f}"), "");
         }
     }
-    let uid = nix::unistd::getuid().as_raw();
-    let gid = nix::unistd::getgid().as_raw();
+    // As root any user but root; otherwise the only uid a chown may give files to.
+    let (uid, gid) = if nix::unistd::geteuid().is_root() {
+        (1001, 1001)
+    } else {
+        (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        )
+    };
     let procs = m.delegate_for_user(name, uid, gid).unwrap();
     assert_eq!(procs.len(), 6);
     assert_eq!(

@@ -5,6 +5,12 @@
 //! For each line of `/proc/self/cgroup`: `0::<path>` is the v2 hierarchy (at the cgroup2
 //! mount point); `N:<controllers>:<path>` is a v1 hierarchy, used when it carries memory,
 //! pids, cpu, cpuacct or freezer. codebox then creates its sandbox cgroups below these.
+//!
+//! `codebox setup-cgroups` (library: `codebox::sandbox::cgroup::delegate`) does the same
+//! for administrators, but at the top of each hierarchy. This pass keeps its own copy
+//! below root's own cgroups on purpose: xtask cannot link the crate, and the leak check
+//! (`leaks.rs`) walks what lies below this process's cgroups, which on the development
+//! machine's memory hierarchy (`/process_api/<id>`) the top is not.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
