@@ -1,6 +1,6 @@
 //! `codebox setup-cgroups`: rootless codebox on hosts without systemd. Run once by root,
-//! it delegates a cgroup directory at the top of every hierarchy codebox uses (v1, hybrid
-//! or v2) to a user and prints how to start the user's codebox inside it and how to make
+//! it delegates a cgroup directory below its own cgroup in every hierarchy codebox uses
+//! (v1, hybrid or v2; from a boot script, the tops of the hierarchies) to a user and prints how to start the user's codebox inside it and how to make
 //! that permanent; `--enter -- COMMAND` starts a command inside it (as root: as the user;
 //! as the user: the v1 part, which the kernel lets a user join alone); `--remove` undoes
 //! it. The work is `codebox::sandbox::cgroup::delegate`; this is arguments, users and
@@ -101,7 +101,8 @@ pub fn run(args: SetupCgroupsArgs) -> anyhow::Result<ExitCode> {
         .name
         .clone()
         .unwrap_or_else(|| delegate::default_name(&user.name));
-    // Where: the top of every hierarchy codebox uses; what: plain data, checked whole.
+    // Where: below this process's own cgroup in every hierarchy codebox uses (the
+    // administrator's bounds hold for the delegation too); what: plain data, checked whole.
     let roots = delegate::at_roots(Path::new("/proc"), Path::new("/"))?;
     let plan = delegate::plan(&roots.parents, &name, user.uid.as_raw(), user.gid.as_raw())?;
     if args.remove {
@@ -394,7 +395,9 @@ fn next_steps(plan: &DelegationPlan, user: &str, named: bool, exe: &Path, system
             "\nCgroup directories do not survive a reboot. To make this permanent, have every \
              boot run, as root, before {user}'s codebox starts (/etc/rc.local, or an init \
              script):\n  {exe} setup-cgroups --user {user}{name_arg}\nor start {user}'s \
-             codebox at boot with the --enter line above, which sets it up by itself.\n"
+             codebox at boot with the --enter line above, which sets it up by itself. (The \
+             delegation goes below the cgroups of whoever runs the command: from a boot \
+             script, the top of each hierarchy.)\n"
         ));
     }
     text.push_str(&format!(

@@ -126,8 +126,8 @@
 //!
 //! # Delegation without systemd (`codebox setup-cgroups`)
 //!
-//! [`delegate`] plans and carries out a delegation at the top of every hierarchy codebox
-//! uses (v1, hybrid and v2), starts a process inside it, and removes it again; see there
+//! [`delegate`] plans and carries out a delegation below the administrator's own cgroup
+//! in every hierarchy codebox uses (v1, hybrid and v2), starts a process inside it, and removes it again; see there
 //! for who may move a process into which hierarchy.
 
 pub mod delegate;
@@ -719,8 +719,8 @@ impl CgroupManager {
     /// the `cgroup.procs` files into which root writes the pid of the process that will
     /// exec the rootless program (on v2 only root may move it: see [`delegate`]). Root's
     /// own `cgroup.subtree_control` is left as it is. Undo: `rmdir` the directories once
-    /// those processes have exited. `codebox setup-cgroups` does the same at the top of
-    /// each hierarchy ([`delegate::at_roots`]); both go through [`delegate::plan`] and
+    /// those processes have exited. `codebox setup-cgroups` does the same below its
+    /// own cgroup in each hierarchy ([`delegate::at_roots`]); both go through [`delegate::plan`] and
     /// [`delegate::apply`].
     ///
     /// `cargo xtask test` cannot link this crate, so it repeats these steps itself with

@@ -8,8 +8,9 @@
 //! 1. **Where**: one [`ParentDir`] per hierarchy codebox uses — the v2 hierarchy when it
 //!    is mounted (even without controllers: `cgroup.kill`, `CLONE_INTO_CGROUP`), and
 //!    every v1 hierarchy carrying memory, pids, cpu, cpuacct or freezer. [`at_roots`]
-//!    takes the top of each hierarchy as this process sees it (stable across reboots and
-//!    whoever runs the command: `/sys/fs/cgroup/memory/<name>`, …); a manager's own
+//!    takes this process's own cgroup in each hierarchy, so a delegation stays within
+//!    the bounds the administrator's session is under (run from a boot script, that is
+//!    the top of each hierarchy: `/sys/fs/cgroup/memory/<name>`, …); a manager's own
 //!    cgroups are the other choice.
 //! 2. **Plan** ([`plan`]): plain data — per hierarchy the directory, what to chown, the
 //!    v2 controllers to enable in the parent's `cgroup.subtree_control`, whether `cpuset`
@@ -148,10 +149,10 @@ pub struct Roots {
     pub notes: Vec<String>,
 }
 
-/// The top of every hierarchy codebox uses, from `<proc_root>/self/cgroup` and
-/// `<proc_root>/self/mountinfo` (mount points relative to `fs_root`, as in discovery).
-/// "Top" is the mount point: the hierarchy's root, or in a container the highest cgroup
-/// the mount shows.
+/// This process's cgroup in every hierarchy codebox uses, from `<proc_root>/self/cgroup`
+/// and `<proc_root>/self/mountinfo` (mount points relative to `fs_root`, as in
+/// discovery): the parents of a delegation. From a boot script (init's cgroups) these
+/// are the tops of the hierarchies.
 pub fn at_roots(proc_root: &Path, fs_root: &Path) -> Result<Roots> {
     let self_dir = proc_root.join("self");
     let cgroup_file = self_dir.join("cgroup");
@@ -190,7 +191,15 @@ pub(super) fn roots_of(
             ));
             continue;
         };
-        let Some(dir) = discover::dir_in_mount(fs_root, mount, &mount.root) else {
+        // Below this process's own cgroup: a delegation stays inside whatever bounds
+        // the administrator's own session is under (run from a boot script, that is the
+        // hierarchy's top).
+        // (A process whose cgroup its mount does not show, as in a container without a
+        // cgroup namespace: below what the mount shows.)
+        let own = discover::dir_in_mount(fs_root, mount, &m.path).map(|d| (d, m.path.clone()));
+        let shown =
+            || discover::dir_in_mount(fs_root, mount, &mount.root).map(|d| (d, mount.root.clone()));
+        let Some((dir, cgroup_path)) = own.or_else(shown) else {
             continue;
         };
         let (controllers, enabled) = if version == 2 {
@@ -206,7 +215,7 @@ pub(super) fn roots_of(
             controllers,
             enabled,
             dir,
-            cgroup_path: mount.root.clone(),
+            cgroup_path,
             read_only: mount.read_only,
             with_cpuset: m.controllers.iter().any(|c| c == "cpuset"),
         });

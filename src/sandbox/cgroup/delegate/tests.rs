@@ -22,14 +22,14 @@ fn parent(version: u8, dir: &str, controllers: &[Controller]) -> ParentDir {
     }
 }
 
-/// The hybrid development machine: the tops, not root's own cgroups (memory's own is
-/// `/process_api/abc`, its delegation goes to the top all the same).
+/// The hybrid development machine: root's own cgroups (the tops, but memory's own is
+/// `/process_api/abc`: the delegation stays below it, within root's memory bounds).
 fn hybrid_roots(host: &FakeHost) -> Roots {
     at_roots(&host.path("proc"), &host.path("fs")).unwrap()
 }
 
 #[test]
-fn roots_are_the_tops_of_the_hierarchies_codebox_uses() {
+fn parents_are_this_process_s_own_cgroups_in_the_hierarchies_codebox_uses() {
     let host = FakeHost::hybrid();
     let roots = hybrid_roots(&host);
     let top = |h: &str| host.path(&format!("fs/sys/fs/cgroup/{h}"));
@@ -45,12 +45,17 @@ fn roots_are_the_tops_of_the_hierarchies_codebox_uses() {
             (2, top("unified"), vec![]),
             (1, top("pids"), vec![Controller::Pids]),
             (1, top("freezer"), vec![Controller::Freezer]),
-            (1, top("memory"), vec![Controller::Memory]),
+            (1, top("memory/process_api/abc"), vec![Controller::Memory]),
             (1, top("cpuacct"), vec![Controller::CpuAcct]),
             (1, top("cpu"), vec![Controller::Cpu]),
         ]
     );
-    assert!(roots.parents.iter().all(|p| p.cgroup_path == "/"));
+    let paths: Vec<&str> = roots
+        .parents
+        .iter()
+        .map(|p| p.cgroup_path.as_str())
+        .collect();
+    assert_eq!(paths, ["/", "/", "/", "/process_api/abc", "/", "/"]);
     assert!(roots.notes.is_empty());
 }
 
@@ -77,7 +82,7 @@ fn hybrid_plan_chowns_what_the_user_writes() {
     assert_eq!(v2.entry(), dir.join(SUPERVISOR_LEAF).join("cgroup.procs"));
     assert!(v2.enable_in_parent.is_empty(), "no v2 controllers here");
     let memory = &plan.dirs[3];
-    let dir = host.path(&format!("fs/sys/fs/cgroup/memory/{NAME}"));
+    let dir = host.path(&format!("fs/sys/fs/cgroup/memory/process_api/abc/{NAME}"));
     assert_eq!(memory.hierarchy(), "v1 memory");
     assert_eq!(
         memory.chown,
@@ -326,10 +331,10 @@ fn a_process_inside_is_recognised() {
     let host = FakeHost::hybrid();
     let planned = plan(&hybrid_roots(&host).parents, NAME, UID, GID).unwrap();
     let (v2, memory) = (&planned.dirs[0], &planned.dirs[3]);
-    let leaf = format!("0::/{NAME}/{SUPERVISOR_LEAF}\n4:memory:/{NAME}\n");
+    let leaf = format!("0::/{NAME}/{SUPERVISOR_LEAF}\n4:memory:/process_api/abc/{NAME}\n");
     assert!(inside(&own(&leaf), v2));
     assert!(inside(&own(&leaf), memory));
-    let elsewhere = format!("0::/{NAME}x\n4:memory:/process_api/{NAME}\n");
+    let elsewhere = format!("0::/{NAME}x\n4:memory:/{NAME}\n");
     assert!(!inside(&own(&elsewhere), v2));
     assert!(!inside(&own(&elsewhere), memory));
     assert!(!inside(&own("1:cpu:/\n"), memory));
