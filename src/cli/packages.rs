@@ -34,29 +34,32 @@ pub struct Prepared {
     discovery: Discovery,
 }
 
-/// What layers of one language are installed for: the digests of the rootfs's
+/// What layers of each language are installed for: the digests of the rootfs's
 /// interpreter files (`/usr/bin/python3*`, `/usr/bin/deno`) from its manifest, so that a
 /// rebuilt rootfs with another interpreter never binds layers made for the old one.
-fn runtime_identity(rootfs: &Path, interpreter: &str) -> String {
+/// Both from one read of the manifest.
+fn runtime_identities(rootfs: &Path) -> [String; 2] {
     let path = rootfs.join(".manifest");
     let Ok(text) = std::fs::read_to_string(&path) else {
-        return String::new();
+        return Default::default();
     };
     let Ok(manifest) = Manifest::parse(&text, &path) else {
-        return String::new();
+        return Default::default();
     };
-    let mut digests: Vec<String> = manifest
-        .entries
-        .iter()
-        .filter_map(|e| match e {
-            Entry::File { path, sha256, .. } if path.starts_with(interpreter) => {
-                Some(format!("{path}:{}", codebox::rootfs::manifest::hex(sha256)))
-            }
-            _ => None,
-        })
-        .collect();
-    digests.sort();
-    digests.join("\n")
+    ["/usr/bin/python3", "/usr/bin/deno"].map(|interpreter| {
+        let mut digests: Vec<String> = manifest
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::File { path, sha256, .. } if path.starts_with(interpreter) => {
+                    Some(format!("{path}:{}", codebox::rootfs::manifest::hex(sha256)))
+                }
+                _ => None,
+            })
+            .collect();
+        digests.sort();
+        digests.join("\n")
+    })
 }
 
 pub fn prepare(
@@ -81,16 +84,11 @@ pub fn prepare(
         .cache_dir
         .clone()
         .unwrap_or_else(|| state_dir.join("layers"));
+    let [python, deno] = runtime_identities(rootfs);
     let store = LayerStore::open(&cache, limits, sandbox_ids)
         .with_context(|| format!("the package cache {}", cache.display()))?
-        .with_runtime(
-            Language::Python,
-            runtime_identity(rootfs, "/usr/bin/python3"),
-        )
-        .with_runtime(
-            Language::TypeScript,
-            runtime_identity(rootfs, "/usr/bin/deno"),
-        );
+        .with_runtime(Language::Python, python)
+        .with_runtime(Language::TypeScript, deno);
     tracing::info!(cache = %cache.display(), "packages on request: on (sources are found in the background)");
     Ok(Some(Prepared {
         deno_cache: rootfs.join(DENO_CACHE),

@@ -463,14 +463,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let client = SpawnerClient::with_factory(first, factory)?;
         settings.packages = packages.map(|p| p.start(client.clone(), &settings.profile));
-        // Upstreams connect in the background: the server answers at once.
-        let upstreams = Upstreams::start(upstream_servers, args.upstream_options.clone());
+        // Upstreams connect in the background: the server answers at once. They start
+        // once the first client has its `initialize` answer (their start-up takes CPU
+        // that answer needs), or after UPSTREAMS_START_BOUND whatever happens.
+        let gate = CancellationToken::new();
+        let upstreams =
+            Upstreams::start_gated(upstream_servers, args.upstream_options.clone(), gate.clone());
         let server = CodeboxServer::new(
             client.clone(),
             settings,
             Layers::new(checks, true),
             upstreams.clone(),
         )?;
+        server.open_on_initialize(gate.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(UPSTREAMS_START_BOUND).await;
+            gate.cancel();
+        });
         server.follow_sandbox_checks(sandbox_checks);
         let result = serve_until_done(server.clone(), args, drain).await;
         client.stop();
@@ -486,6 +495,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let _ = nix::sys::wait::waitpid(factory_pid, None);
     Ok(ExitCode::SUCCESS)
 }
+
+/// The upstream servers start at the first `initialize` answer or this long after the
+/// server was up, whichever comes first.
+const UPSTREAMS_START_BOUND: Duration = Duration::from_millis(300);
 
 /// After the drain bound: how long killed executions have to be answered.
 const ANSWER_BOUND: Duration = Duration::from_secs(5);

@@ -151,6 +151,8 @@ struct State {
     layers: Arc<readiness::Layers>,
     /// Connections told when the resource list changes.
     listeners: readiness::Listeners,
+    /// Opened by the first `initialize`: the upstream servers start then.
+    upstreams_gate: std::sync::OnceLock<tokio_util::sync::CancellationToken>,
     log_level: std::sync::Mutex<LoggingLevel>,
     backend: Arc<IndexedUpstreams>,
     wrappers: wrappers::Wrappers,
@@ -307,6 +309,7 @@ impl CodeboxServer {
             counters: Counters::default(),
             layers: Arc::new(layers),
             listeners: readiness::Listeners::default(),
+            upstreams_gate: std::sync::OnceLock::new(),
             log_level: std::sync::Mutex::new(LoggingLevel::Info),
             backend,
             wrappers,
@@ -376,6 +379,12 @@ impl CodeboxServer {
             pending,
             self.state.settings.profile.name.clone(),
         );
+    }
+
+    /// Cancels `gate` when the first client's `initialize` is answered (see
+    /// `Upstreams::start_gated`).
+    pub fn open_on_initialize(&self, gate: tokio_util::sync::CancellationToken) {
+        let _ = self.state.upstreams_gate.set(gate);
     }
 
     /// Whether executions can run as configured, and each part's state (`/readyz`).
@@ -663,6 +672,20 @@ impl ServerHandler for CodeboxServer {
         }
         let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
         render::bounded_answer(self.tool_router.call(tcc).await)
+    }
+
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        let answer = self.negotiate_initialize(&request);
+        // The upstream servers start once the first client has its answer.
+        if let Some(gate) = self.state.upstreams_gate.get() {
+            gate.cancel();
+        }
+        answer
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {

@@ -297,6 +297,19 @@ impl Upstreams {
     /// background (`servers()` says how far each is; `subscribe` sees their tools
     /// arrive). [`Upstreams::first_attempts`] waits for the first attempts.
     pub fn start(servers: Vec<ServerConfig>, options: UpstreamOptions) -> Upstreams {
+        let open = CancellationToken::new();
+        open.cancel();
+        Upstreams::start_gated(servers, options, open)
+    }
+
+    /// [`Upstreams::start`], but no server is started before `gate` is cancelled: `serve`
+    /// opens it once its first client's `initialize` is answered (or after a short
+    /// bound), so the servers' own start-up does not take CPU from that answer.
+    pub fn start_gated(
+        servers: Vec<ServerConfig>,
+        options: UpstreamOptions,
+        gate: CancellationToken,
+    ) -> Upstreams {
         let shared = Arc::new(Shared::new(servers));
         let stop = CancellationToken::new();
         let mut tasks = Vec::new();
@@ -304,13 +317,15 @@ impl Upstreams {
         for index in 0..shared.slots.len() {
             let (tx, rx) = oneshot::channel();
             firsts.push(rx);
-            tasks.push(tokio::spawn(supervisor::supervise(
-                shared.clone(),
-                index,
-                options.clone(),
-                stop.clone(),
-                tx,
-            )));
+            let (shared, options, stop) = (shared.clone(), options.clone(), stop.clone());
+            let gate = gate.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::select! {
+                    _ = gate.cancelled() => {}
+                    _ = stop.cancelled() => {}
+                }
+                supervisor::supervise(shared, index, options, stop, tx).await
+            }));
         }
         Upstreams {
             inner: Arc::new(Inner {

@@ -66,8 +66,9 @@ const UPSTREAM_NODE_PACKAGES: &[&str] = &[
 
 /// Installs the real upstream MCP servers `tests/upstream.rs` runs into target/upstreams:
 /// the Node ones with `npm install --prefix target/upstreams/node`, the PyPI
-/// `mcp-server-time` with pip `--target target/upstreams/python` (run with Debian's
-/// python3, like the MCP SDK above). What is present is skipped.
+/// `mcp-server-time` with pip `--target target/upstreams/python` and `mcp-server-git`
+/// into `target/upstreams/python-git` (run with Debian's python3, like the MCP SDK
+/// above). What is present is skipped.
 pub fn ensure_upstream_servers(root: &Path) -> Result<std::path::PathBuf> {
     let dir = root.join("target/upstreams");
     let node = dir.join("node");
@@ -104,6 +105,12 @@ pub fn ensure_upstream_servers(root: &Path) -> Result<std::path::PathBuf> {
         &dir.join("python"),
         "mcp-server-time",
         "mcp_server_time/__init__.py",
+    )?;
+    // Its own directory: its dependencies' versions need not agree with the time server's.
+    pip_install_into(
+        &dir.join("python-git"),
+        "mcp-server-git",
+        "mcp_server_git/__init__.py",
     )?;
     Ok(dir)
 }
