@@ -1,0 +1,186 @@
+//! Configuration that explains itself, through the binary (`codebox tools tokens` reads
+//! the MCP server config exactly as `serve` does, without starting a sandbox):
+//! `--mcp-config` (missing, repeated, a name twice), the default `./.mcp.json` missing,
+//! files that are not JSON or TOML (line and column), relative paths in `codebox.toml`
+//! (against the file's directory), and entries codebox cannot start (listed as failed,
+//! the rest used).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::codebox_bin;
+use serde_json::{json, Value};
+
+fn tokens(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(codebox_bin())
+        .args(["tools", "tokens", "--json"])
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("CODEBOX_MCP_CONFIG")
+        .env_remove("CODEBOX_CONFIG")
+        .env("HOME", cwd)
+        .output()
+        .expect("codebox runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn write(path: &Path, servers: Value) {
+    std::fs::write(path, json!({ "mcpServers": servers }).to_string()).unwrap();
+}
+
+/// A server that cannot start (no such command): enough to see a row per server without
+/// running any upstream.
+fn ghost(dir: &Path) -> Value {
+    json!({"command": dir.join("no-such-server")})
+}
+
+fn rows(out: &Output) -> Vec<Value> {
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", stderr(out)));
+    report["servers"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_named_config_that_does_not_exist_is_an_error_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tokens(tmp.path(), &["--mcp-config", "missing.json"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("missing.json"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn the_default_config_missing_is_a_notice_naming_where_codebox_looked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tokens(tmp.path(), &[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let looked = tmp.path().join(".mcp.json");
+    assert!(
+        err.contains(&looked.display().to_string()) && err.contains("no upstream servers"),
+        "{err}"
+    );
+    assert!(rows(&out).is_empty());
+}
+
+#[test]
+fn several_configs_merge_and_a_name_in_two_is_an_error_naming_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a.json"), tmp.path().join("b.json"));
+    write(&a, json!({"one": ghost(tmp.path())}));
+    write(&b, json!({"two": ghost(tmp.path())}));
+    let out = tokens(
+        tmp.path(),
+        &["--mcp-config", "a.json", "--mcp-config", "b.json"],
+    );
+    let names: Vec<Value> = rows(&out).iter().map(|r| r["name"].clone()).collect();
+    assert_eq!(names, [json!("one"), json!("two")], "{}", stderr(&out));
+
+    write(&b, json!({"one": ghost(tmp.path())}));
+    let out = tokens(
+        tmp.path(),
+        &["--mcp-config", "a.json", "--mcp-config", "b.json"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("\"one\"") && err.contains("a.json") && err.contains("b.json"),
+        "{err}"
+    );
+}
+
+#[test]
+fn files_that_do_not_parse_say_line_and_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("bad.json"),
+        "{\n  \"mcpServers\": {\n    \"a\": [,]\n",
+    )
+    .unwrap();
+    let out = tokens(tmp.path(), &["--mcp-config", "bad.json"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("bad.json") && err.contains("line 3"), "{err}");
+
+    std::fs::write(
+        tmp.path().join("codebox.toml"),
+        "pool_size = 2\nqueue = = 3\n",
+    )
+    .unwrap();
+    let out = tokens(tmp.path(), &["--config", "codebox.toml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("codebox.toml") && err.contains("line 2, column"),
+        "{err}"
+    );
+}
+
+#[test]
+fn relative_paths_in_the_config_file_are_relative_to_its_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let etc = tmp.path().join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    write(
+        &etc.join("servers.json"),
+        json!({"relative": ghost(tmp.path())}),
+    );
+    std::fs::write(etc.join("codebox.toml"), "mcp_config = \"servers.json\"\n").unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let config = etc.join("codebox.toml");
+    let out = tokens(&elsewhere, &["--config", config.to_str().unwrap()]);
+    let found = rows(&out);
+    assert_eq!(found.len(), 1, "{}", stderr(&out));
+    assert_eq!(found[0]["name"], "relative");
+}
+
+#[test]
+fn entries_codebox_cannot_start_are_listed_as_failed_and_the_rest_is_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        &tmp.path().join(".mcp.json"),
+        json!({
+            "legacy": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+            "socket": {"type": "ws", "url": "ws://127.0.0.1:9"},
+            "unset": {"command": "${CODEBOX_TEST_SURELY_UNSET}"},
+            "empty": {"args": []},
+            "ghost": ghost(tmp.path()),
+        }),
+    );
+    let out = tokens(tmp.path(), &[]);
+    let err = stderr(&out);
+    let found = rows(&out);
+    assert_eq!(found.len(), 5, "{err}");
+    let row = |name: &str| {
+        found
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {found:?}"))
+            .clone()
+    };
+    for (name, says) in [
+        ("legacy", "\"sse\""),
+        ("socket", "\"ws\""),
+        ("unset", "CODEBOX_TEST_SURELY_UNSET"),
+        ("empty", "no command"),
+    ] {
+        let r = row(name);
+        assert_ne!(r["state"], "ready", "{r}");
+        let error = r["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{name}: {r}");
+        // The warning names the entry and why.
+        assert!(err.contains(name) && err.contains("skipping"), "{err}");
+    }
+    // The entry that can be tried was tried.
+    assert!(row("ghost")["error"]
+        .as_str()
+        .unwrap()
+        .contains("no-such-server"));
+}
