@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use codebox::codegen::generate;
-use codebox::upstream::catalog::Catalog;
+use codebox::upstream::catalog::{Catalog, CatalogServer};
 use common::fixtures::{catalog_tool, fixture_catalog};
 use serde_json::{json, Value};
 
@@ -66,11 +66,27 @@ fn hostile_tools() -> Vec<Value> {
     ]
 }
 
+/// Configured servers whose tools are not known (connecting, or failed): a name that
+/// tries to break out of the generated comments and strings, and a Python keyword.
+fn servers_without_tools() -> Vec<CatalogServer> {
+    vec![
+        CatalogServer {
+            name: "not \"ready\" */ \n\"\"\" \\ ${x} `y`".into(),
+            ident: "not_ready".into(),
+        },
+        CatalogServer {
+            name: "class".into(),
+            ident: "class".into(),
+        },
+    ]
+}
+
 fn catalog() -> Catalog {
     let mut catalog = fixture_catalog(1);
     catalog
         .tools
         .extend(hostile_tools().iter().map(|t| catalog_tool("edge case", t)));
+    catalog.servers = servers_without_tools();
     catalog
 }
 
@@ -182,7 +198,13 @@ import {{ getEnv, getSum }} from "{base}/everything/index.ts";
 import {{ convertTime }} from "{base}/time/index.ts";
 import {{ createEntities }} from "{base}/memory/index.ts";
 import {{ weirdNames, recursive }} from "{base}/edge_case/index.ts";
+import notReady, {{ call, server }} from "{base}/not_ready/index.ts";
+import keyword from "{base}/class/index.ts";
 export async function use() {{
+  const viaDefault: unknown = await notReady.someTool({{ a: 1 }});
+  const viaCall: number = await call<number>("some_tool", {{}});
+  const name: string = server;
+  await keyword.anything();
   const input: ReadTextFileInput = {{ path: "/a", head: 2 }};
   const text: string = (await readTextFile(input)).content;
   const env: unknown = await getEnv();
@@ -193,7 +215,7 @@ export async function use() {{
   const first: string = made.entities[0].name;
   await weirdNames({{ from: "x", "max-results": 3, "x\"\"\"*/": "*/" }});
   await recursive({{ tree: {{ id: "r", children: [{{ children: [] }}] }}, pair: ["a"], map: {{ k: null }} }});
-  return [text, env, sum, dst, first];
+  return [text, env, sum, dst, first, viaDefault, viaCall, name];
 }}
 "#)).unwrap();
     let result = deno_check(&deno, &deno_dir, &[usage]);
@@ -245,7 +267,7 @@ import importlib, inspect, sys, typing
 import codebox
 import servers
 
-assert servers.__all__ == ["edge_case", "everything", "filesystem", "memory", "time"], servers.__all__
+assert servers.__all__ == ["class_", "edge_case", "everything", "filesystem", "memory", "not_ready", "time"], servers.__all__
 count = 0
 for module_name in servers.__all__:
     module = importlib.import_module("servers." + module_name)
@@ -305,6 +327,24 @@ try:
     read_text_file("/a")
     raise AssertionError("positional arguments accepted")
 except TypeError:
+    pass
+
+# Servers whose tools were not known: any name is a function that calls by name.
+from servers.not_ready import some_tool, aio as not_ready_aio
+assert last_call(some_tool, a=1) == ("not_ready__some_tool", {"a": 1})
+import asyncio
+codebox.calls.clear()
+async def via_aio():
+    return await not_ready_aio.other(b=2)
+codebox.to_thread = lambda f, /, *a, **k: asyncio.sleep(0, f(*a, **k))
+assert asyncio.run(via_aio()) == "result" and codebox.calls == [("not_ready__other", {"b": 2})], codebox.calls
+keyword = importlib.import_module("servers.class_")
+assert last_call(keyword.anything) == ("class__anything", {})
+assert "not connected" not in keyword.__doc__ and "were not known" in keyword.__doc__, keyword.__doc__
+try:
+    from servers.not_ready import __wrapped__
+    raise AssertionError("dunder names are not tools")
+except ImportError:
     pass
 print("python ok")
 "#;
