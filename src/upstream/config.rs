@@ -10,11 +10,17 @@
 //! ```
 //!
 //! Without `type` (or with `"type": "stdio"`) a server is a command speaking MCP on its
-//! stdin/stdout; `"type": "http"` is streamable HTTP. Other types (`sse`, `ws`, ...) are
-//! refused with the server's name. `${VAR}` and `${VAR:-default}` are expanded, as Claude
-//! Code does, in `command`, `args`, `env` values, `url` and header values: a variable
-//! that is set (even to the empty string) gives its value, an unset one its default, and
-//! an unset one without a default is an error naming the server and the variable.
+//! stdin/stdout; `"type": "http"` is streamable HTTP. `${VAR}` and `${VAR:-default}` are
+//! expanded, as Claude Code does, in `command`, `args`, `env` values, `url` and header
+//! values: a variable that is set (even to the empty string) gives its value, an unset one
+//! its default.
+//!
+//! An entry codebox cannot start — another type (the legacy `sse`, `ws`, ...), no command,
+//! an unset variable without a default, a value of the wrong kind — is kept as
+//! [`TransportConfig::Unusable`] with the reason (naming the file, never a value) and a
+//! warning in the log: it is listed as failed wherever servers are listed, never tried,
+//! and the rest of the file is used. A file that is not JSON (line and column), or whose
+//! top level or `mcpServers` is not an object, is an error.
 //! Keys Claude Code knows but codebox does not use (`cwd`, `oauth`, ...) are ignored with a
 //! warning in the log. A file without `mcpServers` has no servers.
 
@@ -434,8 +440,18 @@ mod tests {
         assert_eq!(expand_vars("${B}", &env).unwrap_err(), "B");
     }
 
+    /// The one server of `text`, which must be kept as unusable: its name and reason.
+    fn unusable(text: &str) -> (String, String) {
+        let servers = parse_with(text, &[]).unwrap();
+        assert_eq!(servers.len(), 1, "{text}");
+        match &servers[0].transport {
+            TransportConfig::Unusable { reason } => (servers[0].name.clone(), reason.clone()),
+            other => panic!("{text}: usable: {other:?}"),
+        }
+    }
+
     #[test]
-    fn missing_variable_names_server_and_variable() {
+    fn a_missing_variable_makes_the_entry_unusable_naming_the_variable() {
         for text in [
             r#"{"mcpServers": {"srv": {"command": "x", "env": {"K": "${NOPE}"}}}}"#,
             r#"{"mcpServers": {"srv": {"command": "x", "args": ["${NOPE}"]}}}"#,
@@ -443,27 +459,39 @@ mod tests {
             r#"{"mcpServers": {"srv": {"type": "http", "url": "http://${NOPE}/"}}}"#,
             r#"{"mcpServers": {"srv": {"type": "http", "url": "http://h/", "headers": {"H": "${NOPE}"}}}}"#,
         ] {
-            let e = parse_with(text, &[]).unwrap_err().to_string();
+            let (name, reason) = unusable(text);
+            assert_eq!(name, "srv");
             assert!(
-                e.contains("\"srv\"") && e.contains("NOPE") && e.contains(".mcp.json"),
-                "{e}"
+                reason.contains("NOPE") && reason.contains(".mcp.json"),
+                "{reason}"
             );
         }
     }
 
     #[test]
-    fn unknown_type_names_the_server() {
-        let e = parse_with(
-            r#"{"mcpServers": {"old": {"type": "sse", "url": "http://h/sse"}}}"#,
+    fn an_unsupported_type_is_unusable_and_the_rest_is_kept() {
+        let servers = parse_with(
+            r#"{"mcpServers": {"old": {"type": "sse", "url": "http://h/sse"},
+                               "ok": {"command": "x"},
+                               "ws": {"type": "ws", "url": "ws://h"}}}"#,
             &[],
         )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("\"old\"") && e.contains("sse"), "{e}");
+        .unwrap();
+        let kinds: Vec<(&str, &str)> = servers
+            .iter()
+            .map(|s| (s.name.as_str(), s.transport.kind()))
+            .collect();
+        assert_eq!(kinds, [("ok", "stdio"), ("old", "none"), ("ws", "none")]);
+        let (_, reason) =
+            unusable(r#"{"mcpServers": {"old": {"type": "sse", "url": "http://h/sse"}}}"#);
+        assert!(
+            reason.contains("\"sse\"") && reason.contains("streamable HTTP"),
+            "{reason}"
+        );
     }
 
     #[test]
-    fn malformed_entries_are_named() {
+    fn malformed_entries_are_unusable_and_malformed_files_are_errors() {
         for (text, want) in [
             (r#"{"mcpServers": {"a": {"args": []}}}"#, "no command"),
             (r#"{"mcpServers": {"a": {"url": "http://h/"}}}"#, "type"),
@@ -482,6 +510,12 @@ mod tests {
                 "ftp",
             ),
             (r#"{"mcpServers": {"a": 3}}"#, "not a JSON object"),
+        ] {
+            let (name, reason) = unusable(text);
+            assert_eq!(name, "a");
+            assert!(reason.contains(want), "{text}: {reason}");
+        }
+        for (text, want) in [
             (r#"{"mcpServers": []}"#, "mcpServers"),
             (r#"[]"#, "top level"),
         ] {
