@@ -1,0 +1,616 @@
+//! The pure part of adopting: the files as read ([`Snapshot`]) → a [`Plan`]: which servers
+//! move from where to where, which codebox entries are added, updated or removed, and the
+//! new text of every file that changes. Nothing here touches the filesystem;
+//! `execute` carries a plan out.
+//!
+//! Install, per scope ([`Unit`]): every server of the scope that is not codebox itself
+//! moves to the scope's codebox file (one already there with the same definition only
+//! leaves the scope; with a different one the whole plan is refused), and the scope's
+//! `codebox` entry is added or brought up to date. The project scope is always installed
+//! (with an empty codebox file when it has no servers), the local scope only when it has
+//! servers or was installed before. Uninstall is the inverse: the codebox file's servers
+//! go back, the entry and the codebox file go.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use super::claude_code::{self, key_path, Launcher, Locations, Scope, Unit, ENTRY_NAME};
+use super::jsonc;
+use super::{Error, Result};
+
+/// What to do, and for install what the codebox entry starts.
+#[derive(Debug, Clone, Copy)]
+pub enum Action<'a> {
+    Install(&'a Launcher),
+    Uninstall,
+}
+
+/// One file as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRead {
+    pub bytes: Vec<u8>,
+    /// Permission bits.
+    pub mode: u32,
+}
+
+/// The files a plan is made from: path → contents (`None`: the file does not exist).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    files: BTreeMap<PathBuf, Option<FileRead>>,
+}
+
+impl Snapshot {
+    pub fn insert(&mut self, path: PathBuf, read: Option<FileRead>) {
+        self.files.insert(path, read);
+    }
+
+    fn get(&self, path: &Path) -> Option<&FileRead> {
+        self.files.get(path).and_then(Option::as_ref)
+    }
+}
+
+/// The files a plan for the project (or the user scope) reads.
+pub fn files_to_read(at: &Locations, user: bool) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    for unit in claude_code::units(at, user) {
+        for p in [unit.claude_file, unit.codebox_file] {
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+    }
+    paths
+}
+
+pub struct Inputs<'a> {
+    pub action: Action<'a>,
+    pub at: &'a Locations,
+    /// The user scope instead of the project's scopes.
+    pub user: bool,
+    pub snapshot: &'a Snapshot,
+    /// Whether a command (as an entry names it) is the running codebox binary.
+    pub is_me: &'a dyn Fn(&str) -> bool,
+}
+
+/// What happens, in the order it is reported.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Servers that move from `from` to `to`.
+    Move {
+        servers: Vec<String>,
+        from: String,
+        to: String,
+    },
+    /// Servers `to` already holds with the same definition: they only leave `from`.
+    AlreadyThere {
+        servers: Vec<String>,
+        from: String,
+        to: String,
+    },
+    /// A scope's codebox entry.
+    Entry { place: String, change: EntryChange },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum EntryChange {
+    Added(Value),
+    Updated { old: Value, new: Value },
+    Removed(Value),
+}
+
+/// One file to write or remove.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileChange {
+    pub path: PathBuf,
+    /// The bytes the plan was made from (`None`: the file is new).
+    pub original: Option<Vec<u8>>,
+    /// The new text (`None`: the file is removed).
+    pub text: Option<String>,
+    /// The mode of the file when it is new (an existing file keeps its own).
+    pub new_mode: u32,
+    /// The mode of directories made for it.
+    pub dir_mode: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    /// In the order to apply: on install the codebox files first, so a run cut short
+    /// leaves servers in both places, never in neither; on uninstall the Claude Code files
+    /// first, for the same reason.
+    pub files: Vec<FileChange>,
+    pub notes: Vec<String>,
+}
+
+impl Plan {
+    pub fn nothing_to_do(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// The plan in words, one line each: steps, files, notes.
+    pub fn describe(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self.steps.iter().map(describe_step).collect();
+        for f in &self.files {
+            lines.push(match (&f.original, &f.text) {
+                (None, _) => format!("new file {} (mode {:04o})", f.path.display(), f.new_mode),
+                (Some(_), Some(_)) => format!("rewrite {}", f.path.display()),
+                (Some(_), None) => format!("remove {}", f.path.display()),
+            });
+        }
+        lines.extend(self.notes.iter().map(|n| format!("note: {n}")));
+        lines
+    }
+}
+
+fn describe_step(step: &Step) -> String {
+    match step {
+        Step::Move { servers, from, to } => {
+            format!("move {}: {from} → {to}", servers.join(", "))
+        }
+        Step::AlreadyThere { servers, from, to } => format!(
+            "drop {} from {from}: already in {to} with the same definition",
+            servers.join(", ")
+        ),
+        Step::Entry { place, change } => match change {
+            EntryChange::Added(e) => format!(
+                "add the codebox entry to {place}: {}",
+                claude_code::command_line(e)
+            ),
+            EntryChange::Updated { old, new } => format!(
+                "update the codebox entry in {place}: {} → {}",
+                claude_code::command_line(old),
+                claude_code::command_line(new)
+            ),
+            EntryChange::Removed(e) => format!(
+                "remove the codebox entry from {place}: {}",
+                claude_code::command_line(e)
+            ),
+        },
+    }
+}
+
+/// Makes the plan, or refuses it whole.
+pub fn plan(inputs: &Inputs<'_>) -> Result<Plan> {
+    let units = claude_code::units(inputs.at, inputs.user);
+    let mut docs = Docs::default();
+    let project_mode = inputs.snapshot.get(&inputs.at.project_mcp).map(|r| r.mode);
+    for unit in &units {
+        let private = unit.scope != Scope::Project;
+        let claude_mode = if private { 0o600 } else { 0o644 };
+        docs.load(inputs.snapshot, &unit.claude_file, true, claude_mode)?;
+        let codebox_mode = if private {
+            0o600
+        } else {
+            project_mode.unwrap_or(0o644)
+        };
+        docs.load(inputs.snapshot, &unit.codebox_file, false, codebox_mode)?;
+    }
+    let mut out = Plan::default();
+    for unit in &units {
+        match inputs.action {
+            Action::Install(launcher) => {
+                let always = unit.scope != Scope::Local;
+                install_unit(&mut docs, unit, launcher, inputs.is_me, always, &mut out)?;
+            }
+            Action::Uninstall => uninstall_unit(&mut docs, unit, inputs.is_me, &mut out)?,
+        }
+    }
+    if let Action::Install(_) = inputs.action {
+        if inputs.user {
+            if out.steps.iter().any(|s| matches!(s, Step::Entry { .. })) {
+                out.notes.push(format!(
+                    "in a project with a codebox entry of its own (project or local scope), that entry shadows this one: the servers of {} are not reachable there",
+                    inputs.at.user_codebox.display()
+                ));
+            }
+        } else {
+            check_scopes_apart(&docs, inputs.at)?;
+            shadow_note(&docs, inputs, &mut out);
+        }
+    }
+    let claude_first = matches!(inputs.action, Action::Uninstall);
+    docs.finish(claude_first, &mut out);
+    Ok(out)
+}
+
+/// Installs one scope: its servers to its codebox file, its codebox entry up to date.
+/// `always`: also when the scope has no servers and was never installed.
+fn install_unit(
+    docs: &mut Docs,
+    unit: &Unit,
+    launcher: &Launcher,
+    is_me: &dyn Fn(&str) -> bool,
+    always: bool,
+    out: &mut Plan,
+) -> Result<()> {
+    let place = unit.place();
+    let to = unit.codebox_file.display().to_string();
+    // What the scope holds: servers to move, and the codebox entry if there is one.
+    let mut moving: Vec<(String, Value)> = Vec::new();
+    let mut entry = None;
+    for (name, def) in docs.servers(&unit.claude_file, &unit.at, &place)? {
+        if !claude_code::is_codebox(&def, is_me) {
+            moving.push((name, def));
+        } else if name == ENTRY_NAME {
+            entry = Some(def);
+        } else {
+            out.notes.push(format!(
+                "{place}: server {name:?} starts codebox itself: left in place (remove it if the codebox entry replaces it)"
+            ));
+        }
+    }
+    let codebox_exists = docs.get(&unit.codebox_file).after.is_some();
+    if !always && moving.is_empty() && !codebox_exists && entry.is_none() {
+        return Ok(());
+    }
+    // Where each goes: new to the codebox file, or already there; a different definition
+    // under the same name refuses the whole plan.
+    let held = docs.servers(&unit.codebox_file, &[], &to)?;
+    let (mut moved, mut already) = (Vec::new(), Vec::new());
+    for (name, def) in &moving {
+        match held.get(name) {
+            None => moved.push(name.clone()),
+            Some(d) if d == def => already.push(name.clone()),
+            Some(_) => {
+                return Err(Error::Conflict {
+                    server: name.clone(),
+                    first: to,
+                    second: place,
+                })
+            }
+        }
+    }
+    // The codebox file gets the servers; it exists afterwards even when empty, since the
+    // entry names it.
+    let target = docs.servers_mut(&unit.codebox_file, &[], &to)?;
+    for (name, def) in &moving {
+        if moved.contains(name) {
+            target.insert(name.clone(), def.clone());
+        }
+    }
+    // The scope keeps the codebox entry only.
+    let desired = claude_code::codebox_entry(launcher, entry.as_ref(), &unit.entry_configs);
+    let source = docs.servers_mut(&unit.claude_file, &unit.at, &place)?;
+    for (name, _) in &moving {
+        source.remove(name);
+    }
+    source.insert(ENTRY_NAME.into(), desired.clone());
+
+    for (name, def) in &moving {
+        if let Some(kind) = def.get("type").and_then(Value::as_str) {
+            if kind != "stdio" && kind != "http" {
+                out.notes.push(format!(
+                    "server {name:?} is of type {kind:?}, which codebox does not speak: `codebox serve` lists it as failed, with the reason, and never starts it; it moves with the others so nothing is lost (`codebox uninstall claude-code` puts it back)"
+                ));
+            }
+        }
+    }
+    if moving.is_empty() && !codebox_exists {
+        out.notes.push(format!(
+            "{place} has no servers to move: {to} starts empty; add servers to it (same format as .mcp.json), or to the scope and run install again"
+        ));
+    }
+    if !moved.is_empty() {
+        out.steps.push(Step::Move {
+            servers: moved,
+            from: place.clone(),
+            to: to.clone(),
+        });
+    }
+    if !already.is_empty() {
+        out.steps.push(Step::AlreadyThere {
+            servers: already,
+            from: place.clone(),
+            to,
+        });
+    }
+    let change = match entry {
+        None => Some(EntryChange::Added(desired)),
+        Some(old) if old != desired => Some(EntryChange::Updated { old, new: desired }),
+        Some(_) => None,
+    };
+    if let Some(change) = change {
+        out.steps.push(Step::Entry { place, change });
+    }
+    Ok(())
+}
+
+/// Uninstalls one scope: the codebox file's servers back, the entry and the file gone.
+fn uninstall_unit(
+    docs: &mut Docs,
+    unit: &Unit,
+    is_me: &dyn Fn(&str) -> bool,
+    out: &mut Plan,
+) -> Result<()> {
+    let place = unit.place();
+    let from = unit.codebox_file.display().to_string();
+    let codebox_exists = docs.get(&unit.codebox_file).after.is_some();
+    let held = docs.servers(&unit.codebox_file, &[], &from)?;
+    let mut present = docs.servers(&unit.claude_file, &unit.at, &place)?;
+    // A server named `codebox` that is not codebox itself is the user's own: it stays.
+    let entry = present
+        .get(ENTRY_NAME)
+        .filter(|e| claude_code::is_codebox(e, is_me))
+        .cloned();
+    if entry.is_some() {
+        present.remove(ENTRY_NAME);
+    }
+    if !codebox_exists && entry.is_none() {
+        return Ok(());
+    }
+    let (mut restored, mut already) = (Vec::new(), Vec::new());
+    for (name, def) in &held {
+        match present.get(name) {
+            None => restored.push(name.clone()),
+            Some(d) if d == def => already.push(name.clone()),
+            Some(_) => {
+                return Err(Error::Conflict {
+                    server: name.clone(),
+                    first: from,
+                    second: place,
+                })
+            }
+        }
+    }
+    if entry.is_some() || !restored.is_empty() {
+        let scope = docs.servers_mut(&unit.claude_file, &unit.at, &place)?;
+        if entry.is_some() {
+            scope.remove(ENTRY_NAME);
+        }
+        for name in &restored {
+            scope.insert(name.clone(), held[name].clone());
+        }
+    }
+    let claude = docs.get_mut(&unit.claude_file);
+    if unit.scope == Scope::Project && claude.after == Some(json!({"mcpServers": {}})) {
+        claude.after = None;
+        out.notes.push(format!(
+            "{} would hold nothing but an empty mcpServers: it is removed",
+            unit.claude_file.display()
+        ));
+    }
+    docs.get_mut(&unit.codebox_file).after = None;
+
+    if let Some(e) = entry {
+        out.steps.push(Step::Entry {
+            place: place.clone(),
+            change: EntryChange::Removed(e),
+        });
+    }
+    if !restored.is_empty() {
+        out.steps.push(Step::Move {
+            servers: restored,
+            from: from.clone(),
+            to: place.clone(),
+        });
+    }
+    if !already.is_empty() {
+        out.steps.push(Step::AlreadyThere {
+            servers: already,
+            from,
+            to: place,
+        });
+    }
+    Ok(())
+}
+
+/// The local-scope entry serves the project's codebox file and the local one together,
+/// and `codebox serve` refuses a name found in two files.
+fn check_scopes_apart(docs: &Docs, at: &Locations) -> Result<()> {
+    let names = |path: &Path| -> Vec<String> {
+        docs.get(path)
+            .after
+            .as_ref()
+            .and_then(|v| v.get("mcpServers"))
+            .and_then(Value::as_object)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let project = names(&at.project_codebox);
+    match names(&at.local_codebox)
+        .into_iter()
+        .find(|n| project.contains(n))
+    {
+        Some(server) => Err(Error::SameNameInTwoScopes {
+            server,
+            project: at.project_codebox.clone(),
+            local: at.local_codebox.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A user-scope codebox entry is shadowed in this project by the project's own.
+fn shadow_note(docs: &Docs, inputs: &Inputs<'_>, out: &mut Plan) {
+    let user_entry = docs
+        .get(&inputs.at.claude_json)
+        .after
+        .as_ref()
+        .and_then(|v| v.get("mcpServers"))
+        .and_then(|m| m.get(ENTRY_NAME));
+    if user_entry.is_some_and(|e| claude_code::is_codebox(e, inputs.is_me))
+        && out.steps.iter().any(|s| matches!(s, Step::Entry { .. }))
+    {
+        out.notes.push(format!(
+            "the user-scope codebox entry in {} is shadowed in this project by the project's own: the servers of {} are not reachable from codebox here",
+            inputs.at.claude_json.display(),
+            inputs.at.user_codebox.display()
+        ));
+    }
+}
+
+/// A file being planned: as read, and as it will be.
+struct Doc {
+    path: PathBuf,
+    read: Option<FileRead>,
+    parsed: Option<jsonc::Parsed>,
+    /// `None`: the file does not exist, or is to be removed.
+    after: Option<Value>,
+    /// A Claude Code file (else a codebox file).
+    claude: bool,
+    new_mode: u32,
+}
+
+#[derive(Default)]
+struct Docs(Vec<Doc>);
+
+impl Docs {
+    /// Parses `path` from the snapshot, once.
+    fn load(
+        &mut self,
+        snapshot: &Snapshot,
+        path: &Path,
+        claude: bool,
+        new_mode: u32,
+    ) -> Result<()> {
+        if self.0.iter().any(|d| d.path == path) {
+            return Ok(());
+        }
+        let read = snapshot.get(path).cloned();
+        let parsed = match &read {
+            None => None,
+            Some(r) => Some(jsonc::parse(&r.bytes).map_err(|e| Error::Json {
+                path: path.to_path_buf(),
+                line: e.line,
+                column: e.column,
+                message: e.message,
+            })?),
+        };
+        if parsed.as_ref().is_some_and(|p| !p.value.is_object()) {
+            return Err(Error::Shape {
+                place: path.display().to_string(),
+                message: "the top level is not a JSON object".into(),
+            });
+        }
+        self.0.push(Doc {
+            path: path.to_path_buf(),
+            after: parsed.as_ref().map(|p| p.value.clone()),
+            read,
+            parsed,
+            claude,
+            new_mode,
+        });
+        Ok(())
+    }
+
+    fn get(&self, path: &Path) -> &Doc {
+        self.0
+            .iter()
+            .find(|d| d.path == path)
+            .expect("every unit's files are loaded first")
+    }
+
+    fn get_mut(&mut self, path: &Path) -> &mut Doc {
+        self.0
+            .iter_mut()
+            .find(|d| d.path == path)
+            .expect("every unit's files are loaded first")
+    }
+
+    /// A copy of the `mcpServers` below the keys `at` (empty when any level is absent),
+    /// every level and every entry checked to be an object.
+    fn servers(&self, path: &Path, at: &[String], place: &str) -> Result<Map<String, Value>> {
+        let Some(mut obj) = self.get(path).after.as_ref().and_then(Value::as_object) else {
+            return Ok(Map::new());
+        };
+        let shape = |message: String| Error::Shape {
+            place: place.to_string(),
+            message,
+        };
+        for (i, key) in at.iter().enumerate() {
+            match obj.get(key) {
+                None => return Ok(Map::new()),
+                Some(Value::Object(o)) => obj = o,
+                Some(_) => return Err(shape(format!("{} is not an object", key_path(&at[..=i])))),
+            }
+        }
+        match obj.get("mcpServers") {
+            None => Ok(Map::new()),
+            Some(Value::Object(servers)) => {
+                if let Some((name, _)) = servers.iter().find(|(_, e)| !e.is_object()) {
+                    return Err(shape(format!("server {name:?} is not a JSON object")));
+                }
+                Ok(servers.clone())
+            }
+            Some(_) => Err(shape("mcpServers is not an object".into())),
+        }
+    }
+
+    /// The `mcpServers` below `at`, made (with the file) where missing.
+    fn servers_mut(
+        &mut self,
+        path: &Path,
+        at: &[String],
+        place: &str,
+    ) -> Result<&mut Map<String, Value>> {
+        let shape = |message: String| Error::Shape {
+            place: place.to_string(),
+            message,
+        };
+        let mut value = self.get_mut(path).after.get_or_insert_with(|| json!({}));
+        for key in at.iter().map(String::as_str).chain(["mcpServers"]) {
+            let Value::Object(obj) = value else {
+                return Err(shape(format!("{key}'s parent is not an object")));
+            };
+            value = obj.entry(key).or_insert_with(|| json!({}));
+        }
+        match value {
+            Value::Object(servers) => Ok(servers),
+            _ => Err(shape("mcpServers is not an object".into())),
+        }
+    }
+
+    /// The files that change, in the order to apply, and what their rewrite cannot keep.
+    fn finish(self, claude_first: bool, out: &mut Plan) {
+        let mut layout_changes = false;
+        let (first, second): (Vec<Doc>, Vec<Doc>) =
+            self.0.into_iter().partition(|d| d.claude == claude_first);
+        for doc in first.into_iter().chain(second) {
+            let before = doc.parsed.as_ref().map(|p| &p.value);
+            if before == doc.after.as_ref() {
+                continue;
+            }
+            let text = doc.after.as_ref().map(render);
+            if let (Some(_), Some(read), Some(parsed)) = (&text, &doc.read, &doc.parsed) {
+                if let Some(dropped) = parsed.dropped() {
+                    out.notes.push(format!(
+                        "{}: its {dropped} are not kept in the rewrite (the backup keeps them)",
+                        doc.path.display()
+                    ));
+                }
+                layout_changes |= !parsed.empty && render(&parsed.value).as_bytes() != read.bytes;
+            }
+            out.files.push(FileChange {
+                path: doc.path,
+                original: doc.read.map(|r| r.bytes),
+                text,
+                new_mode: doc.new_mode,
+                dir_mode: if doc.new_mode & 0o077 == 0 {
+                    0o700
+                } else {
+                    0o755
+                },
+            });
+        }
+        if layout_changes {
+            out.notes.push(
+                "rewritten files get their keys in sorted order and 2-space indentation; their backups keep the original layout"
+                    .into(),
+            );
+        }
+    }
+}
+
+/// A file's new text: pretty JSON (2-space indentation, as Claude Code writes it) and a
+/// newline.
+pub fn render(value: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).expect("a JSON value always serializes");
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
