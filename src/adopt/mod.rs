@@ -50,8 +50,9 @@ pub enum Error {
     #[error("server {server:?} would be in both {project} and {local}: Claude Code lets a local-scope server shadow a project-scope one of the same name, codebox serves one set of names; rename or remove one of them, then run again (nothing was changed)")]
     SameNameInTwoScopes {
         server: String,
-        project: PathBuf,
-        local: PathBuf,
+        /// Where the project-scope one is: the scope and its codebox file.
+        project: String,
+        local: String,
     },
     #[error("path {path} is not UTF-8, which a JSON config cannot name")]
     NotUtf8 { path: PathBuf },

@@ -206,7 +206,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<Plan> {
                 ));
             }
         } else {
-            check_scopes_apart(&docs, inputs.at)?;
+            check_scopes_apart(&docs, &units)?;
             shadow_note(&docs, inputs, &mut out);
         }
     }
@@ -398,9 +398,12 @@ fn uninstall_unit(
 
 /// The local-scope entry serves the project's codebox file and the local one together,
 /// and `codebox serve` refuses a name found in two files.
-fn check_scopes_apart(docs: &Docs, at: &Locations) -> Result<()> {
-    let names = |path: &Path| -> Vec<String> {
-        docs.get(path)
+fn check_scopes_apart(docs: &Docs, units: &[Unit]) -> Result<()> {
+    let [project, local] = units else {
+        return Ok(());
+    };
+    let names = |unit: &Unit| -> Vec<String> {
+        docs.get(&unit.codebox_file)
             .after
             .as_ref()
             .and_then(|v| v.get("mcpServers"))
@@ -408,18 +411,22 @@ fn check_scopes_apart(docs: &Docs, at: &Locations) -> Result<()> {
             .map(|m| m.keys().cloned().collect())
             .unwrap_or_default()
     };
-    let project = names(&at.project_codebox);
-    match names(&at.local_codebox)
-        .into_iter()
-        .find(|n| project.contains(n))
-    {
-        Some(server) => Err(Error::SameNameInTwoScopes {
-            server,
-            project: at.project_codebox.clone(),
-            local: at.local_codebox.clone(),
-        }),
-        None => Ok(()),
-    }
+    let in_project = names(project);
+    let Some(server) = names(local).into_iter().find(|n| in_project.contains(n)) else {
+        return Ok(());
+    };
+    let at = |unit: &Unit| {
+        format!(
+            "{} (codebox file {})",
+            unit.place(),
+            unit.codebox_file.display()
+        )
+    };
+    Err(Error::SameNameInTwoScopes {
+        server,
+        project: at(project),
+        local: at(local),
+    })
 }
 
 /// A user-scope codebox entry is shadowed in this project by the project's own.
@@ -576,7 +583,7 @@ impl Docs {
             if let (Some(_), Some(read), Some(parsed)) = (&text, &doc.read, &doc.parsed) {
                 if let Some(dropped) = parsed.dropped() {
                     out.notes.push(format!(
-                        "{}: its {dropped} are not kept in the rewrite (the backup keeps them)",
+                        "{} has {dropped}; the rewrite does not keep them (the backup does)",
                         doc.path.display()
                     ));
                 }

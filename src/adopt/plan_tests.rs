@@ -521,9 +521,9 @@ fn comments_are_read_and_their_loss_is_said() {
     let s = snapshot(&at, &[(&at.project_mcp, mcp)]);
     let p = install(&at, &s).unwrap();
     assert!(
-        p.notes
-            .iter()
-            .any(|n| n.contains("/p/.mcp.json: its 1 comment and 2 trailing commas are not kept")),
+        p.notes.iter().any(|n| n.contains(
+            "/p/.mcp.json has 1 comment and 2 trailing commas; the rewrite does not keep them"
+        )),
         "{:?}",
         p.notes
     );
