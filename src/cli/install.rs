@@ -145,6 +145,13 @@ fn locations(scope: &ScopeArgs) -> anyhow::Result<Locations> {
         Some(h) if Path::new(&h).is_absolute() => PathBuf::from(h),
         _ => bail!("HOME is not set to an absolute path: cannot find ~/.claude.json"),
     };
+    if let Some(dir) = std::env::var_os("CLAUDE_CONFIG_DIR") {
+        // Where Claude Code keeps its files then is not settled enough to follow.
+        tracing::warn!(
+            CLAUDE_CONFIG_DIR = %Path::new(&dir).display(),
+            "CLAUDE_CONFIG_DIR is set; codebox adopts $HOME/.claude.json all the same"
+        );
+    }
     let config_home = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
     let project = match (&scope.project, scope.user) {
         // The user scope has no project; its Locations name the root, unused.
