@@ -211,7 +211,7 @@ fn project_and_local_scopes_move_behind_codebox_and_back() {
 
     // A dry run says everything and changes nothing.
     let out = ok(&fx.install(&["--dry-run"]));
-    assert!(out.contains("move api, files:"), "{out}");
+    assert!(out.contains("move files, api:"), "{out}");
     assert!(out.contains("would back up"), "{out}");
     assert!(out.contains("dry run: nothing was changed"), "{out}");
     assert_eq!(fx.tree(), before);
@@ -222,7 +222,7 @@ fn project_and_local_scopes_move_behind_codebox_and_back() {
     let local_file = fx.local_codebox().expect("a local-scope codebox file");
     assert!(
         out.contains(&format!(
-            "move api, files: {} (project scope) → {}",
+            "move files, api: {} (project scope) → {}",
             fx.mcp_json().display(),
             project_file.display()
         )),
@@ -274,7 +274,7 @@ fn project_and_local_scopes_move_behind_codebox_and_back() {
     fx.write(&fx.mcp_json(), &mcp.to_string(), 0o644);
     let out = ok(&fx.install(&[]));
     assert!(out.contains("move later:"), "{out}");
-    assert!(!out.contains("move api"), "{out}");
+    assert!(!out.contains("move files"), "{out}");
     let servers = parse(&project_file)["mcpServers"].clone();
     assert_eq!(
         servers.as_object().unwrap().keys().collect::<Vec<_>>(),
@@ -401,6 +401,114 @@ fn codebox_itself_is_not_moved_and_its_entry_is_updated() {
             .collect::<Vec<_>>(),
         ["time"]
     );
+}
+
+/// `~/.claude.json` as Claude Code lays it out (2 spaces, its own key order, no sorting),
+/// with values whose text a parse and re-serialisation would change: floats that are not
+/// the shortest text of their double, integers past u64, exponents, escapes, odd spacing.
+fn claude_json_exact(project: &Path) -> String {
+    let project = serde_json::to_string(project.to_str().unwrap()).unwrap();
+    format!(
+        r#"{{
+  "numStartups": 18446744073709551616,
+  "tipsHistory": {{"cost": 0.30000000000000004, "tiny": 1e-7, "big": 123456789.123456789}},
+  "mcpServers": {{
+    "clock": {{
+      "command": "uvx",
+      "args": ["mcp-server-time"],
+      "timeoutSeconds": 2.50
+    }}
+  }},
+  "projects": {{
+    {project}: {{
+      "allowedTools": [],
+      "lastCost": 0.1e1,
+      "mcpServers": {{
+        "secret": {{
+          "command": "tool",
+          "env": {{
+            "KEY": "caf\u00e9 \/ s3cret"
+          }}
+        }}
+      }},
+      "durations": [212.91890726713459,479.60756426982596 , -0.0, 1E+2]
+    }},
+    "/elsewhere": {{"mcpServers": {{"other": {{"command": "o"}}}}, "lastCost": 92.42132512813595}}
+  }},
+  "autoUpdates": false,
+  "firstStartTime": "2025-01-01T00:00:00.000Z"
+}}"#
+    )
+}
+
+#[test]
+fn values_install_does_not_change_keep_their_text_and_order() {
+    let fx = Fixture::new();
+    let original = claude_json_exact(&fx.project);
+    fx.write(&fx.claude_json(), &original, 0o600);
+    let mcp = "{\n  \"mcpServers\": {\n    \"files\": {\"command\": \"npx\", \"args\": [\"-y\", \"server\"]}\n  },\n  \"ratio\": 0.30000000000000004\n}\n";
+    fx.write(&fx.mcp_json(), mcp, 0o644);
+    let unchanged = [
+        "\"numStartups\": 18446744073709551616,",
+        "\"tipsHistory\": {\"cost\": 0.30000000000000004, \"tiny\": 1e-7, \"big\": 123456789.123456789},",
+        "\"lastCost\": 0.1e1,",
+        "\"durations\": [212.91890726713459,479.60756426982596 , -0.0, 1E+2]",
+        "\"/elsewhere\": {\"mcpServers\": {\"other\": {\"command\": \"o\"}}, \"lastCost\": 92.42132512813595}",
+    ];
+    let top_keys = [
+        "numStartups",
+        "tipsHistory",
+        "mcpServers",
+        "projects",
+        "autoUpdates",
+        "firstStartTime",
+    ];
+    let in_order = |text: &str| {
+        let at: Vec<usize> = top_keys
+            .iter()
+            .map(|k| text.find(&format!("\n  \"{k}\": ")).unwrap())
+            .collect();
+        at.is_sorted()
+    };
+
+    for user in [false, true] {
+        let scope: &[&str] = if user { &["--user"] } else { &[] };
+        let out = ok(&fx.install(scope));
+        assert!(!out.contains("lays out"), "{out}");
+        let installed = std::fs::read_to_string(fx.claude_json()).unwrap();
+        for text in unchanged {
+            assert!(installed.contains(text), "{text} in\n{installed}");
+        }
+        assert!(in_order(&installed), "{installed}");
+        let moved = match user {
+            true => std::fs::read_to_string(fx.user_codebox()).unwrap(),
+            false => std::fs::read_to_string(fx.local_codebox().unwrap()).unwrap(),
+        };
+        let secret = "    \"secret\": {\n      \"command\": \"tool\",\n      \"env\": {\n        \"KEY\": \"caf\\u00e9 \\/ s3cret\"\n      }\n    }\n";
+        let clock = "    \"clock\": {\n      \"command\": \"uvx\",\n      \"args\": [\"mcp-server-time\"],\n      \"timeoutSeconds\": 2.50\n    }\n";
+        let expected = if user { clock } else { secret };
+        assert!(moved.contains(expected), "{expected} in\n{moved}");
+        if !user {
+            let mcp_now = std::fs::read_to_string(fx.mcp_json()).unwrap();
+            assert!(
+                mcp_now.ends_with("\n  },\n  \"ratio\": 0.30000000000000004\n}\n"),
+                "{mcp_now}"
+            );
+            assert!(std::fs::read_to_string(fx.project_codebox())
+                .unwrap()
+                .contains(
+                    "    \"files\": {\"command\": \"npx\", \"args\": [\"-y\", \"server\"]}\n"
+                ));
+        }
+
+        ok(&fx.uninstall(scope));
+        assert_eq!(
+            std::fs::read_to_string(fx.claude_json()).unwrap(),
+            original,
+            "user: {user}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(fx.mcp_json()).unwrap(), mcp);
 }
 
 /// `~/.claude.json` with these local-scope servers for the fixture's project.

@@ -4,6 +4,10 @@
 //! still point into the text as written) and counted, so the caller can say that the
 //! rewrite will not keep them. Anything else that is not JSON is an error with its line
 //! and column. A file holding only whitespace is an empty object.
+//!
+//! Besides the parsed value, [`Parsed::text`] is the file as JSON for a rewrite that keeps
+//! values as written: comments and trailing commas gone, and with them the space they
+//! leave at the end of a line and the lines they held alone.
 
 use serde_json::Value;
 
@@ -11,6 +15,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Parsed {
     pub value: Value,
+    /// The text as plain JSON (`{}` for an empty file).
+    pub text: String,
     pub comments: usize,
     pub trailing_commas: usize,
     /// The file held only whitespace (read as `{}`).
@@ -58,6 +64,7 @@ pub fn parse(text: &[u8]) -> Result<Parsed, SyntaxError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Parsed {
             value: Value::Object(Default::default()),
+            text: "{}".into(),
             comments,
             trailing_commas,
             empty: true,
@@ -76,12 +83,51 @@ pub fn parse(text: &[u8]) -> Result<Parsed, SyntaxError> {
             message,
         }
     })?;
+    let tidied = match comments + trailing_commas {
+        0 => bytes,
+        _ => tidy(text, &bytes),
+    };
+    // serde_json has checked every string; the rest of valid JSON is ASCII.
+    let text = String::from_utf8(tidied).map_err(|e| SyntaxError {
+        line: 1,
+        column: 1,
+        message: format!("not UTF-8: {e}"),
+    })?;
     Ok(Parsed {
         value,
+        text,
         comments,
         trailing_commas,
         empty: false,
     })
+}
+
+/// `blanked` without what blanking left behind: on each line that blanking changed, the
+/// spaces at its end, and the line itself when nothing else is left on it. (No string
+/// holds a newline, so the end of a line is never inside one.)
+fn tidy(original: &[u8], blanked: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blanked.len());
+    let lines = |b: &[u8]| -> Vec<Vec<u8>> {
+        b.split_inclusive(|&c| c == b'\n')
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    for (was, now) in lines(original).iter().zip(lines(blanked)) {
+        if *was == now {
+            out.extend_from_slice(&now);
+            continue;
+        }
+        let newline = now.ends_with(b"\n");
+        let body = now.strip_suffix(b"\n").unwrap_or(&now).trim_ascii_end();
+        if body.is_empty() {
+            continue;
+        }
+        out.extend_from_slice(body);
+        if newline {
+            out.push(b'\n');
+        }
+    }
+    out
 }
 
 /// The index just past the string that opens at `start` (a `"`), or the end of the text
@@ -205,6 +251,19 @@ mod tests {
             p.dropped().as_deref(),
             Some("2 comments and 2 trailing commas")
         );
+        // The JSON text: the comment lines gone, what is left of the others trimmed.
+        assert_eq!(
+            p.text,
+            "   {\n  \"a\": \"x // not a comment\",\n  \"b\": [1, 2 ],\n  \"c\": \"/* nor this */\"\n}\n"
+        );
+        assert_eq!(serde_json::from_str::<Value>(&p.text).unwrap(), p.value);
+    }
+
+    #[test]
+    fn plain_json_keeps_its_text() {
+        let text = "{\n  \"a\": 1.10,   \n\n  \"b\": \"\\u00e9\"\n}";
+        assert_eq!(parse(text.as_bytes()).unwrap().text, text);
+        assert_eq!(parse(b"  ").unwrap().text, "{}");
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! Data first, then one procedure:
 //!
 //! 1. [`execute::read`] reads the files involved as bytes (a [`plan::Snapshot`]);
-//! 2. [`plan::plan`] (pure) parses them ([`jsonc`]: comments are read, not kept) and
-//!    returns a [`plan::Plan`]: which servers move from which file to which, which codebox
-//!    entries are added, updated or removed, and every changed file's new text;
+//! 2. [`plan::plan`] (pure) parses them ([`jsonc`]: comments are read, not kept; [`doc`]:
+//!    every value it does not change keeps its text, key order kept) and returns a
+//!    [`plan::Plan`]: which servers move from which file to which, which codebox entries
+//!    are added, updated or removed, and every changed file's new text;
 //! 3. [`execute::execute`] carries the plan out: it checks that no file changed since it
 //!    was read, backs every changed file up next to itself, then writes each one
 //!    atomically (or only prints, on a dry run).
@@ -16,6 +17,7 @@
 //! their codebox files go, and what the codebox entry looks like.
 
 pub mod claude_code;
+pub mod doc;
 pub mod execute;
 pub mod jsonc;
 pub mod plan;

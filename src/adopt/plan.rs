@@ -10,13 +10,17 @@
 //! (with an empty codebox file when it has no servers), the local scope only when it has
 //! servers or was installed before. Uninstall is the inverse: the codebox file's servers
 //! go back, the entry and the codebox file go.
+//!
+//! Files are held as [`super::doc::Members`]: a server moves as the text it was written
+//! with, and everything the plan does not change is written back as it was read.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::claude_code::{self, key_path, Launcher, Locations, Scope, Unit, ENTRY_NAME};
+use super::doc::{Layout, Members, Node};
 use super::jsonc;
 use super::{Error, Result};
 
@@ -228,13 +232,14 @@ fn install_unit(
     let place = unit.place();
     let to = unit.codebox_file.display().to_string();
     // What the scope holds: servers to move, and the codebox entry if there is one.
-    let mut moving: Vec<(String, Value)> = Vec::new();
+    let mut moving: Vec<Server> = Vec::new();
     let mut entry = None;
-    for (name, def) in docs.servers(&unit.claude_file, &unit.at, &place)? {
-        if !claude_code::is_codebox(&def, is_me) {
-            moving.push((name, def));
+    for server in docs.servers(&unit.claude_file, &unit.at, &place)? {
+        let name = &server.name;
+        if !claude_code::is_codebox(&server.def, is_me) {
+            moving.push(server);
         } else if name == ENTRY_NAME {
-            entry = Some(def);
+            entry = Some(server);
         } else {
             out.notes.push(format!(
                 "{place}: server {name:?} starts codebox itself: left in place (remove it if the codebox entry replaces it)"
@@ -249,10 +254,10 @@ fn install_unit(
     // under the same name refuses the whole plan.
     let held = docs.servers(&unit.codebox_file, &[], &to)?;
     let (mut moved, mut already) = (Vec::new(), Vec::new());
-    for (name, def) in &moving {
-        match held.get(name) {
+    for Server { name, def, .. } in &moving {
+        match held.iter().find(|h| h.name == *name) {
             None => moved.push(name.clone()),
-            Some(d) if d == def => already.push(name.clone()),
+            Some(h) if h.def == *def => already.push(name.clone()),
             Some(_) => {
                 return Err(Error::Conflict {
                     server: name.clone(),
@@ -262,23 +267,27 @@ fn install_unit(
             }
         }
     }
-    // The codebox file gets the servers; it exists afterwards even when empty, since the
-    // entry names it.
+    // The codebox file gets the servers, each as written; it exists afterwards even when
+    // empty, since the entry names it.
     let target = docs.servers_mut(&unit.codebox_file, &[], &to)?;
-    for (name, def) in &moving {
-        if moved.contains(name) {
-            target.insert(name.clone(), def.clone());
+    for server in &moving {
+        if moved.contains(&server.name) {
+            target.insert(server.name.clone(), server.node.clone().moved());
         }
     }
     // The scope keeps the codebox entry only.
-    let desired = claude_code::codebox_entry(launcher, entry.as_ref(), &unit.entry_configs);
+    let old = entry.as_ref().map(|e| &e.def);
+    let desired = claude_code::codebox_entry(launcher, old, &unit.entry_configs);
     let source = docs.servers_mut(&unit.claude_file, &unit.at, &place)?;
-    for (name, _) in &moving {
-        source.remove(name);
+    for server in &moving {
+        source.remove(&server.name);
     }
-    source.insert(ENTRY_NAME.into(), desired.clone());
+    if old != Some(&desired) {
+        let node = entry_node(entry.as_ref().map(|e| &e.node), &desired);
+        source.insert(ENTRY_NAME.into(), node);
+    }
 
-    for (name, def) in &moving {
+    for Server { name, def, .. } in &moving {
         if let Some(kind) = def.get("type").and_then(Value::as_str) {
             if kind != "stdio" && kind != "http" {
                 out.notes.push(format!(
@@ -306,7 +315,7 @@ fn install_unit(
             to,
         });
     }
-    let change = match entry {
+    let change = match entry.map(|e| e.def) {
         None => Some(EntryChange::Added(desired)),
         Some(old) if old != desired => Some(EntryChange::Updated { old, new: desired }),
         Some(_) => None,
@@ -315,6 +324,16 @@ fn install_unit(
         out.steps.push(Step::Entry { place, change });
     }
     Ok(())
+}
+
+/// The codebox entry to write: an existing one's members in their order and text, with
+/// `command` and `args` set (first, in that order, in a new one).
+fn entry_node(existing: Option<&Node>, desired: &Value) -> Node {
+    let mut members = existing.and_then(Node::members).unwrap_or_default();
+    for key in ["command", "args"] {
+        members.insert(key.into(), Node::Value(desired[key].clone()));
+    }
+    Node::Object(members)
 }
 
 /// Uninstalls one scope: the codebox file's servers back, the entry and the file gone.
@@ -331,20 +350,20 @@ fn uninstall_unit(
     let mut present = docs.servers(&unit.claude_file, &unit.at, &place)?;
     // A server named `codebox` that is not codebox itself is the user's own: it stays.
     let entry = present
-        .get(ENTRY_NAME)
-        .filter(|e| claude_code::is_codebox(e, is_me))
-        .cloned();
+        .iter()
+        .find(|s| s.name == ENTRY_NAME && claude_code::is_codebox(&s.def, is_me))
+        .map(|s| s.def.clone());
     if entry.is_some() {
-        present.remove(ENTRY_NAME);
+        present.retain(|s| s.name != ENTRY_NAME);
     }
     if !codebox_exists && entry.is_none() {
         return Ok(());
     }
     let (mut restored, mut already) = (Vec::new(), Vec::new());
-    for (name, def) in &held {
-        match present.get(name) {
+    for Server { name, def, .. } in &held {
+        match present.iter().find(|p| p.name == *name) {
             None => restored.push(name.clone()),
-            Some(d) if d == def => already.push(name.clone()),
+            Some(p) if p.def == *def => already.push(name.clone()),
             Some(_) => {
                 return Err(Error::Conflict {
                     server: name.clone(),
@@ -359,12 +378,13 @@ fn uninstall_unit(
         if entry.is_some() {
             scope.remove(ENTRY_NAME);
         }
-        for name in &restored {
-            scope.insert(name.clone(), held[name].clone());
+        for server in held.iter().filter(|s| restored.contains(&s.name)) {
+            scope.insert(server.name.clone(), server.node.clone().moved());
         }
     }
     let claude = docs.get_mut(&unit.claude_file);
-    if unit.scope == Scope::Project && claude.after == Some(json!({"mcpServers": {}})) {
+    let left = claude.after.as_ref().map(Members::to_value);
+    if unit.scope == Scope::Project && left == Some(json!({"mcpServers": {}})) {
         claude.after = None;
         out.notes.push(format!(
             "{} would hold nothing but an empty mcpServers: it is removed",
@@ -406,9 +426,9 @@ fn check_scopes_apart(docs: &Docs, units: &[Unit]) -> Result<()> {
         docs.get(&unit.codebox_file)
             .after
             .as_ref()
-            .and_then(|v| v.get("mcpServers"))
-            .and_then(Value::as_object)
-            .map(|m| m.keys().cloned().collect())
+            .and_then(|top| top.get("mcpServers"))
+            .and_then(Node::members)
+            .map(|m| m.keys().map(str::to_string).collect())
             .unwrap_or_default()
     };
     let in_project = names(project);
@@ -435,9 +455,10 @@ fn shadow_note(docs: &Docs, inputs: &Inputs<'_>, out: &mut Plan) {
         .get(&inputs.at.claude_json)
         .after
         .as_ref()
-        .and_then(|v| v.get("mcpServers"))
-        .and_then(|m| m.get(ENTRY_NAME));
-    if user_entry.is_some_and(|e| claude_code::is_codebox(e, inputs.is_me))
+        .and_then(|top| top.get("mcpServers"))
+        .and_then(Node::members)
+        .and_then(|m| m.get(ENTRY_NAME).map(Node::to_value));
+    if user_entry.is_some_and(|e| claude_code::is_codebox(&e, inputs.is_me))
         && out.steps.iter().any(|s| matches!(s, Step::Entry { .. }))
     {
         out.notes.push(format!(
@@ -448,13 +469,22 @@ fn shadow_note(docs: &Docs, inputs: &Inputs<'_>, out: &mut Plan) {
     }
 }
 
+/// One entry of an `mcpServers`: its text as read, and its value.
+struct Server {
+    name: String,
+    node: Node,
+    def: Value,
+}
+
 /// A file being planned: as read, and as it will be.
 struct Doc {
     path: PathBuf,
     read: Option<FileRead>,
     parsed: Option<jsonc::Parsed>,
-    /// `None`: the file does not exist, or is to be removed.
-    after: Option<Value>,
+    /// `None`: the file does not exist, or is to be removed. Values the plan does not
+    /// change keep their text ([`super::doc`]).
+    after: Option<Members>,
+    layout: Layout,
     /// A Claude Code file (else a codebox file).
     claude: bool,
     new_mode: u32,
@@ -485,15 +515,21 @@ impl Docs {
                 message: e.message,
             })?),
         };
-        if parsed.as_ref().is_some_and(|p| !p.value.is_object()) {
-            return Err(Error::Shape {
+        let after = match &parsed {
+            None => None,
+            Some(p) => Some(Members::parse(&p.text).ok_or_else(|| Error::Shape {
                 place: path.display().to_string(),
                 message: "the top level is not a JSON object".into(),
-            });
-        }
+            })?),
+        };
         self.0.push(Doc {
             path: path.to_path_buf(),
-            after: parsed.as_ref().map(|p| p.value.clone()),
+            after,
+            layout: parsed
+                .as_ref()
+                .filter(|p| !p.empty)
+                .map(|p| Layout::of(&p.text))
+                .unwrap_or_default(),
             read,
             parsed,
             claude,
@@ -516,106 +552,112 @@ impl Docs {
             .expect("every unit's files are loaded first")
     }
 
-    /// A copy of the `mcpServers` below the keys `at` (empty when any level is absent),
-    /// every level and every entry checked to be an object.
-    fn servers(&self, path: &Path, at: &[String], place: &str) -> Result<Map<String, Value>> {
-        let Some(mut obj) = self.get(path).after.as_ref().and_then(Value::as_object) else {
-            return Ok(Map::new());
+    /// The entries of the `mcpServers` below the keys `at`, in the file's order (none when
+    /// any level is absent), every level and every entry checked to be an object.
+    fn servers(&self, path: &Path, at: &[String], place: &str) -> Result<Vec<Server>> {
+        let Some(top) = self.get(path).after.as_ref() else {
+            return Ok(Vec::new());
         };
         let shape = |message: String| Error::Shape {
             place: place.to_string(),
             message,
         };
+        let mut below: Option<Members> = None;
         for (i, key) in at.iter().enumerate() {
-            match obj.get(key) {
-                None => return Ok(Map::new()),
-                Some(Value::Object(o)) => obj = o,
-                Some(_) => return Err(shape(format!("{} is not an object", key_path(&at[..=i])))),
-            }
+            let node = match below.as_ref().unwrap_or(top).get(key) {
+                None => return Ok(Vec::new()),
+                Some(node) => node,
+            };
+            let members = node
+                .members()
+                .ok_or_else(|| shape(format!("{} is not an object", key_path(&at[..=i]))))?;
+            below = Some(members);
         }
-        match obj.get("mcpServers") {
-            None => Ok(Map::new()),
-            Some(Value::Object(servers)) => {
-                if let Some((name, _)) = servers.iter().find(|(_, e)| !e.is_object()) {
+        let servers = match below.as_ref().unwrap_or(top).get("mcpServers") {
+            None => return Ok(Vec::new()),
+            Some(node) => node
+                .members()
+                .ok_or_else(|| shape("mcpServers is not an object".into()))?,
+        };
+        servers
+            .iter()
+            .map(|(name, node)| {
+                let def = node.to_value();
+                if !def.is_object() {
                     return Err(shape(format!("server {name:?} is not a JSON object")));
                 }
-                Ok(servers.clone())
-            }
-            Some(_) => Err(shape("mcpServers is not an object".into())),
-        }
+                Ok(Server {
+                    name: name.to_string(),
+                    node: node.clone(),
+                    def,
+                })
+            })
+            .collect()
     }
 
-    /// The `mcpServers` below `at`, made (with the file) where missing.
-    fn servers_mut(
-        &mut self,
-        path: &Path,
-        at: &[String],
-        place: &str,
-    ) -> Result<&mut Map<String, Value>> {
+    /// The `mcpServers` below `at`, opened for editing; made (with the file) where missing.
+    fn servers_mut(&mut self, path: &Path, at: &[String], place: &str) -> Result<&mut Members> {
         let shape = |message: String| Error::Shape {
             place: place.to_string(),
             message,
         };
-        let mut value = self.get_mut(path).after.get_or_insert_with(|| json!({}));
+        let mut members = self
+            .get_mut(path)
+            .after
+            .get_or_insert_with(Members::default);
         for key in at.iter().map(String::as_str).chain(["mcpServers"]) {
-            let Value::Object(obj) = value else {
-                return Err(shape(format!("{key}'s parent is not an object")));
-            };
-            value = obj.entry(key).or_insert_with(|| json!({}));
+            members = members
+                .object_mut(key)
+                .map_err(|_| shape(format!("{key} is not an object")))?;
         }
-        match value {
-            Value::Object(servers) => Ok(servers),
-            _ => Err(shape("mcpServers is not an object".into())),
-        }
+        Ok(members)
     }
 
     /// The files that change, in the order to apply, and what their rewrite cannot keep.
     fn finish(self, claude_first: bool, out: &mut Plan) {
-        let mut layout_changes = false;
         let (first, second): (Vec<Doc>, Vec<Doc>) =
             self.0.into_iter().partition(|d| d.claude == claude_first);
         for doc in first.into_iter().chain(second) {
             let before = doc.parsed.as_ref().map(|p| &p.value);
-            if before == doc.after.as_ref() {
-                continue;
+            if before != doc.after.as_ref().map(Members::to_value).as_ref() {
+                push_change(doc, out);
             }
-            let text = doc.after.as_ref().map(render);
-            if let (Some(_), Some(read), Some(parsed)) = (&text, &doc.read, &doc.parsed) {
-                if let Some(dropped) = parsed.dropped() {
-                    out.notes.push(format!(
-                        "{} has {dropped}; the rewrite does not keep them (the backup does)",
-                        doc.path.display()
-                    ));
-                }
-                layout_changes |= !parsed.empty && render(&parsed.value).as_bytes() != read.bytes;
-            }
-            out.files.push(FileChange {
-                path: doc.path,
-                original: doc.read.map(|r| r.bytes),
-                text,
-                new_mode: doc.new_mode,
-                dir_mode: if doc.new_mode & 0o077 == 0 {
-                    0o700
-                } else {
-                    0o755
-                },
-            });
-        }
-        if layout_changes {
-            out.notes.push(
-                "rewritten files get their keys in sorted order and 2-space indentation; their backups keep the original layout"
-                    .into(),
-            );
         }
     }
 }
 
-/// A file's new text: pretty JSON (2-space indentation, as Claude Code writes it) and a
-/// newline.
-pub fn render(value: &Value) -> String {
-    let mut text = serde_json::to_string_pretty(value).expect("a JSON value always serializes");
-    text.push('\n');
-    text
+/// A file that changes: its new text, and what the rewrite does not keep.
+fn push_change(doc: Doc, out: &mut Plan) {
+    let text = doc.after.as_ref().map(|top| doc.layout.render(top));
+    if let (Some(_), Some(read), Some(parsed)) = (&text, &doc.read, &doc.parsed) {
+        if let Some(dropped) = parsed.dropped() {
+            out.notes.push(format!(
+                "{} has {dropped}; the rewrite does not keep them (the backup does)",
+                doc.path.display()
+            ));
+        } else if !parsed.empty {
+            // The file as read, written back: its own text unless its layout differs
+            // from the one codebox writes.
+            let as_read = Members::parse(&parsed.text).expect("parsed before");
+            if doc.layout.render(&as_read).as_bytes() != read.bytes {
+                out.notes.push(format!(
+                    "{}: the rewrite keeps every value it does not change as written, but lays out the top level and the objects it edits anew (one member a line); the backup keeps the original layout",
+                    doc.path.display()
+                ));
+            }
+        }
+    }
+    out.files.push(FileChange {
+        path: doc.path,
+        original: doc.read.map(|r| r.bytes),
+        text,
+        new_mode: doc.new_mode,
+        dir_mode: if doc.new_mode & 0o077 == 0 {
+            0o700
+        } else {
+            0o755
+        },
+    });
 }
 
 #[cfg(test)]

@@ -75,6 +75,13 @@ fn applied(mut s: Snapshot, plan: &Plan) -> Snapshot {
     s
 }
 
+/// A file's text as codebox writes a new one.
+fn render(value: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap();
+    text.push('\n');
+    text
+}
+
 fn value(s: &Snapshot, path: &Path) -> Option<Value> {
     s.get(path)
         .map(|r| serde_json::from_slice(&r.bytes).expect("the plan writes JSON"))
@@ -159,7 +166,7 @@ fn a_project_install_moves_project_and_local_servers_and_a_second_run_does_nothi
     let lines = p.describe();
     assert!(
         lines.contains(
-            &"move api, files: /p/.mcp.json (project scope) → /p/.codebox/mcp.json".to_string()
+            &"move files, api: /p/.mcp.json (project scope) → /p/.codebox/mcp.json".to_string()
         ),
         "{lines:#?}"
     );
@@ -172,8 +179,8 @@ fn a_project_install_moves_project_and_local_servers_and_a_second_run_does_nothi
         "{lines:#?}"
     );
     assert!(
-        lines.iter().any(|l| l.contains("sorted order")),
-        "{lines:#?}"
+        !lines.iter().any(|l| l.contains("lays out")),
+        "files laid out as codebox writes JSON come back as they were, but for the edits: {lines:#?}"
     );
 
     let again = install(&at, &after).unwrap();
@@ -211,15 +218,17 @@ fn servers_added_later_are_moved_and_merged() {
         }]
     );
     assert!(
-        !p.notes.iter().any(|n| n.contains("sorted order")),
+        !p.notes.iter().any(|n| n.contains("lays out")),
         "a file codebox wrote keeps its layout: {:?}",
         p.notes
     );
     let after = applied(after, &p);
-    let servers = value(&after, &at.project_codebox).unwrap()["mcpServers"].clone();
+    let file = super::super::doc::Members::parse(&text_of(&after, &at.project_codebox)).unwrap();
+    let servers = file.get("mcpServers").unwrap().members().unwrap();
     assert_eq!(
-        servers.as_object().unwrap().keys().collect::<Vec<_>>(),
-        ["api", "files", "new"]
+        servers.keys().collect::<Vec<_>>(),
+        ["files", "api", "new"],
+        "in the order they came in"
     );
 }
 
@@ -375,7 +384,7 @@ fn uninstall_puts_every_server_back_where_it_was() {
     assert!(
         lines
             .iter()
-            .any(|l| l == "move api, files: /p/.codebox/mcp.json → /p/.mcp.json (project scope)"),
+            .any(|l| l == "move files, api: /p/.codebox/mcp.json → /p/.mcp.json (project scope)"),
         "{lines:#?}"
     );
     assert!(
@@ -579,4 +588,152 @@ fn bad_files_are_refused_by_name() {
     // stop a project install.
     let s = snapshot(&at, &[(&at.claude_json, r#"{"mcpServers": 1}"#)]);
     assert!(install(&at, &s).is_ok());
+}
+
+/// `~/.claude.json` as Claude Code lays it out (2 spaces, its own key order), with values
+/// whose text a parse and re-serialisation would change.
+const CLAUDE_EXACT: &str = r#"{
+  "numStartups": 18446744073709551616,
+  "tipsHistory": {"cost": 0.30000000000000004, "tiny": 1e-7},
+  "mcpServers": {
+    "clock": {
+      "command": "uvx",
+      "args": ["mcp-server-time"],
+      "timeoutSeconds": 2.50
+    }
+  },
+  "projects": {
+    "/p": {
+      "allowedTools": [],
+      "lastCost": 123456789.123456789,
+      "mcpServers": {
+        "secret": {
+          "command": "s",
+          "env": {
+            "KEY": "caf\u00e9 \/ \"k\""
+          },
+          "weight": 985.6906946328695
+        },
+        "other": {"command": "o",   "args": [ "-x" ] }
+      },
+      "durations": [212.91890726713459,479.60756426982596 , -0.0, 1E+2]
+    },
+    "/q": {"mcpServers": {"elsewhere": {"command": "e"}}, "lastCost": 92.42132512813595}
+  },
+  "autoUpdates": false,
+  "firstStartTime": "2025-01-01T00:00:00.000Z"
+}"#;
+
+/// The texts of CLAUDE_EXACT that a parse and re-serialisation would change.
+const EXACT_TEXTS: &[&str] = &[
+    "\"numStartups\": 18446744073709551616,",
+    "\"tipsHistory\": {\"cost\": 0.30000000000000004, \"tiny\": 1e-7},",
+    "\"timeoutSeconds\": 2.50",
+    "\"lastCost\": 123456789.123456789,",
+    "\"KEY\": \"caf\\u00e9 \\/ \\\"k\\\"\"",
+    "\"weight\": 985.6906946328695",
+    "\"other\": {\"command\": \"o\",   \"args\": [ \"-x\" ] }",
+    "\"durations\": [212.91890726713459,479.60756426982596 , -0.0, 1E+2]",
+    "\"/q\": {\"mcpServers\": {\"elsewhere\": {\"command\": \"e\"}}, \"lastCost\": 92.42132512813595}",
+];
+
+fn text_of(s: &Snapshot, path: &Path) -> String {
+    String::from_utf8(s.get(path).unwrap().bytes.clone()).unwrap()
+}
+
+#[test]
+fn values_not_changed_keep_their_text_and_key_order_through_install_and_uninstall() {
+    let at = at();
+    for user in [false, true] {
+        let s = snapshot(&at, &[(&at.claude_json, CLAUDE_EXACT)]);
+        let p = make(Action::Install(&launcher()), user, &at, &s).unwrap();
+        assert!(
+            !p.notes.iter().any(|n| n.contains("lays out")),
+            "{:?}",
+            p.notes
+        );
+        let after = applied(s.clone(), &p);
+        let installed = text_of(&after, &at.claude_json);
+        let keys = [
+            "\"numStartups\"",
+            "\"tipsHistory\"",
+            "\"mcpServers\"",
+            "\"projects\"",
+            "\"autoUpdates\"",
+            "\"firstStartTime\"",
+        ];
+        let places: Vec<usize> = keys.iter().map(|k| installed.find(k).unwrap()).collect();
+        assert!(
+            places.is_sorted(),
+            "top-level keys in their order:\n{installed}"
+        );
+        // The values that moved are in the codebox file as written, re-indented.
+        let moved = match user {
+            true => text_of(&after, &at.user_codebox),
+            false => text_of(&after, &at.local_codebox),
+        };
+        let expected: &[&str] = match user {
+            true => &[
+                "\"mcpServers\": {\n    \"clock\": {\n      \"command\": \"uvx\",\n      \"args\": [\"mcp-server-time\"],\n      \"timeoutSeconds\": 2.50\n    }\n  }",
+            ],
+            false => &[
+                "    \"secret\": {\n      \"command\": \"s\",\n      \"env\": {\n        \"KEY\": \"caf\\u00e9 \\/ \\\"k\\\"\"\n      },\n      \"weight\": 985.6906946328695\n    },\n",
+                "    \"other\": {\"command\": \"o\",   \"args\": [ \"-x\" ] }\n",
+            ],
+        };
+        for text in expected {
+            assert!(moved.contains(text), "{text} in\n{moved}");
+        }
+        for text in EXACT_TEXTS {
+            assert!(
+                installed.contains(text) || moved.contains(text),
+                "{text} in\n{installed}"
+            );
+        }
+        // The new entry reads as Claude Code writes one.
+        let entry = match user {
+            true => "  \"mcpServers\": {\n    \"codebox\": {\n      \"command\": \"/opt/bin/codebox\",\n      \"args\": [\n        \"serve\",",
+            false => "      \"mcpServers\": {\n        \"codebox\": {\n          \"command\": \"/opt/bin/codebox\",\n          \"args\": [\n            \"serve\",",
+        };
+        assert!(installed.contains(entry), "{installed}");
+        let p = make(Action::Uninstall, user, &at, &after).unwrap();
+        let back = applied(after, &p);
+        assert_eq!(
+            text_of(&back, &at.claude_json),
+            CLAUDE_EXACT,
+            "user: {user}"
+        );
+    }
+}
+
+#[test]
+fn a_file_laid_out_otherwise_keeps_its_values_and_says_its_layout_changes() {
+    let at = at();
+    let mcp = r#"{"z":[0.1,1e400e0],"mcpServers":{"a":{"command":"a","args":["1"]}},"big":18446744073709551616}"#
+        .replace("1e400e0", "5e-324");
+    let s = snapshot(&at, &[(&at.project_mcp, &mcp)]);
+    let p = install(&at, &s).unwrap();
+    assert!(
+        p.notes.iter().any(|n| n.starts_with(
+            "/p/.mcp.json: the rewrite keeps every value it does not change as written, but lays out"
+        )),
+        "{:?}",
+        p.notes
+    );
+    let after = applied(s.clone(), &p);
+    let text = text_of(&after, &at.project_mcp);
+    assert!(
+        text.starts_with("{\n  \"z\": [0.1,5e-324],\n  \"mcpServers\": {\n    \"codebox\": {\n")
+            && text.ends_with("  },\n  \"big\": 18446744073709551616\n}"),
+        "{text}"
+    );
+    assert_eq!(
+        text_of(&after, &at.project_codebox),
+        "{\n  \"mcpServers\": {\n    \"a\": {\"command\":\"a\",\"args\":[\"1\"]}\n  }\n}\n"
+    );
+    let back = applied(after.clone(), &uninstall(&at, &after).unwrap());
+    assert_eq!(
+        text_of(&back, &at.project_mcp),
+        "{\n  \"z\": [0.1,5e-324],\n  \"mcpServers\": {\n    \"a\": {\"command\":\"a\",\"args\":[\"1\"]}\n  },\n  \"big\": 18446744073709551616\n}"
+    );
 }
