@@ -37,11 +37,14 @@
 //! - [`stopwatch`]: per-step timings for the debug events of the cold path
 //! - [`tempdirs`]: per-process temporary directories, and removing those of dead processes
 //! - [`workspace`]: listing what a program left in its workspace, never following symlinks
+//! - [`adopt`]: `codebox install claude-code` / `uninstall`: Claude Code's MCP servers
+//!   moved into codebox's upstream configuration and back (a pure plan, then one procedure)
 //! - [`tokens`]: token counts (o200k_base) of `tools/list` payloads: upstream catalogs vs
 //!   codebox's own tools
 //!
 //! `docs/ARCHITECTURE.md` is the code map.
 
+pub mod adopt;
 pub mod audit;
 pub mod catalog;
 pub mod codegen;

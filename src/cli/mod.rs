@@ -4,6 +4,7 @@ mod audit;
 mod doctor;
 mod egress;
 mod exec;
+mod install;
 mod log_line;
 pub mod out;
 mod packages;
@@ -60,6 +61,12 @@ enum Command {
                           codebox setup-cgroups [--user USER] [--name DIR] --enter -- COMMAND [ARGS]..."
     )]
     SetupCgroups(setup_cgroups::SetupCgroupsArgs),
+    /// Put codebox in front of an MCP client's servers: `install claude-code` moves
+    /// Claude Code's servers into codebox's upstream configuration and adds the codebox
+    /// entry in their place (backups first; --dry-run to see the plan).
+    Install(install::InstallArgs),
+    /// Undo `install`: `uninstall claude-code` puts the servers back.
+    Uninstall(install::UninstallArgs),
 }
 
 /// Parses the command line. Help names `serve`'s tools from the server's tool router,
@@ -97,6 +104,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tools(args) => tools::run(args),
         Command::Audit(args) => audit::run(args),
         Command::SetupCgroups(args) => setup_cgroups::run(args),
+        Command::Install(args) => install::install(args),
+        Command::Uninstall(args) => install::uninstall(args),
     }
 }
 
