@@ -533,32 +533,24 @@ async def a_reconnecting_upstream_keeps_its_tools_and_calls_say_so(s, w):
             while upstream_pid(serve_pid, marker) in (None, pid) or (await memory_status(s))["status"] != "ready":
                 assert time.monotonic() < deadline, "memory did not come back"
                 await anyio.sleep(0.05)
-    seen, errors = set(), []
+    # While it reconnects its tools stay listed, marked, and say so.
+    status = await memory_status(s)
+    assert status["tool_count"] == before["tool_count"], status
+    r = await s.call_tool("search_tools", {"query": "read graph", "server": "memory", "detail": "name"})
+    found = {t["name"]: t for t in (r.structured_content or {}).get("tools", [])}
+    assert "memory__read_graph" in found, r
+    marked = found["memory__read_graph"].get("server_status")
+    assert status["status"] == "ready" or marked in ("reconnecting", "failed"), (status, found)
+    # A call made now waits for the server (upstream_wait, 10 s, covers the 1 s backoff)
+    # instead of failing (tests/upstream.rs times the wait).
     code = ("import codebox\ntry:\n    codebox.call_tool('memory__read_graph', {})\n    print('ok')\n"
             "except codebox.ToolError as e:\n    print('ToolError:', e)")
-    deadline = time.monotonic() + 60
-    while True:
-        status = await memory_status(s)
-        seen.add(status["status"])
-        assert status["tool_count"] == before["tool_count"], status
-        r = await s.call_tool("search_tools", {"query": "read graph", "server": "memory", "detail": "name"})
-        found = {t["name"]: t for t in (r.structured_content or {}).get("tools", [])}
-        assert "memory__read_graph" in found, r
-        marked = found["memory__read_graph"].get("server_status")
-        assert marked in (None, "reconnecting", "failed"), found
-        if marked:
-            seen.add("marked " + marked)
-        r, sc = await run(s, "python", code)
-        out = sc.get("stdout", "")
-        assert "no tool named" not in out, sc
-        if out.startswith("ToolError:"):
-            errors.append(out)
-            assert "memory" in out and ("reconnecting" in out or "failed" in out), sc
-        if status["status"] == "ready" and out.strip() == "ok":
-            break
-        assert time.monotonic() < deadline, (seen, errors)
-    assert "reconnecting" in seen, (seen, errors)
-    assert "marked reconnecting" in seen, (seen, errors)
+    r, sc = await run(s, "python", code)
+    ok(r, sc)
+    assert sc["stdout"] == "ok\n", sc
+    call = sc["tool_calls"][0]
+    assert call["ok"], call
+    assert (await memory_status(s))["status"] == "ready"
 
 
 async def main():
