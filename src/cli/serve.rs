@@ -467,8 +467,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         // once the first client has its `initialize` answer (their start-up takes CPU
         // that answer needs), or after UPSTREAMS_START_BOUND whatever happens.
         let gate = CancellationToken::new();
-        let upstreams =
-            Upstreams::start_gated(upstream_servers, args.upstream_options.clone(), gate.clone());
+        let upstreams = Upstreams::start_gated(
+            upstream_servers,
+            args.upstream_options.clone(),
+            gate.clone(),
+        );
         let server = CodeboxServer::new(
             client.clone(),
             settings,

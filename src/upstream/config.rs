@@ -443,27 +443,26 @@ mod tests {
             r#"{"mcpServers": {"srv": {"type": "http", "url": "http://${NOPE}/"}}}"#,
             r#"{"mcpServers": {"srv": {"type": "http", "url": "http://h/", "headers": {"H": "${NOPE}"}}}}"#,
         ] {
-            let e = parse_with(text, &[]).unwrap_err().to_string();
+            let (server, reason) = unusable(text);
+            assert_eq!(server, "srv");
             assert!(
-                e.contains("\"srv\"") && e.contains("NOPE") && e.contains(".mcp.json"),
-                "{e}"
+                reason.contains("NOPE") && reason.contains(".mcp.json"),
+                "{reason}"
             );
         }
     }
 
     #[test]
     fn unknown_type_names_the_server() {
-        let e = parse_with(
-            r#"{"mcpServers": {"old": {"type": "sse", "url": "http://h/sse"}}}"#,
-            &[],
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("\"old\"") && e.contains("sse"), "{e}");
+        let (server, reason) =
+            unusable(r#"{"mcpServers": {"old": {"type": "sse", "url": "http://h/sse"}}}"#);
+        assert_eq!(server, "old");
+        assert!(reason.contains("sse"), "{reason}");
     }
 
     #[test]
     fn malformed_entries_are_named() {
+        // One entry codebox cannot use is a server listed as failed, with the reason.
         for (text, want) in [
             (r#"{"mcpServers": {"a": {"args": []}}}"#, "no command"),
             (r#"{"mcpServers": {"a": {"url": "http://h/"}}}"#, "type"),
@@ -482,11 +481,30 @@ mod tests {
                 "ftp",
             ),
             (r#"{"mcpServers": {"a": 3}}"#, "not a JSON object"),
+        ] {
+            let (server, reason) = unusable(text);
+            assert_eq!(server, "a", "{text}");
+            assert!(reason.contains(want), "{text}: {reason}");
+        }
+        // A file whose shape is wrong is an error of the whole file.
+        for (text, want) in [
             (r#"{"mcpServers": []}"#, "mcpServers"),
             (r#"[]"#, "top level"),
         ] {
             let e = parse_with(text, &[]).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    /// The one server of `text`, which must be unusable: its name and the reason.
+    fn unusable(text: &str) -> (String, String) {
+        let servers = parse_with(text, &[]).unwrap();
+        match servers.as_slice() {
+            [ServerConfig {
+                name,
+                transport: TransportConfig::Unusable { reason },
+            }] => (name.clone(), reason.clone()),
+            other => panic!("{text}: {other:?}"),
         }
     }
 
