@@ -321,8 +321,9 @@ impl Upstreams {
             let gate = gate.clone();
             tasks.push(tokio::spawn(async move {
                 tokio::select! {
-                    _ = gate.cancelled() => {}
+                    biased;
                     _ = stop.cancelled() => {}
+                    _ = gate.cancelled() => {}
                 }
                 supervisor::supervise(shared, index, options, stop, tx).await
             }));
@@ -614,5 +615,40 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, UpstreamError::ShutDown), "{e}");
+    }
+
+    /// A server that is never let start (the first `initialize` never came) is not
+    /// started by the shutdown either: the process would only be killed again, and
+    /// `serve` would wait for it.
+    #[tokio::test]
+    async fn shutdown_before_the_gate_opens_starts_no_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("started");
+        let server = ServerConfig {
+            name: "m".into(),
+            transport: TransportConfig::Stdio {
+                command: "/bin/sh".into(),
+                args: vec![
+                    "-c".into(),
+                    format!("touch '{}'; exec sleep 30", marker.display()),
+                ],
+                env: Default::default(),
+            },
+        };
+        let gate = CancellationToken::new();
+        let u = Upstreams::start_gated(vec![server], UpstreamOptions::default(), gate.clone());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        u.shutdown().await;
+        // Opening the gate after the shutdown starts nothing either.
+        gate.cancel();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!marker.exists(), "the server was started during shutdown");
+        let status = &u.servers()[0];
+        assert_eq!(status.attempts, 0, "{status:?}");
+        assert_eq!(
+            status.last_error.as_deref(),
+            Some("shut down"),
+            "{status:?}"
+        );
     }
 }
