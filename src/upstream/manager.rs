@@ -245,8 +245,8 @@ fn unavailable_text(
     }
 }
 
-/// A tool name the server does not list: say what it does list.
-fn unknown_of_server(name: &str, server: &str, tools: &[String]) -> UpstreamError {
+/// A tool name the server does not list: say what it does list (`tools`, exposed names).
+pub(crate) fn not_listed(name: &str, server: &str, tools: &[String]) -> UpstreamError {
     const SHOWN: usize = 20;
     let mut list = tools
         .iter()
@@ -412,7 +412,7 @@ impl Upstreams {
         let timeout = timeout.saturating_sub(started.elapsed());
         let tool = slot
             .upstream_tool(name)
-            .ok_or_else(|| unknown_of_server(name, &server, &slot.tool_names()))?;
+            .ok_or_else(|| not_listed(name, &server, &slot.tool_names()))?;
         let mut params = CallToolRequestParams::new(tool.clone());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
