@@ -157,11 +157,17 @@ pub enum UpstreamError {
         "upstream server {server:?} went away during the call to {tool:?}; it is being reconnected"
     )]
     ConnectionLost { server: String, tool: String },
-    #[error("upstream tool {tool:?} of {server:?} did not answer within {timeout:?} (the call was cancelled)")]
+    #[error(
+        "upstream tool {tool:?} of {server:?} did not answer within {timeout:?}{} (the call was cancelled)",
+        waited_text(.waited)
+    )]
     Timeout {
         server: String,
         tool: String,
+        /// The call's own timeout.
         timeout: Duration,
+        /// How much of it went to waiting for the server to connect.
+        waited: Duration,
     },
     #[error("upstream server {server:?} refused the call to {tool:?}: {message} (JSON-RPC error {code})")]
     Rpc {
@@ -242,6 +248,18 @@ fn unavailable_text(
              or see list_servers"
         ),
         ServerState::Ready => format!("server {server:?} is ready{waited}; retry"),
+    }
+}
+
+/// `, 1.2 s of it waiting for the server to connect`, when the wait was noticeable.
+fn waited_text(waited: &Duration) -> String {
+    if waited.as_millis() >= 100 {
+        format!(
+            ", {:.1} s of it waiting for the server to connect",
+            waited.as_secs_f64()
+        )
+    } else {
+        String::new()
     }
 }
 
@@ -409,17 +427,28 @@ impl Upstreams {
         let live = self
             .wait_live(slot, timeout.min(self.inner.call_wait))
             .await?;
-        let timeout = timeout.saturating_sub(started.elapsed());
+        let waited = started.elapsed();
+        let left = timeout.saturating_sub(waited);
         let tool = slot
             .upstream_tool(name)
             .ok_or_else(|| not_listed(name, &server, &slot.tool_names()))?;
+        if left.is_zero() {
+            // The server came up just as the time ran out: nothing is sent (a request
+            // cancelled at once may still run upstream).
+            return Err(UpstreamError::Timeout {
+                server,
+                tool,
+                timeout,
+                waited,
+            });
+        }
         let mut params = CallToolRequestParams::new(tool.clone());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
         let result = tokio::select! {
             biased;
-            r = tokio::time::timeout(timeout, live.peer.call_tool_once(params)) => r,
+            r = tokio::time::timeout(left, live.peer.call_tool_once(params)) => r,
             _ = live.lost.cancelled() => {
                 tracing::warn!(server, tool, "upstream connection lost during a call");
                 return Err(UpstreamError::ConnectionLost { server, tool });
@@ -430,6 +459,7 @@ impl Upstreams {
                 server,
                 tool,
                 timeout,
+                waited,
             }),
             Ok(Ok(CallToolResponse::Complete(result))) => return Ok(result),
             Ok(Ok(CallToolResponse::InputRequired(_))) => Err(UpstreamError::Unsupported {
