@@ -543,6 +543,36 @@ mod tests {
         assert!(matches!(inst.sources(), Ok(Some(_))));
     }
 
+    /// Sources that cannot be found (an error, or a panic while finding them) make every
+    /// install fail with the reason, and `check` and `sources` say the same.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sources_that_cannot_be_found_fail_installs_with_the_reason() {
+        let discoveries: [(Discover, &str); 2] = [
+            (Box::new(|| Err("npm is broken".into())), "npm is broken"),
+            (Box::new(|| panic!("boom")), "panicked"),
+        ];
+        for (discover, why) in discoveries {
+            let dir = tempfile::tempdir().unwrap();
+            let me = (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            );
+            let store = LayerStore::open(dir.path(), Limits::default(), me).unwrap();
+            let names = NamePolicy::new(&[], &[]).unwrap();
+            let inst = Arc::new(Installer::discovering(store, names, discover));
+            let s = set(&["six"]);
+            // Before the sources are known, a request is not refused for them.
+            assert!(inst.check(&s).is_ok());
+            assert!(matches!(inst.sources(), Ok(None)));
+            inst.discover_now();
+            let e = inst.layer(&s).await.expect_err("no sources").to_string();
+            assert!(e.contains("unavailable") && e.contains(why), "{e}");
+            let e = inst.check(&s).expect_err("no sources").to_string();
+            assert!(e.contains(why), "{e}");
+            assert!(inst.sources().is_err_and(|e| e.contains(why)));
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_first_requests_install_once_then_reuse() {
         let f = fake(
