@@ -236,7 +236,9 @@ impl Config {
                 .map(|span| {
                     let before = &text[..span.start.min(text.len())];
                     let line = before.matches('\n').count() + 1;
-                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    // In characters, as editors count them (the span is in bytes).
+                    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+                    let column = before[line_start..].chars().count() + 1;
                     format!("line {line}, column {column}: ")
                 })
                 .unwrap_or_default();
@@ -535,6 +537,20 @@ pub fn process_env(var: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Editors count characters: the column of an error after text with multi-byte
+    /// characters on its line is counted in characters, not bytes.
+    #[test]
+    fn error_columns_count_characters() {
+        let e = Config::parse("profile = \"é€\" x\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 1, column 16:"), "{e}");
+        let e = Config::parse("# ünïcödé\nconcurrency = \"é\"\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2, column 15:"), "{e}");
+    }
 
     #[test]
     fn full_file_parses() {

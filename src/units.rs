@@ -24,6 +24,27 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// [`parse_duration`], where zero (`0s`, `0ms`, `0`) is also a value: for settings whose
+/// zero means "never" (`upstream_wait`).
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let zero = num.parse::<f64>().is_ok_and(|v| v == 0.0);
+    if zero && matches!(unit, "" | "s" | "ms" | "m" | "h") {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s).map_err(|e| {
+        if e.contains("between 0 and 24h") {
+            format!("{t:?} must be from 0 to 24h")
+        } else {
+            e
+        }
+    })
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -46,6 +67,27 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_that_may_be_zero() {
+        for zero in ["0s", "0", "0ms", " 0.0s ", "0h"] {
+            assert_eq!(
+                parse_duration_or_zero(zero).unwrap(),
+                Duration::ZERO,
+                "{zero}"
+            );
+        }
+        assert_eq!(
+            parse_duration_or_zero("10s").unwrap(),
+            Duration::from_secs(10)
+        );
+        for bad in ["-1s", "0x", "", "25h", "s"] {
+            assert!(parse_duration_or_zero(bad).is_err(), "{bad}");
+        }
+        assert!(parse_duration_or_zero("25h")
+            .unwrap_err()
+            .contains("from 0 to 24h"));
+    }
 
     #[test]
     fn durations() {

@@ -184,3 +184,31 @@ fn entries_codebox_cannot_start_are_listed_as_failed_and_the_rest_is_used() {
         .unwrap()
         .contains("no-such-server"));
 }
+
+/// `upstream_wait = "0s"` is documented as "never wait" (a call to a server that is not
+/// ready fails at once with its state): `serve` must take it.
+#[test]
+fn upstream_wait_zero_means_never_wait_and_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("codebox.toml"), "upstream_wait = \"0s\"\n").unwrap();
+    for (config, env) in [(Some("codebox.toml"), None), (None, Some("0ms"))] {
+        let mut serve = Command::new(codebox_bin());
+        serve
+            .arg("serve")
+            .current_dir(tmp.path())
+            .env_remove("CODEBOX_MCP_CONFIG")
+            .env_remove("CODEBOX_CONFIG")
+            .env_remove("CODEBOX_UPSTREAM_WAIT")
+            .env("HOME", tmp.path())
+            .stdin(std::process::Stdio::null());
+        if let Some(config) = config {
+            serve.args(["--config", config]);
+        }
+        if let Some(wait) = env {
+            serve.env("CODEBOX_UPSTREAM_WAIT", wait);
+        }
+        let out = serve.output().expect("codebox runs");
+        let err = stderr(&out);
+        assert!(!err.contains("upstream_wait"), "{config:?} {env:?}: {err}");
+    }
+}

@@ -261,3 +261,30 @@ where
     }
     out
 }
+
+/// A call that waited for its server to connect and then ran out of time says so: the
+/// call's own timeout and how much of it went to waiting, not only the remainder.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timeout_after_waiting_for_the_server_names_the_calls_timeout_and_the_wait() {
+    let Some(fx) = fixtures("a_timeout_after_waiting_for_the_server") else {
+        return;
+    };
+    let mut server = fx.hostile();
+    set_env(&mut server, "HOSTILE_DELAY_S", "1");
+    let waiting = UpstreamOptions {
+        call_wait: Duration::from_secs(20),
+        ..options()
+    };
+    let u = Upstreams::start(vec![server], waiting);
+    // `big_noid` never answers (its answer has no id).
+    let timeout = Duration::from_millis(2500);
+    let e = u
+        .call("hostile__big_noid", args(json!({"bytes": 10})), timeout)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, UpstreamError::Timeout { .. }), "{e}");
+    let message = e.to_string();
+    assert!(message.contains("within 2.5s"), "{message}");
+    assert!(message.contains("waiting for the server"), "{message}");
+    u.shutdown().await;
+}

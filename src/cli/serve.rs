@@ -265,8 +265,9 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
                 }
             }
             if let Some(t) = &file.upstream_wait {
-                o.call_wait =
-                    parse_duration(t).map_err(|e| anyhow::anyhow!("upstream_wait: {e}"))?;
+                // 0s: a call to a server that is not ready fails at once with its state.
+                o.call_wait = codebox::units::parse_duration_or_zero(t)
+                    .map_err(|e| anyhow::anyhow!("upstream_wait: {e}"))?;
             }
             o
         },

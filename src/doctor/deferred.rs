@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
@@ -57,21 +57,7 @@ pub unsafe fn start(host: &Host, profile: &Profile) -> std::io::Result<PendingCh
 /// # Safety
 /// Only in the child of [`start`]'s fork.
 unsafe fn checker(host: &Host, profile: &Profile, report: OwnedFd) -> ! {
-    // Dies with the server; the sandboxes it starts die with it (their lifeline).
-    // SAFETY: prctl with integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    // Not a holder of the MCP client's pipes: the server's stdout must reach EOF when the
-    // server exits, whatever the checker does.
-    if let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        for fd in [0, 1] {
-            // SAFETY: dup2 onto the standard descriptors of this process.
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
-        }
-    }
+    become_checker();
     let checks = sandbox_layers(host, profile);
     let mut out = File::from(report);
     let ok = serde_json::to_vec(&checks)
@@ -80,6 +66,20 @@ unsafe fn checker(host: &Host, profile: &Profile, report: OwnedFd) -> ! {
     // SAFETY: `_exit` ends the process without running the parent's exit handlers or
     // destructors, which belong to the parent.
     unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+}
+
+/// The checker's process settings, first thing after the fork.
+fn become_checker() {
+    // Dies with the server; the sandboxes it starts die with it (their lifeline).
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // Not a holder of the MCP client's pipes: the server's stdout must reach EOF when the
+    // server exits, whatever the checker does.
+    crate::spawner::detach_stdio();
+    // Stopping is the server's to do (as for the spawner and the factory): a Ctrl-C to
+    // the process group must not end the checks and read as a missing layer. It still
+    // dies with the server (above); the sandbox init restores the dispositions.
+    crate::spawner::ignore_stop_signals();
 }
 
 impl PendingChecks {
@@ -139,6 +139,34 @@ mod tests {
         assert_eq!(checks.len(), 1);
         assert!(checks[0].blocks(), "{checks:?}");
         assert!(checks[0].detail.contains("Exited"), "{checks:?}");
+    }
+
+    /// A Ctrl-C reaches the whole foreground process group, and a service manager may
+    /// signal every process of the service: the server drains and stops, and the checker
+    /// must not die of it first (its death reads as a host that cannot run sandboxes:
+    /// two ERROR lines and "executions are refused" during an ordinary shutdown).
+    #[test]
+    fn the_checker_outlives_stop_signals() {
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: the child makes syscalls only (no allocation: the short path is
+            // converted on the stack) and `_exit`s.
+            let pid = match unsafe { fork() }.unwrap() {
+                ForkResult::Child => {
+                    become_checker();
+                    // SAFETY: raise and _exit are async-signal-safe.
+                    unsafe {
+                        libc::raise(signal);
+                        libc::_exit(0)
+                    }
+                }
+                ForkResult::Parent { child } => child,
+            };
+            assert_eq!(
+                waitpid(pid, None).unwrap(),
+                WaitStatus::Exited(pid, 0),
+                "signal {signal}"
+            );
+        }
     }
 
     #[test]

@@ -91,9 +91,13 @@ pub type Discover = Box<dyn FnOnce() -> Result<Sourced, String> + Send>;
 pub struct Installer {
     store: LayerStore,
     names: NamePolicy,
-    /// The sources and runner once known (or why they cannot be).
-    sourced: tokio::sync::OnceCell<Result<Sourced, String>>,
+    /// The sources and runner once known (or why they cannot be). Set by the discovery
+    /// task, which no caller's cancellation can end.
+    sourced: Arc<std::sync::OnceLock<Result<Sourced, String>>>,
+    /// Until the discovery starts.
     discover: std::sync::Mutex<Option<Discover>>,
+    /// Told when `sourced` is set.
+    found: Arc<tokio::sync::Notify>,
     /// What the rootfs's Deno cache already holds (TypeScript sets need no install for it).
     preinstalled: Option<super::Preinstalled>,
     pub counters: Counters,
@@ -120,8 +124,9 @@ impl Installer {
         Installer {
             store,
             names,
-            sourced: tokio::sync::OnceCell::new_with(Some(Ok(Sourced { sources, runner }))),
+            sourced: Arc::new(std::sync::OnceLock::from(Ok(Sourced { sources, runner }))),
             discover: std::sync::Mutex::new(None),
+            found: Arc::default(),
             preinstalled: None,
             counters: Counters::default(),
         }
@@ -133,8 +138,9 @@ impl Installer {
         Installer {
             store,
             names,
-            sourced: tokio::sync::OnceCell::new(),
+            sourced: Arc::default(),
             discover: std::sync::Mutex::new(Some(discover)),
+            found: Arc::default(),
             preinstalled: None,
             counters: Counters::default(),
         }
@@ -142,39 +148,53 @@ impl Installer {
 
     /// The sources and runner, found now if they are not yet.
     async fn sourced(&self) -> Result<&Sourced, InstallError> {
-        let found = self
-            .sourced
-            .get_or_init(|| async {
-                let discover = self
-                    .discover
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take();
-                let Some(discover) = discover else {
-                    return Err("the package sources were never set".to_string());
-                };
-                let started = Instant::now();
-                let found = tokio::task::spawn_blocking(discover)
-                    .await
-                    .unwrap_or_else(|e| Err(format!("finding the sources panicked: {e}")));
-                match &found {
-                    Ok(s) => tracing::info!(sources = ?s.sources, ms = started.elapsed().as_millis() as u64, "package sources found"),
-                    Err(why) => tracing::error!(why, "packages on request are unavailable"),
-                }
-                found
-            })
-            .await;
+        let found = loop {
+            let notified = self.found.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a discovery ending in between still wakes us.
+            notified.as_mut().enable();
+            if let Some(found) = self.sourced.get() {
+                break found;
+            }
+            self.start_discovery();
+            notified.await;
+        };
         found.as_ref().map_err(|why| {
             InstallError::new(None, format!("packages on request are unavailable: {why}"))
         })
     }
 
+    /// Starts finding the sources (once): in a task of its own, so a caller that stops
+    /// waiting (a cancelled request) does not end it and lose the discovery.
+    fn start_discovery(&self) {
+        let Some(discover) = self
+            .discover
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let (sourced, found) = (self.sourced.clone(), self.found.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let result = tokio::task::spawn_blocking(discover)
+                .await
+                .unwrap_or_else(|e| Err(format!("finding the sources panicked: {e}")));
+            match &result {
+                Ok(s) => {
+                    tracing::info!(sources = ?s.sources, ms = started.elapsed().as_millis() as u64, "package sources found")
+                }
+                Err(why) => tracing::error!(why, "packages on request are unavailable"),
+            }
+            let _ = sourced.set(result);
+            found.notify_waiters();
+        });
+    }
+
     /// Finds the sources now, in the background, so the first install does not wait.
     pub fn discover_now(self: &Arc<Self>) {
-        let me = self.clone();
-        tokio::spawn(async move {
-            let _ = me.sourced().await;
-        });
+        self.start_discovery();
     }
 
     /// Specifiers the rootfs's Deno cache satisfies need no layer.
@@ -485,6 +505,72 @@ mod tests {
             files: vec![("site/six.py", 100)],
             delay_ms,
         })
+    }
+
+    /// The first call to need the sources finds them; a client that gives up on that
+    /// call (a cancelled request, a timeout) must not take the sources with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_cancelled_while_the_sources_are_found_does_not_lose_them() {
+        let f = fake(
+            "CODEBOX-INSTALL {\"ok\": true, \"installed\": [\"six==1.17.0\"]}",
+            0,
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let me = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let store = LayerStore::open(dir.path(), Limits::default(), me).unwrap();
+        let names = NamePolicy::new(&[], &[]).unwrap();
+        let runner: Arc<dyn InstallRunner> = f.clone();
+        let discover: Discover = Box::new(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            Ok(Sourced {
+                sources: Sources {
+                    python_index: Some("http://127.0.0.1:9/simple".into()),
+                    ..Default::default()
+                },
+                runner,
+            })
+        });
+        let inst = Installer::discovering(store, names, discover);
+        let s = set(&["six"]);
+        let gave_up =
+            tokio::time::timeout(std::time::Duration::from_millis(50), inst.layer(&s)).await;
+        assert!(gave_up.is_err(), "the sources took 300 ms to find");
+        let layer = inst.layer(&s).await;
+        assert!(layer.is_ok(), "{:?}", layer.err().map(|e| e.to_string()));
+        assert!(matches!(inst.sources(), Ok(Some(_))));
+    }
+
+    /// Sources that cannot be found (an error, or a panic while finding them) make every
+    /// install fail with the reason, and `check` and `sources` say the same.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sources_that_cannot_be_found_fail_installs_with_the_reason() {
+        let discoveries: [(Discover, &str); 2] = [
+            (Box::new(|| Err("npm is broken".into())), "npm is broken"),
+            (Box::new(|| panic!("boom")), "panicked"),
+        ];
+        for (discover, why) in discoveries {
+            let dir = tempfile::tempdir().unwrap();
+            let me = (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            );
+            let store = LayerStore::open(dir.path(), Limits::default(), me).unwrap();
+            let names = NamePolicy::new(&[], &[]).unwrap();
+            let inst = Arc::new(Installer::discovering(store, names, discover));
+            let s = set(&["six"]);
+            // Before the sources are known, a request is not refused for them.
+            assert!(inst.check(&s).is_ok());
+            assert!(matches!(inst.sources(), Ok(None)));
+            inst.discover_now();
+            let e = inst.layer(&s).await.expect_err("no sources").to_string();
+            assert!(e.contains("unavailable") && e.contains(why), "{e}");
+            let e = inst.check(&s).expect_err("no sources").to_string();
+            assert!(e.contains(why), "{e}");
+            assert!(inst.sources().is_err_and(|e| e.contains(why)));
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -157,6 +157,9 @@ impl ProxySession {
         let result = result.map_err(|e| match e {
             CallError::Timeout(m) => err(code::TIMEOUT, format!("{name}: {m}")),
             CallError::Failed(m) => err(code::UPSTREAM, format!("{name}: {m}")),
+            CallError::NotListed { server } => {
+                err(code::UNKNOWN_TOOL, self.not_listed(name, &server))
+            }
         })?;
         let is_error = result.is_error.unwrap_or(false);
         let error_text = is_error.then(|| {
@@ -209,6 +212,20 @@ impl ProxySession {
             st.bytes += bytes.len() as u64;
         }
         Ok((bytes, is_error, error_text))
+    }
+
+    /// Why `name` is not a tool of `server`, naming the tools it lists that this
+    /// execution may call (never the ones its allowlist hides).
+    fn not_listed(&self, name: &str, server: &str) -> String {
+        let visible: Vec<String> = self
+            .backend
+            .catalog()
+            .tools
+            .iter()
+            .filter(|t| t.server == server && self.allows(&t.name))
+            .map(|t| t.name.clone())
+            .collect();
+        crate::upstream::manager::not_listed(name, server, &visible).to_string()
     }
 
     /// `tools/search`: over the tools this execution may call.

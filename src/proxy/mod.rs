@@ -165,6 +165,10 @@ pub enum CallError {
     Timeout(String),
     #[error("{0}")]
     Failed(String),
+    /// The name has a configured server's prefix, but the server (connected now) does not
+    /// list it. The proxy says what the server lists, of what this execution may call.
+    #[error("server {server:?} does not list this tool")]
+    NotListed { server: String },
 }
 
 /// Per-execution limits of the channel.

@@ -176,6 +176,93 @@ async fn denied_and_unknown_tools_never_reach_the_backend() {
     assert_eq!(r["error"]["code"], code::DENIED);
 }
 
+/// A server that is connected and lists `gh__get_issue` and `gh__delete_repo`; a name
+/// with its prefix that it does not list is answered as `Upstreams` answers it.
+struct Listed;
+
+impl ToolBackend for Listed {
+    fn catalog(&self) -> Arc<Catalog> {
+        let tool = |tool: &str| CatalogTool {
+            name: format!("gh__{tool}"),
+            server: "github".into(),
+            tool: tool.into(),
+            server_ident: "gh".into(),
+            tool_ident: tool.into(),
+            title: None,
+            description: None,
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+        };
+        Arc::new(Catalog {
+            version: 1,
+            tools: vec![tool("get_issue"), tool("delete_repo")],
+            servers: vec![crate::upstream::catalog::CatalogServer {
+                name: "github".into(),
+                ident: "gh".into(),
+            }],
+        })
+    }
+
+    fn index(&self) -> Arc<crate::catalog::SearchIndex> {
+        Arc::new(crate::catalog::SearchIndex::build(&self.catalog()))
+    }
+
+    fn call(
+        &self,
+        name: String,
+        _arguments: Option<serde_json::Map<String, Value>>,
+        _timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<CallToolResult, CallError>> + Send + 'static>> {
+        let listed: Vec<String> = self
+            .catalog()
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
+        Box::pin(async move {
+            let e = crate::upstream::manager::not_listed(&name, "github", &listed);
+            Err(super::upstream_backend::call_error(e))
+        })
+    }
+}
+
+/// A name the server does not list is answered with what it lists, but only what this
+/// execution may call: `tools/search` shows nothing else, and neither may the error.
+#[tokio::test]
+async fn an_unlisted_name_shows_only_the_tools_the_allowlist_lets_through() {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    ours.set_nonblocking(true).unwrap();
+    theirs.set_nonblocking(true).unwrap();
+    let allow = AllowList::new(&["gh__get_*"]).unwrap();
+    let session = ProxySession::new(Arc::new(Listed), allow, ProxyLimits::default());
+    tokio::spawn(session.clone().serve(UnixStream::from_std(ours).unwrap()));
+    let mut h = Harness {
+        session,
+        backend: Arc::new(Echo {
+            calls: AtomicU32::new(0),
+        }),
+        sandbox: BufReader::new(UnixStream::from_std(theirs).unwrap()),
+        serving: tokio::spawn(async {}),
+    };
+    let r = h
+        .rpc(
+            1,
+            "tools/search",
+            json!({"query": "repo issue", "detail": "name"}),
+        )
+        .await;
+    assert!(!r.to_string().contains("delete_repo"), "{r}");
+    let r = h
+        .rpc(2, "tools/call", json!({"name": "gh__get_issues"}))
+        .await;
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.contains("gh__get_issue"), "{message}");
+    assert!(!message.contains("delete_repo"), "{message}");
+    assert_eq!(r["error"]["code"], code::UNKNOWN_TOOL, "{r}");
+    let record = &h.session.report().tool_calls[0];
+    assert_eq!(record.error_kind, Some("unknown_tool"), "{record:?}");
+}
+
 #[tokio::test]
 async fn limits_on_calls_bytes_and_time() {
     let limits = ProxyLimits {

@@ -68,10 +68,17 @@ impl ToolBackend for IndexedUpstreams {
             upstreams
                 .call(&name, arguments, timeout)
                 .await
-                .map_err(|e| match e {
-                    UpstreamError::Timeout { .. } => CallError::Timeout(e.to_string()),
-                    other => CallError::Failed(other.to_string()),
-                })
+                .map_err(call_error)
         })
+    }
+}
+
+/// An upstream call's error as the proxy takes it.
+pub(super) fn call_error(e: UpstreamError) -> CallError {
+    match e {
+        UpstreamError::Timeout { .. } => CallError::Timeout(e.to_string()),
+        // Its list names tools this execution's allowlist may hide: the proxy filters it.
+        UpstreamError::NotListed { server, .. } => CallError::NotListed { server },
+        other => CallError::Failed(other.to_string()),
     }
 }

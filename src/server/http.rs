@@ -16,8 +16,9 @@
 //!   failure).
 //! - `GET /healthz` answers without auth, for load balancers and service managers: the
 //!   process is up (liveness).
-//! - `GET /readyz` (bearer auth when tokens are configured): 200 once executions can run
-//!   as configured, else 503, with the pool's and each upstream's state.
+//! - `GET /readyz` (bearer auth when tokens are configured, and `/mcp`'s Host check):
+//!   200 once executions can run as configured, else 503, with the pool's and each
+//!   upstream's state.
 //! - A POST body goes through [`framing::check`](super::framing::check) before rmcp sees
 //!   it: one that is not a JSON-RPC message gets 400 with the JSON-RPC error (with the
 //!   request's id when readable), one over 16 MiB 413, one that does not arrive within
@@ -107,6 +108,7 @@ pub async fn serve(
         hosts.push(bound.ip().to_string());
     }
     hosts.extend(options.allowed_hosts.iter().cloned());
+    let readyz_hosts: Arc<Vec<String>> = Arc::new(hosts.clone());
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(ct.child_token())
         .with_allowed_hosts(hosts)
@@ -134,9 +136,23 @@ pub async fn serve(
         .nest_service("/mcp", service)
         .route(
             "/readyz",
-            get(move || {
+            get(move |request: Request| {
                 let server = readyz_server.clone();
-                async move { readyz(&server) }
+                let hosts = readyz_hosts.clone();
+                async move {
+                    if !host_allowed(&request, &hosts) {
+                        tracing::warn!(
+                            host = ?request.headers().get(header::HOST),
+                            "/readyz: a Host header that is not allowed (possible DNS rebinding)"
+                        );
+                        return (
+                            StatusCode::FORBIDDEN,
+                            "Forbidden: Host header is not allowed\n",
+                        )
+                            .into_response();
+                    }
+                    readyz(&server)
+                }
             }),
         )
         .layer(axum::middleware::from_fn_with_state(
@@ -193,6 +209,38 @@ fn readyz(server: &CodeboxServer) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, axum::Json(value)).into_response()
+}
+
+/// Whether the request names one of `allowed` as its host (the `Host` header, else the
+/// URI's authority), as rmcp checks it for `/mcp`: `/readyz` is not behind rmcp, and
+/// without tokens a page the user's browser loaded from a name rebound to this address
+/// could otherwise read it. An allowed entry without a port allows every port.
+fn host_allowed(request: &Request, allowed: &[String]) -> bool {
+    use axum::http::uri::Authority;
+    let normal = |host: &str| host.trim_matches(['[', ']']).to_ascii_lowercase();
+    let authority = match request.headers().get(header::HOST) {
+        Some(value) => match value
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse::<Authority>().ok())
+        {
+            Some(a) => a,
+            None => return false,
+        },
+        None => match request.uri().authority() {
+            Some(a) => a.clone(),
+            None => return false,
+        },
+    };
+    let (host, port) = (normal(authority.host()), authority.port_u16());
+    allowed.iter().any(|entry| {
+        let entry = entry.trim();
+        let (allowed_host, allowed_port) = match entry.parse::<Authority>() {
+            Ok(a) => (normal(a.host()), a.port_u16()),
+            Err(_) => (normal(entry), None),
+        };
+        allowed_host == host && allowed_port.is_none_or(|p| Some(p) == port)
+    })
 }
 
 /// The digest of every client's token, and the client it names.
@@ -323,6 +371,30 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readyz_takes_only_allowed_hosts() {
+        let allowed: Vec<String> = ["localhost", "127.0.0.1", "::1", "example.org:8443"]
+            .map(String::from)
+            .to_vec();
+        let with_host = |host: Option<&str>, uri: &str| {
+            let mut request = Request::builder().uri(uri);
+            if let Some(host) = host {
+                request = request.header(header::HOST, host);
+            }
+            host_allowed(&request.body(axum::body::Body::empty()).unwrap(), &allowed)
+        };
+        assert!(with_host(Some("127.0.0.1:8080"), "/readyz"));
+        assert!(with_host(Some("LOCALHOST"), "/readyz"));
+        assert!(with_host(Some("[::1]:9"), "/readyz"));
+        assert!(with_host(Some("example.org:8443"), "/readyz"));
+        assert!(with_host(None, "http://localhost:1/readyz"));
+        // A rebound name, another port than the one allowed, garbage, nothing.
+        assert!(!with_host(Some("evil.example:8080"), "/readyz"));
+        assert!(!with_host(Some("example.org:8080"), "/readyz"));
+        assert!(!with_host(Some("local host"), "/readyz"));
+        assert!(!with_host(None, "/readyz"));
+    }
 
     #[test]
     fn constant_time_eq_compares_whole_digests() {

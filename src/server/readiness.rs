@@ -131,7 +131,7 @@ pub fn value(
         let stats = p.stats();
         Language::ALL
             .iter()
-            .all(|l| stats.get(l).is_some_and(|s| s.idle > 0 || s.handed_out > 0))
+            .all(|l| stats.get(l).is_some_and(came_up))
     });
     let mut ready_servers = Vec::new();
     let mut pending = Vec::new();
@@ -153,6 +153,13 @@ pub fn value(
             "upstreams": {"ready": ready_servers, "pending": pending, "failed": failed},
         }),
     )
+}
+
+/// Whether a language's pool has had a sandbox come up: one is idle, or was handed out,
+/// retired by a new template (every catalog change retires the idle ones at once), or
+/// died idle. Once up it stays up, so `/readyz` does not flap while a new template fills.
+fn came_up(s: &crate::pool::LanguageStats) -> bool {
+    s.idle > 0 || s.handed_out > 0 || s.retired > 0 || s.died_idle > 0
 }
 
 /// The peers of initialized connections, told when the resource list changed.
@@ -224,6 +231,30 @@ mod tests {
             "{why}"
         );
         assert_eq!(layers.checks().len(), 2);
+    }
+
+    /// A new template (an upstream became ready: the catalog changed) retires the idle
+    /// sandboxes at once; until the refill shelves new ones the pool holds none. It came
+    /// up all the same: readiness must not flap back to 503 then.
+    #[test]
+    fn a_pool_that_came_up_stays_warm_while_a_new_template_fills() {
+        let stats = |idle, handed_out, retired, died_idle| crate::pool::LanguageStats {
+            size: 1,
+            idle,
+            starting: 1,
+            handed_out,
+            missed: 0,
+            died_idle,
+            retired,
+            spawn_failures: 0,
+            idle_memory_bytes: 0,
+            memory_per_sandbox_bytes: None,
+        };
+        assert!(!came_up(&stats(0, 0, 0, 0)));
+        assert!(came_up(&stats(1, 0, 0, 0)));
+        assert!(came_up(&stats(0, 1, 0, 0)));
+        assert!(came_up(&stats(0, 0, 1, 0)), "retired by a new template");
+        assert!(came_up(&stats(0, 0, 0, 1)), "died idle, being replaced");
     }
 
     #[tokio::test]

@@ -65,8 +65,9 @@ pub(crate) const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, 
 /// foreground process group, and a service manager may signal every process of the
 /// service; either would end them before the supervisor drained (and a dead spawner is
 /// then "replaced" during a shutdown). They end when the supervisor's socket closes. The
-/// sandbox init restores the default dispositions (`sandbox/init.rs`, step 1b).
-fn ignore_stop_signals() {
+/// sandbox init restores the default dispositions (`sandbox/init.rs`, step 1b). The
+/// sandbox checker (`doctor::deferred`) ignores them too.
+pub(crate) fn ignore_stop_signals() {
     for sig in STOP_SIGNALS {
         // SAFETY: signal(2) with SIG_IGN installs no handler code.
         unsafe { libc::signal(sig, libc::SIG_IGN) };
@@ -75,7 +76,7 @@ fn ignore_stop_signals() {
 
 /// stdin/stdout belong to the supervisor's MCP transport: a process forked from it holds
 /// no copy of them (a client waiting for the server's stdout to close would wait for it).
-fn detach_stdio() {
+pub(crate) fn detach_stdio() {
     if let Ok(null) = nix::fcntl::open(
         "/dev/null",
         nix::fcntl::OFlag::O_RDWR,

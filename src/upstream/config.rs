@@ -233,13 +233,13 @@ impl Entry<'_> {
             }
             "http" => {
                 self.ignore_unknown(entry, HTTP_KEYS);
-                let url = match entry.get("url") {
-                    Some(Value::String(u)) => self.expand("url", u)?,
+                let (written, url) = match entry.get("url") {
+                    Some(Value::String(u)) => (u, self.expand("url", u)?),
                     Some(_) => return Err(self.invalid("url is not a string")),
                     None => return Err(self.invalid("no url")),
                 };
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(self.invalid(&format!("url {url:?} is not http:// or https://")));
+                    return Err(self.invalid(&not_http(written, &url)));
                 }
                 let headers = self.string_map(entry, "headers")?;
                 TransportConfig::Http { url, headers }
@@ -323,6 +323,31 @@ impl Entry<'_> {
             field: field.to_string(),
             var,
         })
+    }
+}
+
+/// Why a URL is not usable, without the URL itself: it may hold a secret (a key in its
+/// query, a password), from a variable or written in the file, and the reason is shown
+/// to the model and to sandboxed code. Only a scheme made of scheme characters is named.
+fn not_http(written: &str, url: &str) -> String {
+    let scheme = url.split_once("://").map(|(s, _)| s).filter(|s| {
+        !s.is_empty()
+            && s.len() <= 16
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+    });
+    let expanded = if written.contains("${") {
+        " (after expanding variables)"
+    } else {
+        ""
+    };
+    match scheme {
+        Some(scheme) => format!(
+            "url is {scheme}://…{expanded}: codebox speaks http:// and https:// only"
+        ),
+        None => format!(
+            "url does not start with http:// or https://{expanded} (it is not shown: it may hold a secret)"
+        ),
     }
 }
 
@@ -521,6 +546,31 @@ mod tests {
         ] {
             let e = parse_with(text, &[]).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    /// The reason of an unusable entry reaches the model and sandboxed code
+    /// (`list_servers`, `health`, a call's error): it never holds a variable's value.
+    #[test]
+    fn an_unusable_url_does_not_show_expanded_values() {
+        for url in [
+            "${SERVICE_URL}",
+            "${SERVICE_URL:-x}",
+            "ws://${HOST}/mcp?key=${KEY}",
+        ] {
+            let text =
+                format!(r#"{{"mcpServers": {{"api": {{"type": "http", "url": "{url}"}}}}}}"#);
+            let env = [
+                ("SERVICE_URL", "api.example/mcp?key=s3cr3t"),
+                ("HOST", "h"),
+                ("KEY", "s3cr3t"),
+            ];
+            let servers = parse_with(&text, &env).unwrap();
+            let TransportConfig::Unusable { reason } = &servers[0].transport else {
+                panic!("{servers:?}");
+            };
+            assert!(!reason.contains("s3cr3t"), "{reason}");
+            assert!(reason.contains("http://"), "{reason}");
         }
     }
 

@@ -157,11 +157,17 @@ pub enum UpstreamError {
         "upstream server {server:?} went away during the call to {tool:?}; it is being reconnected"
     )]
     ConnectionLost { server: String, tool: String },
-    #[error("upstream tool {tool:?} of {server:?} did not answer within {timeout:?} (the call was cancelled)")]
+    #[error(
+        "upstream tool {tool:?} of {server:?} did not answer within {timeout:?}{} (the call was cancelled)",
+        waited_text(.waited)
+    )]
     Timeout {
         server: String,
         tool: String,
+        /// The call's own timeout.
         timeout: Duration,
+        /// How much of it went to waiting for the server to connect.
+        waited: Duration,
     },
     #[error("upstream server {server:?} refused the call to {tool:?}: {message} (JSON-RPC error {code})")]
     Rpc {
@@ -245,8 +251,20 @@ fn unavailable_text(
     }
 }
 
-/// A tool name the server does not list: say what it does list.
-fn unknown_of_server(name: &str, server: &str, tools: &[String]) -> UpstreamError {
+/// `, 1.2 s of it waiting for the server to connect`, when the wait was noticeable.
+fn waited_text(waited: &Duration) -> String {
+    if waited.as_millis() >= 100 {
+        format!(
+            ", {:.1} s of it waiting for the server to connect",
+            waited.as_secs_f64()
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// A tool name the server does not list: say what it does list (`tools`, exposed names).
+pub(crate) fn not_listed(name: &str, server: &str, tools: &[String]) -> UpstreamError {
     const SHOWN: usize = 20;
     let mut list = tools
         .iter()
@@ -321,8 +339,9 @@ impl Upstreams {
             let gate = gate.clone();
             tasks.push(tokio::spawn(async move {
                 tokio::select! {
-                    _ = gate.cancelled() => {}
+                    biased;
                     _ = stop.cancelled() => {}
+                    _ = gate.cancelled() => {}
                 }
                 supervisor::supervise(shared, index, options, stop, tx).await
             }));
@@ -408,17 +427,28 @@ impl Upstreams {
         let live = self
             .wait_live(slot, timeout.min(self.inner.call_wait))
             .await?;
-        let timeout = timeout.saturating_sub(started.elapsed());
+        let waited = started.elapsed();
+        let left = timeout.saturating_sub(waited);
         let tool = slot
             .upstream_tool(name)
-            .ok_or_else(|| unknown_of_server(name, &server, &slot.tool_names()))?;
+            .ok_or_else(|| not_listed(name, &server, &slot.tool_names()))?;
+        if left.is_zero() {
+            // The server came up just as the time ran out: nothing is sent (a request
+            // cancelled at once may still run upstream).
+            return Err(UpstreamError::Timeout {
+                server,
+                tool,
+                timeout,
+                waited,
+            });
+        }
         let mut params = CallToolRequestParams::new(tool.clone());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
         let result = tokio::select! {
             biased;
-            r = tokio::time::timeout(timeout, live.peer.call_tool_once(params)) => r,
+            r = tokio::time::timeout(left, live.peer.call_tool_once(params)) => r,
             _ = live.lost.cancelled() => {
                 tracing::warn!(server, tool, "upstream connection lost during a call");
                 return Err(UpstreamError::ConnectionLost { server, tool });
@@ -429,6 +459,7 @@ impl Upstreams {
                 server,
                 tool,
                 timeout,
+                waited,
             }),
             Ok(Ok(CallToolResponse::Complete(result))) => return Ok(result),
             Ok(Ok(CallToolResponse::InputRequired(_))) => Err(UpstreamError::Unsupported {
@@ -614,5 +645,40 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, UpstreamError::ShutDown), "{e}");
+    }
+
+    /// A server that is never let start (the first `initialize` never came) is not
+    /// started by the shutdown either: the process would only be killed again, and
+    /// `serve` would wait for it.
+    #[tokio::test]
+    async fn shutdown_before_the_gate_opens_starts_no_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("started");
+        let server = ServerConfig {
+            name: "m".into(),
+            transport: TransportConfig::Stdio {
+                command: "/bin/sh".into(),
+                args: vec![
+                    "-c".into(),
+                    format!("touch '{}'; exec sleep 30", marker.display()),
+                ],
+                env: Default::default(),
+            },
+        };
+        let gate = CancellationToken::new();
+        let u = Upstreams::start_gated(vec![server], UpstreamOptions::default(), gate.clone());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        u.shutdown().await;
+        // Opening the gate after the shutdown starts nothing either.
+        gate.cancel();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!marker.exists(), "the server was started during shutdown");
+        let status = &u.servers()[0];
+        assert_eq!(status.attempts, 0, "{status:?}");
+        assert_eq!(
+            status.last_error.as_deref(),
+            Some("shut down"),
+            "{status:?}"
+        );
     }
 }

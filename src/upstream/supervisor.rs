@@ -348,6 +348,12 @@ pub async fn supervise(
     let mut first = Some(first);
     let mut backoff = options.backoff_initial;
     loop {
+        // Stopped before this attempt (also before the first: `start_gated` runs this
+        // once its gate opens or the upstreams stop): a server is never started only to
+        // be stopped again.
+        if stop.is_cancelled() {
+            break;
+        }
         let attempt = slot.begin_attempt();
         let started = Instant::now();
         let result = connection::connect(&slot.config, &options, &stop).await;

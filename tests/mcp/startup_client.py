@@ -245,9 +245,9 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def get(url):
+def get(url, headers=None):
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=5) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -285,6 +285,9 @@ def http_readiness(w):
         assert value["ready"] is True and value["sandbox_checks"] == "passed" and value["pool_warm"] is True, value
         assert "hang" in value["upstreams"]["pending"], value
         assert {"legacy", "unset"} <= set(value["upstreams"]["failed"]), value
+        # Not for a page loaded from a name rebound to this address (no tokens here).
+        status, body = get(f"http://127.0.0.1:{port}/readyz", {"Host": f"rebound.example:{port}"})
+        assert status == 403 and b"hang" not in body, (status, body)
         print("ok      http_healthz_at_once_and_readyz_names_the_upstreams", flush=True)
         return 1, 0
     except Exception as e:  # noqa: BLE001
