@@ -182,7 +182,11 @@ import {{ getEnv, getSum }} from "{base}/everything/index.ts";
 import {{ convertTime }} from "{base}/time/index.ts";
 import {{ createEntities }} from "{base}/memory/index.ts";
 import {{ weirdNames, recursive }} from "{base}/edge_case/index.ts";
+import filesystem from "{base}/filesystem/index.ts";
 export async function use() {{
+  // Calls by tool name, as the module of a server whose tools were not known yet
+  // offers them: the same code keeps working once they are.
+  const dirs: unknown = await filesystem.list_allowed_directories();
   const input: ReadTextFileInput = {{ path: "/a", head: 2 }};
   const text: string = (await readTextFile(input)).content;
   const env: unknown = await getEnv();
@@ -193,7 +197,7 @@ export async function use() {{
   const first: string = made.entities[0].name;
   await weirdNames({{ from: "x", "max-results": 3, "x\"\"\"*/": "*/" }});
   await recursive({{ tree: {{ id: "r", children: [{{ children: [] }}] }}, pair: ["a"], map: {{ k: null }} }});
-  return [text, env, sum, dst, first];
+  return [text, env, sum, dst, first, dirs];
 }}
 "#)).unwrap();
     let result = deno_check(&deno, &deno_dir, &[usage]);
