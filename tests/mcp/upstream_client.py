@@ -534,6 +534,13 @@ async def a_reconnecting_upstream_keeps_its_tools_and_calls_say_so(s, w):
                 assert time.monotonic() < deadline, "memory did not come back"
                 await anyio.sleep(0.05)
     seen, errors = set(), []
+    # Until the loss is noticed the server still reads as ready, and a call made then
+    # waits through the reconnection (upstream_wait): look once it is noticed.
+    deadline = time.monotonic() + 10
+    while (status := await memory_status(s))["status"] == "ready":
+        assert time.monotonic() < deadline, "the loss was not noticed"
+        await anyio.sleep(0.01)
+    seen.add(status["status"])
     code = ("import codebox\ntry:\n    codebox.call_tool('memory__read_graph', {})\n    print('ok')\n"
             "except codebox.ToolError as e:\n    print('ToolError:', e)")
     deadline = time.monotonic() + 60
