@@ -200,11 +200,15 @@ import {{ createEntities }} from "{base}/memory/index.ts";
 import {{ weirdNames, recursive }} from "{base}/edge_case/index.ts";
 import notReady, {{ call, server }} from "{base}/not_ready/index.ts";
 import keyword from "{base}/class/index.ts";
+import filesystem from "{base}/filesystem/index.ts";
 export async function use() {{
   const viaDefault: unknown = await notReady.someTool({{ a: 1 }});
   const viaCall: number = await call<number>("some_tool", {{}});
   const name: string = server;
   await keyword.anything();
+  // Calls by tool name, as the module of a server whose tools were not known yet
+  // offers them: the same code keeps working once they are.
+  const dirs: unknown = await filesystem.list_allowed_directories();
   const input: ReadTextFileInput = {{ path: "/a", head: 2 }};
   const text: string = (await readTextFile(input)).content;
   const env: unknown = await getEnv();
@@ -215,7 +219,7 @@ export async function use() {{
   const first: string = made.entities[0].name;
   await weirdNames({{ from: "x", "max-results": 3, "x\"\"\"*/": "*/" }});
   await recursive({{ tree: {{ id: "r", children: [{{ children: [] }}] }}, pair: ["a"], map: {{ k: null }} }});
-  return [text, env, sum, dst, first, viaDefault, viaCall, name];
+  return [text, env, sum, dst, first, viaDefault, viaCall, name, dirs];
 }}
 "#)).unwrap();
     let result = deno_check(&deno, &deno_dir, &[usage]);

@@ -119,11 +119,12 @@ fn by_server(catalog: &Catalog) -> Result<BTreeMap<&str, Vec<&CatalogTool>>> {
 /// The TypeScript files of one server, under `dir`.
 fn render_typescript(
     tree: &mut Tree,
-    dir: &Path,
+    ident: &str,
     server: &str,
     tools: &[&CatalogTool],
     names: &[ToolNames],
 ) {
+    let dir = Path::new(ident);
     let mut modules = Vec::new();
     for (tool, n) in tools.iter().zip(names) {
         let module = typescript::tool_module(tool, &n.ts_function, &n.ts_type_base);
@@ -137,7 +138,7 @@ fn render_typescript(
         .collect();
     tree.insert(
         dir.join("index.ts"),
-        typescript::index_module(server, &index),
+        typescript::index_module(server, ident, &index),
     );
 }
 
@@ -179,7 +180,7 @@ fn render(catalog: &Catalog) -> Result<(Tree, usize)> {
         }
         let server = tools[0].server.as_str();
         let names = tool_names::server_names(ident, &module, tools);
-        render_typescript(&mut tree, Path::new(ident), server, tools, &names);
+        render_typescript(&mut tree, ident, server, tools, &names);
         let functions = names.iter().map(|n| n.py_function.clone());
         let pairs: Vec<(&CatalogTool, String)> = tools.iter().copied().zip(functions).collect();
         tree.insert(path, python::server_module(server, &pairs));

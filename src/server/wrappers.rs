@@ -61,10 +61,12 @@ impl Wrappers {
         }
     }
 
-    /// The wrappers for `catalog`, generated if its version is new; `None` when the
-    /// catalog is empty (nothing to mount).
+    /// The wrappers for `catalog`, generated if its version is new; `None` when no server
+    /// is configured (nothing to mount).
     pub fn for_catalog(&self, catalog: &Catalog) -> Result<Option<Arc<WrapperDir>>, Error> {
-        if catalog.tools.is_empty() {
+        // No server configured: nothing to mount. Servers whose tools are not known yet
+        // (connecting, or failed) still get modules that call by name.
+        if catalog.tools.is_empty() && catalog.servers.is_empty() {
             return Ok(None);
         }
         let mut current = self.current.lock().expect("wrappers lock");
@@ -142,6 +144,26 @@ mod tests {
         assert!(old.exists(), "still held by running executions");
         drop((v1, again));
         assert!(!old.exists(), "removed with its last holder");
+    }
+
+    /// Right after start the configured servers are still connecting and no tool is
+    /// known: code must still find a module per server (one that calls by name and
+    /// waits for the server), not `ModuleNotFoundError`.
+    #[test]
+    fn servers_without_known_tools_still_get_a_tree() {
+        let base = tempfile::tempdir().unwrap();
+        let w = Wrappers::new(base.path().to_path_buf());
+        let connecting = Catalog {
+            version: 0,
+            tools: Vec::new(),
+            servers: vec![crate::upstream::catalog::CatalogServer {
+                name: "slow".into(),
+                ident: "slow".into(),
+            }],
+        };
+        let tree = w.for_catalog(&connecting).unwrap().expect("a tree");
+        assert!(tree.path().join("slow/__init__.py").is_file());
+        assert!(tree.path().join("slow/index.ts").is_file());
     }
 
     #[test]
