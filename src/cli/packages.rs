@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -265,9 +266,9 @@ fn pip_defaults(rootfs: &Path) -> (Option<String>, Option<String>) {
          print(PyPI.simple_url); print('https://' + PyPI.file_storage_domain)",
         dir.display().to_string()
     );
-    let out = Command::new("/usr/bin/python3")
-        .args(["-I", "-S", "-c", &code])
-        .output();
+    let mut python = Command::new("/usr/bin/python3");
+    python.args(["-I", "-S", "-c", &code]);
+    let out = output_within(python, ASK_BOUND);
     match out {
         Ok(o) if o.status.success() => {
             let text = String::from_utf8_lossy(&o.stdout);
@@ -284,12 +285,77 @@ fn pip_defaults(rootfs: &Path) -> (Option<String>, Option<String>) {
     }
 }
 
+/// How long asking the rootfs's pip or the host's npm for a default may take: a tool that
+/// hangs (a broken npm configuration, a stalled home directory) must not keep every
+/// package install waiting.
+const ASK_BOUND: Duration = Duration::from_secs(15);
+
+/// `cmd`'s output (stdin empty), or `TimedOut` once `bound` passes, its process group
+/// killed and reaped.
+fn output_within(mut cmd: Command, bound: Duration) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn()?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + bound;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let group = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", bound.as_secs_f64()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
 /// The host npm's registry (`npm config get registry`), if npm is there.
 fn npm_registry() -> Option<String> {
-    let out = Command::new("npm")
-        .args(["config", "get", "registry"])
-        .output()
-        .ok()?;
+    let mut npm = Command::new("npm");
+    npm.args(["config", "get", "registry"]);
+    let out = match output_within(npm, ASK_BOUND) {
+        Ok(out) => out,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot ask npm for its registry; set [packages] npm_registry");
+            return None;
+        }
+    };
     let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (out.status.success() && url.starts_with("http")).then_some(url)
 }
@@ -297,6 +363,25 @@ fn npm_registry() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn asking_a_tool_that_hangs_gives_up_at_the_bound() {
+        let mut hang = Command::new("/bin/sh");
+        hang.args(["-c", "sleep 30 & echo $!; wait"]);
+        let started = Instant::now();
+        let e = output_within(hang, Duration::from_millis(300)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let mut echo = Command::new("/bin/echo");
+        echo.arg("answer");
+        let out = output_within(echo, Duration::from_secs(10)).unwrap();
+        assert!(out.status.success());
+        assert_eq!(out.stdout, b"answer\n");
+    }
 
     #[test]
     fn host_rules_from_urls() {
