@@ -552,19 +552,10 @@ async fn a_reconnecting_server_keeps_its_tools_listed_and_calls_say_why() {
     let u = Upstreams::connect(vec![fx.memory()], options).await;
     let first = status(&u, "memory");
     assert_eq!(first.state, ServerState::Ready, "{first:?}");
-    let pid = first.pid.unwrap();
     let tools_before: Vec<String> = u.catalog().tools.iter().map(|t| t.name.clone()).collect();
     assert!(tools_before.contains(&"memory__read_graph".to_string()));
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    wait_until(&u, "the loss is noticed", |u| {
-        status(u, "memory").state != ServerState::Ready
-    })
-    .await;
+    let pid = kill_and_wait_for_loss(&u, "memory").await;
     let down = status(&u, "memory");
     assert_eq!(down.state, ServerState::Reconnecting, "{down:?}");
     assert_eq!(down.tool_count, tools_before.len(), "{down:?}");
@@ -615,16 +606,7 @@ async fn a_call_waits_for_a_reconnecting_server_up_to_the_bound() {
         ..options()
     };
     let u = Upstreams::connect(vec![fx.memory()], waiting).await;
-    let pid = status(&u, "memory").pid.unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    wait_until(&u, "the loss is noticed", |u| {
-        status(u, "memory").state != ServerState::Ready
-    })
-    .await;
+    let pid = kill_and_wait_for_loss(&u, "memory").await;
     let started = Instant::now();
     let graph = u.call("memory__read_graph", None, CALL).await.unwrap();
     eprintln!(
@@ -644,16 +626,7 @@ async fn a_call_waits_for_a_reconnecting_server_up_to_the_bound() {
         ..options()
     };
     let u = Upstreams::connect(vec![fx.memory()], bounded).await;
-    let pid = status(&u, "memory").pid.unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    wait_until(&u, "the loss is noticed", |u| {
-        status(u, "memory").state != ServerState::Ready
-    })
-    .await;
+    let pid = kill_and_wait_for_loss(&u, "memory").await;
     let e = u.call("memory__read_graph", None, CALL).await.unwrap_err();
     let message = e.to_string();
     assert!(

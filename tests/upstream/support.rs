@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use codebox::upstream::{ServerConfig, ServerStatus, TransportConfig, UpstreamOptions, Upstreams};
+use codebox::upstream::{
+    ServerConfig, ServerState, ServerStatus, TransportConfig, UpstreamOptions, Upstreams,
+};
 use rmcp::model::CallToolResult;
 use serde_json::{Map, Value};
 
@@ -203,6 +205,22 @@ pub fn status(u: &Upstreams, name: &str) -> ServerStatus {
 }
 
 /// Waits (on catalog changes, up to PATIENCE) until `done` holds.
+/// SIGKILLs the ready server `name`'s process and waits until its supervisor noticed;
+/// returns the pid it had.
+pub async fn kill_and_wait_for_loss(u: &Upstreams, name: &str) -> u32 {
+    let pid = status(u, name).pid.expect("a ready stdio server has a pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until(u, "the loss is noticed", |u| {
+        status(u, name).state != ServerState::Ready
+    })
+    .await;
+    pid
+}
+
 pub async fn wait_until(u: &Upstreams, what: &str, done: impl Fn(&Upstreams) -> bool) {
     let mut rx = u.subscribe();
     let deadline = Instant::now() + PATIENCE;
