@@ -143,6 +143,9 @@ pub struct Config {
     /// `[packages]`: packages on request (indexes, allow/deny, sizes, time).
     #[serde(default)]
     pub packages: crate::packages::PackagesSection,
+    /// `[tasks]`: executions as tasks for clients of the MCP Tasks extension.
+    #[serde(default)]
+    pub tasks: crate::tasks::TasksSection,
     /// Where codebox keeps state of its own: the egress CA, the sandboxes' trust bundle,
     /// installed package layers (default `$XDG_STATE_HOME/codebox`, `~/.local/state/codebox`; as root
     /// `/var/lib/codebox`).

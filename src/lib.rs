@@ -68,6 +68,7 @@ pub mod session;
 pub mod skills;
 pub mod spawner;
 pub mod stopwatch;
+pub mod tasks;
 pub mod tempdirs;
 pub mod tokens;
 pub mod units;

@@ -119,6 +119,17 @@ fn pii_skills_sessions_audit_and_rate_limits_through_the_python_sdk() {
     run_client_script_with(test, "features_client.py", &[upstreams().into_os_string()]);
 }
 
+/// Executions as tasks (MCP Tasks extension): polled to completion, output so far while
+/// running, cancelled (sandbox killed), refused to another client, synchronous for
+/// clients that do not declare the extension (2026-07-28 and 2025-11-25).
+#[test]
+fn executions_as_tasks_through_the_python_sdk() {
+    run_client_script(
+        "executions_as_tasks_through_the_python_sdk",
+        "tasks_client.py",
+    );
+}
+
 #[test]
 fn ready_at_once_and_honest_about_upstreams_through_the_python_sdk() {
     let test = "ready_at_once_and_honest_about_upstreams_through_the_python_sdk";

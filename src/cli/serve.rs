@@ -124,6 +124,7 @@ struct Resolved {
     preload: Option<Vec<String>>,
     packages: codebox::packages::PackagesSection,
     output: codebox::output::OutputSection,
+    tasks: codebox::tasks::TasksSection,
     state_dir: Option<PathBuf>,
 }
 
@@ -219,6 +220,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         preload: file.python.preload.clone(),
         packages: file.packages.clone(),
         output: file.output.clone(),
+        tasks: file.tasks.clone(),
         state_dir: file
             .state_dir
             .clone()
@@ -426,11 +428,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let output = args.output.settings()?;
+    let tasks = args.tasks.settings(args.max_timeout)?;
     let mut proxy_limits = args.proxy_limits.clone();
     proxy_limits.out_files = output.files;
     let mut settings = Settings {
         output_budget: output.budget,
         kept_output: output.kept,
+        tasks,
         network,
         egress,
         packages: None,

@@ -132,6 +132,18 @@ impl CodeboxServer {
         params: ExecuteParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
+        self.execute_with(language, params, ctx, None).await
+    }
+
+    /// [`Self::execute`], with the output so far also going to `tail` (an execution
+    /// running as a task shows it in the task's status).
+    pub(super) async fn execute_with(
+        &self,
+        language: Language,
+        params: ExecuteParams,
+        ctx: RequestContext<RoleServer>,
+        tail: Option<Arc<crate::tasks::OutputTail>>,
+    ) -> Result<CallToolResult, McpError> {
         let s = &self.state;
         let _unanswered = InFlight::enter(&s.in_flight);
         let entered = Instant::now();
@@ -228,7 +240,7 @@ impl CodeboxServer {
             .as_ref()
             .map(|e| e.secrets().clone())
             .filter(|x| !x.is_empty());
-        let (forwarder, tx) = progress_forwarder(&ctx, redact.clone(), secrets);
+        let (forwarder, tx) = progress_forwarder(&ctx, redact.clone(), secrets, tail);
         let on_output = |stream: Stream, chunk: &[u8]| {
             if let Some(tx) = &tx {
                 let _ = tx.send((stream, chunk.to_vec()));
@@ -749,20 +761,22 @@ type Chunk = (Stream, Vec<u8>);
 const PROGRESS_PIECE_BYTES: usize = 256 * 1024;
 
 /// Sends output as progress notifications, at most every 100 ms, when the request carries
-/// a progress token. With PII handling on, or egress secrets configured, only whole lines
-/// go out, tokenized and redacted (a value cut in two by a chunk boundary must not slip
-/// through).
+/// a progress token, and to the task's `tail` when it runs as a task. With PII handling
+/// on, or egress secrets configured, only whole lines go out, tokenized and redacted (a
+/// value cut in two by a chunk boundary must not slip through).
 fn progress_forwarder(
     ctx: &RequestContext<RoleServer>,
     redact: Option<Arc<crate::pii::Vault>>,
     secrets: Option<crate::egress::Secrets>,
+    tail: Option<Arc<crate::tasks::OutputTail>>,
 ) -> (
     Option<tokio::task::JoinHandle<()>>,
     Option<tokio::sync::mpsc::UnboundedSender<Chunk>>,
 ) {
-    let Some(token) = ctx.meta.get_progress_token() else {
+    let token = ctx.meta.get_progress_token();
+    if token.is_none() && tail.is_none() {
         return (None, None);
-    };
+    }
     let peer = ctx.peer.clone();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
     let task = tokio::spawn(async move {
@@ -804,7 +818,12 @@ fn progress_forwarder(
             };
             // Output that came in a burst goes out in several notifications, each
             // well within what a client accepts in one message.
+            if let Some(tail) = &tail {
+                tail.push(&text);
+                last = Instant::now();
+            }
             for piece in super::render::pieces(&text, PROGRESS_PIECE_BYTES) {
+                let Some(token) = &token else { break };
                 n += 1;
                 let param = ProgressNotificationParam::new(token.clone(), n as f64)
                     .with_message(piece.to_string());

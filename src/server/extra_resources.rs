@@ -25,6 +25,7 @@ pub const SKILLS_PREFIX: &str = "codebox://skills/";
 pub const SESSIONS_PREFIX: &str = "codebox://sessions/";
 pub const HEALTH_URI: &str = "codebox://health";
 pub const SESSIONS_URI: &str = "codebox://sessions";
+pub const TASKS_URI: &str = "codebox://tasks";
 /// Largest workspace file read for a resource (what is served must also fit in one
 /// message once escaped: see `render::fits_wire`).
 const MAX_RESOURCE_BYTES: u64 = super::render::WIRE_BUDGET as u64;
@@ -77,6 +78,10 @@ impl CodeboxServer {
             (
                 SESSIONS_URI,
                 "your open sessions: id, idle seconds, workspace usage",
+            ),
+            (
+                TASKS_URI,
+                "your executions running or kept as tasks: id, status, output so far",
             ),
         ] {
             let mut r = Resource::new(uri, uri.trim_start_matches("codebox://"));
@@ -144,6 +149,24 @@ impl CodeboxServer {
         if uri == SESSIONS_URI {
             return Some(Ok(ResourceBody::Text(
                 self.sessions_value(client).to_string(),
+            )));
+        }
+        if uri == TASKS_URI {
+            let tasks: Vec<serde_json::Value> = self
+                .tasks_of(client)
+                .into_iter()
+                .map(|t| {
+                    serde_json::json!({
+                        "taskId": t.task.task_id,
+                        "status": t.task.status,
+                        "statusMessage": t.task.status_message,
+                        "createdAt": t.task.created_at,
+                        "lastUpdatedAt": t.task.last_updated_at,
+                    })
+                })
+                .collect();
+            return Some(Ok(ResourceBody::Text(
+                serde_json::json!({ "tasks": tasks }).to_string(),
             )));
         }
         if uri.starts_with(SESSIONS_PREFIX) {

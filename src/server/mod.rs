@@ -46,6 +46,7 @@ mod session_tools;
 mod skill_check;
 mod skill_tools;
 pub mod stdio_guard;
+mod task_glue;
 pub mod tool_set;
 pub mod wrappers;
 
@@ -132,6 +133,8 @@ pub struct Settings {
     pub tools: ToolSet,
     /// How long and how much of cut results' whole streams is kept.
     pub kept_output: crate::output::KeptLimits,
+    /// Executions as tasks (MCP Tasks extension).
+    pub tasks: crate::tasks::TaskSettings,
 }
 
 #[derive(Debug, Default)]
@@ -170,6 +173,8 @@ struct State {
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// The whole streams of results the output budget cut, as their clients' resources.
     kept_outputs: crate::output::KeptOutputs,
+    /// Executions running or kept as tasks, each its client's.
+    tasks: crate::tasks::ExecutionTasks,
 }
 
 /// One MCP connection's own state.
@@ -300,6 +305,7 @@ impl CodeboxServer {
             WarmPool::new(spawner.clone(), settings.pool_size, templates)
         });
         let kept_outputs = crate::output::KeptOutputs::new(settings.kept_output);
+        let tasks = crate::tasks::ExecutionTasks::new(settings.tasks);
         let state = Arc::new(State {
             spawner,
             rate: RateLimiter::new(settings.rate),
@@ -320,6 +326,7 @@ impl CodeboxServer {
             stopping: tokio_util::sync::CancellationToken::new(),
             in_flight: Arc::default(),
             kept_outputs,
+            tasks,
         });
         pool_glue::follow_catalog(Arc::downgrade(&state));
         // Idle sessions expire in the background.
@@ -670,6 +677,9 @@ impl ServerHandler for CodeboxServer {
         {
             return Err(tool_set::hidden_tool(&request.name, set));
         }
+        if let Some(language) = self.task_language(&request, &context) {
+            return self.execute_as_task(language, request, context);
+        }
         let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
         render::bounded_answer(self.tool_router.call(tcc).await)
     }
@@ -700,6 +710,7 @@ impl ServerHandler for CodeboxServer {
                 .enable_logging()
                 .enable_resources()
                 .enable_resources_list_changed()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(rmcp::model::Implementation::new(
@@ -787,6 +798,31 @@ impl ServerHandler for CodeboxServer {
             }
             Err(why) => Err(McpError::resource_not_found(why, None)),
         }
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        let task = self.tasks_get(&request.task_id, &context)?;
+        Ok(rmcp::model::GetTaskResult::new(task))
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks_update(&request.task_id, request.input_responses, &context)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks_cancel(&request.task_id, &context)
     }
 
     async fn set_level(

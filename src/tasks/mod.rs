@@ -1,0 +1,181 @@
+//! Executions as tasks of the MCP Tasks extension (`io.modelcontextprotocol/tasks`,
+//! SEP-2663), for clients that declare it.
+//!
+//! A client that declares the extension (at `initialize`, or per request in `_meta`) and
+//! calls `execute_python` / `execute_typescript` gets a task at once (`resultType:
+//! "task"`) and polls `tasks/get`: `working` with the output so far in `statusMessage`,
+//! `input_required` while the code waits for the user's approval (answered with
+//! `tasks/update`), then `completed` with the execution's result inlined (a program that
+//! failed is still `completed`, with `isError`), `failed` with a JSON-RPC error, or
+//! `cancelled`. `tasks/cancel` kills the sandbox. Clients that do not declare it get
+//! today's synchronous answer.
+//!
+//! rmcp's [`TaskManager`] runs the operations and keeps their states; this module adds
+//! what a multi-client server needs on top: every task belongs to the client that
+//! created it (another client's `tasks/get`, `tasks/update` or `tasks/cancel` gets the
+//! answer an unknown id gets, so ids cannot be probed), a bound on the tasks one client
+//! holds, and the lifetime from `[tasks]`.
+
+pub mod config;
+mod output_tail;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{DetailedTask, Task};
+use rmcp::task_manager::{TaskContext, TaskFuture, TaskManager, TaskOptions};
+use rmcp::ErrorData as McpError;
+
+pub use config::{TaskSettings, TasksSection};
+pub use output_tail::OutputTail;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "this client holds {held} tasks, the most one client may hold (tasks.max_per_client); \
+         cancel some or wait until their results expire"
+    )]
+    TooMany { held: usize },
+}
+
+/// Who created a task, and when.
+struct Owner {
+    client: String,
+    created: Instant,
+}
+
+/// The server's tasks; one per process, shared by every connection.
+pub struct ExecutionTasks {
+    manager: TaskManager,
+    owners: Mutex<HashMap<String, Owner>>,
+    settings: TaskSettings,
+}
+
+impl ExecutionTasks {
+    pub fn new(settings: TaskSettings) -> ExecutionTasks {
+        ExecutionTasks {
+            manager: TaskManager::new(),
+            owners: Mutex::new(HashMap::new()),
+            settings,
+        }
+    }
+
+    pub fn settings(&self) -> TaskSettings {
+        self.settings
+    }
+
+    /// Starts `operation` as a task of `client`; the task can be read with `tasks/get`
+    /// before this returns.
+    pub fn start<F>(&self, client: &str, status: String, operation: F) -> Result<Task, Error>
+    where
+        F: FnOnce(TaskContext) -> TaskFuture,
+    {
+        let mut owners = self.owners.lock().expect("task owners lock");
+        self.forget_gone(&mut owners);
+        let held = owners.values().filter(|o| o.client == client).count();
+        if held >= self.settings.max_per_client {
+            tracing::info!(held, "a client at its task bound was refused a new task");
+            return Err(Error::TooMany { held });
+        }
+        let options = TaskOptions::new()
+            .with_ttl_ms(self.settings.keep_for.as_millis() as u64)
+            .with_poll_interval_ms(self.settings.poll_interval.as_millis() as u64)
+            .with_status_message(status);
+        let task = self.manager.spawn(options, operation);
+        owners.insert(
+            task.task_id.clone(),
+            Owner {
+                client: client.to_string(),
+                created: Instant::now(),
+            },
+        );
+        Ok(task)
+    }
+
+    /// `tasks/get` for `client`.
+    pub fn get(&self, client: &str, id: &str) -> Result<DetailedTask, McpError> {
+        self.owned(client, id)?;
+        self.manager.get_task(id)
+    }
+
+    /// `tasks/update` for `client`: answers to the task's input requests.
+    pub fn update(
+        &self,
+        client: &str,
+        id: &str,
+        responses: impl IntoIterator<Item = (String, serde_json::Value)>,
+    ) -> Result<(), McpError> {
+        self.owned(client, id)?;
+        self.manager.update_task(id, responses)
+    }
+
+    /// `tasks/cancel` for `client`: the execution is told to stop (its sandbox is killed);
+    /// the task reads `cancelled` once it has.
+    pub fn cancel(&self, client: &str, id: &str) -> Result<(), McpError> {
+        self.owned(client, id)?;
+        self.manager.cancel_task(id)
+    }
+
+    /// The client's tasks, newest first.
+    pub fn list(&self, client: &str) -> Vec<DetailedTask> {
+        let ids: Vec<(String, Instant)> = {
+            let owners = self.owners.lock().expect("task owners lock");
+            owners
+                .iter()
+                .filter(|(_, o)| o.client == client)
+                .map(|(id, o)| (id.clone(), o.created))
+                .collect()
+        };
+        let mut tasks: Vec<(Instant, DetailedTask)> = ids
+            .into_iter()
+            .filter_map(|(id, created)| Some((created, self.manager.get_task(&id).ok()?)))
+            .collect();
+        tasks.sort_by_key(|t| std::cmp::Reverse(t.0));
+        tasks.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Tasks whose operation still runs.
+    pub fn running(&self) -> usize {
+        self.manager.running_task_count()
+    }
+
+    /// Ends every task's operation (the server is stopping).
+    pub fn shutdown(&self) {
+        self.manager.shutdown();
+        self.owners.lock().expect("task owners lock").clear();
+    }
+
+    /// The id is a task of `client`; anything else is answered as an unknown id is
+    /// (`-32602`, rmcp's words), so one client cannot learn another's task ids.
+    fn owned(&self, client: &str, id: &str) -> Result<(), McpError> {
+        let owners = self.owners.lock().expect("task owners lock");
+        match owners.get(id) {
+            Some(owner) if owner.client == client => Ok(()),
+            Some(_) => {
+                tracing::warn!(
+                    task = id,
+                    "a client asked for another client's task; answered as unknown"
+                );
+                Err(unknown_task(id))
+            }
+            None => Err(unknown_task(id)),
+        }
+    }
+
+    /// Drops the owners of tasks the manager no longer has. It keeps a task at most two
+    /// lifetimes (a running task ends at one, a finished one is kept one more), so older
+    /// entries go without asking it; younger ones are asked.
+    fn forget_gone(&self, owners: &mut HashMap<String, Owner>) {
+        let horizon = self.settings.keep_for * 2 + Duration::from_secs(60);
+        owners.retain(|id, o| o.created.elapsed() < horizon && self.manager.get_task(id).is_ok());
+    }
+}
+
+fn unknown_task(id: &str) -> McpError {
+    let shown: String = id.chars().take(80).collect();
+    McpError::invalid_params(format!("unknown task: {shown}"), None)
+}
+
+#[cfg(test)]
+mod tests;
