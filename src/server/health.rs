@@ -41,6 +41,12 @@ impl CodeboxServer {
                 "quota_bytes": s.settings.sessions.quota_bytes,
                 "max_entries": s.settings.sessions.max_entries,
             },
+            "tasks": {
+                "enabled": s.settings.tasks.enabled,
+                "running": s.tasks.running(),
+                "keep_for_s": s.settings.tasks.keep_for.as_secs(),
+                "calls_waiting_for_input": s.parked.len(),
+            },
             "rate_limits": {
                 "per_minute": s.settings.rate.per_minute.map(|n| n.get()),
                 "concurrent": s.settings.rate.concurrent,

@@ -29,6 +29,8 @@ mod health;
 pub mod http;
 mod http_answers;
 pub mod http_conn;
+mod input_rounds;
+pub mod input_route;
 mod model_facing;
 mod out_files_glue;
 mod output_glue;
@@ -175,6 +177,8 @@ struct State {
     kept_outputs: crate::output::KeptOutputs,
     /// Executions running or kept as tasks, each its client's.
     tasks: crate::tasks::ExecutionTasks,
+    /// Calls of 2026-07-28 clients waiting for the answer to their question.
+    parked: input_rounds::ParkedCalls,
 }
 
 /// One MCP connection's own state.
@@ -327,6 +331,7 @@ impl CodeboxServer {
             in_flight: Arc::default(),
             kept_outputs,
             tasks,
+            parked: input_rounds::ParkedCalls::default(),
         });
         pool_glue::follow_catalog(Arc::downgrade(&state));
         // Idle sessions expire in the background.
@@ -679,6 +684,9 @@ impl ServerHandler for CodeboxServer {
         }
         if let Some(language) = self.task_language(&request, &context) {
             return self.execute_as_task(language, request, context);
+        }
+        if let Some(language) = self.rounds_language(&request, &context) {
+            return self.execute_in_rounds(language, request, context).await;
         }
         let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
         render::bounded_answer(self.tool_router.call(tcc).await)

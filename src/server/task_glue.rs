@@ -19,8 +19,11 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::task_manager::{TaskContext, TaskExit};
 use rmcp::{ErrorData as McpError, RoleServer};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::input_rounds::Driving;
+use super::input_route::InputRoute;
 use super::{tool_error, CodeboxServer, ExecuteParams};
 use crate::runtime::Language;
 use crate::tasks::OutputTail;
@@ -46,6 +49,76 @@ impl CodeboxServer {
         ctx.client_capabilities()
             .is_some_and(|caps| caps.supports_tasks())
             .then_some(language)
+    }
+
+    /// The language when this call should run in input rounds (see
+    /// [`super::input_rounds`]): a retry carrying a `requestState`, or a call of a
+    /// 2026-07-28 client that can elicit when approval gates could ask it something.
+    pub(super) fn rounds_language(
+        &self,
+        request: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Option<Language> {
+        let language = match request.name.as_ref() {
+            "execute_python" => Language::Python,
+            "execute_typescript" => Language::TypeScript,
+            _ => return None,
+        };
+        if request.request_state.is_some() {
+            return Some(language);
+        }
+        let can_elicit = ctx
+            .client_capabilities()
+            .is_some_and(|caps| caps.elicitation.is_some());
+        // A stateless (2026-07-28) request: no initialize stored the client's info.
+        let stateless = ctx.peer.peer_info().is_none();
+        (stateless && can_elicit && self.asks_for_approval()).then_some(language)
+    }
+
+    /// Runs the call detached from its request and answers with its result or its first
+    /// question; a retry with a `requestState` resumes the parked call.
+    pub(super) async fn execute_in_rounds(
+        &self,
+        language: Language,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let client = self.client_of(&ctx);
+        let parked = &self.state.parked;
+        let driving = match request.request_state.as_deref() {
+            Some(state) => parked.resume(&client, &request.name, state, request.input_responses)?,
+            None => {
+                let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+                let params: ExecuteParams = serde_json::from_value(arguments).map_err(|e| {
+                    McpError::invalid_params(
+                        format!("invalid arguments for {}: {e}", request.name),
+                        None,
+                    )
+                })?;
+                let (result_tx, result_rx) = oneshot::channel();
+                let (questions_tx, questions_rx) = mpsc::channel(1);
+                let mut exec_ctx = ctx.clone();
+                exec_ctx.ct = CancellationToken::new();
+                exec_ctx.extensions.insert(InputRoute::Rounds(questions_tx));
+                let stop = exec_ctx.ct.clone();
+                let server = self.clone();
+                tokio::spawn(async move {
+                    let answer = server.execute(language, params, exec_ctx).await;
+                    let _ = result_tx.send(answer);
+                });
+                Driving::new(result_rx, questions_rx, stop)
+            }
+        };
+        let answer = parked
+            .drive(
+                &client,
+                &request.name,
+                driving,
+                self.approval_wait(),
+                ctx.ct.clone(),
+            )
+            .await;
+        super::render::bounded_answer(answer)
     }
 
     /// Starts the execution as a task of the calling client and answers with the task.
@@ -96,6 +169,9 @@ impl CodeboxServer {
         client: String,
         stateful_peer: Option<rmcp::Peer<RoleServer>>,
     ) -> Result<CallToolResult, TaskExit> {
+        let mut ctx = ctx;
+        // The code's questions (approvals) become the task's input requests.
+        ctx.extensions.insert(InputRoute::Task(task.clone()));
         let exec_ct = ctx.ct.clone();
         let cancel_watch = {
             let task = task.clone();
@@ -209,4 +285,16 @@ fn notify_end(
             tracing::debug!("a task's end notification was not taken within the bound");
         }
     });
+}
+
+impl CodeboxServer {
+    /// Whether any approval gate is configured (a call may have to ask its client).
+    fn asks_for_approval(&self) -> bool {
+        false
+    }
+
+    /// How long a question to the user waits for its answer.
+    fn approval_wait(&self) -> Duration {
+        Duration::from_secs(120)
+    }
 }
