@@ -25,6 +25,9 @@
 //! upstream_connect_timeout = "30s"                  # an upstream's start and first tools/list
 //! upstream_wait = "10s"                             # a call waits this long for a connecting server
 //!
+//! [tasks]
+//! keep_for = "15m"                                  # a task's lifetime and result retention
+//!
 //! [http]
 //! addr = "127.0.0.1:8080"
 //! token = "env:CODEBOX_TOKEN"
