@@ -432,6 +432,8 @@ impl CodeboxServer {
     /// Ends every session (killing live interpreters, removing workspaces) and empties
     /// the warm pool (its sandboxes reaped, their cgroups removed).
     pub async fn shutdown(&self) {
+        // Executions were drained or killed before: what is left of tasks is their records.
+        self.state.tasks.shutdown();
         if let Some(pool) = &self.state.pool {
             pool.shutdown().await;
         }
