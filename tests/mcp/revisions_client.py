@@ -12,6 +12,7 @@ process, one client). Servers listen on 127.0.0.1 and are stopped (SIGTERM, then
 waited for) at the end. Prints "N passed, M failed".
 """
 
+import json
 import os
 import re
 import signal
@@ -200,8 +201,40 @@ async def over_http():
     return passed, failed, tmp
 
 
-async def over_stdio():
+async def a_listener_hears_the_catalog_change(tmpdir):
+    """A 2026-07-28 client's `subscriptions/listen` stream carries resources/list_changed
+    when an upstream server that starts slowly becomes ready (its wrappers are
+    resources); the prompt then lists it."""
+    hostile = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "upstream",
+                           "hostile_server.py")
+    config = os.path.join(tmpdir, "slow.mcp.json")
+    with open(config, "w") as f:
+        json.dump({"mcpServers": {"slow": {"command": "/usr/bin/python3", "args": [hostile],
+                                           "env": {"HOSTILE_DELAY_S": "3"}}}}, f)
+    params = stdio_params(CODEBOX)
+    params.args = ["serve", "--mcp-config", config]
+    async with Client(params) as c:
+        assert c.protocol_version == "2026-07-28", c.protocol_version
+        async with c.listen(resources_list_changed=True, tools_list_changed=True) as sub:
+            assert sub.honored.resources_list_changed and not sub.honored.tools_list_changed, sub.honored
+            with anyio.fail_after(30):
+                event = await sub.__anext__()
+            assert "resources" in repr(event).lower(), event
+        got = await c.get_prompt("use_upstream_servers", {"server": "slow"})
+        text = got.messages[0].content.text
+        assert "- slow (ready): 8 tools" in text and "Tools of slow (8):" in text, text
+
+
+async def over_stdio(tmpdir):
     passed = failed = 0
+    try:
+        with anyio.fail_after(120):
+            await a_listener_hears_the_catalog_change(tmpdir)
+        print("ok      stdio: a_listener_hears_the_catalog_change", flush=True)
+        passed += 1
+    except Exception as e:  # noqa: BLE001
+        print(f"FAILED  stdio: a_listener_hears_the_catalog_change: {e!r}", flush=True)
+        failed += 1
     for mode, version in [("auto", "2026-07-28"), ("legacy", "2025-11-25")]:
         name = f"stdio {version}: code, progress, stable PII tokens"
         try:
@@ -226,7 +259,7 @@ async def main():
     tmp = None
     try:
         p1, f1, tmp = await over_http()
-        p2, f2 = await over_stdio()
+        p2, f2 = await over_stdio(tmp.name)
         passed, failed = p1 + p2, f1 + f2
     finally:
         for p in SERVERS:
