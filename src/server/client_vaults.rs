@@ -7,9 +7,10 @@
 //! map is kept here, by client identity (`token:<name>`, or the one unauthenticated
 //! loopback client), for the life of the process.
 //!
-//! Bounded: at most [`MAX_CLIENTS`] maps; past that the least recently used one is
-//! dropped (its tokens can no longer be restored; logged). Each map bounds its own
-//! tokens (`pii::Vault`).
+//! Bounded: a stateless identity is a configured token's client or the one loopback
+//! client, so the configuration bounds the maps; [`MAX_CLIENTS`] bounds them whatever
+//! it says: past it the least recently used map is dropped (its tokens can no longer be
+//! restored; logged). Each map bounds its own tokens (`pii::Vault`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
