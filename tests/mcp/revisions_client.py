@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import anyio
 import httpx2
@@ -160,6 +161,24 @@ async def unauthenticated_loopback_is_one_client():
         assert sc["stdout"] == "same client\n", sc
 
 
+async def a_listen_stream_ends_cleanly_at_shutdown():
+    """SIGTERM ends open subscriptions/listen streams with their final result: the
+    server does not wait out its answers' bound for them, and logs no error."""
+    url = start_http({"CODEBOX_POOL_SIZE": "0"})
+    server = SERVERS[-1]
+    async with Client(url) as c:
+        async with c.listen(resources_list_changed=True) as sub:
+            assert sub.honored.resources_list_changed, sub.honored
+            server.send_signal(signal.SIGTERM)
+            with anyio.fail_after(4):
+                async for event in sub:
+                    raise AssertionError(f"unexpected event {event!r}")
+    started = time.monotonic()
+    assert server.wait(timeout=30) == 0
+    assert time.monotonic() - started < 4, "shutdown waited for the listen stream"
+    assert "ERROR" not in server.log.text(), server.log.text()[-2000:]
+
+
 async def over_http():
     tmp = tempfile.TemporaryDirectory(prefix="codebox-revisions-test-")
     os.chmod(tmp.name, 0o755)
@@ -189,6 +208,14 @@ async def over_http():
         passed += 1
     except Exception as e:  # noqa: BLE001
         print(f"FAILED  http: unauthenticated_loopback_is_one_client: {e!r}", flush=True)
+        failed += 1
+    try:
+        with anyio.fail_after(120):
+            await a_listen_stream_ends_cleanly_at_shutdown()
+        print("ok      http: a_listen_stream_ends_cleanly_at_shutdown", flush=True)
+        passed += 1
+    except Exception as e:  # noqa: BLE001
+        print(f"FAILED  http: a_listen_stream_ends_cleanly_at_shutdown: {e!r}", flush=True)
         failed += 1
     try:
         with anyio.fail_after(120):
