@@ -1,6 +1,7 @@
 //! `codebox serve` end to end with a real MCP client: the official Python SDK (PyPI
 //! `mcp`), driving tests/mcp/stdio_client.py over stdio and tests/mcp/http_client.py over
-//! streamable HTTP; plus tests/mcp/raw_protocol.py, which writes malformed JSON-RPC byte
+//! streamable HTTP, and tests/mcp/revisions_client.py with the 2026-07-28 and 2025-11-25
+//! revisions side by side; plus tests/mcp/raw_protocol.py, which writes malformed JSON-RPC byte
 //! by byte and walks away from running executions.
 //!
 //! The SDK is installed by `cargo xtask test` into target/mcp-pydeps (overridable with
@@ -35,6 +36,16 @@ fn python_sdk_client_over_http_with_auth_and_origin_checks() {
     run_client_script(
         "python_sdk_client_over_http_with_auth_and_origin_checks",
         "http_client.py",
+    );
+}
+
+/// A 2026-07-28 (stateless) and a 2025-11-25 (initialize) client side by side: over HTTP
+/// on one server with a token each, over stdio a server each (tests/mcp/revisions_client.py).
+#[test]
+fn both_protocol_revisions_side_by_side_through_the_python_sdk() {
+    run_client_script(
+        "both_protocol_revisions_side_by_side_through_the_python_sdk",
+        "revisions_client.py",
     );
 }
 

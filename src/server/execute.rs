@@ -229,7 +229,7 @@ impl CodeboxServer {
         };
         let vault = match &session {
             Some(session) => session.vault.clone(),
-            None => self.conn.vault.clone(),
+            None => self.vault().clone(),
         };
         let redact = (c.pii != PiiMode::Off).then_some(vault);
 
@@ -426,7 +426,7 @@ impl CodeboxServer {
             LoggingLevel::Info
         };
         self.log(
-            &ctx.peer,
+            &ctx,
             level,
             json!({
                 "event": "execution",

@@ -142,7 +142,7 @@ impl CodeboxServer {
         if uri == HEALTH_URI {
             let mut health = self.health_value();
             if self.pii_on() {
-                self.conn.vault.tokenize_json(&mut health);
+                self.vault().tokenize_json(&mut health);
             }
             return Some(Ok(ResourceBody::Text(health.to_string())));
         }

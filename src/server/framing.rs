@@ -14,6 +14,12 @@
 //!
 //! with the request's `id` whenever it can be read. Whatever the client sent is echoed
 //! (and logged) only through [`bounded`].
+//!
+//! The params check knows the revision: a request of 2026-07-28 or later (its `_meta`
+//! `io.modelcontextprotocol/protocolVersion`, or the `MCP-Protocol-Version` header the
+//! HTTP layer passes to [`check_declared`], as rmcp reads them) calling a method that
+//! revision removed ([`REMOVED_AT_2026_07_28`]) is not a params error: it goes to rmcp,
+//! which answers `-32601 Method not found` (HTTP 404).
 
 use std::borrow::Cow;
 
@@ -91,9 +97,33 @@ pub fn bounded(s: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{}…[{} more bytes]", &s[..end], s.len() - end))
 }
 
+/// The first revision without a handshake, sessions or the methods below.
+pub const STATELESS_REVISION: &str = "2026-07-28";
+
+/// Methods 2026-07-28 removed (SEP-2575): a request of that revision calling one gets
+/// rmcp's `-32601`, whatever its params.
+pub const REMOVED_AT_2026_07_28: &[&str] = &[
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+/// Whether `version` (an ISO date) is 2026-07-28 or later: they compare as strings.
+pub fn is_stateless_revision(version: &str) -> bool {
+    version >= STATELESS_REVISION
+}
+
 /// `Ok` when `message` is blank or a JSON-RPC message rmcp will parse as what it is;
-/// else the answer it gets.
+/// else the answer it gets. For stdio, where the revision is only in the message.
 pub fn check(message: &[u8]) -> Result<(), Refusal> {
+    check_declared(message, None)
+}
+
+/// [`check`] for a message that came with `declared`, the `MCP-Protocol-Version` HTTP
+/// header.
+pub fn check_declared(message: &[u8], declared: Option<&str>) -> Result<(), Refusal> {
     let parse_error = |why: String| Refusal::new(PARSE_ERROR, Value::Null, why);
     if message.len() > MAX_MESSAGE_BYTES {
         return Err(parse_error(too_large()));
@@ -127,7 +157,7 @@ pub fn check(message: &[u8]) -> Result<(), Refusal> {
         }
         refusal
     })?;
-    check_value(&value, text)
+    check_value(&value, text, declared)
 }
 
 /// The top-level `id` of a JSON object too deep to parse whole: serde_json skips the
@@ -147,7 +177,7 @@ fn shallow_id(text: &str) -> Option<Value> {
 /// The JSON-RPC checks of a parsed message (see the module docs). What rmcp will make
 /// of it is read from `text`, the way rmcp reads it: a `Value` keeps the last of
 /// duplicate keys where rmcp's typed parse refuses them (and answers `id: null`).
-fn check_value(value: &Value, text: &str) -> Result<(), Refusal> {
+fn check_value(value: &Value, text: &str, declared: Option<&str>) -> Result<(), Refusal> {
     let rmcp_parse = || serde_json::from_str::<ClientJsonRpcMessage>(text);
     let invalid = |id: &Value, why: &str| {
         Refusal::new(
@@ -223,6 +253,17 @@ fn check_value(value: &Value, text: &str) -> Result<(), Refusal> {
             Ok(_) => Ok(()),
             Err(e) => refuse(invalid(&Value::Null, &bounded(&e.to_string()))),
         };
+    }
+    // A method the request's revision removed is rmcp's to refuse.
+    if REMOVED_AT_2026_07_28.contains(&method) {
+        let in_meta = params.and_then(|p| {
+            p.get("_meta")?
+                .get("io.modelcontextprotocol/protocolVersion")?
+                .as_str()
+        });
+        if in_meta.or(declared).is_some_and(is_stateless_revision) {
+            return Ok(());
+        }
     }
     // A known method whose params do not fit falls through to rmcp's catch-all request
     // (or fails to parse at all): that is a params error of that method.
@@ -308,6 +349,27 @@ mod tests {
 
     fn refusal(message: &str) -> Refusal {
         check(message.as_bytes()).expect_err(message)
+    }
+
+    #[test]
+    fn removed_methods_of_a_stateless_request_are_left_to_rmcp() {
+        let modern = r#"{"jsonrpc":"2.0","id":7,"method":"logging/setLevel","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        check(modern.as_bytes()).unwrap();
+        let bare = r#"{"jsonrpc":"2.0","id":7,"method":"resources/subscribe","params":{}}"#;
+        // Without a revision it is a 2025-11-25 request with params that do not fit.
+        assert_eq!(refusal(bare).code, INVALID_PARAMS);
+        check_declared(bare.as_bytes(), Some("2026-07-28")).unwrap();
+        assert_eq!(
+            check_declared(bare.as_bytes(), Some("2025-11-25"))
+                .unwrap_err()
+                .code,
+            INVALID_PARAMS
+        );
+        // Methods the revision kept are still checked.
+        let read = r#"{"jsonrpc":"2.0","id":8,"method":"resources/read","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert_eq!(refusal(read).code, INVALID_PARAMS);
+        let old_init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#;
+        assert_eq!(refusal(old_init).code, INVALID_PARAMS);
     }
 
     #[test]

@@ -305,7 +305,7 @@ async fn require_json_body(
     req: Request,
     next: Next,
 ) -> Response {
-    use super::framing::{check, too_large, Refusal, MAX_MESSAGE_BYTES, PARSE_ERROR};
+    use super::framing::{check_declared, too_large, Refusal, MAX_MESSAGE_BYTES, PARSE_ERROR};
     if req.method() != axum::http::Method::POST {
         return next.run(req).await;
     }
@@ -356,7 +356,11 @@ async fn require_json_body(
             parse_error("Parse error: the server is stopping".into()),
         );
     };
-    if let Err(refusal) = check(&bytes) {
+    let declared = parts
+        .headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok());
+    if let Err(refusal) = check_declared(&bytes, declared) {
         return refuse(StatusCode::BAD_REQUEST, refusal);
     }
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))

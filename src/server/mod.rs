@@ -21,6 +21,8 @@
 pub mod admission;
 mod audit_glue;
 pub mod client;
+mod client_log;
+mod client_vaults;
 mod egress_glue;
 mod execute;
 mod extra_resources;
@@ -31,10 +33,13 @@ mod http_answers;
 pub mod http_conn;
 mod input_rounds;
 pub mod input_route;
+mod listen;
 mod model_facing;
 mod out_files_glue;
 mod output_glue;
 pub mod packages_glue;
+mod prompts;
+mod reachable;
 mod readiness;
 mod upstream_status;
 pub use readiness::Layers;
@@ -60,8 +65,8 @@ use std::time::{Duration, Instant};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, LoggingLevel, LoggingMessageNotificationParam,
-    ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    CallToolResult, ContentBlock, LoggingLevel, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, ErrorData as McpError, RoleServer, ServerHandler};
@@ -80,6 +85,7 @@ use crate::spawner::SpawnerClient;
 use crate::upstream::Upstreams;
 
 use admission::Admission;
+pub use reachable::reachable_by;
 pub use tool_set::ToolSet;
 
 /// Server settings.
@@ -179,14 +185,17 @@ struct State {
     tasks: crate::tasks::ExecutionTasks,
     /// Calls of 2026-07-28 clients waiting for the answer to their question.
     parked: input_rounds::ParkedCalls,
+    /// The PII token maps of stateless (2026-07-28 HTTP) clients.
+    client_vaults: client_vaults::ClientVaults,
 }
 
-/// One MCP connection's own state.
+/// One MCP connection's own state (for a 2026-07-28 HTTP request: that request's).
 struct Connection {
-    /// Names the connection (the client identity of unauthenticated HTTP).
+    /// Names the connection (the client identity of unauthenticated 2025-11-25 HTTP).
     id: String,
-    /// The PII token map of executions outside a session.
-    vault: Arc<Vault>,
+    /// The PII token map of executions outside a session: the connection's own, or a
+    /// stateless client's from [`client_vaults::ClientVaults`] (see [`Self::client_of`]).
+    vault: std::sync::OnceLock<Arc<Vault>>,
 }
 
 /// The MCP server; one value per connection, sharing [`State`].
@@ -282,12 +291,14 @@ impl CodeboxServer {
             ),
             Some(dir) => match ClientSkills::open(dir, settings.skills_shared.as_deref()) {
                 Ok(store) => {
-                    match reachable_by(dir, settings.sandbox_ids, SKILLS_DIR).and_then(|()| {
-                        match &settings.skills_shared {
-                            Some(shared) => reachable_by(shared, settings.sandbox_ids, SKILLS_DIR),
+                    match reachable_by(dir, settings.sandbox_ids, reachable::SKILLS_DIR).and_then(
+                        |()| match &settings.skills_shared {
+                            Some(shared) => {
+                                reachable_by(shared, settings.sandbox_ids, reachable::SKILLS_DIR)
+                            }
                             None => Ok(()),
-                        }
-                    }) {
+                        },
+                    ) {
                         Ok(()) => (Some(store), None),
                         Err(why) => {
                             tracing::error!(dir = %dir.display(), %why, "skills are off");
@@ -310,6 +321,7 @@ impl CodeboxServer {
         });
         let kept_outputs = crate::output::KeptOutputs::new(settings.kept_output);
         let tasks = crate::tasks::ExecutionTasks::new(settings.tasks);
+        let settings_detector = settings.pii_detector.clone();
         let state = Arc::new(State {
             spawner,
             rate: RateLimiter::new(settings.rate),
@@ -332,6 +344,7 @@ impl CodeboxServer {
             kept_outputs,
             tasks,
             parked: input_rounds::ParkedCalls::default(),
+            client_vaults: client_vaults::ClientVaults::new(settings_detector),
         });
         pool_glue::follow_catalog(Arc::downgrade(&state));
         // Idle sessions expire in the background.
@@ -352,14 +365,13 @@ impl CodeboxServer {
     }
 
     fn with_state(state: Arc<State>) -> Self {
-        let vault = Arc::new(Vault::new(state.settings.pii_detector.clone()));
         let network_mode = state.settings.profile.network_mode;
         let tools = state.settings.tools;
         CodeboxServer {
             state,
             conn: Arc::new(Connection {
                 id: client::new_connection_id(),
-                vault,
+                vault: std::sync::OnceLock::new(),
             }),
             tool_router: {
                 let mut router = Self::all_tools();
@@ -380,8 +392,19 @@ impl CodeboxServer {
         Arc::new(Vault::new(self.state.settings.pii_detector.clone()))
     }
 
+    /// The caller's identity. A stateless (2026-07-28 HTTP) caller's token map is its
+    /// client's, so every entry point with a request calls this first.
     fn client_of(&self, ctx: &RequestContext<RoleServer>) -> String {
-        client::client_of(ctx, &self.conn.id)
+        let caller = client::client_of(ctx, &self.conn.id);
+        if caller.stateless_http {
+            let _ = (self.conn.vault).get_or_init(|| self.state.client_vaults.of(&caller.client));
+        }
+        caller.client
+    }
+
+    /// The PII token map of executions outside a session and of model-facing results.
+    fn vault(&self) -> &Arc<Vault> {
+        self.conn.vault.get_or_init(|| self.new_vault())
     }
 
     /// Takes the sandbox checks `serve` started before its runtime existed.
@@ -411,6 +434,7 @@ impl CodeboxServer {
     /// Refuses new executions from now on; running ones finish (graceful shutdown).
     pub fn stop_admitting(&self) {
         self.state.admission.close();
+        self.state.listeners.subscriptions.close();
     }
 
     /// Executions running now.
@@ -578,20 +602,6 @@ impl CodeboxServer {
         pool_glue::current_wrappers(&self.state.wrappers, &self.state.backend)
     }
 
-    /// Sends a log message to the client if its `logging/setLevel` lets it through.
-    async fn log(
-        &self,
-        peer: &rmcp::Peer<RoleServer>,
-        level: LoggingLevel,
-        data: serde_json::Value,
-    ) {
-        let threshold = *self.state.log_level.lock().expect("log level lock");
-        if severity(level) >= severity(threshold) {
-            let param = LoggingMessageNotificationParam::new(level, data).with_logger("codebox");
-            let _ = peer.notify_logging_message(param).await;
-        }
-    }
-
     /// codebox's own tool definitions, as its `tools/list` sends them by default (no
     /// server needed).
     pub fn tool_definitions() -> Vec<rmcp::model::Tool> {
@@ -613,61 +623,8 @@ impl CodeboxServer {
     }
 }
 
-/// The setting that names the skills directory, for [`reachable_by`]'s message.
-const SKILLS_DIR: &str = "skills_dir (CODEBOX_SKILLS_DIR)";
-
-/// Whether the sandbox user (host ids `ids`) can pass through every directory above
-/// `dir` and read `dir` itself: the sandbox's init binds it, with the sandbox user's
-/// rights. A directory it cannot reach would make every sandbox fail to start.
-pub fn reachable_by(
-    dir: &std::path::Path,
-    (uid, gid): (u32, u32),
-    setting: &str,
-) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let dir = dir
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    for (i, d) in dir.ancestors().enumerate() {
-        let m = std::fs::metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
-        let mode = m.mode();
-        let bits = if m.uid() == uid {
-            mode >> 6
-        } else if m.gid() == gid {
-            mode >> 3
-        } else {
-            mode
-        };
-        let needed = if i == 0 { 0o5 } else { 0o1 };
-        if bits & needed != needed {
-            return Err(format!(
-                "the sandbox user (host uid {uid}) cannot reach {}: {} has mode {:o}; set \
-                 {setting} to a directory it can read",
-                dir.display(),
-                d.display(),
-                mode & 0o7777
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn tool_error(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
-}
-
-/// RFC 5424 order, least severe first.
-fn severity(level: LoggingLevel) -> u8 {
-    match level {
-        LoggingLevel::Debug => 0,
-        LoggingLevel::Info => 1,
-        LoggingLevel::Notice => 2,
-        LoggingLevel::Warning => 3,
-        LoggingLevel::Error => 4,
-        LoggingLevel::Critical => 5,
-        LoggingLevel::Alert => 6,
-        LoggingLevel::Emergency => 7,
-    }
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -679,6 +636,7 @@ impl ServerHandler for CodeboxServer {
         request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, McpError> {
+        self.client_of(&context);
         let set = self.state.settings.tools;
         if !self.tool_router.has_route(&request.name) && Self::all_tools().has_route(&request.name)
         {
@@ -718,6 +676,8 @@ impl ServerHandler for CodeboxServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_logging()
+                .enable_prompts()
+                .enable_completions()
                 .enable_resources()
                 .enable_resources_list_changed()
                 .enable_tasks()
@@ -763,7 +723,7 @@ impl ServerHandler for CodeboxServer {
                         .with_mime_type("text/plain"),
                 ])
                 .into()),
-                Err(why) => Err(McpError::resource_not_found(why, None)),
+                Err(why) => Err(resources::not_found(why, &request.uri)),
             };
         }
         if let Some(read) = self.read_out_file(&request.uri, &client) {
@@ -785,7 +745,7 @@ impl ServerHandler for CodeboxServer {
                     ])
                     .into())
                 }
-                Err(why) => Err(McpError::resource_not_found(why, None)),
+                Err(why) => Err(resources::not_found(why, &request.uri)),
             };
         }
         let dir = self.wrapper_dir();
@@ -806,7 +766,7 @@ impl ServerHandler for CodeboxServer {
                     .into(),
                 )
             }
-            Err(why) => Err(McpError::resource_not_found(why, None)),
+            Err(why) => Err(resources::not_found(why, &request.uri)),
         }
     }
 
@@ -838,40 +798,46 @@ impl ServerHandler for CodeboxServer {
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        *self.state.log_level.lock().expect("log level lock") = request.level;
-        Ok(())
+        self.set_log_level(request.level, &context)
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::{reachable_by, SKILLS_DIR};
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    async fn list_prompts(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        Ok(prompts::list())
+    }
 
-    #[test]
-    fn a_directory_behind_a_private_parent_is_unreachable() {
-        let base = tempfile::tempdir().unwrap();
-        let open = base.path().join("open");
-        std::fs::create_dir_all(open.join("skills")).unwrap();
-        let closed = base.path().join("closed");
-        std::fs::create_dir_all(closed.join("skills")).unwrap();
-        for d in [
-            base.path(),
-            &open,
-            &open.join("skills"),
-            &closed.join("skills"),
-        ] {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
-        // Someone who owns nothing here.
-        let owner = std::fs::metadata(base.path()).unwrap().uid();
-        let stranger = (owner + 12345, owner + 12345);
-        reachable_by(&open.join("skills"), stranger, SKILLS_DIR).unwrap();
-        let why = reachable_by(&closed.join("skills"), stranger, SKILLS_DIR).unwrap_err();
-        assert!(why.contains("mode 700"), "{why}");
-        reachable_by(&closed.join("skills"), (owner, owner), SKILLS_DIR).unwrap();
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        self.prompt_now(request)
+    }
+
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        self.complete_now(request)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(listen::accepted(requested))
+    }
+
+    async fn listen(
+        &self,
+        subscription: rmcp::service::SubscriptionContext,
+    ) -> Result<(), McpError> {
+        self.listen_until_closed(subscription).await
     }
 }

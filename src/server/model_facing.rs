@@ -21,7 +21,7 @@ impl CodeboxServer {
     /// `text` tokenized when PII handling is on.
     pub(super) fn pii_text(&self, text: &str) -> String {
         match self.pii_on() {
-            true => self.conn.vault.tokenize(text),
+            true => self.vault().tokenize(text),
             false => text.to_string(),
         }
     }
@@ -29,7 +29,7 @@ impl CodeboxServer {
     /// `text` with this connection's tokens restored when PII handling is on.
     pub(super) fn pii_restored(&self, text: &str) -> String {
         match self.pii_on() {
-            true => self.conn.vault.restore(text),
+            true => self.vault().restore(text),
             false => text.to_string(),
         }
     }
@@ -41,11 +41,11 @@ impl CodeboxServer {
         }
         for content in &mut result.content {
             if let ContentBlock::Text(t) = content {
-                t.text = self.conn.vault.tokenize(&t.text);
+                t.text = self.vault().tokenize(&t.text);
             }
         }
         if let Some(value) = &mut result.structured_content {
-            self.conn.vault.tokenize_json(value);
+            self.vault().tokenize_json(value);
         }
         result
     }

@@ -183,7 +183,7 @@ impl CodeboxServer {
                 };
                 Ok(rmcp::model::ReadResourceResult::new(vec![contents]).into())
             }
-            Err(why) => Err(rmcp::ErrorData::resource_not_found(why, None)),
+            Err(why) => Err(super::resources::not_found(why, uri)),
         })
     }
 }

