@@ -45,6 +45,7 @@ mod upstream_status;
 pub use readiness::Layers;
 mod pool_glue;
 pub(crate) mod render;
+mod resource_methods;
 pub mod resources;
 mod sandbox_methods;
 pub mod schema;
@@ -699,14 +700,7 @@ impl ServerHandler for CodeboxServer {
         _request: Option<rmcp::model::PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        let mut items = match self.wrapper_dir() {
-            Some(dir) => resources::list(dir.path()),
-            None => Vec::new(),
-        };
-        let client = self.client_of(&context);
-        items.extend(self.kept_resources(&client));
-        items.extend(self.extra_resources(&client));
-        Ok(rmcp::model::ListResourcesResult::with_all_items(items))
+        Ok(self.resources_of(&context))
     }
 
     async fn read_resource(
@@ -714,60 +708,7 @@ impl ServerHandler for CodeboxServer {
         request: rmcp::model::ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        let client = self.client_of(&context);
-        if let Some(read) = self.state.kept_outputs.read(&client, &request.uri) {
-            return match read {
-                // The page count is in the listing and in the error past the last page.
-                Ok((text, _pages)) => Ok(rmcp::model::ReadResourceResult::new(vec![
-                    rmcp::model::ResourceContents::text(text, request.uri.clone())
-                        .with_mime_type("text/plain"),
-                ])
-                .into()),
-                Err(why) => Err(resources::not_found(why, &request.uri)),
-            };
-        }
-        if let Some(read) = self.read_out_file(&request.uri, &client) {
-            return read;
-        }
-        if let Some(read) = self.read_extra_resource(&request.uri, &client) {
-            return match read {
-                Ok(extra_resources::ResourceBody::Text(text)) => {
-                    Ok(rmcp::model::ReadResourceResult::new(vec![
-                        rmcp::model::ResourceContents::text(text, request.uri.clone()),
-                    ])
-                    .into())
-                }
-                // The page count is in the error past the last page.
-                Ok(extra_resources::ResourceBody::Blob { base64 }) => {
-                    Ok(rmcp::model::ReadResourceResult::new(vec![
-                        rmcp::model::ResourceContents::blob(base64, request.uri.clone())
-                            .with_mime_type("application/octet-stream"),
-                    ])
-                    .into())
-                }
-                Err(why) => Err(resources::not_found(why, &request.uri)),
-            };
-        }
-        let dir = self.wrapper_dir();
-        let text = match &dir {
-            Some(dir) => resources::read(dir.path(), &request.uri),
-            None => Err(format!(
-                "unknown resource {:?}: no upstream tools",
-                request.uri
-            )),
-        };
-        match text {
-            Ok(text) => {
-                Ok(
-                    rmcp::model::ReadResourceResult::new(vec![
-                        rmcp::model::ResourceContents::text(text, request.uri.clone())
-                            .with_mime_type("text/x-typescript"),
-                    ])
-                    .into(),
-                )
-            }
-            Err(why) => Err(resources::not_found(why, &request.uri)),
-        }
+        self.read_resource_for(&request.uri, &context)
     }
 
     async fn get_task(

@@ -1,0 +1,83 @@
+//! `resources/list` and `resources/read`: the wrappers (`resources.rs`), kept output,
+//! output files and codebox's own resources (`extra_resources.rs`), each the caller's.
+
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+
+use super::{extra_resources, resources, CodeboxServer};
+
+impl CodeboxServer {
+    /// Everything the caller may read.
+    pub(super) fn resources_of(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> rmcp::model::ListResourcesResult {
+        let mut items = match self.wrapper_dir() {
+            Some(dir) => resources::list(dir.path()),
+            None => Vec::new(),
+        };
+        let client = self.client_of(context);
+        items.extend(self.kept_resources(&client));
+        items.extend(self.extra_resources(&client));
+        rmcp::model::ListResourcesResult::with_all_items(items)
+    }
+
+    /// One read by the caller.
+    pub(super) fn read_resource_for(
+        &self,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let client = self.client_of(context);
+        if let Some(read) = self.state.kept_outputs.read(&client, uri) {
+            return match read {
+                // The page count is in the listing and in the error past the last page.
+                Ok((text, _pages)) => Ok(rmcp::model::ReadResourceResult::new(vec![
+                    rmcp::model::ResourceContents::text(text, uri.to_string())
+                        .with_mime_type("text/plain"),
+                ])
+                .into()),
+                Err(why) => Err(resources::not_found(why, uri)),
+            };
+        }
+        if let Some(read) = self.read_out_file(uri, &client) {
+            return read;
+        }
+        if let Some(read) = self.read_extra_resource(uri, &client) {
+            return match read {
+                Ok(extra_resources::ResourceBody::Text(text)) => {
+                    Ok(rmcp::model::ReadResourceResult::new(vec![
+                        rmcp::model::ResourceContents::text(text, uri.to_string()),
+                    ])
+                    .into())
+                }
+                // The page count is in the error past the last page.
+                Ok(extra_resources::ResourceBody::Blob { base64 }) => {
+                    Ok(rmcp::model::ReadResourceResult::new(vec![
+                        rmcp::model::ResourceContents::blob(base64, uri.to_string())
+                            .with_mime_type("application/octet-stream"),
+                    ])
+                    .into())
+                }
+                Err(why) => Err(resources::not_found(why, uri)),
+            };
+        }
+        let dir = self.wrapper_dir();
+        let text = match &dir {
+            Some(dir) => resources::read(dir.path(), uri),
+            None => Err(format!("unknown resource {:?}: no upstream tools", uri)),
+        };
+        match text {
+            Ok(text) => {
+                Ok(
+                    rmcp::model::ReadResourceResult::new(vec![
+                        rmcp::model::ResourceContents::text(text, uri.to_string())
+                            .with_mime_type("text/x-typescript"),
+                    ])
+                    .into(),
+                )
+            }
+            Err(why) => Err(resources::not_found(why, uri)),
+        }
+    }
+}
