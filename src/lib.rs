@@ -45,6 +45,7 @@
 //! `docs/ARCHITECTURE.md` is the code map.
 
 pub mod adopt;
+pub mod approval;
 pub mod audit;
 pub mod catalog;
 pub mod codegen;
