@@ -128,6 +128,9 @@ pub struct Config {
     pub pii: PiiConfig,
     /// The audit log (default: none).
     pub audit: Option<crate::audit::AuditConfig>,
+    /// `[approval]`: which sandboxed calls wait for the user's approval (default: none).
+    #[serde(default)]
+    pub approval: crate::approval::ApprovalSection,
     #[serde(default)]
     pub http: HttpConfig,
     /// `[network]`: the sandboxes' network mode and the egress proxy's policy; replaces

@@ -19,6 +19,7 @@
 #![allow(deprecated)]
 
 pub mod admission;
+mod approval_glue;
 mod audit_glue;
 pub mod client;
 mod egress_glue;
@@ -132,6 +133,8 @@ pub struct Settings {
     pub tools: ToolSet,
     /// How long and how much of cut results' whole streams is kept.
     pub kept_output: crate::output::KeptLimits,
+    /// `[approval]`: which sandboxed calls wait for the user (`approval_glue.rs`).
+    pub approval: Arc<crate::approval::ApprovalPolicy>,
 }
 
 #[derive(Debug, Default)]
