@@ -13,8 +13,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use rmcp::model::{ElicitRequestParams, ElicitResult};
-use rmcp::service::{Peer, ServiceError};
+use rmcp::model::{
+    CancelledNotificationParam, ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult,
+    RequestId, ServerRequest,
+};
+use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleServer;
 
 /// How an execution asks its client's user. One per execution, chosen by the server from
@@ -86,20 +89,53 @@ impl Asker for PeerAsker {
     ) -> Pin<Box<dyn Future<Output = Result<ElicitResult, AskError>> + Send>> {
         let peer = self.peer.clone();
         Box::pin(async move {
-            match peer
-                .create_elicitation_with_timeout(request, Some(wait))
+            let request = ServerRequest::ElicitRequest(ElicitRequest::new(request));
+            let handle = peer
+                .send_request_with_option(request, PeerRequestOptions::with_timeout(wait))
                 .await
-            {
-                Ok(result) => Ok(result),
+                .map_err(failed)?;
+            // A question abandoned (the execution ended, the call was dropped) is
+            // withdrawn from the client; one that times out rmcp withdraws itself.
+            let mut withdraw = Withdraw(Some((peer.clone(), handle.id.clone())));
+            let answer = handle.await_response().await;
+            withdraw.0 = None;
+            match answer {
+                Ok(ClientResult::ElicitResult(result)) => Ok(result),
+                Ok(_) => Err(AskError::Failed(
+                    "the client answered elicitation/create with another result".into(),
+                )),
                 Err(ServiceError::Timeout { .. }) => Err(AskError::TimedOut(wait)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "approval: elicitation/create failed");
-                    Err(AskError::Failed(
-                        crate::proxy::clip(&e.to_string(), 512).into_owned(),
-                    ))
-                }
+                Err(e) => Err(failed(e)),
             }
         })
+    }
+}
+
+fn failed(e: ServiceError) -> AskError {
+    tracing::warn!(error = %e, "approval: elicitation/create failed");
+    AskError::Failed(crate::proxy::clip(&e.to_string(), 512).into_owned())
+}
+
+/// Sends `notifications/cancelled` for a question still open when it is dropped.
+struct Withdraw(Option<(Peer<RoleServer>, RequestId)>);
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        let Some((peer, id)) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let why = Some("the execution ended before the user answered".to_string());
+            if let Err(e) = peer
+                .notify_cancelled(CancelledNotificationParam::new(Some(id), why))
+                .await
+            {
+                tracing::debug!(error = %e, "approval: cannot withdraw an abandoned question");
+            }
+        });
     }
 }
 

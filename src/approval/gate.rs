@@ -282,16 +282,22 @@ impl Gate {
         }
         let wait = self.policy.timeout;
         let asked_at = Instant::now();
+        // Reports the question abandoned if this future is dropped before the answer (the
+        // proxy aborts its calls when the sandbox is gone) or the gate is abandoned.
+        let mut open = Open {
+            gate: self,
+            subject: Some(subject),
+            rule,
+            asked_at,
+        };
         let answer = tokio::select! {
             // The asker bounds its wait; this only guards against one that does not.
             a = tokio::time::timeout(wait + Duration::from_secs(1), self.asker.ask(question(), wait)) => {
                 a.unwrap_or(Err(AskError::TimedOut(wait)))
             }
-            _ = self.cancel.cancelled() => {
-                self.report(subject, rule.into(), Decision::Abandoned, asked_at.elapsed());
-                return Err(abandoned());
-            }
+            _ = self.cancel.cancelled() => return Err(abandoned()),
         };
+        let subject = open.subject.take().expect("taken once");
         let waited = asked_at.elapsed();
         let (decision, why) = match answer {
             Ok(result) => {
@@ -381,6 +387,31 @@ impl Gate {
                 decision,
                 waited,
             });
+        }
+    }
+}
+
+/// An open question; dropped before its answer, it is reported abandoned.
+struct Open<'a> {
+    gate: &'a Gate,
+    subject: Option<Subject>,
+    rule: &'a str,
+    asked_at: Instant,
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        if let Some(subject) = self.subject.take() {
+            tracing::info!(
+                kind = subject.kind(),
+                "approval question abandoned: the execution ended"
+            );
+            self.gate.report(
+                subject,
+                self.rule.into(),
+                Decision::Abandoned,
+                self.asked_at.elapsed(),
+            );
         }
     }
 }

@@ -393,3 +393,19 @@ async fn records_are_bounded_per_execution() {
     }
     assert_eq!(seen.lock().unwrap().len(), MAX_RECORDS);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_question_whose_call_is_dropped_is_reported_abandoned() {
+    let asker = Scripted::new(vec![], Duration::from_secs(3600));
+    let (g, seen) = gate(policy(DELETE), asker);
+    let pending = {
+        let g = g.clone();
+        tokio::spawn(async move { g.tool("gh__delete_repo", None, false, None).await })
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // What the proxy does to its calls when the sandbox is gone.
+    pending.abort();
+    assert!(pending.await.unwrap_err().is_cancelled());
+    assert_eq!(decisions(&seen), ["abandoned"]);
+    assert!(seen.lock().unwrap()[0].waited >= Duration::from_secs(5));
+}

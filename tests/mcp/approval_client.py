@@ -191,6 +191,23 @@ async def an_unanswered_question_times_out(c, w):
     assert not any("slow" in line for line in w.upstream_calls())
 
 
+@case
+async def the_execution_deadline_abandons_an_open_question(c, w):
+    w.answer = "silent"
+    r = await c.call_tool("execute_python", {"code": calling("fixture__delete_repo", {"name": "late"}),
+                                             "timeout_ms": 1000})
+    sc = r.structured_content or {}
+    assert sc.get("timed_out") is True, (sc, r.content)
+    assert not any("late" in line for line in w.upstream_calls())
+    for _ in range(50):
+        if any(r["decision"] == "abandoned" for r in w.approvals()):
+            break
+        await anyio.sleep(0.1)
+    else:
+        raise AssertionError(w.approvals())
+    w.answer = "accept"
+
+
 EGRESS = """
 import urllib.request, urllib.error
 try:
