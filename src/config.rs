@@ -25,6 +25,10 @@
 //! upstream_connect_timeout = "30s"                  # an upstream's start and first tools/list
 //! upstream_wait = "10s"                             # a call waits this long for a connecting server
 //!
+//! [approval]                                        # see crate::approval::policy
+//! require_approval = ["github__delete_*"]
+//! destructive = "ask"
+//!
 //! [http]
 //! addr = "127.0.0.1:8080"
 //! token = "env:CODEBOX_TOKEN"
