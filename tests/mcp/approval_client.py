@@ -232,6 +232,15 @@ async def an_egress_host_that_needs_approval_waits_for_it(c, w):
     assert f"approval declined by the user for egress to localhost:{w.port}" in sc["stdout"], sc
     denied = [x for x in sc["network"]["connections"] if not x["allowed"]]
     assert denied and "approval declined" in denied[0]["reason"], sc["network"]
+    # The proxy's `why` endpoint reports the refusal too (what Deno's fetch error shows).
+    why = EGRESS.format(port=w.port) + (
+        "\nprint(urllib.request.urlopen('http://egress.codebox.invalid/why?target=localhost:{port}')"
+        ".read().decode().strip())").format(port=w.port)
+    sc = await run(c, why)
+    lines = sc["stdout"].splitlines()
+    # A new execution asks again (what a user declined is remembered per execution).
+    assert lines[0].startswith("HTTPError 403 ") and "approval declined" in lines[0], sc
+    assert lines[1].startswith(f"codebox: egress to localhost:{w.port} denied (approval declined"), sc
 
 
 @case
