@@ -28,6 +28,10 @@
 //! [tasks]
 //! keep_for = "15m"                                  # a task's lifetime and result retention
 //!
+//! [approval]                                        # see crate::approval::policy
+//! require_approval = ["github__delete_*"]
+//! destructive = "ask"
+//!
 //! [http]
 //! addr = "127.0.0.1:8080"
 //! token = "env:CODEBOX_TOKEN"
@@ -131,6 +135,9 @@ pub struct Config {
     pub pii: PiiConfig,
     /// The audit log (default: none).
     pub audit: Option<crate::audit::AuditConfig>,
+    /// `[approval]`: which sandboxed calls wait for the user's approval (default: none).
+    #[serde(default)]
+    pub approval: crate::approval::ApprovalSection,
     #[serde(default)]
     pub http: HttpConfig,
     /// `[network]`: the sandboxes' network mode and the egress proxy's policy; replaces

@@ -21,6 +21,8 @@
 //!   limits and a record of every connection
 //! - [`proxy`]: the sandbox's tool channel (fd 3): JSON-RPC to upstream tools, checked
 //!   against the execution's allowlist and limits, every call recorded
+//! - [`approval`]: approval gates: which tool calls and egress hosts wait for the user's
+//!   approval (elicitation through the MCP client), one execution's gate and its bounds
 //! - [`catalog`]: tool search over the catalog (BM25), pages, and tools at three levels
 //!   of detail with their generated signatures
 //! - [`codegen`]: the `/servers` tree: typed TypeScript and Python wrappers of the
@@ -45,6 +47,7 @@
 //! `docs/ARCHITECTURE.md` is the code map.
 
 pub mod adopt;
+pub mod approval;
 pub mod audit;
 pub mod catalog;
 pub mod codegen;

@@ -138,6 +138,7 @@ mod tests {
             description: description.map(String::from),
             input_schema: json!({"type": "object", "properties": {"a": {"type": "number"}}}),
             output_schema: None,
+            annotations: None,
         }
     }
 

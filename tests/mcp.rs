@@ -150,6 +150,18 @@ fn ready_at_once_and_honest_about_upstreams_through_the_python_sdk() {
     run_client_script_with(test, "startup_client.py", &[upstreams().into_os_string()]);
 }
 
+/// Approval gates with the Python SDK as a 2025-11-25 client: a name-pattern and a
+/// destructiveHint tool accepted, declined (never sent upstream), unanswered (timeout);
+/// an egress host approved and declined; a client without elicitation (fallback deny and
+/// allow); every decision in the audit log. The fixture upstream runs on the SDK.
+#[test]
+fn approval_gates_through_the_python_sdk() {
+    run_client_script(
+        "approval_gates_through_the_python_sdk",
+        "approval_client.py",
+    );
+}
+
 /// Whether `cargo xtask test` installed the upstream servers (else skip, or fail when strict).
 fn upstreams_installed(test: &str) -> bool {
     let marker =

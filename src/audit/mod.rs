@@ -42,8 +42,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub use chain::{line_hash, verify, VerifyError, VerifySummary, GENESIS};
 pub use log::AuditLog;
 pub use record::{
-    code_digest, AuditEvent, EgressRecord, ExecutionRecord, SkillRecord, ToolCallRecord,
-    ToolCalled, ToolCallsOmittedRecord,
+    code_digest, ApprovalRecord, AuditEvent, EgressRecord, ExecutionRecord, SkillRecord,
+    ToolCallRecord, ToolCalled, ToolCallsOmittedRecord,
 };
 
 /// When records reach the disk.

@@ -1,5 +1,6 @@
-//! What one audit record says: an execution, a proxied tool call, or the calls of one
-//! execution past its per-execution cap of call records.
+//! What one audit record says: an execution, a proxied tool call, the calls of one
+//! execution past its per-execution cap of call records, a skill, an egress connection,
+//! or an approval decision.
 //!
 //! Only metadata: who asked (client, session), what ran (language, the code's digest and
 //! size), what it could and did call, how it ended and what it cost. The code text is
@@ -15,7 +16,7 @@ use crate::rootfs::manifest::hex;
 
 /// One logged event. On its line, the fields sit next to `seq`, `time` and `prev`, with
 /// `"event": "execution"`, `"event": "tool_call"`, `"event": "tool_calls_omitted"` or
-/// `"event": "skill"` or `"event": "egress"`.
+/// `"event": "skill"`, `"event": "egress"` or `"event": "approval"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 #[allow(
@@ -28,6 +29,7 @@ pub enum AuditEvent {
     Skill(SkillRecord),
     ToolCallsOmitted(ToolCallsOmittedRecord),
     Egress(EgressRecord),
+    Approval(ApprovalRecord),
 }
 
 /// One execution, written when it ends (or is refused).
@@ -124,6 +126,27 @@ pub struct EgressRecord {
     pub bytes_down: u64,
     pub duration_ms: f64,
     pub credential_added: bool,
+}
+
+/// One approval decision (`crate::approval`): a gated tool call or egress host, the rule
+/// that gated it, and how it was decided. Never an argument value: only names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    pub client: String,
+    pub session: Option<String>,
+    /// `tool` or `egress`.
+    pub kind: String,
+    /// The catalog name called (`server__tool`) or the `host:port` connected to.
+    pub name: String,
+    /// Why approval was needed (the `require_approval` pattern, `destructiveHint`, the
+    /// `[network] approve` rule).
+    pub rule: String,
+    /// `accepted`, `declined`, `cancelled`, `timed_out`, `fallback_denied`,
+    /// `fallback_allowed`, `already_declined`, `too_many_questions`, `policy_denied`,
+    /// `failed` or `abandoned`.
+    pub decision: String,
+    /// How long the user was asked (0 when nobody was).
+    pub wait_ms: f64,
 }
 
 /// A skill saved or deleted (or a refused attempt). The content is never logged, only

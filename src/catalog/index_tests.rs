@@ -15,6 +15,7 @@ fn tool(server: &str, name: &str, description: &str, input_schema: Value) -> Cat
         description: Some(description.into()),
         input_schema,
         output_schema: None,
+        annotations: None,
     }
 }
 

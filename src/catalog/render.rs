@@ -107,6 +107,7 @@ mod tests {
             description: description.map(String::from),
             input_schema: json!({}),
             output_schema: None,
+            annotations: None,
         })
     }
 

@@ -510,6 +510,7 @@ fn server_tools(rng: &mut Rng, domain: &Domain, server: &str, count: usize) -> V
                 description: Some(description(rng, template, one, many, domain.system)),
                 input_schema: input_schema(rng, verb, one, many, camel_case),
                 output_schema: output_schema(rng, plural),
+                annotations: None,
                 tool_ident: tool.clone(),
                 tool,
             }

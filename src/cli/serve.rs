@@ -118,6 +118,8 @@ struct Resolved {
     skills_dir: Option<PathBuf>,
     skills_shared: Option<PathBuf>,
     audit: Option<codebox::audit::AuditConfig>,
+    /// `[approval]`, checked.
+    approval: std::sync::Arc<codebox::approval::ApprovalPolicy>,
     /// `[network]` of the config, replacing the profile's.
     network: Option<codebox::egress::NetworkSection>,
     /// `[python] preload` of the config, replacing the profile's.
@@ -216,6 +218,10 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         skills_dir: file.skills_dir.clone().or_else(default_skills_dir),
         skills_shared: file.skills_shared.clone(),
         audit: file.audit.clone(),
+        approval: std::sync::Arc::new(
+            codebox::approval::ApprovalPolicy::from_section(&file.approval)
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
         network: file.network.clone(),
         preload: file.python.preload.clone(),
         packages: file.packages.clone(),
@@ -435,6 +441,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         output_budget: output.budget,
         kept_output: output.kept,
         tasks,
+        approval: args.approval.clone(),
         network,
         egress,
         packages: None,

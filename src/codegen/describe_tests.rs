@@ -23,6 +23,7 @@ fn tool(
         description: Some("Read a file.".into()),
         input_schema,
         output_schema,
+        annotations: None,
     }
 }
 

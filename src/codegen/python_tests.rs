@@ -13,6 +13,7 @@ fn tool(input_schema: Value, description: &str) -> CatalogTool {
         description: Some(description.into()),
         input_schema,
         output_schema: None,
+        annotations: None,
     }
 }
 

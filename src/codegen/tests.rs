@@ -17,6 +17,7 @@ fn tool(server: &str, name: &str) -> CatalogTool {
         input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}},
                              "required": ["path"]}),
         output_schema: None,
+        annotations: None,
     }
 }
 

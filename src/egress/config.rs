@@ -54,6 +54,11 @@ pub struct NetworkSection {
     /// Same syntax; a host that matches a deny rule is refused whatever allows it.
     #[serde(default)]
     pub deny: Vec<String>,
+    /// Same syntax; a host the allowlist lets through that matches one of these is
+    /// reached only once the user approved it (`[approval]`; the CONNECT or request waits
+    /// for the answer, a refusal is a 403 naming why). Each must overlap an allow rule.
+    #[serde(default)]
+    pub approve: Vec<String>,
     /// Non-public addresses that may be reached (`127.0.0.1:8443`, `10.0.0.0/8`,
     /// `[::1]:443`, `fd00::/8`): the only way past the private-address check.
     #[serde(default)]

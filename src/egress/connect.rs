@@ -60,6 +60,15 @@ async fn open_checked(
         }
     };
     rec.record.rule = Some(allow_rule.clone());
+    if let Some(rule) = run.shared.policy.approval_rule(target) {
+        if let Err(reason) = approved(conn, &shown, &rule).await {
+            tracing::info!(target = %shown, reason = %reason, "egress not approved");
+            let refusal = Refusal::denied(&shown, &reason);
+            rec.deny(reason, Some(format!("approve {rule}")));
+            return Err(refusal);
+        }
+        rec.record.rule = Some(format!("{allow_rule} + approve {rule}"));
+    }
     let deadline = Instant::now() + run.shared.policy.limits().connect_timeout;
     let timeout_text = human_duration(run.shared.policy.limits().connect_timeout);
 
@@ -163,6 +172,25 @@ async fn open_checked(
         &shown,
         last_err.unwrap_or_default(),
     ))
+}
+
+/// The user's approval of `shown` (`host:port`) through the execution's gate. The wait
+/// is activity (the idle timeout would otherwise close the connection while the user
+/// reads the question); the run's end drops the wait with the connection.
+async fn approved(conn: &Conn, shown: &str, rule: &str) -> Result<(), String> {
+    let Some(gate) = conn.run.approval.clone() else {
+        return Err(format!(
+            "approval required by [network] approve rule \"{rule}\", and nobody can be asked here"
+        ));
+    };
+    let wait = gate.host(shown, rule);
+    tokio::pin!(wait);
+    loop {
+        tokio::select! {
+            decided = &mut wait => return decided,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => conn.activity.touch(),
+        }
+    }
 }
 
 /// Resolves `name` in one of the run's lookup slots

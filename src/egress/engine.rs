@@ -151,6 +151,17 @@ impl Egress {
     /// Starts serving one execution's listening socket (bound and listening, inside the
     /// sandbox's network namespace). Must be called inside a tokio runtime; returns at once.
     pub fn start(&self, listener: std::net::TcpListener, narrowing: Narrowing) -> EgressRun {
+        self.start_gated(listener, narrowing, None)
+    }
+
+    /// [`Egress::start`] with the execution's approval gate: a host an `approve` rule
+    /// names is connected to only once `approval` says so (without a gate it is refused).
+    pub fn start_gated(
+        &self,
+        listener: std::net::TcpListener,
+        narrowing: Narrowing,
+        approval: Option<Arc<crate::approval::Gate>>,
+    ) -> EgressRun {
         self.shared
             .counters
             .runs
@@ -163,6 +174,7 @@ impl Egress {
             )),
             recorder: Arc::default(),
             narrowing,
+            approval,
             cancel: CancellationToken::new(),
             refusals: Default::default(),
             resolutions: Arc::new(tokio::sync::Semaphore::new(
@@ -196,6 +208,8 @@ pub(crate) struct Run {
     pub budget: Arc<Budget>,
     pub recorder: Arc<Recorder>,
     pub narrowing: Narrowing,
+    /// The execution's approval gate, for hosts an `approve` rule names.
+    pub approval: Option<Arc<crate::approval::Gate>>,
     pub cancel: CancellationToken,
     /// The latest refusals, for [`super::why`].
     pub refusals: super::why::Refusals,

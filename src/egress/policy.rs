@@ -75,6 +75,8 @@ impl Default for Limits {
 pub struct EgressPolicy {
     allow: Vec<HostPattern>,
     deny: Vec<HostPattern>,
+    /// Allowed hosts reached only after the user's approval.
+    approve: Vec<HostPattern>,
     allow_private: Vec<PrivateRule>,
     credentials: Vec<Credential>,
     limits: Limits,
@@ -131,6 +133,16 @@ impl EgressPolicy {
         };
         let allow = patterns("allow", &section.allow)?;
         let deny = patterns("deny", &section.deny)?;
+        let approve = patterns("approve", &section.approve)?;
+        if let Some(p) = approve
+            .iter()
+            .find(|p| !allow.iter().any(|a| a.overlaps(p)))
+        {
+            return Err(Error::Invalid {
+                field: "approve".into(),
+                reason: format!("{p} is not in the allowlist"),
+            });
+        }
         let allow_private = section
             .allow_private
             .iter()
@@ -163,6 +175,7 @@ impl EgressPolicy {
         Ok(EgressPolicy {
             allow,
             deny,
+            approve,
             allow_private,
             credentials,
             limits,
@@ -212,6 +225,20 @@ impl EgressPolicy {
         Verdict::Allowed {
             rule: rule.to_string(),
         }
+    }
+
+    /// Whether any allowed host waits for the user's approval.
+    pub fn gates_hosts(&self) -> bool {
+        !self.approve.is_empty()
+    }
+
+    /// The `approve` rule that makes a connection to `target` (allowed already) wait for
+    /// the user's approval, if one matches.
+    pub(crate) fn approval_rule(&self, target: &Target) -> Option<String> {
+        self.approve
+            .iter()
+            .find(|p| p.matches(target))
+            .map(|p| p.to_string())
     }
 
     /// Whether the proxy may connect to `addr` (already canonical): `Ok(rule)` with the
@@ -265,6 +292,7 @@ impl EgressPolicy {
         json!({
             "allow": strings(&self.allow),
             "deny": strings(&self.deny),
+            "approve": strings(&self.approve),
             "allow_private": self.allow_private.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
             "credentials": self.credentials.iter().map(|c| json!({
                 "host": match c.port {
@@ -403,6 +431,28 @@ mod tests {
                 reason: "not in allowlist".into(),
                 rule: None
             }
+        );
+    }
+
+    #[test]
+    fn approve_rules_name_allowed_hosts_that_wait_for_the_user() {
+        let mut s = section(&["*.example.org", "api.example.com"], &[]);
+        s.approve = vec!["pay.example.org".into()];
+        let p = EgressPolicy::from_section(&s, &no_env).unwrap();
+        assert_eq!(
+            p.approval_rule(&target("PAY.example.org:443")),
+            Some("pay.example.org".into())
+        );
+        assert_eq!(p.approval_rule(&target("a.example.org:443")), None);
+        assert_eq!(
+            p.summary()["approve"],
+            serde_json::json!(["pay.example.org"])
+        );
+        s.approve = vec!["elsewhere.example".into()];
+        let e = EgressPolicy::from_section(&s, &no_env).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "network.approve: elsewhere.example is not in the allowlist"
         );
     }
 

@@ -105,7 +105,7 @@ impl From<AllowList> for Vec<String> {
 
 /// `*` matches any run of characters (including none); everything else matches itself.
 /// Iterative with one backtrack point, so it is linear-ish and never recurses.
-fn glob_match(pattern: &str, name: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
     let (p, n) = (pattern.as_bytes(), name.as_bytes());
     let (mut pi, mut ni) = (0, 0);
     let mut star: Option<(usize, usize)> = None;

@@ -123,12 +123,25 @@ impl ProxySession {
         let catalog = self.backend.catalog();
         // A tool the catalog does not list may belong to a server that is not ready (its
         // module calls by name): the backend waits for it or says its state.
-        if catalog.get(name).is_none()
-            && (name.len() > MAX_UNLISTED_NAME || catalog.server_of(name).is_none())
+        let listed = catalog.get(name);
+        if listed.is_none() && (name.len() > MAX_UNLISTED_NAME || catalog.server_of(name).is_none())
         {
             return Err(unknown(name));
         }
+        // What the user is asked about: the name that will be called (allowed, listed or
+        // with a configured server's prefix) and these very arguments, sent only after.
+        let gate = self.approval();
+        let facts = gate.as_ref().map(|_| {
+            let upstream = listed.map(|t| (t.server.clone(), t.tool.clone()));
+            (upstream, listed.is_some_and(|t| t.destructive()))
+        });
         drop(catalog);
+        if let (Some(gate), Some((upstream, destructive))) = (gate, facts) {
+            let upstream = upstream.as_ref().map(|(s, t)| (s.as_str(), t.as_str()));
+            gate.tool(name, upstream, destructive, arguments.as_ref())
+                .await
+                .map_err(|why| err(code::APPROVAL, why))?;
+        }
         {
             let mut st = self.state.lock().expect("proxy state");
             if st.bytes + bytes_in > self.limits.max_bytes {
@@ -347,6 +360,7 @@ fn error_kind(code: i64) -> &'static str {
         code::LIMIT => "limit",
         code::TIMEOUT => "timeout",
         code::UPSTREAM => "upstream",
+        code::APPROVAL => "approval",
         _ => "invalid",
     }
 }

@@ -25,7 +25,10 @@
 //! the former to its control channel and writes the latter with [`ProxySession::send_line`].
 //!
 //! Every `tools/call` is checked against the execution's [`AllowList`] (nothing is sent
-//! upstream for a denied call), size-checked against [`ProxyLimits`], timed, and
+//! upstream for a denied call), then, when the execution has an approval gate
+//! ([`ProxySession::set_approval`], `crate::approval`), approved by the user if a rule
+//! asks for it (the per-call timeout starts after the approval; the arguments approved
+//! are the ones sent), size-checked against [`ProxyLimits`], timed, and
 //! recorded as a [`ToolCallRecord`] in the run's result. Errors are JSON-RPC errors
 //! with the codes below. A frame that is not JSON, or larger than
 //! [`ProxyLimits::max_request_bytes`], gets a `-32700` error and closes the channel; the
@@ -100,6 +103,9 @@ pub mod code {
     /// One of codebox's own methods refused or failed (a skill not saved, skills
     /// unavailable); the message says why.
     pub const CODEBOX: i64 = -32006;
+    /// The call needed the user's approval and did not get it (declined, cancelled,
+    /// timed out, the client cannot ask); the message says which.
+    pub const APPROVAL: i64 = -32007;
 }
 
 /// codebox's own capabilities that sandboxed code reaches over fd 3.
@@ -251,7 +257,7 @@ pub struct DroppedCalls {
     /// Calls not listed in `tool_calls`.
     pub count: u64,
     /// Their outcomes: `ok` or the error category (`denied`, `unknown_tool`, `limit`,
-    /// `timeout`, `upstream`, `invalid`, `tool_error`), with how many of each.
+    /// `timeout`, `upstream`, `approval`, `invalid`, `tool_error`), with how many of each.
     pub by_outcome: BTreeMap<String, u64>,
 }
 

@@ -104,6 +104,8 @@ struct Hooks {
     observer: Option<CallObserver>,
     /// codebox's own methods (`codebox/save_skill`, ...), for the execution's client.
     own: Option<Arc<dyn OwnMethods>>,
+    /// The execution's approval gate (`crate::approval`): asked before a call goes up.
+    approval: Option<Arc<crate::approval::Gate>>,
     /// Where `codebox/done` notifications from the sandbox go (keep-alive sessions).
     control: Option<mpsc::UnboundedSender<Value>>,
     /// `codebox/done` notifications the supervisor waits for: one per run. Others are
@@ -310,6 +312,16 @@ impl ProxySession {
 
     pub(super) fn own_methods(&self) -> Option<Arc<dyn OwnMethods>> {
         self.hooks().own.clone()
+    }
+
+    /// Asks `gate` before every `tools/call` goes upstream (each run of a keep-alive
+    /// session brings its own).
+    pub fn set_approval(&self, gate: Arc<crate::approval::Gate>) {
+        self.hooks().approval = Some(gate);
+    }
+
+    pub(super) fn approval(&self) -> Option<Arc<crate::approval::Gate>> {
+        self.hooks().approval.clone()
     }
 
     /// Calls `observer` with every `tools/call` the report keeps a record of.

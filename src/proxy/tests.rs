@@ -31,6 +31,7 @@ impl ToolBackend for Echo {
                 description: Some(format!("The {tool} tool.")),
                 input_schema: json!({"type": "object"}),
                 output_schema: None,
+                annotations: None,
             }
         };
         Arc::new(Catalog {
@@ -192,6 +193,7 @@ impl ToolBackend for Listed {
             description: None,
             input_schema: json!({"type": "object"}),
             output_schema: None,
+            annotations: None,
         };
         Arc::new(Catalog {
             version: 1,
@@ -750,3 +752,6 @@ async fn params_that_would_parse_into_a_flood_of_values_are_refused() {
         8 << 20
     );
 }
+
+#[path = "approval_tests.rs"]
+mod approval_tests;

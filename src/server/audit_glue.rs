@@ -16,7 +16,7 @@ use crate::execution::ExecutionResult;
 use crate::proxy::{AllowList, CallObserver};
 use crate::runtime::Language;
 
-fn append(log: &Arc<AuditLog>, event: AuditEvent) {
+pub(super) fn append(log: &Arc<AuditLog>, event: AuditEvent) {
     let log = log.clone();
     tokio::task::spawn_blocking(move || {
         if let Err(e) = log.append(event) {
@@ -25,7 +25,7 @@ fn append(log: &Arc<AuditLog>, event: AuditEvent) {
     });
 }
 
-fn session_name(session: Option<&str>) -> Option<String> {
+pub(super) fn session_name(session: Option<&str>) -> Option<String> {
     session.map(|id| crate::session::short(id).to_string())
 }
 

@@ -67,16 +67,19 @@ pub(super) fn health(settings: &super::Settings) -> serde_json::Value {
     }
 }
 
-/// Starts the egress proxy on a proxy-mode sandbox's listener, for one run.
+/// Starts the egress proxy on a proxy-mode sandbox's listener, for one run, with the
+/// call's narrowing and the execution's approval gate.
 pub(super) fn serve(
     egress: Option<&Egress>,
     listener: Option<OwnedFd>,
-    narrowing: &Narrowing,
+    call: &super::execute::Checked,
 ) -> Option<EgressRun> {
     match (egress, listener) {
-        (Some(egress), Some(listener)) => {
-            Some(egress.start(std::net::TcpListener::from(listener), narrowing.clone()))
-        }
+        (Some(egress), Some(listener)) => Some(egress.start_gated(
+            std::net::TcpListener::from(listener),
+            call.narrowing.clone(),
+            call.approval.clone(),
+        )),
         (None, Some(_)) => {
             // A proxy-mode sandbox on a server without egress: its connections are
             // refused when the listener closes here.
@@ -93,7 +96,7 @@ pub(super) fn serve(
 pub(super) fn serve_again(
     egress: Option<&Egress>,
     listener: Option<&OwnedFd>,
-    narrowing: &Narrowing,
+    call: &super::execute::Checked,
 ) -> Result<Option<EgressRun>, String> {
     let copy = match listener {
         Some(l) => Some(
@@ -102,7 +105,7 @@ pub(super) fn serve_again(
         ),
         None => None,
     };
-    Ok(serve(egress, copy, narrowing))
+    Ok(serve(egress, copy, call))
 }
 
 /// Ends a run's proxy (every connection of it) and returns its report.

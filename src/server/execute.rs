@@ -44,6 +44,8 @@ pub(super) struct Checked {
     pub(super) output_chars: usize,
     /// Workspace files returned besides `/workspace/out`'s (`outputs`).
     pub(super) outputs: Vec<String>,
+    /// The execution's approval gate, for its proxy and its egress run (set in `execute`).
+    pub(super) approval: Option<Arc<crate::approval::Gate>>,
 }
 
 /// What running a program gave, before it becomes a result.
@@ -123,6 +125,7 @@ impl CodeboxServer {
             pii,
             narrowing,
             packages,
+            approval: None,
         })
     }
 
@@ -151,7 +154,7 @@ impl CodeboxServer {
         // Arguments that parse but are out of range are tool execution errors, not
         // protocol errors (MCP 2025-11-25, "Error Handling"): the model reads them and
         // can correct the call.
-        let c = match self.checked(language, &params) {
+        let mut c = match self.checked(language, &params) {
             Ok(c) => c,
             Err(why) => {
                 tracing::info!(%why, "tool call refused: invalid arguments");
@@ -309,7 +312,15 @@ impl CodeboxServer {
             None => false,
         };
         let session_id = session.as_ref().map(|s| s.id().to_string());
+        // The one place an execution gets its way to ask the user (`approval_glue`); its
+        // open question is abandoned when this call ends, however it ends.
+        let gate = self.approval_gate(&ctx, &client, session_id.as_deref(), redact.clone());
+        let _abandon = gate.abandon_on_drop();
+        c.approval = Some(gate);
         let hooks = |proxy: &ProxySession| {
+            if let Some(gate) = &c.approval {
+                proxy.set_approval(gate.clone());
+            }
             if let Some(v) = &redact {
                 proxy.set_redactor(v.clone(), c.pii == PiiMode::Strict);
             }
@@ -508,7 +519,7 @@ impl CodeboxServer {
         let egress = egress_glue::serve(
             s.settings.egress.as_deref(),
             sandbox.take_egress_listener(),
-            &c.narrowing,
+            c,
         );
         let serve_proxy = proxy.clone();
         let exit_notice = ephemeral.then(|| {
@@ -606,7 +617,7 @@ impl CodeboxServer {
         let egress = egress_glue::serve_again(
             s.settings.egress.as_deref(),
             entry.egress_listener.as_ref(),
-            &c.narrowing,
+            c,
         )?;
         let run = entry
             .sandbox

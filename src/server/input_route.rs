@@ -35,8 +35,31 @@ pub enum RouteError {
 
 #[derive(Clone)]
 pub enum InputRoute {
-    Task(TaskContext),
+    Task(TaskQuestions),
     Rounds(mpsc::Sender<Question>),
+}
+
+/// A task's way to ask: its context, and how a question nobody waits for any more (its
+/// wait ended, the execution ended) is taken back, so the task does not read
+/// `input_required` for a question whose answer would go nowhere.
+#[derive(Clone)]
+pub struct TaskQuestions {
+    pub task: TaskContext,
+    pub withdraw: std::sync::Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+/// Takes a task's open question back when dropped unanswered.
+struct Withdraw<'a> {
+    questions: &'a TaskQuestions,
+    key: Option<String>,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            (self.questions.withdraw)(&key);
+        }
+    }
 }
 
 /// Keys of input requests, unique for the process (a task wants them unique for its life).
@@ -52,8 +75,18 @@ impl InputRoute {
     ) -> Result<serde_json::Value, RouteError> {
         let key = format!("codebox-{}", NEXT_KEY.fetch_add(1, Ordering::Relaxed));
         match self {
-            InputRoute::Task(task) => {
-                match tokio::time::timeout(wait, task.request_input(key, request)).await {
+            InputRoute::Task(questions) => {
+                let mut withdraw = Withdraw {
+                    questions,
+                    key: Some(key.clone()),
+                };
+                let asked = questions.task.request_input(key, request);
+                let answer = tokio::time::timeout(wait, asked).await;
+                if matches!(answer, Ok(Ok(_))) {
+                    withdraw.key = None;
+                }
+                drop(withdraw);
+                match answer {
                     Err(_) => Err(RouteError::TimedOut(wait)),
                     Ok(Ok(answer)) => Ok(answer),
                     Ok(Err(TaskExit::Cancelled)) => Err(RouteError::Abandoned("task cancelled")),
@@ -81,5 +114,47 @@ impl InputRoute {
                     .unwrap_or(Err(RouteError::TimedOut(wait)))
             }
         }
+    }
+}
+
+/// An [`crate::approval::Asker`] for 2026-07-28 clients: the question goes out through
+/// the execution's [`InputRoute`] as an `elicitation/create` input request; the client's
+/// answer is read as an `ElicitResult` (anything else is a failure, which the gate treats
+/// as a refusal).
+pub struct InputAsker {
+    route: InputRoute,
+}
+
+impl InputAsker {
+    pub fn new(route: InputRoute) -> InputAsker {
+        InputAsker { route }
+    }
+}
+
+impl crate::approval::Asker for InputAsker {
+    fn ask(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        wait: Duration,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<rmcp::model::ElicitResult, crate::approval::AskError>,
+                > + Send,
+        >,
+    > {
+        use crate::approval::AskError;
+        let route = self.route.clone();
+        Box::pin(async move {
+            let question = InputRequest::Elicitation(rmcp::model::ElicitRequest::new(request));
+            match route.ask(question, wait).await {
+                Ok(answer) => serde_json::from_value(answer).map_err(|e| {
+                    tracing::info!(error = %e, "approval: the client's answer is not an elicitation result");
+                    AskError::Failed(format!("the answer is not an elicitation result: {e}"))
+                }),
+                Err(RouteError::TimedOut(d)) => Err(AskError::TimedOut(d)),
+                Err(e @ RouteError::Abandoned(_)) => Err(AskError::Failed(e.to_string())),
+            }
+        })
     }
 }

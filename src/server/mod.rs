@@ -19,6 +19,7 @@
 #![allow(deprecated)]
 
 pub mod admission;
+mod approval_glue;
 mod audit_glue;
 pub mod client;
 mod client_log;
@@ -144,6 +145,8 @@ pub struct Settings {
     pub kept_output: crate::output::KeptLimits,
     /// Executions as tasks (MCP Tasks extension).
     pub tasks: crate::tasks::TaskSettings,
+    /// `[approval]`: which sandboxed calls wait for the user (`approval_glue.rs`).
+    pub approval: Arc<crate::approval::ApprovalPolicy>,
 }
 
 #[derive(Debug, Default)]

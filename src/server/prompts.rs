@@ -383,6 +383,7 @@ mod tests {
                 "required": ["path"]
             }),
             output_schema: None,
+            annotations: None,
         }
     }
 

@@ -122,6 +122,8 @@ impl CodeboxServer {
             packages: None,
             output_chars: s.settings.output_budget.default_chars,
             outputs: Vec::new(),
+            // No tools and no hosts: nothing to approve.
+            approval: None,
         };
         let wrappers = self.wrapper_dir();
         // A TypeScript skill's imports are resolved, so it sees the upstream wrappers and

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::input_rounds::Driving;
-use super::input_route::InputRoute;
+use super::input_route::{InputRoute, TaskQuestions};
 use super::{tool_error, CodeboxServer, ExecuteParams};
 use crate::runtime::Language;
 use crate::tasks::OutputTail;
@@ -171,7 +171,15 @@ impl CodeboxServer {
     ) -> Result<CallToolResult, TaskExit> {
         let mut ctx = ctx;
         // The code's questions (approvals) become the task's input requests.
-        ctx.extensions.insert(InputRoute::Task(task.clone()));
+        let withdraw = {
+            let state = self.state.clone();
+            let id = task.task_id().to_string();
+            move |key: &str| state.tasks.withdraw_question(&id, key)
+        };
+        ctx.extensions.insert(InputRoute::Task(TaskQuestions {
+            task: task.clone(),
+            withdraw: Arc::new(withdraw),
+        }));
         let exec_ct = ctx.ct.clone();
         let cancel_watch = {
             let task = task.clone();
@@ -290,11 +298,12 @@ fn notify_end(
 impl CodeboxServer {
     /// Whether any approval gate is configured (a call may have to ask its client).
     fn asks_for_approval(&self) -> bool {
-        false
+        let s = &self.state.settings;
+        s.approval.gates_tools() || s.egress.as_ref().is_some_and(|e| e.policy().gates_hosts())
     }
 
     /// How long a question to the user waits for its answer.
     fn approval_wait(&self) -> Duration {
-        Duration::from_secs(120)
+        self.state.settings.approval.timeout
     }
 }

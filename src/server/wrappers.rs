@@ -122,6 +122,7 @@ mod tests {
                 description: Some("The time.".into()),
                 input_schema: serde_json::json!({"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}),
                 output_schema: None,
+                annotations: None,
             }],
             ..Default::default()
         }

@@ -117,6 +117,14 @@ impl ExecutionTasks {
         self.manager.cancel_task(id)
     }
 
+    /// Takes back the task's open question `key` (nobody waits for its answer now):
+    /// the task leaves `input_required` unless other questions are open.
+    pub fn withdraw_question(&self, id: &str, key: &str) {
+        let _ = self
+            .manager
+            .update_task(id, [(key.to_string(), serde_json::Value::Null)]);
+    }
+
     /// The client's tasks, newest first.
     pub fn list(&self, client: &str) -> Vec<DetailedTask> {
         let ids: Vec<(String, Instant)> = {

@@ -27,6 +27,21 @@ pub struct CatalogTool {
     pub input_schema: serde_json::Value,
     /// The tool's `outputSchema`, when it declares one.
     pub output_schema: Option<serde_json::Value>,
+    /// The tool's `annotations` (hints the upstream gives about itself: read-only,
+    /// destructive, ...), kept for the approval gates (`crate::approval`).
+    #[serde(skip)]
+    pub annotations: Option<rmcp::model::ToolAnnotations>,
+}
+
+impl CatalogTool {
+    /// Whether the upstream annotates the tool `destructiveHint: true` (and not
+    /// `readOnlyHint: true`, under which the spec says the destructive hint is
+    /// meaningless). Only an explicit `true` counts.
+    pub fn destructive(&self) -> bool {
+        self.annotations
+            .as_ref()
+            .is_some_and(|a| a.destructive_hint == Some(true) && a.read_only_hint != Some(true))
+    }
 }
 
 /// A configured server, whatever its state: code finds a module for each.
@@ -57,5 +72,35 @@ impl Catalog {
     pub fn server_of(&self, name: &str) -> Option<&CatalogServer> {
         let (ident, _) = super::naming::split(name)?;
         self.servers.iter().find(|s| s.ident == ident)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(annotations: Option<serde_json::Value>) -> CatalogTool {
+        CatalogTool {
+            name: "db__drop".into(),
+            server: "db".into(),
+            tool: "drop".into(),
+            server_ident: "db".into(),
+            tool_ident: "drop".into(),
+            title: None,
+            description: None,
+            input_schema: serde_json::json!({"type": "object"}),
+            output_schema: None,
+            annotations: annotations.map(|a| serde_json::from_value(a).unwrap()),
+        }
+    }
+
+    #[test]
+    fn only_an_explicit_destructive_hint_counts() {
+        use serde_json::json;
+        assert!(tool(Some(json!({"destructiveHint": true}))).destructive());
+        assert!(!tool(None).destructive());
+        assert!(!tool(Some(json!({}))).destructive());
+        assert!(!tool(Some(json!({"destructiveHint": false}))).destructive());
+        assert!(!tool(Some(json!({"destructiveHint": true, "readOnlyHint": true}))).destructive());
     }
 }

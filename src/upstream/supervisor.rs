@@ -326,6 +326,7 @@ impl Slot {
                     .output_schema
                     .as_ref()
                     .map(|o| serde_json::Value::Object((**o).clone())),
+                annotations: tool.annotations.clone(),
             })
             .collect()
     }

@@ -35,6 +35,9 @@ pub fn catalog_tool(server: &str, tool: &Value) -> CatalogTool {
         description: text("description"),
         input_schema: tool["inputSchema"].clone(),
         output_schema: tool.get("outputSchema").cloned(),
+        annotations: tool
+            .get("annotations")
+            .and_then(|a| serde_json::from_value(a.clone()).ok()),
     }
 }
 
