@@ -45,6 +45,7 @@ mod readiness;
 mod upstream_status;
 pub use readiness::Layers;
 mod pool_glue;
+mod progress;
 pub(crate) mod render;
 mod resource_methods;
 pub mod resources;

@@ -50,3 +50,19 @@ impl CodeboxServer {
         result
     }
 }
+
+/// The proxy tokenizes what sandboxed code sends upstream and restores what comes back
+/// with the execution's vault.
+impl crate::proxy::Redactor for crate::pii::Vault {
+    fn tokenize(&self, text: &str) -> String {
+        crate::pii::Vault::tokenize(self, text)
+    }
+
+    fn tokenize_json(&self, value: &mut serde_json::Value) {
+        crate::pii::Vault::tokenize_json(self, value)
+    }
+
+    fn restore_json(&self, value: &mut serde_json::Value) {
+        crate::pii::Vault::restore_json(self, value)
+    }
+}
