@@ -363,6 +363,9 @@ async def main():
             async with streamable_http_client(f"{drained}/mcp", terminate_on_close=False) as (read, write):
                 async with ClientSession(read, write) as s:
                     await s.initialize()
+                    # The SDK lists the tools after a result unless it has their schemas:
+                    # that request would meet a server that has stopped by then.
+                    await s.list_tools()
                     results = []
                     running = anyio.Event()
 
@@ -395,6 +398,7 @@ async def main():
             async with streamable_http_client(f"{bound}/mcp", terminate_on_close=False) as (read, write):
                 async with ClientSession(read, write) as s:
                     await s.initialize()
+                    await s.list_tools()  # see sigterm_drains_running_executions
                     results = []
                     running = anyio.Event()
 
