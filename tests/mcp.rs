@@ -162,6 +162,17 @@ fn approval_gates_through_the_python_sdk() {
     );
 }
 
+/// Hostile 2026-07-28 clients over HTTP with two tokens: another client's or a used
+/// requestState, answers that are not approvals, a task cancelled while it asks, a
+/// parked call nobody comes back for.
+#[test]
+fn approval_questions_resist_hostile_clients_through_the_python_sdk() {
+    run_client_script(
+        "approval_questions_resist_hostile_clients_through_the_python_sdk",
+        "hostile_rounds_client.py",
+    );
+}
+
 /// Whether `cargo xtask test` installed the upstream servers (else skip, or fail when strict).
 fn upstreams_installed(test: &str) -> bool {
     let marker =

@@ -194,12 +194,13 @@ impl Gate {
     /// Whether the call of `name` may go ahead: `Ok` at once when nothing gates it, else
     /// after the user's approval (or the fallback); `Err` says why not, for the code.
     /// `upstream` is the tool's server and own name when the catalog lists it,
-    /// `destructive` its `destructiveHint: true`.
+    /// `destructive` its `destructiveHint: true` (`None`: the catalog does not list it,
+    /// see [`ApprovalPolicy::for_tool`]).
     pub async fn tool(
         &self,
         name: &str,
         upstream: Option<(&str, &str)>,
-        destructive: bool,
+        destructive: Option<bool>,
         arguments: Option<&Map<String, Value>>,
     ) -> Result<(), String> {
         let subject = Subject::Tool(name.to_string());

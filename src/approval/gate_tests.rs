@@ -103,7 +103,7 @@ const DELETE: &str = r#"require_approval = ["gh__delete_*"]"#;
 async fn an_ungated_call_is_not_asked_about() {
     let asker = Scripted::new(vec![], Duration::ZERO);
     let (g, seen) = gate(policy(DELETE), asker.clone());
-    assert_eq!(g.tool("gh__list", None, false, None).await, Ok(()));
+    assert_eq!(g.tool("gh__list", None, Some(false), None).await, Ok(()));
     assert!(asker.asked().is_empty());
     assert!(decisions(&seen).is_empty());
 }
@@ -117,7 +117,7 @@ async fn accepted_and_declined_with_the_reason_and_the_record() {
         g.tool(
             "gh__delete_repo",
             Some(("gh", "delete_repo")),
-            false,
+            Some(false),
             Some(&a)
         )
         .await,
@@ -128,7 +128,7 @@ async fn accepted_and_declined_with_the_reason_and_the_record() {
         .tool(
             "gh__delete_repo",
             Some(("gh", "delete_repo")),
-            false,
+            Some(false),
             Some(&b),
         )
         .await
@@ -151,12 +151,12 @@ async fn a_declined_question_is_not_asked_again_but_other_arguments_are() {
     // The same arguments in another key order are the same request.
     let a2 = args(json!({"force": true, "repo": "a"}));
     assert!(g
-        .tool("gh__delete_repo", None, false, Some(&a))
+        .tool("gh__delete_repo", None, Some(false), Some(&a))
         .await
         .is_err());
     for _ in 0..5 {
         let e = g
-            .tool("gh__delete_repo", None, false, Some(&a2))
+            .tool("gh__delete_repo", None, Some(false), Some(&a2))
             .await
             .unwrap_err();
         assert!(e.contains("earlier in this execution"), "{e}");
@@ -164,7 +164,8 @@ async fn a_declined_question_is_not_asked_again_but_other_arguments_are() {
     assert_eq!(asker.asked().len(), 1);
     let other = args(json!({"repo": "b"}));
     assert_eq!(
-        g.tool("gh__delete_repo", None, false, Some(&other)).await,
+        g.tool("gh__delete_repo", None, Some(false), Some(&other))
+            .await,
         Ok(())
     );
     assert_eq!(asker.asked().len(), 2);
@@ -190,12 +191,18 @@ async fn an_accept_without_approve_true_and_a_cancel_are_denials() {
         Duration::ZERO,
     );
     let (g, seen) = gate(policy(DELETE), asker);
-    let e = g.tool("gh__delete_a", None, false, None).await.unwrap_err();
+    let e = g
+        .tool("gh__delete_a", None, Some(false), None)
+        .await
+        .unwrap_err();
     assert!(
         e.starts_with("approval declined by the user for gh__delete_a"),
         "{e}"
     );
-    let e = g.tool("gh__delete_b", None, false, None).await.unwrap_err();
+    let e = g
+        .tool("gh__delete_b", None, Some(false), None)
+        .await
+        .unwrap_err();
     assert_eq!(e, "approval cancelled by the user for gh__delete_b");
     assert_eq!(decisions(&seen), ["declined", "cancelled"]);
 }
@@ -205,7 +212,7 @@ async fn no_answer_within_the_timeout_is_a_denial() {
     let asker = Scripted::new(vec![], Duration::from_secs(3600));
     let (g, seen) = gate(policy(&format!("{DELETE}\ntimeout = \"120s\"")), asker);
     let e = g
-        .tool("gh__delete_repo", None, false, None)
+        .tool("gh__delete_repo", None, Some(false), None)
         .await
         .unwrap_err();
     assert_eq!(e, "approval for gh__delete_repo timed out after 120 s");
@@ -219,7 +226,7 @@ async fn a_client_that_cannot_ask_gets_the_fallback() {
     let no = Arc::new(NoAsker::new("no elicitation capability"));
     let (g, seen) = gate(policy(DELETE), no.clone());
     let e = g
-        .tool("gh__delete_repo", None, false, None)
+        .tool("gh__delete_repo", None, Some(false), None)
         .await
         .unwrap_err();
     assert_eq!(
@@ -227,7 +234,10 @@ async fn a_client_that_cannot_ask_gets_the_fallback() {
         "gh__delete_repo needs approval (require_approval rule \"gh__delete_*\"), but the client cannot ask the user (no elicitation capability); approval fallback is deny"
     );
     let (g, seen_allow) = gate(policy(&format!("{DELETE}\nfallback = \"allow\"")), no);
-    assert_eq!(g.tool("gh__delete_repo", None, false, None).await, Ok(()));
+    assert_eq!(
+        g.tool("gh__delete_repo", None, Some(false), None).await,
+        Ok(())
+    );
     assert_eq!(decisions(&seen), ["fallback_denied"]);
     assert_eq!(decisions(&seen_allow), ["fallback_allowed"]);
 }
@@ -241,11 +251,14 @@ async fn past_max_questions_calls_are_denied_without_asking() {
     );
     for i in 0..2 {
         let a = args(json!({"i": i}));
-        assert_eq!(g.tool("gh__delete_x", None, false, Some(&a)).await, Ok(()));
+        assert_eq!(
+            g.tool("gh__delete_x", None, Some(false), Some(&a)).await,
+            Ok(())
+        );
     }
     let a = args(json!({"i": 3}));
     let e = g
-        .tool("gh__delete_x", None, false, Some(&a))
+        .tool("gh__delete_x", None, Some(false), Some(&a))
         .await
         .unwrap_err();
     assert!(
@@ -268,7 +281,7 @@ async fn questions_take_turns() {
         let g = g.clone();
         calls.spawn(async move {
             let a = args(json!({"i": i}));
-            g.tool("gh__delete_x", None, false, Some(&a)).await
+            g.tool("gh__delete_x", None, Some(false), Some(&a)).await
         });
     }
     let mut ok = 0;
@@ -288,7 +301,7 @@ async fn an_ended_execution_abandons_its_question() {
     let (g, seen) = gate(policy(DELETE), asker);
     let pending = {
         let g = g.clone();
-        tokio::spawn(async move { g.tool("gh__delete_repo", None, false, None).await })
+        tokio::spawn(async move { g.tool("gh__delete_repo", None, Some(false), None).await })
     };
     tokio::time::sleep(Duration::from_secs(5)).await;
     drop(g.abandon_on_drop());
@@ -296,7 +309,7 @@ async fn an_ended_execution_abandons_its_question() {
     assert!(e.contains("abandoned"), "{e}");
     // Later questions are not asked either.
     let e = g
-        .tool("gh__delete_other", None, false, None)
+        .tool("gh__delete_other", None, Some(false), None)
         .await
         .unwrap_err();
     assert!(e.contains("abandoned"), "{e}");
@@ -308,20 +321,30 @@ async fn destructive_deny_refuses_and_ask_asks() {
     let asker = Scripted::new(vec![], Duration::ZERO);
     let (g, seen) = gate(policy(r#"destructive = "deny""#), asker.clone());
     let e = g
-        .tool("db__drop_table", Some(("db", "drop_table")), true, None)
+        .tool(
+            "db__drop_table",
+            Some(("db", "drop_table")),
+            Some(true),
+            None,
+        )
         .await
         .unwrap_err();
     assert!(
         e.starts_with("db__drop_table is refused: the tool is annotated destructiveHint: true"),
         "{e}"
     );
-    assert_eq!(g.tool("db__read", None, false, None).await, Ok(()));
+    assert_eq!(g.tool("db__read", None, Some(false), None).await, Ok(()));
     assert!(asker.asked().is_empty());
     assert_eq!(decisions(&seen), ["policy_denied"]);
     let (g, _) = gate(policy(r#"destructive = "ask""#), asker.clone());
     assert_eq!(
-        g.tool("db__drop_table", Some(("db", "drop_table")), true, None)
-            .await,
+        g.tool(
+            "db__drop_table",
+            Some(("db", "drop_table")),
+            Some(true),
+            None
+        )
+        .await,
         Ok(())
     );
     assert!(
@@ -378,7 +401,10 @@ async fn the_summary_is_what_the_glue_makes_of_the_arguments() {
         None,
     );
     let a = args(json!({"to": "alice@example.com"}));
-    assert_eq!(g.tool("gh__delete_x", None, false, Some(&a)).await, Ok(()));
+    assert_eq!(
+        g.tool("gh__delete_x", None, Some(false), Some(&a)).await,
+        Ok(())
+    );
     let asked = asker.asked();
     assert!(asked[0].contains("[EMAIL_1]"), "{}", asked[0]);
     assert!(!asked[0].contains("alice@"), "{}", asked[0]);
@@ -389,7 +415,7 @@ async fn records_are_bounded_per_execution() {
     let no = Arc::new(NoAsker::new("none"));
     let (g, seen) = gate(policy(DELETE), no);
     for _ in 0..(MAX_RECORDS + 50) {
-        let _ = g.tool("gh__delete_x", None, false, None).await;
+        let _ = g.tool("gh__delete_x", None, Some(false), None).await;
     }
     assert_eq!(seen.lock().unwrap().len(), MAX_RECORDS);
 }
@@ -400,7 +426,7 @@ async fn a_question_whose_call_is_dropped_is_reported_abandoned() {
     let (g, seen) = gate(policy(DELETE), asker);
     let pending = {
         let g = g.clone();
-        tokio::spawn(async move { g.tool("gh__delete_repo", None, false, None).await })
+        tokio::spawn(async move { g.tool("gh__delete_repo", None, Some(false), None).await })
     };
     tokio::time::sleep(Duration::from_secs(5)).await;
     // What the proxy does to its calls when the sandbox is gone.

@@ -61,12 +61,34 @@ pub fn clip(text: &str, max: usize) -> String {
 
 /// One line summarising `arguments`: compact JSON after `redact` (PII tokens, secrets),
 /// escaped, at most [`MAX_SUMMARY_BYTES`] plus a marker.
+///
+/// The members are written shortest first: the code chooses the key names, and in key
+/// order a long `"a"` value would push `"target":"prod"` past the cut, out of the
+/// user's sight. Shortest first, what is cut is the longest values' ends.
 pub fn summary(
     arguments: Option<&Map<String, Value>>,
     redact: &dyn Fn(&mut Value) -> String,
 ) -> String {
-    let mut value = Value::Object(arguments.cloned().unwrap_or_default());
-    let text = redact(&mut value);
+    let Some(arguments) = arguments.filter(|a| !a.is_empty()) else {
+        return clip(
+            &escape(&redact(&mut Value::Object(Map::new()))),
+            MAX_SUMMARY_BYTES,
+        );
+    };
+    let mut members: Vec<String> = arguments
+        .iter()
+        .map(|(k, v)| {
+            let mut one = Map::new();
+            one.insert(k.clone(), v.clone());
+            let text = redact(&mut Value::Object(one));
+            match text.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+                Some(member) => member.to_string(),
+                None => text,
+            }
+        })
+        .collect();
+    members.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+    let text = format!("{{{}}}", members.join(","));
     clip(&escape(&text), MAX_SUMMARY_BYTES)
 }
 
@@ -99,11 +121,18 @@ pub fn tool_question(
         ),
         None => String::new(),
     };
+    // A cut summary is longer than the limit (the kept part plus the marker).
+    let cut = if summary.len() > MAX_SUMMARY_BYTES {
+        "Warning: the arguments are too long to show in full; the call would send all of \
+         them, not only what is shown.\n"
+    } else {
+        ""
+    };
     let message = format!(
         "codebox: code running in a sandbox wants to call the tool {name}{whose}.\n\
          Approval is required by {rule}.\n\
          Arguments (JSON, as the code sent them): {summary}\n\
-         Approve only this one call with exactly these arguments?"
+         {cut}Approve only this one call with exactly these arguments?"
     );
     form(message)
 }
@@ -228,6 +257,25 @@ mod tests {
         assert!(s.contains("…[truncated,"), "{s}");
         let none = summary(None, &plain);
         assert_eq!(none, "{}");
+    }
+
+    /// The code names the keys: a long first value must not push a short one out of the
+    /// summary (key order showed `{"a":"xxx…[truncated` and hid `"target":"prod"`), and a
+    /// cut summary says so in the dialog's own words.
+    #[test]
+    fn a_long_value_cannot_hide_a_short_one_past_the_cut() {
+        let args = json!({"a": "x".repeat(5000), "target": "prod", "b": {"n": 1}});
+        let s = summary(args.as_object(), &plain);
+        assert!(
+            s.starts_with(r#"{"b":{"n":1},"target":"prod","a":"xxx"#),
+            "{s}"
+        );
+        assert!(s.contains("…[truncated,"), "{s}");
+        let m = tool_question("db__run", None, "rule", &s);
+        let m = message_of(&m);
+        assert!(m.contains("\nWarning: the arguments are too long"), "{m}");
+        let short = tool_question("db__run", None, "rule", r#"{"a":1}"#);
+        assert!(!message_of(&short).contains("Warning"));
     }
 
     #[test]

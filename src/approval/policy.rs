@@ -157,9 +157,12 @@ impl ApprovalPolicy {
     }
 
     /// The decision for a call of the catalog name `name`; `destructive` is whether the
-    /// catalog lists it with `destructiveHint: true` (a name the catalog does not list has
-    /// no annotations). A name pattern is checked first: it names the operator's rule.
-    pub fn for_tool(&self, name: &str, destructive: bool) -> Need {
+    /// catalog lists it with `destructiveHint: true`, `None` when the catalog does not
+    /// list it (its server is not ready yet: the call waits for the server, and the tool
+    /// it reaches may well be destructive), which counts as destructive unless
+    /// `destructive = "allow"`. A name pattern is checked first: it names the operator's
+    /// rule.
+    pub fn for_tool(&self, name: &str, destructive: Option<bool>) -> Need {
         if let Some(p) = self
             .patterns
             .patterns()
@@ -170,7 +173,22 @@ impl ApprovalPolicy {
                 rule: format!("require_approval rule \"{p}\""),
             };
         }
-        if destructive {
+        if destructive.is_none() {
+            let rule = "the tool is not listed yet (its server is not ready), so whether it \
+                        is annotated destructiveHint: true is unknown";
+            return match self.destructive {
+                DestructiveMode::Allow => Need::Nothing,
+                DestructiveMode::Ask => Need::Ask {
+                    rule: format!("{rule} (approval destructive = \"ask\")"),
+                },
+                DestructiveMode::Deny => Need::Deny {
+                    rule: format!(
+                        "{rule} (approval destructive = \"deny\"); retry once the server is ready"
+                    ),
+                },
+            };
+        }
+        if destructive == Some(true) {
             let rule = "the tool is annotated destructiveHint: true".to_string();
             return match self.destructive {
                 DestructiveMode::Allow => Need::Nothing,
@@ -200,7 +218,7 @@ mod tests {
         let p = policy("").unwrap();
         assert_eq!(p, ApprovalPolicy::default());
         assert!(!p.gates_tools());
-        assert_eq!(p.for_tool("github__delete_repo", true), Need::Nothing);
+        assert_eq!(p.for_tool("github__delete_repo", Some(true)), Need::Nothing);
         assert_eq!(p.timeout, Duration::from_secs(120));
         assert_eq!(p.fallback, Fallback::Deny);
         assert_eq!(p.max_questions, 10);
@@ -211,17 +229,20 @@ mod tests {
         let p = policy(r#"require_approval = ["github__delete_*", "db__drop"]"#).unwrap();
         assert!(p.gates_tools());
         assert_eq!(
-            p.for_tool("github__delete_repo", false),
+            p.for_tool("github__delete_repo", Some(false)),
             Need::Ask {
                 rule: "require_approval rule \"github__delete_*\"".into()
             }
         );
-        assert!(matches!(p.for_tool("db__drop", false), Need::Ask { .. }));
-        assert_eq!(p.for_tool("db__drop_all", false), Need::Nothing);
-        assert_eq!(p.for_tool("github__list_repos", false), Need::Nothing);
+        assert!(matches!(
+            p.for_tool("db__drop", Some(false)),
+            Need::Ask { .. }
+        ));
+        assert_eq!(p.for_tool("db__drop_all", Some(false)), Need::Nothing);
+        assert_eq!(p.for_tool("github__list_repos", Some(false)), Need::Nothing);
         // A pattern wins over the annotation (it is the operator's own rule).
         assert!(matches!(
-            p.for_tool("github__delete_repo", true),
+            p.for_tool("github__delete_repo", Some(true)),
             Need::Ask { rule } if rule.contains("require_approval")
         ));
     }
@@ -231,17 +252,38 @@ mod tests {
         let ask = policy(r#"destructive = "ask""#).unwrap();
         assert!(ask.gates_tools());
         assert!(matches!(
-            ask.for_tool("db__drop_table", true),
+            ask.for_tool("db__drop_table", Some(true)),
             Need::Ask { rule } if rule.contains("destructiveHint")
         ));
-        assert_eq!(ask.for_tool("db__read", false), Need::Nothing);
+        assert_eq!(ask.for_tool("db__read", Some(false)), Need::Nothing);
         let deny = policy(r#"destructive = "deny""#).unwrap();
         assert!(matches!(
-            deny.for_tool("db__drop_table", true),
+            deny.for_tool("db__drop_table", Some(true)),
             Need::Deny { rule } if rule.contains("deny")
         ));
         let allow = policy(r#"destructive = "allow""#).unwrap();
-        assert_eq!(allow.for_tool("db__drop_table", true), Need::Nothing);
+        assert_eq!(allow.for_tool("db__drop_table", Some(true)), Need::Nothing);
+    }
+
+    /// A tool the catalog does not list yet (its server is still connecting) is called
+    /// once its server is up, whatever its annotations: under `destructive = "ask"` or
+    /// `"deny"` it cannot pass as harmless. It used to get `Need::Nothing`.
+    #[test]
+    fn an_unlisted_tool_is_not_taken_for_harmless() {
+        let ask = policy(r#"destructive = "ask""#).unwrap();
+        assert!(matches!(
+            ask.for_tool("db__drop_table", None),
+            Need::Ask { rule } if rule.contains("not listed yet")
+        ));
+        let deny = policy(r#"destructive = "deny""#).unwrap();
+        assert!(matches!(
+            deny.for_tool("db__drop_table", None),
+            Need::Deny { rule } if rule.contains("retry once the server is ready")
+        ));
+        let allow = policy(r#"destructive = "allow""#).unwrap();
+        assert_eq!(allow.for_tool("db__drop_table", None), Need::Nothing);
+        // Nothing configured: nothing asked.
+        assert_eq!(policy("").unwrap().for_tool("db__x", None), Need::Nothing);
     }
 
     #[test]

@@ -134,10 +134,16 @@ impl EgressPolicy {
         let allow = patterns("allow", &section.allow)?;
         let deny = patterns("deny", &section.deny)?;
         let approve = patterns("approve", &section.approve)?;
-        if let Some(p) = approve
-            .iter()
-            .find(|p| !allow.iter().any(|a| a.overlaps(p)))
-        {
+        // An approve rule without a port gates the host on every port (as a deny rule
+        // refuses it on every port): it must meet an allow rule on some port.
+        let meets = |a: &HostPattern, p: &HostPattern| match p.port {
+            Some(_) => a.overlaps(p),
+            None => a.overlaps(&HostPattern {
+                host: p.host.clone(),
+                port: a.port,
+            }),
+        };
+        if let Some(p) = approve.iter().find(|p| !allow.iter().any(|a| meets(a, p))) {
             return Err(Error::Invalid {
                 field: "approve".into(),
                 reason: format!("{p} is not in the allowlist"),
@@ -233,11 +239,13 @@ impl EgressPolicy {
     }
 
     /// The `approve` rule that makes a connection to `target` (allowed already) wait for
-    /// the user's approval, if one matches.
+    /// the user's approval, if one matches. Like a deny rule, one without a port covers
+    /// the host on every port: `pay.example.org` gates `pay.example.org:8443` too when an
+    /// allow rule lets that port through.
     pub(crate) fn approval_rule(&self, target: &Target) -> Option<String> {
         self.approve
             .iter()
-            .find(|p| p.matches(target))
+            .find(|p| p.denies(target))
             .map(|p| p.to_string())
     }
 
@@ -454,6 +462,37 @@ mod tests {
             e.to_string(),
             "network.approve: elsewhere.example is not in the allowlist"
         );
+    }
+
+    /// An approve rule without a port gates the host on every port an allow rule opens:
+    /// `pay.example.org` was asked about on 443 but not on 8443 (`*.example.org:8443`).
+    #[test]
+    fn an_approve_rule_without_a_port_covers_every_allowed_port() {
+        let mut s = section(&["*.example.org", "*.example.org:8443"], &[]);
+        s.approve = vec!["pay.example.org".into()];
+        let p = EgressPolicy::from_section(&s, &no_env).unwrap();
+        for t in [
+            "pay.example.org:443",
+            "pay.example.org:8443",
+            "PAY.example.org.:8443",
+        ] {
+            assert_eq!(
+                p.approval_rule(&target(t)),
+                Some("pay.example.org".into()),
+                "{t}"
+            );
+        }
+        assert_eq!(p.approval_rule(&target("a.example.org:8443")), None);
+        // Allowed only on another port: still a host of the allowlist.
+        let mut s = section(&["pay.example.org:8443"], &[]);
+        s.approve = vec!["pay.example.org".into()];
+        let p = EgressPolicy::from_section(&s, &no_env).unwrap();
+        assert!(p.approval_rule(&target("pay.example.org:8443")).is_some());
+        // A port on the approve rule keeps it to that port.
+        let mut s = section(&["*.example.org", "*.example.org:8443"], &[]);
+        s.approve = vec!["pay.example.org:8443".into()];
+        let p = EgressPolicy::from_section(&s, &no_env).unwrap();
+        assert_eq!(p.approval_rule(&target("pay.example.org:443")), None);
     }
 
     /// A deny rule without a port denies the host on every port: "default ports" is what

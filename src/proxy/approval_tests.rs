@@ -117,3 +117,90 @@ async fn the_call_timeout_starts_after_the_approval() {
     assert_eq!(h.backend.calls.load(Ordering::SeqCst), 1);
     assert_eq!(asker.asked.lock().unwrap().len(), 1);
 }
+
+/// A server still connecting: configured, no tools listed yet; a call by name waits for
+/// it and then reaches its tool (here: counted, then answered).
+struct Connecting {
+    calls: AtomicU32,
+}
+
+impl ToolBackend for Connecting {
+    fn catalog(&self) -> Arc<Catalog> {
+        Arc::new(Catalog {
+            version: 1,
+            tools: vec![],
+            servers: vec![crate::upstream::catalog::CatalogServer {
+                name: "db".into(),
+                ident: "db".into(),
+            }],
+        })
+    }
+
+    fn index(&self) -> Arc<crate::catalog::SearchIndex> {
+        Arc::new(crate::catalog::SearchIndex::build(&self.catalog()))
+    }
+
+    fn call(
+        &self,
+        _name: String,
+        _arguments: Option<serde_json::Map<String, Value>>,
+        _timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<CallToolResult, CallError>> + Send + 'static>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Ok(CallToolResult::structured(json!({"dropped": true}))) })
+    }
+}
+
+/// A tool of a server that is not ready yet is called once the server is up, whatever
+/// its annotations say then: `destructive = "deny"` must not let it through as harmless
+/// (it did: an unlisted name counted as not destructive), and `"ask"` must ask.
+#[tokio::test]
+async fn a_tool_of_a_server_not_ready_is_not_taken_for_harmless() {
+    for (mode, asked, reached) in [("deny", 0, 0), ("ask", 1, 1)] {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let backend = Arc::new(Connecting {
+            calls: AtomicU32::new(0),
+        });
+        let allow = AllowList::new(&["db__*"]).unwrap();
+        let session = ProxySession::new(backend.clone(), allow, ProxyLimits::default());
+        tokio::spawn(session.clone().serve(UnixStream::from_std(ours).unwrap()));
+        let asker = Arc::new(Fixed {
+            answer: ElicitationAction::Accept,
+            delay: Duration::ZERO,
+            asked: Mutex::default(),
+        });
+        let section: ApprovalSection =
+            toml::from_str(&format!("destructive = \"{mode}\"")).unwrap();
+        let policy = Arc::new(ApprovalPolicy::from_section(&section).unwrap());
+        let gate = Gate::new(
+            policy,
+            asker.clone(),
+            Box::new(|v: &mut Value| v.to_string()),
+            None,
+        );
+        session.set_approval(gate);
+        let mut h = Harness {
+            session,
+            backend: Arc::new(Echo {
+                calls: AtomicU32::new(0),
+            }),
+            sandbox: BufReader::new(UnixStream::from_std(theirs).unwrap()),
+            serving: tokio::spawn(async {}),
+        };
+        let r = h
+            .rpc(1, "tools/call", json!({"name": "db__drop_table"}))
+            .await;
+        let asked_now = asker.asked.lock().unwrap().clone();
+        assert_eq!(asked_now.len(), asked, "{mode}: {asked_now:?}");
+        assert_eq!(backend.calls.load(Ordering::SeqCst), reached, "{mode}: {r}");
+        if mode == "deny" {
+            assert_eq!(r["error"]["code"], code::APPROVAL, "{r}");
+            let m = r["error"]["message"].as_str().unwrap();
+            assert!(m.contains("not listed yet"), "{m}");
+        } else {
+            assert!(asked_now[0].contains("not listed yet"), "{asked_now:?}");
+        }
+    }
+}

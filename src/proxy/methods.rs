@@ -133,7 +133,9 @@ impl ProxySession {
         let gate = self.approval();
         let facts = gate.as_ref().map(|_| {
             let upstream = listed.map(|t| (t.server.clone(), t.tool.clone()));
-            (upstream, listed.is_some_and(|t| t.destructive()))
+            // Unlisted (its server is not ready): the call waits for the server and then
+            // reaches whatever tool it lists by that name, so its hint is unknown.
+            (upstream, listed.map(|t| t.destructive()))
         });
         drop(catalog);
         if let (Some(gate), Some((upstream, destructive))) = (gate, facts) {

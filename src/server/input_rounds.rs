@@ -14,8 +14,8 @@
 //! again.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolResponse, CallToolResult, InputRequest, InputRequests, InputRequiredResult,
@@ -23,6 +23,7 @@ use rmcp::model::{
 };
 use rmcp::ErrorData as McpError;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::input_route::Question;
@@ -69,10 +70,14 @@ struct Parked {
     until: Instant,
 }
 
-/// The parked calls of every client.
+type Calls = Mutex<HashMap<String, Parked>>;
+
+/// The parked calls of every client. Each parked call has a timer that drops it at its
+/// time, so a call nobody comes back for has its sandbox killed then even when no other
+/// call parks or resumes.
 #[derive(Default)]
 pub struct ParkedCalls {
-    calls: Mutex<HashMap<String, Parked>>,
+    calls: Arc<Calls>,
 }
 
 impl ParkedCalls {
@@ -195,7 +200,24 @@ impl ParkedCalls {
                 calls.remove(oldest);
             }
         }
+        let until = parked.until;
         calls.insert(state, parked);
+        drop(calls);
+        Self::drop_at(Arc::downgrade(&self.calls), until);
+    }
+
+    /// Sweeps the calls at `until` (the time of a call just parked).
+    fn drop_at(calls: Weak<Calls>, until: Instant) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            tokio::time::sleep_until(until).await;
+            if let Some(calls) = calls.upgrade() {
+                let mut calls = calls.lock().expect("parked calls lock");
+                Self::sweep(&mut calls);
+            }
+        });
     }
 
     /// Drops the calls past their time; each drop kills its execution.

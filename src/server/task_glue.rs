@@ -70,8 +70,9 @@ impl CodeboxServer {
         let can_elicit = ctx
             .client_capabilities()
             .is_some_and(|caps| caps.elicitation.is_some());
-        // A stateless (2026-07-28) request: no initialize stored the client's info.
-        let stateless = ctx.peer.peer_info().is_none();
+        // A stateless (2026-07-28) request, by its revision: over HTTP rmcp makes up a
+        // peer info for each stateless request, so "no peer info" would miss them all.
+        let stateless = super::client_log::is_stateless_request(ctx);
         (stateless && can_elicit && self.asks_for_approval()).then_some(language)
     }
 
@@ -138,7 +139,8 @@ impl CodeboxServer {
         // token is cancelled by tasks/cancel (and the server's stop, inside execute).
         let mut exec_ctx = ctx.clone();
         exec_ctx.ct = CancellationToken::new();
-        let stateful_peer = ctx.peer.peer_info().is_some().then(|| ctx.peer.clone());
+        let stateful_peer =
+            (!super::client_log::is_stateless_request(&ctx)).then(|| ctx.peer.clone());
         let owner = client.clone();
         let started = self
             .state

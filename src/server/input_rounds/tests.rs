@@ -212,3 +212,26 @@ async fn one_client_parks_a_bounded_number_of_calls() {
     assert_eq!(parked.len(), MAX_PARKED_PER_CLIENT);
     assert_eq!(stops.iter().filter(|s| s.is_cancelled()).count(), 2);
 }
+
+/// A parked call nobody comes back for is dropped at its time, and its execution
+/// stopped, by its own timer: it was only swept when another call parked or resumed, so
+/// on a quiet server the sandbox ran on to its own deadline.
+#[tokio::test(start_paused = true)]
+async fn a_parked_call_is_dropped_at_its_time_without_other_traffic() {
+    let parked = ParkedCalls::default();
+    let (driving, stop) = execution(Duration::from_secs(3600));
+    open(
+        parked
+            .drive("c", "t", driving, Duration::ZERO, CancellationToken::new())
+            .await
+            .unwrap(),
+    );
+    tokio::time::sleep(PARK_GRACE - Duration::from_secs(1)).await;
+    assert!(!stop.is_cancelled(), "dropped before its time");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        stop.is_cancelled(),
+        "the parked call outlived its time: its execution still runs"
+    );
+    assert_eq!(parked.calls.lock().unwrap().len(), 0);
+}
