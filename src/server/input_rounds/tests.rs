@@ -235,3 +235,47 @@ async fn a_parked_call_is_dropped_at_its_time_without_other_traffic() {
     );
     assert_eq!(parked.calls.lock().unwrap().len(), 0);
 }
+
+/// Whatever a client sends back as the answer (`inputResponses` or `tasks/update`), only
+/// an elicitation result that accepts with `approve: true` approves: anything else is a
+/// failure or a decline, never a panic.
+#[tokio::test]
+async fn an_answer_of_any_shape_other_than_an_approval_does_not_approve() {
+    use crate::approval::message::{read_answer, Answer};
+    use crate::approval::Asker;
+    use crate::server::input_route::InputAsker;
+    let answers = [
+        serde_json::json!("yes"),
+        serde_json::json!(true),
+        serde_json::json!(null),
+        serde_json::json!([{"action": "accept", "content": {"approve": true}}]),
+        serde_json::json!({"approve": true}),
+        serde_json::json!({"action": "ACCEPT", "content": {"approve": true}}),
+        serde_json::json!({"action": "accept", "content": "approve"}),
+        serde_json::json!({"action": "accept", "content": {"approve": "true"}}),
+        serde_json::json!({"action": "accept", "content": {"approve": [true]}}),
+        serde_json::json!({"action": "decline", "content": {"approve": true}}),
+        serde_json::json!({"action": "cancel", "content": {"approve": true}}),
+        serde_json::json!({"action": 1}),
+    ];
+    for answer in answers {
+        let (q_tx, mut q_rx) = mpsc::channel::<crate::server::input_route::Question>(1);
+        let sent = answer.clone();
+        tokio::spawn(async move {
+            if let Some(q) = q_rx.recv().await {
+                let _ = q.answer.send(sent);
+            }
+        });
+        let params: ElicitRequestParams = serde_json::from_value(serde_json::json!({
+            "mode": "form", "message": "approve?",
+            "requestedSchema": {"type": "object", "properties": {}}
+        }))
+        .unwrap();
+        let asked = InputAsker::new(InputRoute::Rounds(q_tx))
+            .ask(params, Duration::from_secs(5))
+            .await;
+        if let Ok(result) = asked {
+            assert_ne!(read_answer(&result), Answer::Approved, "{answer} approved");
+        }
+    }
+}
