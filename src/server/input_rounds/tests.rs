@@ -279,3 +279,34 @@ async fn an_answer_of_any_shape_other_than_an_approval_does_not_approve() {
         }
     }
 }
+
+/// A resumed call's timer stops with it: a client that retries without answering, in a
+/// loop, leaves no sleeping timer behind for each round (each lived up to the
+/// question's wait plus the grace).
+#[tokio::test]
+async fn a_resumed_call_leaves_no_timer_behind() {
+    let parked = ParkedCalls::default();
+    let wait = Duration::from_secs(3600);
+    let (driving, _stop) = execution(wait);
+    let (_, mut state) = open(
+        parked
+            .drive("c", "t", driving, wait, CancellationToken::new())
+            .await
+            .unwrap(),
+    );
+    tokio::task::yield_now().await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    for _ in 0..50 {
+        let driving = parked.resume("c", "t", &state, None).unwrap();
+        state = open(
+            parked
+                .drive("c", "t", driving, wait, CancellationToken::new())
+                .await
+                .unwrap(),
+        )
+        .1;
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(metrics.num_alive_tasks(), before, "timers pile up");
+}
