@@ -68,6 +68,17 @@ struct Parked {
     tool: String,
     driving: Driving,
     until: Instant,
+    /// The timer that drops the call at `until`, stopped when the call leaves the map
+    /// first (resumed, or evicted): a client retrying in a loop leaves no timers behind.
+    _timer: Option<Timer>,
+}
+
+struct Timer(tokio::task::AbortHandle);
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 type Calls = Mutex<HashMap<String, Parked>>;
@@ -135,6 +146,7 @@ impl ParkedCalls {
                 tool: tool.to_string(),
                 driving,
                 until: Instant::now() + wait + PARK_GRACE,
+                _timer: None,
             },
         );
         Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
@@ -185,7 +197,8 @@ impl ParkedCalls {
         Ok(parked.driving)
     }
 
-    fn park(&self, state: String, parked: Parked) {
+    fn park(&self, state: String, mut parked: Parked) {
+        parked._timer = Self::drop_at(Arc::downgrade(&self.calls), parked.until);
         let mut calls = self.calls.lock().expect("parked calls lock");
         Self::sweep(&mut calls);
         let owner = parked.owner.clone();
@@ -200,24 +213,20 @@ impl ParkedCalls {
                 calls.remove(oldest);
             }
         }
-        let until = parked.until;
         calls.insert(state, parked);
-        drop(calls);
-        Self::drop_at(Arc::downgrade(&self.calls), until);
     }
 
     /// Sweeps the calls at `until` (the time of a call just parked).
-    fn drop_at(calls: Weak<Calls>, until: Instant) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
+    fn drop_at(calls: Weak<Calls>, until: Instant) -> Option<Timer> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let timer = runtime.spawn(async move {
             tokio::time::sleep_until(until).await;
             if let Some(calls) = calls.upgrade() {
                 let mut calls = calls.lock().expect("parked calls lock");
                 Self::sweep(&mut calls);
             }
         });
+        Some(Timer(timer.abort_handle()))
     }
 
     /// Drops the calls past their time; each drop kills its execution.

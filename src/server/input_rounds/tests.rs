@@ -235,3 +235,78 @@ async fn a_parked_call_is_dropped_at_its_time_without_other_traffic() {
     );
     assert_eq!(parked.calls.lock().unwrap().len(), 0);
 }
+
+/// Whatever a client sends back as the answer (`inputResponses` or `tasks/update`), only
+/// an elicitation result that accepts with `approve: true` approves: anything else is a
+/// failure or a decline, never a panic.
+#[tokio::test]
+async fn an_answer_of_any_shape_other_than_an_approval_does_not_approve() {
+    use crate::approval::message::{read_answer, Answer};
+    use crate::approval::Asker;
+    use crate::server::input_route::InputAsker;
+    let answers = [
+        serde_json::json!("yes"),
+        serde_json::json!(true),
+        serde_json::json!(null),
+        serde_json::json!([{"action": "accept", "content": {"approve": true}}]),
+        serde_json::json!({"approve": true}),
+        serde_json::json!({"action": "ACCEPT", "content": {"approve": true}}),
+        serde_json::json!({"action": "accept", "content": "approve"}),
+        serde_json::json!({"action": "accept", "content": {"approve": "true"}}),
+        serde_json::json!({"action": "accept", "content": {"approve": [true]}}),
+        serde_json::json!({"action": "decline", "content": {"approve": true}}),
+        serde_json::json!({"action": "cancel", "content": {"approve": true}}),
+        serde_json::json!({"action": 1}),
+    ];
+    for answer in answers {
+        let (q_tx, mut q_rx) = mpsc::channel::<crate::server::input_route::Question>(1);
+        let sent = answer.clone();
+        tokio::spawn(async move {
+            if let Some(q) = q_rx.recv().await {
+                let _ = q.answer.send(sent);
+            }
+        });
+        let params: ElicitRequestParams = serde_json::from_value(serde_json::json!({
+            "mode": "form", "message": "approve?",
+            "requestedSchema": {"type": "object", "properties": {}}
+        }))
+        .unwrap();
+        let asked = InputAsker::new(InputRoute::Rounds(q_tx))
+            .ask(params, Duration::from_secs(5))
+            .await;
+        if let Ok(result) = asked {
+            assert_ne!(read_answer(&result), Answer::Approved, "{answer} approved");
+        }
+    }
+}
+
+/// A resumed call's timer stops with it: a client that retries without answering, in a
+/// loop, leaves no sleeping timer behind for each round (each lived up to the
+/// question's wait plus the grace).
+#[tokio::test]
+async fn a_resumed_call_leaves_no_timer_behind() {
+    let parked = ParkedCalls::default();
+    let wait = Duration::from_secs(3600);
+    let (driving, _stop) = execution(wait);
+    let (_, mut state) = open(
+        parked
+            .drive("c", "t", driving, wait, CancellationToken::new())
+            .await
+            .unwrap(),
+    );
+    tokio::task::yield_now().await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    for _ in 0..50 {
+        let driving = parked.resume("c", "t", &state, None).unwrap();
+        state = open(
+            parked
+                .drive("c", "t", driving, wait, CancellationToken::new())
+                .await
+                .unwrap(),
+        )
+        .1;
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(metrics.num_alive_tasks(), before, "timers pile up");
+}
