@@ -184,6 +184,8 @@ pub struct PiiConfig {
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
     pub addr: Option<String>,
+    /// This server's name among replicas behind one balancer (`--replica`).
+    pub replica: Option<String>,
     /// The bearer token, or `env:VAR` (one client, named "default").
     pub token: Option<String>,
     /// More clients, each with its own token (or `env:VAR`): `{ alice = "env:ALICE_TOKEN" }`.

@@ -63,6 +63,7 @@ pub mod pool;
 pub mod profile;
 pub mod proxy;
 pub mod ratelimit;
+pub mod replica;
 pub mod rootfs;
 pub mod runtime;
 pub mod sandbox;

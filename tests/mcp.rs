@@ -173,6 +173,25 @@ fn approval_questions_resist_hostile_clients_through_the_python_sdk() {
     );
 }
 
+/// Three replicas behind Debian's HAProxy with deploy/haproxy/codebox.cfg: sessionless
+/// executions spread, sessions stay on their replica (both revisions), shared skills, a
+/// killed replica fails only its sessions, SIGTERM drains within the bound.
+#[test]
+fn replicas_behind_haproxy_through_the_python_sdk() {
+    let test = "replicas_behind_haproxy_through_the_python_sdk";
+    let haproxy = std::path::Path::new("/usr/sbin/haproxy");
+    if !haproxy.exists() {
+        let reason = "HAProxy is not installed (cargo xtask test installs Debian's haproxy)";
+        if strict() {
+            panic!("{reason}");
+        }
+        eprintln!("SKIP {test}: {reason}");
+        return;
+    }
+    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy/codebox.cfg");
+    run_client_script_with(test, "replicas_client.py", &[config.into_os_string()]);
+}
+
 /// Whether `cargo xtask test` installed the upstream servers (else skip, or fail when strict).
 fn upstreams_installed(test: &str) -> bool {
     let marker =

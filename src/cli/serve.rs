@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// On SIGINT/SIGTERM, how long running executions may still finish before they are killed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     drain_timeout: Duration,
+    /// This server's name among replicas behind one load balancer (a DNS label, such as
+    /// a StatefulSet's pod name): session ids start with it, so the balancer can send a
+    /// session's requests to the replica that holds it [default: `[http] replica`].
+    #[arg(long, env = "CODEBOX_REPLICA", value_name = "NAME")]
+    replica: Option<String>,
 }
 
 /// Settings after flags, environment, config file and defaults, in that precedence.
@@ -105,6 +110,7 @@ struct Resolved {
     allowed_origins: Vec<String>,
     allowed_hosts: Vec<String>,
     drain_timeout: Duration,
+    replica: Option<codebox::replica::ReplicaName>,
     /// The `.mcp.json` files naming the upstream servers.
     mcp_config: McpConfigs,
     upstream_options: UpstreamOptions,
@@ -262,6 +268,13 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         ),
         allowed_hosts: or_list(args.allowed_hosts, file.http.allowed_hosts, &[]),
         drain_timeout: args.drain_timeout,
+        replica: match args.replica.as_deref().or(file.http.replica.as_deref()) {
+            Some(name) if http.is_none() => bail!(
+                "a replica name ({name:?}) is for replicas behind an HTTP load balancer: serve with --http"
+            ),
+            Some(name) => Some(codebox::replica::ReplicaName::parse(name)?),
+            None => None,
+        },
         mcp_config: McpConfigs::choose(&args.mcp_config, file.mcp_config.clone()),
         upstream_options: {
             let mut o = UpstreamOptions::default();
@@ -457,6 +470,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         pii_detector,
         rate: args.rate,
         sessions: args.sessions.clone(),
+        replica: args.replica.clone(),
         sessions_base: std::env::temp_dir(),
         sandbox_ids: (sandbox_ids.host_uid, sandbox_ids.host_gid),
         skills_dir: args.skills_dir.clone(),

@@ -16,9 +16,12 @@
 //!   failure).
 //! - `GET /healthz` answers without auth, for load balancers and service managers: the
 //!   process is up (liveness).
-//! - `GET /readyz` (bearer auth when tokens are configured, and `/mcp`'s Host check):
-//!   200 once executions can run as configured, else 503, with the pool's and each
-//!   upstream's state.
+//! - `GET /readyz`: 200 once executions can run as configured, else 503 (also while
+//!   draining after SIGTERM), for probes without a secret: `{"ready", "draining"}`. The
+//!   pool's and each upstream's state only with a valid token (when tokens are
+//!   configured) and `/mcp`'s Host check.
+//! - With a replica name (see [`crate::replica`]) every answer carries
+//!   `Codebox-Replica`, and MCP session ids start with the name.
 //! - A POST body goes through [`framing::check`](super::framing::check) before rmcp sees
 //!   it: one that is not a JSON-RPC message gets 400 with the JSON-RPC error (with the
 //!   request's id when readable), one over 16 MiB 413, one that does not arrive within
@@ -36,7 +39,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -116,8 +118,13 @@ pub async fn serve(
         .enforce_origin_validation()
         .with_max_request_body_bytes(super::framing::MAX_MESSAGE_BYTES)
         .with_sse_keep_alive(Some(options.limits.sse_keep_alive()));
-    let sessions = Arc::new(LocalSessionManager::default());
+    let sessions = Arc::new(super::replica_sessions::ReplicaSessions::new(
+        server.replica().cloned(),
+    ));
     let readyz_server = server.clone();
+    let replica_header = server.replica().map(|r| {
+        axum::http::HeaderValue::from_str(r.as_str()).expect("a DNS label is a header value")
+    });
     let service = StreamableHttpService::new(
         move || Ok(server.for_new_connection()),
         sessions.clone(),
@@ -134,27 +141,6 @@ pub async fn serve(
     let posts = super::http_answers::PostsInFlight::default();
     let mcp = Router::new()
         .nest_service("/mcp", service)
-        .route(
-            "/readyz",
-            get(move |request: Request| {
-                let server = readyz_server.clone();
-                let hosts = readyz_hosts.clone();
-                async move {
-                    if !host_allowed(&request, &hosts) {
-                        tracing::warn!(
-                            host = ?request.headers().get(header::HOST),
-                            "/readyz: a Host header that is not allowed (possible DNS rebinding)"
-                        );
-                        return (
-                            StatusCode::FORBIDDEN,
-                            "Forbidden: Host header is not allowed\n",
-                        )
-                            .into_response();
-                    }
-                    readyz(&server)
-                }
-            }),
-        )
         .layer(axum::middleware::from_fn_with_state(
             BodyCheck {
                 timeout: options.limits.body_timeout,
@@ -171,8 +157,33 @@ pub async fn serve(
             super::http_answers::count_posts,
         ))
         // The last layer runs first: no body is read before the token is checked.
-        .layer(axum::middleware::from_fn_with_state(tokens, require_bearer));
-    let app = Router::new().route("/healthz", get(healthz)).merge(mcp);
+        .layer(axum::middleware::from_fn_with_state(
+            tokens.clone(),
+            require_bearer,
+        ));
+    let readyz_state = Readyz {
+        server: readyz_server,
+        hosts: readyz_hosts,
+        tokens: tokens.clone(),
+    };
+    let mut app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz).with_state(readyz_state))
+        .merge(mcp);
+    if let Some(name) = replica_header {
+        // Every answer names the replica that gave it (see crate::replica).
+        app = app.layer(axum::middleware::map_response(
+            move |mut response: Response| {
+                let name = name.clone();
+                async move {
+                    response
+                        .headers_mut()
+                        .insert(crate::replica::RESPONSE_HEADER, name);
+                    response
+                }
+            },
+        ));
+    }
     on_listening(bound);
     // On shutdown no connection is accepted and every connection closes once its
     // response in flight is done; sessions (and the SSE streams of calls still running)
@@ -201,14 +212,34 @@ async fn healthz() -> impl IntoResponse {
 /// 200 once executions can run as configured (sandbox checks passed, pool warm), else
 /// 503; the body says the state of each part and which upstreams are ready, pending or
 /// failed. Behind the bearer check: it names the upstream servers.
-fn readyz(server: &CodeboxServer) -> Response {
-    let (ready, value) = server.readiness();
+/// What `/readyz` needs.
+#[derive(Clone)]
+struct Readyz {
+    server: CodeboxServer,
+    /// The `Host` names `/mcp` accepts.
+    hosts: Arc<Vec<String>>,
+    tokens: Tokens,
+}
+
+/// `GET /readyz`: 200 when ready, else 503 (also while draining). Anyone gets the status
+/// and `{"ready", "draining"}`, so a kubelet or balancer probes it without a secret and
+/// whatever `Host` it sends. The detail (the pool's and each upstream's state) goes only
+/// to a caller with a valid token (when tokens are configured) and an allowed `Host`: a
+/// page the user's browser loaded from a name rebound to this address must not read it.
+async fn readyz(State(r): State<Readyz>, request: Request) -> Response {
+    let (ready, value) = r.server.readiness();
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, axum::Json(value)).into_response()
+    let trusted = host_allowed(&request, &r.hosts)
+        && (r.tokens.is_empty() || client_of(&r.tokens, request.headers()).is_some());
+    if trusted {
+        return (status, axum::Json(value)).into_response();
+    }
+    let minimal = serde_json::json!({"ready": ready, "draining": value["draining"]});
+    (status, axum::Json(minimal)).into_response()
 }
 
 /// Whether the request names one of `allowed` as its host (the `Host` header, else the
@@ -252,22 +283,7 @@ async fn require_bearer(State(tokens): State<Tokens>, mut req: Request, next: Ne
     if tokens.is_empty() {
         return next.run(req).await;
     }
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| Sha256::digest(t.as_bytes()));
-    // Every digest is compared, so the time taken does not say which client matched.
-    let client = given.and_then(|g| {
-        tokens
-            .iter()
-            .fold(None, |found, (d, name)| match constant_time_eq(&g, d) {
-                true => Some(name.clone()),
-                false => found,
-            })
-    });
-    match client {
+    match client_of(&tokens, req.headers()) {
         Some(name) => {
             req.extensions_mut().insert(name);
             next.run(req).await
@@ -279,6 +295,22 @@ async fn require_bearer(State(tokens): State<Tokens>, mut req: Request, next: Ne
         )
             .into_response(),
     }
+}
+
+/// The client whose bearer token the request carries, if any.
+fn client_of(tokens: &Tokens, headers: &axum::http::HeaderMap) -> Option<ClientName> {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| Sha256::digest(t.as_bytes()))?;
+    // Every digest is compared, so the time taken does not say which client matched.
+    tokens
+        .iter()
+        .fold(None, |found, (d, name)| match constant_time_eq(&given, d) {
+            true => Some(name.clone()),
+            false => found,
+        })
 }
 
 /// Estimated memory (see [`crate::proxy::parse_cost`]) the POST bodies being parsed at

@@ -42,6 +42,7 @@ pub mod packages_glue;
 mod prompts;
 mod reachable;
 mod readiness;
+pub mod replica_sessions;
 mod upstream_status;
 pub use readiness::Layers;
 mod pool_glue;
@@ -118,6 +119,9 @@ pub struct Settings {
     /// Per-client limits.
     pub rate: RateLimits,
     pub sessions: SessionLimits,
+    /// This process's name among replicas behind one balancer (`None`: a single server):
+    /// session ids carry it (see [`crate::replica`]).
+    pub replica: Option<crate::replica::ReplicaName>,
     /// Where earlier versions kept sessions' workspaces (the system temporary
     /// directory): what dead processes left there is removed at start.
     pub sessions_base: std::path::PathBuf,
@@ -288,7 +292,8 @@ impl CodeboxServer {
             &settings.sessions_base,
             settings.sessions.clone(),
             settings.sandbox_ids,
-        )?;
+        )?
+        .with_replica(settings.replica.clone());
         let (skills, skills_error) = match &settings.skills_dir {
             None => (
                 None,
@@ -372,6 +377,7 @@ impl CodeboxServer {
     fn with_state(state: Arc<State>) -> Self {
         let network_mode = state.settings.profile.network_mode;
         let tools = state.settings.tools;
+        let replica = state.settings.replica.is_some();
         CodeboxServer {
             state,
             conn: Arc::new(Connection {
@@ -382,9 +388,17 @@ impl CodeboxServer {
                 let mut router = Self::all_tools();
                 tools.apply(&mut router);
                 egress_glue::describe_network(&mut router, network_mode);
+                if replica {
+                    schema::route_sessions_by_header(&mut router);
+                }
                 router
             },
         }
+    }
+
+    /// This process's name among replicas, if it has one.
+    pub fn replica(&self) -> Option<&crate::replica::ReplicaName> {
+        self.state.settings.replica.as_ref()
     }
 
     /// The server for a new connection: shared state, its own identity and token map.
@@ -427,13 +441,23 @@ impl CodeboxServer {
         let _ = self.state.upstreams_gate.set(gate);
     }
 
-    /// Whether executions can run as configured, and each part's state (`/readyz`).
+    /// Whether executions can run as configured, and each part's state (`/readyz`). A
+    /// draining server is not ready, so balancers stop sending it work.
     pub fn readiness(&self) -> (bool, serde_json::Value) {
-        readiness::value(
+        let (ready, mut value) = readiness::value(
             &self.state.layers,
             self.state.pool.as_ref(),
             self.state.backend.upstreams(),
-        )
+        );
+        let draining = self.state.admission.is_closed();
+        if let Some(object) = value.as_object_mut() {
+            object.insert("ready".into(), (ready && !draining).into());
+            object.insert("draining".into(), draining.into());
+            if let Some(replica) = self.replica() {
+                object.insert("replica".into(), replica.as_str().into());
+            }
+        }
+        (ready && !draining, value)
     }
 
     /// Refuses new executions from now on; running ones finish (graceful shutdown).

@@ -67,6 +67,32 @@ pub fn search_input_schema() -> Arc<JsonObject> {
     }))
 }
 
+/// Marks every tool's `session` argument for SEP-2243 header mirroring
+/// (`x-mcp-header`), so a 2026-07-28 client sends it as `Mcp-Param-Session` and a load
+/// balancer can send the call to the replica the session lives on (see
+/// [`crate::replica`]). Only replicas do this: it costs every `tools/list` a few tokens.
+pub(super) fn route_sessions_by_header(
+    router: &mut rmcp::handler::server::router::tool::ToolRouter<super::CodeboxServer>,
+) {
+    for route in router.map.values_mut() {
+        let tool = &mut route.attr;
+        let mut schema = (*tool.input_schema).clone();
+        let Some(session) = schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut("session"))
+            .and_then(|s| s.as_object_mut())
+            .filter(|s| s.get("type").and_then(|t| t.as_str()) == Some("string"))
+        else {
+            continue;
+        };
+        session.insert(
+            "x-mcp-header".into(),
+            crate::replica::SESSION_PARAM_TOKEN.into(),
+        );
+        tool.input_schema = Arc::new(schema);
+    }
+}
+
 /// Compacts the input schemas schemars derives for the other tools, keeping what a
 /// model needs to call them: drops `$schema` (15 tokens per tool in every `tools/list`),
 /// `additionalProperties: false` (the argument structs still refuse unknown fields),
@@ -120,6 +146,32 @@ fn object(value: serde_json::Value) -> Arc<JsonObject> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_mark_every_session_argument_for_header_routing() {
+        let mut router = super::super::CodeboxServer::all_tools();
+        route_sessions_by_header(&mut router);
+        let marked: Vec<String> = router
+            .list_all()
+            .into_iter()
+            .filter(|t| {
+                t.input_schema["properties"]
+                    .get("session")
+                    .is_some_and(|s| s["x-mcp-header"] == "Session")
+            })
+            .map(|t| t.name.to_string())
+            .collect();
+        for name in ["execute_python", "execute_typescript", "close_session"] {
+            assert!(marked.iter().any(|m| m == name), "{name} not in {marked:?}");
+        }
+        // Nothing else is touched: no tool without a session argument gains one.
+        let plain = super::super::CodeboxServer::all_tools();
+        for tool in plain.list_all() {
+            assert!(tool.input_schema["properties"]
+                .get("session")
+                .is_none_or(|s| s.get("x-mcp-header").is_none()));
+        }
+    }
 
     #[test]
     fn the_pii_enum_names_every_mode_as_calls_spell_it() {

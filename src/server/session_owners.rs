@@ -25,10 +25,11 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 
 use super::client::ClientName;
+use super::replica_sessions::ReplicaSessions;
+use crate::replica::{elsewhere_message, placement, Placement};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -40,11 +41,11 @@ pub const MAX_SESSIONS_PER_CLIENT: usize = 128;
 #[derive(Clone)]
 pub struct Owners {
     owners: Arc<Mutex<HashMap<String, Option<ClientName>>>>,
-    sessions: Arc<LocalSessionManager>,
+    sessions: Arc<ReplicaSessions>,
 }
 
 impl Owners {
-    pub fn new(sessions: Arc<LocalSessionManager>) -> Owners {
+    pub fn new(sessions: Arc<ReplicaSessions>) -> Owners {
         Owners {
             owners: Arc::default(),
             sessions,
@@ -131,6 +132,22 @@ fn unknown_session() -> Response {
     (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
 }
 
+/// The answer to a request naming another replica's MCP session: 404, as for any
+/// session this process does not hold (a client then starts a new one), with a
+/// JSON-RPC error saying why.
+fn elsewhere(message: &str) -> Response {
+    let error = super::framing::Refusal {
+        code: SESSION_ELSEWHERE,
+        id: serde_json::Value::Null,
+        message: message.to_string(),
+        notification: false,
+    };
+    (StatusCode::NOT_FOUND, axum::Json(error.to_json())).into_response()
+}
+
+/// The JSON-RPC error code of [`elsewhere`] (implementation-defined range).
+const SESSION_ELSEWHERE: i64 = -32010;
+
 /// The answer to an `initialize` over [`MAX_SESSIONS_PER_CLIENT`].
 fn too_many_sessions() -> Response {
     let error = super::framing::Refusal {
@@ -162,6 +179,15 @@ pub async fn enforce(State(owners): State<Owners>, req: Request, next: Next) -> 
         Some(Err(_)) => return unknown_session(),
     };
     if let Some(id) = &named {
+        let here = owners.sessions.replica();
+        if let (Some(here), Placement::Elsewhere { owner }) = (here, placement(here, id)) {
+            tracing::info!(
+                session = %super::framing::bounded(id),
+                owner,
+                "a request named an MCP session another replica made"
+            );
+            return elsewhere(&elsewhere_message("MCP session", id, owner, here));
+        }
         if !owners.allows(id, &client) {
             tracing::info!(
                 client = client.as_ref().map(|c| c.0.as_str()),
@@ -212,7 +238,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_is_only_its_creators() {
-        let owners = Owners::new(Arc::new(LocalSessionManager::default()));
+        let owners = Owners::new(Arc::new(ReplicaSessions::default()));
         let alice = Some(ClientName("alice".into()));
         let bob = Some(ClientName("bob".into()));
         owners.insert("s1".into(), alice.clone()).await;
@@ -229,7 +255,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_holds_at_most_its_cap_of_live_sessions() {
         use rmcp::transport::streamable_http_server::session::SessionManager;
-        let sessions = Arc::new(LocalSessionManager::default());
+        let sessions = Arc::new(ReplicaSessions::default());
         let owners = Owners::new(sessions.clone());
         let alice = Some(ClientName("alice".into()));
         let bob = Some(ClientName("bob".into()));
@@ -252,7 +278,7 @@ mod tests {
 
     #[tokio::test]
     async fn ended_sessions_are_forgotten() {
-        let owners = Owners::new(Arc::new(LocalSessionManager::default()));
+        let owners = Owners::new(Arc::new(ReplicaSessions::default()));
         for i in 0..64 {
             owners.insert(format!("s{i}"), None).await;
         }

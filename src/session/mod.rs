@@ -41,6 +41,9 @@ pub enum Error {
     /// Also the answer for another client's session: its existence is not revealed.
     #[error("no session {id:?} for this client (it may have expired or been closed); start one with session \"new\"")]
     Unknown { id: String },
+    /// An id another replica made (see [`crate::replica`]).
+    #[error("{message}")]
+    Elsewhere { message: String },
     #[error("{open} sessions are open, the most this server keeps; close one with close_session")]
     TooMany { open: usize },
     #[error("cannot {doing} {path}")]
@@ -170,6 +173,8 @@ impl std::fmt::Debug for Session {
 
 /// The first characters of an id, for logs.
 pub fn short(id: &str) -> &str {
+    // After the replica's name, if the id carries one (see crate::replica).
+    let id = id.rsplit('.').next().unwrap_or(id);
     &id[..id.len().min(10)]
 }
 
@@ -201,6 +206,8 @@ pub struct Sessions {
     limits: SessionLimits,
     /// Host ids of the sandbox user (the workspace's owner).
     owner_ids: (u32, u32),
+    /// This replica's name, which every id it makes starts with (`None`: one server).
+    replica: Option<crate::replica::ReplicaName>,
     open: Mutex<HashMap<String, Arc<Session>>>,
 }
 
@@ -221,8 +228,16 @@ impl Sessions {
             keeper: Mutex::new(None),
             limits,
             owner_ids,
+            replica: None,
             open: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Names this process a replica: the ids it makes start with `replica.`, and an id
+    /// another replica made is answered [`Error::Elsewhere`].
+    pub fn with_replica(mut self, replica: Option<crate::replica::ReplicaName>) -> Sessions {
+        self.replica = replica;
+        self
     }
 
     /// The running keeper, started now if there is none or the last one is gone.
@@ -259,6 +274,10 @@ impl Sessions {
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(Error::Random)?;
         let id = format!("cbx_{}", hex(&raw));
+        let id = match &self.replica {
+            Some(replica) => replica.qualify(&id),
+            None => id,
+        };
         let limits = &self.limits;
         let keeper = self.keeper()?;
         let mount = keeper.create(limits.quota_bytes, limits.max_entries.saturating_add(1))?;
@@ -278,6 +297,19 @@ impl Sessions {
 
     /// The session `id` if `owner` owns it.
     pub fn get(&self, id: &str, owner: &str) -> Result<Arc<Session>> {
+        use crate::replica::{elsewhere_message, placement, Placement};
+        if let (Some(here), Placement::Elsewhere { owner: made_by }) =
+            (&self.replica, placement(self.replica.as_ref(), id))
+        {
+            tracing::info!(
+                session = short(id),
+                made_by,
+                "a session another replica made"
+            );
+            return Err(Error::Elsewhere {
+                message: elsewhere_message("session", id, made_by, here),
+            });
+        }
         let open = self.open.lock().expect("sessions lock");
         match open.get(id) {
             Some(s) if constant_time_eq(s.owner.as_bytes(), owner.as_bytes()) => {
@@ -412,6 +444,35 @@ mod tests {
             nix::sys::stat::Mode::from_bits_truncate(0o600),
         )?;
         std::fs::File::from(fd).write_all(data)
+    }
+
+    #[tokio::test]
+    async fn a_replica_qualifies_its_ids_and_names_the_owner_of_another_replicas() {
+        use crate::replica::ReplicaName;
+        let base = tempfile::tempdir().unwrap();
+        let r1 = sessions(base.path(), Duration::from_secs(60))
+            .with_replica(Some(ReplicaName::parse("r1").unwrap()));
+        let a = r1.create("alice", vault()).unwrap();
+        assert!(a.id().starts_with("r1.cbx_"), "{}", a.id());
+        r1.get(a.id(), "alice").unwrap();
+        // Made elsewhere: a clear answer naming both replicas, for any client.
+        let elsewhere = r1.get("r2.cbx_0123", "alice").unwrap_err();
+        assert!(matches!(elsewhere, Error::Elsewhere { .. }), "{elsewhere}");
+        let text = elsewhere.to_string();
+        assert!(text.contains("\"r2\"") && text.contains("\"r1\""), "{text}");
+        // An unqualified id, or another client's, is simply unknown.
+        assert!(matches!(
+            r1.get("cbx_0123", "alice"),
+            Err(Error::Unknown { .. })
+        ));
+        assert!(matches!(r1.get(a.id(), "bob"), Err(Error::Unknown { .. })));
+        // A single server never takes a qualified id for one of its own.
+        let single = sessions(base.path(), Duration::from_secs(60));
+        assert!(matches!(
+            single.get(a.id(), "alice"),
+            Err(Error::Unknown { .. })
+        ));
+        r1.shutdown().await;
     }
 
     #[tokio::test]

@@ -19,6 +19,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/bin/curl", "curl"),
     // ip gives a test's own network namespace an address (tests/egress/review.rs).
     ("/bin/ip", "iproute2"),
+    // The load balancer in front of three replicas (tests/mcp/replicas_client.py).
+    ("/usr/sbin/haproxy", "haproxy"),
 ];
 
 pub fn is_root() -> bool {
