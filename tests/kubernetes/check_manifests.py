@@ -183,9 +183,55 @@ def codebox_pod_problems(where, pod, config_maps):
     return p
 
 
+def wiring_problems(docs):
+    """Selectors, targets and named ports that point at nothing: every Service, PDB and
+    NetworkPolicy selects pods of a workload here, every named port exists in them, the
+    HPA scales a workload here, and every probe names a port of its container."""
+    p = []
+    pods = [d["spec"]["template"] for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+
+    def selected(selector):
+        return [t for t in pods if selector and selector.items() <= (t["metadata"].get("labels") or {}).items()]
+
+    def port_names(templates):
+        return {cp["name"] for t in templates for c in t["spec"]["containers"] for cp in c.get("ports", [])}
+
+    for d in docs:
+        kind, name = d["kind"], d["metadata"]["name"]
+        if kind == "Service":
+            chosen = selected(d["spec"].get("selector"))
+            if not chosen:
+                p.append(f"Service/{name} selects no pods")
+            for port in d["spec"]["ports"]:
+                if isinstance(port.get("targetPort"), str) and port["targetPort"] not in port_names(chosen):
+                    p.append(f"Service/{name}: no container port named {port['targetPort']}")
+        elif kind == "PodDisruptionBudget" and not selected(d["spec"]["selector"].get("matchLabels")):
+            p.append(f"PodDisruptionBudget/{name} selects no pods")
+        elif kind == "NetworkPolicy":
+            chosen = selected(d["spec"]["podSelector"].get("matchLabels"))
+            if not chosen:
+                p.append(f"NetworkPolicy/{name} selects no pods")
+            for rule in d["spec"].get("ingress", []):
+                for port in rule.get("ports", []):
+                    if isinstance(port.get("port"), str) and port["port"] not in port_names(chosen):
+                        p.append(f"NetworkPolicy/{name}: no container port named {port['port']}")
+        elif kind == "HorizontalPodAutoscaler":
+            ref = d["spec"]["scaleTargetRef"]
+            if not find(docs, ref["kind"], ref["name"]):
+                p.append(f"HorizontalPodAutoscaler/{name} scales {ref['kind']}/{ref['name']}, which is not here")
+    for t in pods:
+        for c in t["spec"]["containers"]:
+            names = {cp["name"] for cp in c.get("ports", [])}
+            for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+                port = ((c.get(probe) or {}).get("httpGet") or {}).get("port")
+                if isinstance(port, str) and port not in names:
+                    p.append(f"{c['name']}: {probe} names the port {port}, which it does not have")
+    return p
+
+
 def problems(docs, stateless, haproxy_cfg):
     """Every broken promise in one rendered installation (empty: all held)."""
-    p = []
+    p = wiring_problems(docs)
     config_maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
     workload = find(docs, "Deployment" if stateless else "StatefulSet", CODEBOX)
     if not workload:
@@ -325,6 +371,16 @@ def self_test(full, stateless, haproxy_cfg):
         ],
         "balancer privileged": lambda d: bal(d)["securityContext"].update(privileged=True),
         "balancer with a token": lambda d: bal(d)["env"].append({"name": "CODEBOX_HTTP_TOKEN", "value": "x"}),
+        "Service selecting nothing": lambda d: find(d, "Service", CODEBOX)["spec"]["selector"].update(
+            {"app.kubernetes.io/name": "codebx"}
+        ),
+        "HPA on a Deployment that is not there": lambda d: find(d, "HorizontalPodAutoscaler", CODEBOX)["spec"][
+            "scaleTargetRef"
+        ].update(kind="Deployment"),
+        "probe on a port that does not exist": lambda d: ctr(d)["readinessProbe"]["httpGet"].update(port="metric"),
+        "headless Service on a wrong port name": lambda d: find(d, "Service", "codebox-replicas")["spec"]["ports"][1].update(
+            targetPort="metrics-port"
+        ),
         "MCP port open to all": lambda d: find(d, "NetworkPolicy", CODEBOX)["spec"]["ingress"][0]["from"].append(
             {"namespaceSelector": {}}
         ),
