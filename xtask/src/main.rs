@@ -24,6 +24,8 @@ Commands:
                     MCP with and without the warm pool), side by side
   bench-datasets    what the rootfs's data set adds (size, cold start) and what the
                     pool's preload saves (import pandas pooled/cold/host, memory)
+  check-kubernetes  deploy/kubernetes offline: schemas (kubernetes-validate), security
+                    properties, `haproxy -c` and the balancer's routing on loopback
   bench-throughput  executions per second of one `codebox serve --http` under K clients,
                     latency, warm starts, and a leak check
 
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Some("bench-compare") => bench_compare::run(&rest),
         Some("bench-throughput") => bench_throughput::run(&rest),
         Some("bench-datasets") => bench_datasets::run(&rest),
+        Some("check-kubernetes") => test::check_kubernetes(&rest),
         // `test`, `ci` and `bench` are dispatched here, each to its own module.
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");

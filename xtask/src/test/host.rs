@@ -19,7 +19,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/bin/curl", "curl"),
     // ip gives a test's own network namespace an address (tests/egress/review.rs).
     ("/bin/ip", "iproute2"),
-    // The load balancer in front of three replicas (tests/mcp/replicas_client.py).
+    // The load balancer: three replicas behind it (tests/mcp/replicas_client.py), and
+    // deploy/kubernetes's `haproxy -c` and routing test on loopback.
     ("/usr/sbin/haproxy", "haproxy"),
 ];
 
@@ -34,6 +35,19 @@ pub fn is_root() -> bool {
 pub fn ensure_mcp_sdk(root: &Path) -> Result<std::path::PathBuf> {
     let dir = root.join("target/mcp-pydeps");
     pip_install_into(&dir, "mcp", "mcp/__init__.py")?;
+    Ok(dir)
+}
+
+/// kubernetes-validate (PyPI: the Kubernetes OpenAPI schemas of 1.25 to 1.37 and a
+/// validator) into target/kube-validate, for `cargo xtask check-kubernetes`. Pinned: a
+/// new release brings new schemas, taken on purpose.
+pub fn ensure_kube_validate(root: &Path) -> Result<std::path::PathBuf> {
+    let dir = root.join("target/kube-validate");
+    pip_install_into(
+        &dir,
+        "kubernetes-validate==1.37.0",
+        "kubernetes_validate/__init__.py",
+    )?;
     Ok(dir)
 }
 

@@ -2,7 +2,8 @@
 //!
 //! 1. host packages the build needs (root only: apt-get)
 //! 2. the rootfs (`cargo xtask rootfs`)
-//! 3. `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`
+//! 3. `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`, then the
+//!    Kubernetes manifests and the balancer config (`kubernetes.rs`, about 10 s)
 //! 4. `cargo test --workspace` as the current user, strict (no feature may be skipped)
 //! 5. the MCP conformance suite against `codebox serve --http`, with its baseline
 //! 6. as root: the integration tests again as an unprivileged user (rootless mode)
@@ -12,6 +13,7 @@
 mod conformance;
 mod delegate;
 mod host;
+mod kubernetes;
 mod leaks;
 mod rootless;
 
@@ -101,6 +103,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
         )?;
     }
 
+    step("Kubernetes manifests and the balancer config");
+    kubernetes::run(&root)?;
+
     let before_tests = leaks::Snapshot::take();
 
     step("cargo test (as the current user)");
@@ -137,6 +142,8 @@ pub fn run(args: &[OsString]) -> Result<()> {
 pub fn is_root() -> bool {
     host::is_root()
 }
+
+pub use kubernetes::run_command as check_kubernetes;
 
 fn step(name: &str) {
     println!("\n==> {name}");
