@@ -212,6 +212,26 @@ async def sessions_stay_on_their_replica(lb, state):
           f"{mcp_id.split('.')[0]}.…, 20 calls on {replica}", flush=True)
 
 
+async def the_session_header_must_agree_with_the_body(lb):
+    """What the balancer routes on is what the replica reads: a 2026-07-28 call whose
+    Mcp-Param-Session is missing or names another session is refused (400, -32020)."""
+    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json", "MCP-Protocol-Version": "2026-07-28",
+               "Mcp-Method": "tools/call", "Mcp-Name": "execute_python"}
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "execute_python", "arguments": {"code": "print(1)", "session": "new"}, "_meta": meta}}
+    async with httpx2.AsyncClient(timeout=30) as raw:
+        for header in [None, "codebox-1.cbx_00", "new, codebox-1.cbx_00"]:
+            h = dict(headers)
+            if header is not None:
+                h["Mcp-Param-Session"] = header
+            r = await raw.post(lb.url, headers=h, json=body)
+            assert r.status_code == 400 and r.json()["error"]["code"] == -32020, (header, r.status_code, r.text)
+
+
 async def skills_are_shared(replicas):
     seen = Seen()
     async with client(replicas[0].base + "/mcp", seen) as c:
@@ -366,6 +386,8 @@ async def main():
                 ("sessionless_executions_spread_over_all_replicas", lambda: sessionless_spread(lb)),
                 ("sessions_stay_on_their_replica_for_both_revisions",
                  lambda: sessions_stay_on_their_replica(lb, state)),
+                ("the_session_header_must_agree_with_the_body",
+                 lambda: the_session_header_must_agree_with_the_body(lb)),
                 ("skills_saved_on_one_replica_are_read_by_the_others", lambda: skills_are_shared(replicas)),
                 ("a_killed_replica_fails_only_its_sessions_with_a_clear_error",
                  lambda: a_killed_replica_fails_only_its_sessions(lb, replicas, state)),
