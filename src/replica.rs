@@ -109,11 +109,12 @@ pub fn placement<'a>(here: Option<&ReplicaName>, id: &'a str) -> Placement<'a> {
 
 /// The message a client gets for an id another replica made.
 pub fn elsewhere_message(what: &str, id: &str, owner: &str, here: &ReplicaName) -> String {
+    let here = here.as_str();
     format!(
         "{what} {id:?} belongs to replica {owner:?}, and this is replica {here:?}: the load \
-         balancer must send a request that names a session (Mcp-Param-Session or \
-         Mcp-Session-Id header) to the replica its id starts with. If {owner:?} has stopped, \
-         its sessions are gone: start a new one"
+         balancer must send a request that names a session, task or execution \
+         (Mcp-Session-Id, Mcp-Param-Session or Mcp-Name header) to the replica its id \
+         starts with. If {owner:?} has stopped, its sessions are gone: start a new one"
     )
 }
 
@@ -177,6 +178,15 @@ mod tests {
     #[test]
     fn the_message_names_both_replicas_and_what_to_do() {
         let m = elsewhere_message("session", "r2.cbx_1", "r2", &name("r1"));
-        assert!(m.contains("\"r2\"") && m.contains("\"r1\"") && m.contains("start a new one"));
+        assert!(
+            m.starts_with(
+                r#"session "r2.cbx_1" belongs to replica "r2", and this is replica "r1":"#
+            ),
+            "{m}"
+        );
+        assert!(
+            m.contains("start a new one") && !m.contains("ReplicaName"),
+            "{m}"
+        );
     }
 }

@@ -604,8 +604,11 @@ async fn serve_until_done(
             r = &mut serving => r?,
             _ = drained => {
                 let _ = done_tx.send(());
-                // Idle connections close at once; open streams end with the runtime.
-                let _ = tokio::time::timeout(Duration::from_secs(1), serving).await;
+                // Answers already produced are written first (at most ANSWERS_OUT_BOUND,
+                // inside `serving`); then idle connections close at once, and open
+                // streams end with the runtime 1 s later.
+                let bound = codebox::server::http::ANSWERS_OUT_BOUND + Duration::from_secs(1);
+                let _ = tokio::time::timeout(bound, serving).await;
             }
         }
         return anyhow::Ok(());

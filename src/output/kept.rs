@@ -319,6 +319,12 @@ pub fn new_id() -> String {
     raw.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The execution id a kept stream's or file's URI names (`None`: not such a URI).
+pub fn execution_id(uri: &str) -> Option<&str> {
+    let rest = uri.strip_prefix(PREFIX)?;
+    Some(rest.split_once('/').map_or(rest, |(id, _)| id))
+}
+
 /// The URI of one kept stream.
 pub fn uri(id: &str, stream: &str) -> String {
     format!("{PREFIX}{id}/{stream}")
@@ -409,6 +415,35 @@ mod tests {
         assert!(kept.read("alice", "codebox://servers/x.ts").is_none());
         assert_eq!(kept.list("alice").len(), 1);
         assert!(kept.list("mallory").is_empty());
+    }
+
+    /// A replica's ids carry its name (`r1.<hex>`): the dot reads as part of the id,
+    /// and the id is found in every URI form (see crate::replica).
+    #[test]
+    fn qualified_ids_are_kept_read_and_named_by_their_uris() {
+        let kept = KeptOutputs::new(KeptLimits::default());
+        let id = format!("codebox-1.{}", new_id());
+        assert!(kept.keep(&id, "alice", Some("x".repeat(10)), None));
+        let files = vec![KeptFile {
+            path: "a b.txt".into(),
+            mime: "text/plain",
+            bytes: b"hi".to_vec(),
+        }];
+        assert!(kept.keep_files(&id, "alice", files));
+        let (text, _) = kept.read("alice", &uri(&id, "stdout")).unwrap().unwrap();
+        assert_eq!(text, "x".repeat(10));
+        let file = file_uri(&id, "a b.txt");
+        assert!(kept.read_file("alice", &file).unwrap().is_ok());
+        assert!(kept.read("bob", &uri(&id, "stdout")).unwrap().is_err());
+        for u in [
+            uri(&id, "stdout"),
+            format!("{}?page=2", uri(&id, "stderr")),
+            file,
+        ] {
+            assert_eq!(execution_id(&u), Some(id.as_str()), "{u}");
+        }
+        assert_eq!(execution_id(&format!("{PREFIX}{id}")), Some(id.as_str()));
+        assert_eq!(execution_id("codebox://tasks"), None);
     }
 
     #[test]

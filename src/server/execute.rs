@@ -417,7 +417,11 @@ impl CodeboxServer {
             tokenize_result(v, &mut result);
         }
         // One id for what the store keeps of this execution: cut streams and files.
-        let kept_id = crate::output::kept::new_id();
+        // A replica's ids carry its name, so a balancer routes their reads (`Mcp-Name`).
+        let kept_id = match self.replica() {
+            Some(replica) => replica.qualify(&crate::output::kept::new_id()),
+            None => crate::output::kept::new_id(),
+        };
         let file_blocks =
             self.present_out_files(&client, &kept_id, out_files, redact.as_deref(), &mut result);
         self.fit_output(&client, &kept_id, &mut result, c.output_chars);

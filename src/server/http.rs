@@ -67,7 +67,7 @@ pub enum Error {
 }
 
 /// After shutdown is asked for, how long POST responses may take to be written out.
-const ANSWERS_OUT_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+pub const ANSWERS_OUT_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// HTTP listener settings.
 #[derive(Debug, Clone)]

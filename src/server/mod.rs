@@ -330,7 +330,8 @@ impl CodeboxServer {
             WarmPool::new(spawner.clone(), settings.pool_size, templates)
         });
         let kept_outputs = crate::output::KeptOutputs::new(settings.kept_output);
-        let tasks = crate::tasks::ExecutionTasks::new(settings.tasks);
+        let tasks = crate::tasks::ExecutionTasks::new(settings.tasks)
+            .with_replica(settings.replica.clone());
         let settings_detector = settings.pii_detector.clone();
         let state = Arc::new(State {
             spawner,

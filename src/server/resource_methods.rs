@@ -7,6 +7,22 @@ use rmcp::{ErrorData as McpError, RoleServer};
 use super::{extra_resources, resources, CodeboxServer};
 
 impl CodeboxServer {
+    /// Why a kept output's URI cannot be read here: another replica ran the execution
+    /// (see [`crate::replica`]). The answer names both, for any caller, as for sessions.
+    fn kept_elsewhere(&self, uri: &str) -> Option<String> {
+        use crate::replica::{elsewhere_message, placement, Placement};
+        let here = self.replica()?;
+        let id = crate::output::kept::execution_id(uri)?;
+        match placement(Some(here), id) {
+            Placement::Elsewhere { owner } => {
+                tracing::info!(owner, "a read of another replica's kept output");
+                let shown = super::framing::bounded(id).to_string();
+                Some(elsewhere_message("execution", &shown, owner, here))
+            }
+            _ => None,
+        }
+    }
+
     /// Everything the caller may read.
     pub(super) fn resources_of(
         &self,
@@ -29,6 +45,9 @@ impl CodeboxServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
         let client = self.client_of(context);
+        if let Some(why) = self.kept_elsewhere(uri) {
+            return Err(resources::not_found(why, uri));
+        }
         if let Some(read) = self.state.kept_outputs.read(&client, uri) {
             return match read {
                 // The page count is in the listing and in the error past the last page.

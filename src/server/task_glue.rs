@@ -221,7 +221,8 @@ impl CodeboxServer {
             Err(TaskExit::Error(e)) => format!("failed after {secs:.1} s: {}", e.message),
         });
         if let Some(peer) = stateful_peer {
-            if let Ok(now) = self.state.tasks.get(&client, task.task_id()) {
+            let tasks = &self.state.tasks;
+            if let Ok(now) = tasks.get(&client, &tasks.public_id(task.task_id())) {
                 notify_end(peer, now, &outcome);
             }
         }

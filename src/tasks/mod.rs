@@ -15,6 +15,12 @@
 //! created it (another client's `tasks/get`, `tasks/update` or `tasks/cancel` gets the
 //! answer an unknown id gets, so ids cannot be probed), a bound on the tasks one client
 //! holds, and the lifetime from `[tasks]`.
+//!
+//! A replica (see [`crate::replica`]) hands out task ids `<replica>.<uuid>`: a task
+//! lives in one process, and a 2026-07-28 client's `tasks/get` carries its id in the
+//! `Mcp-Name` header, so a balancer can send the poll to the replica that holds it.
+//! rmcp's manager keeps the bare UUID; the name is added on the way out and checked
+//! (and taken off) on the way in. Another replica's id gets an error naming both.
 
 pub mod config;
 mod output_tail;
@@ -26,6 +32,8 @@ use std::time::{Duration, Instant};
 use rmcp::model::{DetailedTask, Task};
 use rmcp::task_manager::{TaskContext, TaskFuture, TaskManager, TaskOptions};
 use rmcp::ErrorData as McpError;
+
+use crate::replica::ReplicaName;
 
 pub use config::{TaskSettings, TasksSection};
 pub use output_tail::OutputTail;
@@ -48,8 +56,11 @@ struct Owner {
 /// The server's tasks; one per process, shared by every connection.
 pub struct ExecutionTasks {
     manager: TaskManager,
+    /// Keyed by rmcp's (bare) task id.
     owners: Mutex<HashMap<String, Owner>>,
     settings: TaskSettings,
+    /// This replica's name, in front of every task id a client sees (`None`: one server).
+    replica: Option<ReplicaName>,
 }
 
 impl ExecutionTasks {
@@ -58,7 +69,48 @@ impl ExecutionTasks {
             manager: TaskManager::new(),
             owners: Mutex::new(HashMap::new()),
             settings,
+            replica: None,
         }
+    }
+
+    /// Names this process a replica: task ids start with `replica.`.
+    pub fn with_replica(mut self, replica: Option<ReplicaName>) -> ExecutionTasks {
+        self.replica = replica;
+        self
+    }
+
+    /// The id a client sees for rmcp's task `internal`.
+    pub fn public_id(&self, internal: &str) -> String {
+        match &self.replica {
+            Some(replica) => replica.qualify(internal),
+            None => internal.to_string(),
+        }
+    }
+
+    /// rmcp's id of the task a client names; another replica's id is refused with a
+    /// message naming both, any other foreign id as unknown.
+    fn internal_id<'a>(&self, public: &'a str) -> Result<&'a str, McpError> {
+        use crate::replica::{elsewhere_message, placement, Placement};
+        match (&self.replica, placement(self.replica.as_ref(), public)) {
+            (None, Placement::Here) => Ok(public),
+            (Some(_), Placement::Here) => Ok(public
+                .split_once('.')
+                .map_or(public, |(_, internal)| internal)),
+            (Some(here), Placement::Elsewhere { owner }) => {
+                tracing::info!(task = %unknown_shown(public), owner, "a task another replica made");
+                Err(McpError::invalid_params(
+                    elsewhere_message("task", &unknown_shown(public), owner, here),
+                    None,
+                ))
+            }
+            _ => Err(unknown_task(public)),
+        }
+    }
+
+    /// `task` as a client sees it.
+    fn published(&self, mut task: DetailedTask) -> DetailedTask {
+        task.task.task_id = self.public_id(&task.task.task_id);
+        task
     }
 
     pub fn settings(&self) -> TaskSettings {
@@ -90,13 +142,16 @@ impl ExecutionTasks {
                 created: Instant::now(),
             },
         );
+        let mut task = task;
+        task.task_id = self.public_id(&task.task_id);
         Ok(task)
     }
 
     /// `tasks/get` for `client`.
     pub fn get(&self, client: &str, id: &str) -> Result<DetailedTask, McpError> {
+        let id = self.internal_id(id)?;
         self.owned(client, id)?;
-        self.manager.get_task(id)
+        self.manager.get_task(id).map(|t| self.published(t))
     }
 
     /// `tasks/update` for `client`: answers to the task's input requests.
@@ -106,6 +161,7 @@ impl ExecutionTasks {
         id: &str,
         responses: impl IntoIterator<Item = (String, serde_json::Value)>,
     ) -> Result<(), McpError> {
+        let id = self.internal_id(id)?;
         self.owned(client, id)?;
         self.manager.update_task(id, responses)
     }
@@ -113,12 +169,14 @@ impl ExecutionTasks {
     /// `tasks/cancel` for `client`: the execution is told to stop (its sandbox is killed);
     /// the task reads `cancelled` once it has.
     pub fn cancel(&self, client: &str, id: &str) -> Result<(), McpError> {
+        let id = self.internal_id(id)?;
         self.owned(client, id)?;
         self.manager.cancel_task(id)
     }
 
     /// Takes back the task's open question `key` (nobody waits for its answer now):
-    /// the task leaves `input_required` unless other questions are open.
+    /// the task leaves `input_required` unless other questions are open. `id` is
+    /// rmcp's (the operation's [`TaskContext::task_id`]).
     pub fn withdraw_question(&self, id: &str, key: &str) {
         let _ = self
             .manager
@@ -137,7 +195,9 @@ impl ExecutionTasks {
         };
         let mut tasks: Vec<(Instant, DetailedTask)> = ids
             .into_iter()
-            .filter_map(|(id, created)| Some((created, self.manager.get_task(&id).ok()?)))
+            .filter_map(|(id, created)| {
+                Some((created, self.published(self.manager.get_task(&id).ok()?)))
+            })
             .collect();
         tasks.sort_by_key(|t| std::cmp::Reverse(t.0));
         tasks.into_iter().map(|(_, t)| t).collect()
@@ -181,8 +241,12 @@ impl ExecutionTasks {
 }
 
 fn unknown_task(id: &str) -> McpError {
-    let shown: String = id.chars().take(80).collect();
-    McpError::invalid_params(format!("unknown task: {shown}"), None)
+    McpError::invalid_params(format!("unknown task: {}", unknown_shown(id)), None)
+}
+
+/// A client's task id as errors and logs quote it: at most 80 characters.
+fn unknown_shown(id: &str) -> String {
+    id.chars().take(80).collect()
 }
 
 #[cfg(test)]

@@ -131,3 +131,58 @@ async fn the_output_tail_is_the_status_message() {
     let done = settled(&tasks, "stdio", &task.task_id).await;
     assert_eq!(done.status(), TaskStatus::Completed);
 }
+
+/// A replica's task ids carry its name, so a balancer can route `tasks/get` on its
+/// `Mcp-Name`; every method takes the qualified id, another replica's id is answered
+/// with both names, and a forged prefix reaches nobody's task.
+#[tokio::test]
+async fn a_replicas_task_ids_name_it_and_route_back() {
+    use crate::replica::ReplicaName;
+    let r1 = ReplicaName::parse("codebox-1").unwrap();
+    let tasks = ExecutionTasks::new(settings(8)).with_replica(Some(r1));
+    let task = tasks
+        .start("token:alice", "queued".into(), until_cancelled())
+        .unwrap();
+    let id = task.task_id.clone();
+    let bare = id
+        .strip_prefix("codebox-1.")
+        .unwrap_or_else(|| panic!("{id} does not name its replica"))
+        .to_string();
+    assert_eq!(tasks.get("token:alice", &id).unwrap().task.task_id, id);
+    assert_eq!(tasks.list("token:alice")[0].task.task_id, id);
+    // The bare id, another replica's prefix, or a forged one are not this task.
+    let unknown = tasks.get("token:alice", &bare).unwrap_err();
+    assert!(unknown.message.starts_with("unknown task"), "{unknown:?}");
+    let elsewhere = tasks
+        .get("token:alice", &format!("codebox-2.{bare}"))
+        .unwrap_err();
+    assert!(
+        elsewhere.message.contains("\"codebox-2\"") && elsewhere.message.contains("\"codebox-1\""),
+        "{elsewhere:?}"
+    );
+    for forged in [
+        format!("Codebox-1.{bare}"),
+        format!("codebox-1.codebox-1.{bare}"),
+        format!("codebox-1..{bare}"),
+    ] {
+        assert!(tasks.get("token:alice", &forged).is_err(), "{forged}");
+    }
+    // Another client: unknown, as on a single server.
+    assert!(tasks
+        .get("token:bob", &id)
+        .unwrap_err()
+        .message
+        .starts_with("unknown task"));
+    tasks.cancel("token:alice", &id).unwrap();
+    let done = settled(&tasks, "token:alice", &id).await;
+    assert_eq!(done.status(), TaskStatus::Cancelled);
+    assert_eq!(done.task.task_id, id);
+
+    // A single server takes no qualified id.
+    let single = ExecutionTasks::new(settings(8));
+    let t = single.start("c", "q".into(), quick("x")).unwrap();
+    assert!(!t.task_id.contains('.'), "{}", t.task_id);
+    assert!(single
+        .get("c", &format!("codebox-1.{}", t.task_id))
+        .is_err());
+}

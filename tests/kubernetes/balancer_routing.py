@@ -7,7 +7,8 @@ headless Service resolve to loopback addresses where small HTTP servers answer w
 name; the Service `codebox` resolves to another one (any replica).
 
 Checks: no session → any replica; a session (Mcp-Session-Id, Mcp-Param-Session, the
-former winning) → its replica; a replica name that does not resolve → any replica; one
+former winning) → its replica; a task (Mcp-Name of tasks/get, update, cancel) or a kept
+output (Mcp-Name of resources/read codebox://executions/<id>/…) → its replica; a replica name that does not resolve → any replica; one
 that resolves outside the pod network → 502; hostile values (other hosts, addresses,
 near-miss names, commas, huge values) never reach anything but a replica or the Service.
 
@@ -228,6 +229,35 @@ def main():
         )
         if text != "codebox-1 Bearer t0k 70000":
             failures.append(f"request altered on the way: {text!r}")
+        # A 2026-07-28 client polls its task and reads its execution's kept output by ids
+        # that name the replica; the SDKs put them in Mcp-Name (rmcp checks it against
+        # the body).
+        method, mname = "Mcp-Method", "Mcp-Name"
+        for verb in ("get", "update", "cancel"):
+            check(f"tasks/{verb} of codebox-1", {method: f"tasks/{verb}", mname: "codebox-1.0f3e-9a"}, 200, "codebox-1")
+        for tail in ("stdout", "stderr?page=2", "files/out/a%20b.csv"):
+            check(
+                f"resources/read of codebox-2's kept {tail}",
+                {method: "resources/read", mname: f"codebox://executions/codebox-2.00ff/{tail}"},
+                200,
+                "codebox-2",
+            )
+        check(
+            "an MCP session still wins over Mcp-Name",
+            {sid: "codebox-0.a1", method: "tasks/get", mname: "codebox-2.b2"},
+            200,
+            "codebox-0",
+        )
+        for what, headers in [
+            ("a tool's name is not a session", {method: "tools/call", mname: "codebox-1.x"}),
+            ("a prompt's name is not a session", {method: "prompts/get", mname: "codebox-1.x"}),
+            ("another resource", {method: "resources/read", mname: "codebox://servers/codebox-1.ts"}),
+            ("a kept output's URI under another method", {method: "tasks/list", mname: "codebox://executions/codebox-1.a/stdout"}),
+            ("a near-miss method", {method: "tasks/getx", mname: "codebox-1.x"}),
+            ("a near-miss URI", {method: "resources/read", mname: "xcodebox://executions/codebox-1.a/stdout"}),
+            ("a host in the URI", {method: "resources/read", mname: "codebox://executions/evil.example.com/stdout"}),
+        ]:
+            check(f"{what}: any replica", headers, 200, "service")
         check("a replica name that does not resolve: any replica", {psid: "codebox-7.ab"}, 200, "service")
         check("a replica record outside the pod network: refused", {psid: f"{OUTSIDE[0]}.ab"}, 502, None)
         hostile = [

@@ -35,6 +35,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from helpers import DrainedStderr, server_env
+from tasks_client import POLLED, Tasks
 
 CODEBOX = sys.argv[1]
 HAPROXY_CONFIG = sys.argv[2]
@@ -232,6 +233,33 @@ async def the_session_header_must_agree_with_the_body(lb):
             assert r.status_code == 400 and r.json()["error"]["code"] == -32020, (header, r.status_code, r.text)
 
 
+async def tasks_and_kept_outputs_stay_on_their_replica(lb):
+    """A 2026-07-28 client's task (polled with tasks/get) and an execution's kept output
+    (resources/read of codebox://executions/<id>/stdout) live in the process that ran
+    them: their ids name it, and the balancer routes on Mcp-Name. Ten of each, so that a
+    balancer sending them anywhere would fail one with near certainty."""
+    seen = Seen()
+    async with client(lb.url, seen) as c:
+        await c.list_tools()
+        for _ in range(10):
+            r, sc = await run(c, "print('x' * 40000)", output_budget=2000)
+            assert not r.is_error, text_of(r)
+            uri = sc["output"]["stdout"]["resource"]
+            replica = seen.calls[-1]["replica"]
+            assert uri.startswith(f"codebox://executions/{replica}."), (uri, replica)
+            read = await c.read_resource(uri)
+            assert "x" * 1000 in read.contents[0].text, uri
+    POLLED.clear()
+    async with client(lb.url, seen, extensions=[Tasks()]) as c:
+        for i in range(10):
+            r = await c.call_tool("execute_python", {"code": f"print({i} * 7)"})
+            assert not r.is_error and r.structured_content["stdout"] == f"{i * 7}\n", text_of(r)
+    ids = {t["taskId"] for t in POLLED}
+    assert len(ids) == 10 and all(i.split(".")[0] in NAMES for i in ids), ids
+    print(f"        10 kept outputs and 10 tasks read back through the balancer "
+          f"(tasks on {dict(Counter(i.split('.')[0] for i in ids))})", flush=True)
+
+
 async def skills_are_shared(replicas):
     seen = Seen()
     async with client(replicas[0].base + "/mcp", seen) as c:
@@ -388,6 +416,8 @@ async def main():
                  lambda: sessions_stay_on_their_replica(lb, state)),
                 ("the_session_header_must_agree_with_the_body",
                  lambda: the_session_header_must_agree_with_the_body(lb)),
+                ("tasks_and_kept_outputs_are_read_back_through_the_balancer",
+                 lambda: tasks_and_kept_outputs_stay_on_their_replica(lb)),
                 ("skills_saved_on_one_replica_are_read_by_the_others", lambda: skills_are_shared(replicas)),
                 ("a_killed_replica_fails_only_its_sessions_with_a_clear_error",
                  lambda: a_killed_replica_fails_only_its_sessions(lb, replicas, state)),
