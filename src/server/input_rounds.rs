@@ -89,9 +89,19 @@ type Calls = Mutex<HashMap<String, Parked>>;
 #[derive(Default)]
 pub struct ParkedCalls {
     calls: Arc<Calls>,
+    /// This process's name among replicas: every `requestState` starts with it, so a
+    /// retry that reached another replica is told where its call waits.
+    replica: Option<crate::replica::ReplicaName>,
 }
 
 impl ParkedCalls {
+    pub fn with_replica(replica: Option<crate::replica::ReplicaName>) -> ParkedCalls {
+        ParkedCalls {
+            calls: Arc::default(),
+            replica,
+        }
+    }
+
     /// Waits for the call's next step: its result, or a question, upon which it is parked
     /// and answered `input_required`. `cancelled` ends the wait (the request's own cancel)
     /// and with it the execution.
@@ -138,7 +148,10 @@ impl ParkedCalls {
         let (key, request, _) = driving.open.as_ref().expect("an open question");
         let mut requests = InputRequests::new();
         requests.insert(key.clone(), request.clone());
-        let state = rand_hex(16);
+        let state = match &self.replica {
+            Some(replica) => replica.qualify(&rand_hex(16)),
+            None => rand_hex(16),
+        };
         self.park(
             state.clone(),
             Parked {
@@ -164,6 +177,16 @@ impl ParkedCalls {
         state: &str,
         responses: Option<InputResponses>,
     ) -> Result<Driving, McpError> {
+        use crate::replica::{elsewhere_message, placement, Placement};
+        if let (Some(here), Placement::Elsewhere { owner: made_by }) =
+            (&self.replica, placement(self.replica.as_ref(), state))
+        {
+            tracing::info!(made_by, "a requestState another replica made");
+            return Err(McpError::invalid_params(
+                elsewhere_message("the call parked under requestState", state, made_by, here),
+                None,
+            ));
+        }
         let parked = {
             let mut calls = self.calls.lock().expect("parked calls lock");
             Self::sweep(&mut calls);

@@ -288,6 +288,7 @@ impl CodeboxServer {
         upstreams: Upstreams,
     ) -> anyhow::Result<Self> {
         let admission = Admission::new(settings.concurrency, settings.queue);
+        let parked = input_rounds::ParkedCalls::with_replica(settings.replica.clone());
         let sessions = Sessions::new(
             &settings.sessions_base,
             settings.sessions.clone(),
@@ -354,7 +355,7 @@ impl CodeboxServer {
             in_flight: Arc::default(),
             kept_outputs,
             tasks,
-            parked: input_rounds::ParkedCalls::default(),
+            parked,
             client_vaults: client_vaults::ClientVaults::new(settings_detector),
         });
         pool_glue::follow_catalog(Arc::downgrade(&state));

@@ -310,3 +310,30 @@ async fn a_resumed_call_leaves_no_timer_behind() {
     tokio::task::yield_now().await;
     assert_eq!(metrics.num_alive_tasks(), before, "timers pile up");
 }
+
+/// A replica's requestState names it: a retry that reached another replica is told where
+/// its call waits (and resumes nothing there); the owner resumes it as before.
+#[tokio::test]
+async fn a_replicas_request_state_names_it() {
+    use crate::replica::ReplicaName;
+    let r1 = ParkedCalls::with_replica(Some(ReplicaName::parse("codebox-1").unwrap()));
+    let r2 = ParkedCalls::with_replica(Some(ReplicaName::parse("codebox-2").unwrap()));
+    let wait = Duration::from_secs(60);
+    let (driving, _stop) = execution(wait);
+    let (_, state) = open(
+        r1.drive("c", "t", driving, wait, CancellationToken::new())
+            .await
+            .unwrap(),
+    );
+    assert!(state.starts_with("codebox-1."), "{state}");
+    let elsewhere = r2.resume("c", "t", &state, None).err().expect("not here");
+    assert!(
+        elsewhere.message.contains("\"codebox-1\"") && elsewhere.message.contains("\"codebox-2\""),
+        "{}",
+        elsewhere.message
+    );
+    // A forged prefix of the right replica is just unknown there.
+    assert!(r1.resume("c", "t", "codebox-1.00", None).is_err());
+    r1.resume("c", "t", &state, None)
+        .expect("the owner resumes it");
+}
