@@ -118,6 +118,11 @@ impl Admission {
         self.closed.store(true, Ordering::Release);
     }
 
+    /// Whether [`Self::close`] was called (the server is draining).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     pub fn running(&self) -> usize {
         self.concurrency - self.slots.available_permits()
     }

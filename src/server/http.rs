@@ -19,6 +19,8 @@
 //! - `GET /readyz` (bearer auth when tokens are configured, and `/mcp`'s Host check):
 //!   200 once executions can run as configured, else 503, with the pool's and each
 //!   upstream's state.
+//! - `GET /metrics` (the same checks; other methods 405): the Prometheus exposition
+//!   ([`super::metrics_glue`]).
 //! - A POST body goes through [`framing::check`](super::framing::check) before rmcp sees
 //!   it: one that is not a JSON-RPC message gets 400 with the JSON-RPC error (with the
 //!   request's id when readable), one over 16 MiB 413, one that does not arrive within
@@ -118,6 +120,8 @@ pub async fn serve(
         .with_sse_keep_alive(Some(options.limits.sse_keep_alive()));
     let sessions = Arc::new(LocalSessionManager::default());
     let readyz_server = server.clone();
+    let metrics_server = server.clone();
+    let metrics_hosts = readyz_hosts.clone();
     let service = StreamableHttpService::new(
         move || Ok(server.for_new_connection()),
         sessions.clone(),
@@ -130,6 +134,24 @@ pub async fn serve(
             .map(|(name, t)| (Sha256::digest(t.as_bytes()), ClientName(name.clone())))
             .collect(),
     );
+    // Its own router: a POST is answered 405, not taken for a JSON-RPC body.
+    let metrics = Router::new()
+        .route(
+            "/metrics",
+            get(move |request: Request| {
+                let (server, hosts) = (metrics_server.clone(), metrics_hosts.clone());
+                async move {
+                    match host_allowed(&request, &hosts) {
+                        true => super::metrics_glue::answer(&server, request.headers()),
+                        false => forbidden_host("/metrics", &request),
+                    }
+                }
+            }),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            tokens.clone(),
+            require_bearer,
+        ));
     let owners = super::session_owners::Owners::new(sessions);
     let posts = super::http_answers::PostsInFlight::default();
     let mcp = Router::new()
@@ -141,15 +163,7 @@ pub async fn serve(
                 let hosts = readyz_hosts.clone();
                 async move {
                     if !host_allowed(&request, &hosts) {
-                        tracing::warn!(
-                            host = ?request.headers().get(header::HOST),
-                            "/readyz: a Host header that is not allowed (possible DNS rebinding)"
-                        );
-                        return (
-                            StatusCode::FORBIDDEN,
-                            "Forbidden: Host header is not allowed\n",
-                        )
-                            .into_response();
+                        return forbidden_host("/readyz", &request);
                     }
                     readyz(&server)
                 }
@@ -172,7 +186,10 @@ pub async fn serve(
         ))
         // The last layer runs first: no body is read before the token is checked.
         .layer(axum::middleware::from_fn_with_state(tokens, require_bearer));
-    let app = Router::new().route("/healthz", get(healthz)).merge(mcp);
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .merge(metrics)
+        .merge(mcp);
     on_listening(bound);
     // On shutdown no connection is accepted and every connection closes once its
     // response in flight is done; sessions (and the SSE streams of calls still running)
@@ -192,6 +209,20 @@ pub async fn serve(
     super::http_conn::serve(listener, app, options.limits.clone(), shutdown).await;
     ct.cancel();
     Ok(())
+}
+
+/// 403 for a request to `path` whose Host is not allowed (see [`host_allowed`]).
+fn forbidden_host(path: &str, request: &Request) -> Response {
+    tracing::warn!(
+        path,
+        host = ?request.headers().get(header::HOST),
+        "a Host header that is not allowed (possible DNS rebinding)"
+    );
+    (
+        StatusCode::FORBIDDEN,
+        "Forbidden: Host header is not allowed\n",
+    )
+        .into_response()
 }
 
 async fn healthz() -> impl IntoResponse {
