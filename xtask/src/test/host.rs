@@ -19,6 +19,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/bin/curl", "curl"),
     // ip gives a test's own network namespace an address (tests/egress/review.rs).
     ("/bin/ip", "iproute2"),
+    // A real Prometheus scrapes `codebox serve --metrics` (tests/metrics.rs).
+    ("/usr/bin/prometheus", "prometheus"),
 ];
 
 pub fn is_root() -> bool {
