@@ -42,6 +42,9 @@
 //! idle_timeout = "60s"            # a connection with no byte either way is closed
 //! max_connections = 256           # open connections, in total
 //! max_connections_per_peer = 64   # open connections from one IPv4 address or IPv6 /64
+//!
+//! [metrics]
+//! addr = "0.0.0.0:9464"           # GET /metrics without a token (CODEBOX_METRICS_ADDR)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -140,6 +143,9 @@ pub struct Config {
     pub approval: crate::approval::ApprovalSection,
     #[serde(default)]
     pub http: HttpConfig,
+    /// `[metrics]`: the plain `/metrics` listener.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     /// `[network]`: the sandboxes' network mode and the egress proxy's policy; replaces
     /// the profile's `[network]` whole when given.
     pub network: Option<crate::egress::NetworkSection>,
@@ -178,6 +184,15 @@ pub struct PiiConfig {
     /// Extra detectors: `{ label = "EMPLOYEE_ID", regex = "E-[0-9]{6}" }`.
     #[serde(default)]
     pub custom: Vec<crate::pii::CustomPattern>,
+}
+
+/// `[metrics]` of `codebox.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Where to serve `GET /metrics` without a token (e.g. "0.0.0.0:9464"); none by
+    /// default (`/metrics` on the HTTP listener is there either way).
+    pub addr: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -450,6 +465,9 @@ impl Config {
                     .insert(name.trim().to_string(), token.trim().to_string());
             }
         }
+        if let Some(v) = env("CODEBOX_METRICS_ADDR") {
+            self.metrics.addr = Some(v);
+        }
         if let Some(v) = env("CODEBOX_HTTP_ADDR") {
             self.http.addr = Some(v);
         }
@@ -625,6 +643,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("tokn"), "{e}");
+    }
+
+    #[test]
+    fn the_metrics_address_comes_from_the_file_or_the_environment() {
+        let mut c = Config::parse("[metrics]\naddr = \"0.0.0.0:9464\"\n", Path::new("c")).unwrap();
+        assert_eq!(c.metrics.addr.as_deref(), Some("0.0.0.0:9464"));
+        c.apply_env(&env_of(&[("CODEBOX_METRICS_ADDR", "127.0.0.1:9")]))
+            .unwrap();
+        assert_eq!(c.metrics.addr.as_deref(), Some("127.0.0.1:9"));
+        let e = Config::parse("[metrics]\nport = 1\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("port"), "{e}");
     }
 
     #[test]

@@ -56,6 +56,7 @@ pub mod doctor;
 pub mod egress;
 pub mod execution;
 pub mod line_reader;
+pub mod metrics;
 pub mod output;
 pub mod packages;
 pub mod pii;

@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// repeat it to merge several (a server name in two files is an error).
     #[arg(long = "mcp-config", value_name = "PATH")]
     mcp_config: Vec<PathBuf>,
+    /// Also serve `GET /metrics` (Prometheus) at ADDR, without a token, over stdio or HTTP
+    /// [default: `[metrics] addr` from the config, else none].
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// On SIGINT/SIGTERM, how long running executions may still finish before they are killed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     drain_timeout: Duration,
@@ -107,6 +111,8 @@ struct Resolved {
     /// HTTP clients and their tokens.
     http_clients: Vec<(String, String)>,
     http_limits: codebox::server::http_conn::ConnLimits,
+    /// The plain `/metrics` listener's address.
+    metrics: Option<std::net::SocketAddr>,
     allowed_origins: Vec<String>,
     allowed_hosts: Vec<String>,
     drain_timeout: Duration,
@@ -185,6 +191,13 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         (None, None) => None,
     };
     let http_limits = http_limits(&file.http)?;
+    let metrics = match (args.metrics, &file.metrics.addr) {
+        (Some(a), _) => Some(a),
+        (None, Some(a)) => Some(a.parse::<std::net::SocketAddr>().map_err(|_| {
+            anyhow::anyhow!("metrics.addr {a:?} is not an address such as 127.0.0.1:9464")
+        })?),
+        (None, None) => None,
+    };
     let or_list = |cli: Vec<String>, file: Option<Vec<String>>, default: &[&str]| {
         if !cli.is_empty() {
             cli
@@ -261,6 +274,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         http,
         http_clients,
         http_limits,
+        metrics,
         allowed_origins: or_list(
             args.allowed_origins,
             file.http.allowed_origins,
@@ -510,7 +524,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             gate.cancel();
         });
         server.follow_sandbox_checks(sandbox_checks);
+        // Up until the end, so a scrape sees the drain (`codebox_draining`).
+        let metrics_done = CancellationToken::new();
+        let metrics = match args.metrics {
+            Some(addr) => Some(start_metrics(&server, addr, &args, metrics_done.clone()).await?),
+            None => None,
+        };
         let result = serve_until_done(server.clone(), args, drain).await;
+        metrics_done.cancel();
+        if let Some(listener) = metrics {
+            let _ = tokio::time::timeout(Duration::from_secs(1), listener).await;
+        }
         client.stop();
         server.shutdown().await;
         upstreams.shutdown().await;
@@ -523,6 +547,27 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     rt.shutdown_timeout(Duration::from_secs(1));
     let _ = nix::sys::wait::waitpid(factory_pid, None);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Binds the plain `/metrics` listener (a bad address fails start-up) and serves it until
+/// `done`, with the HTTP listener's connection limits.
+async fn start_metrics(
+    server: &CodeboxServer,
+    addr: std::net::SocketAddr,
+    args: &Resolved,
+    done: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use codebox::server::metrics_glue::MetricsListener;
+    let listener = MetricsListener::bind(addr).await?;
+    let bound = listener.bound;
+    if !bound.ip().is_loopback() {
+        tracing::info!(%bound, "/metrics is served without a token on a non-loopback address (it carries no secrets)");
+    }
+    eprintln!("codebox: serving metrics at http://{bound}/metrics");
+    let serving = listener.serve(server.clone(), args.http_limits.clone(), async move {
+        done.cancelled().await
+    });
+    Ok(tokio::spawn(serving))
 }
 
 /// The upstream servers start at the first `initialize` answer or this long after the

@@ -17,6 +17,7 @@ use super::limits::human_duration;
 use super::pattern::{Host, Target};
 use super::policy::Verdict;
 use super::record::PendingRecord;
+use crate::metrics::labels::EgressDecision;
 
 /// A connection to a checked address.
 pub struct Dialed {
@@ -26,13 +27,15 @@ pub struct Dialed {
 
 /// Counts the connection, decides, resolves, checks and connects. The record is filled in
 /// (allowed, rule, address, or why not); a refusal is what the client is told, and is
-/// kept for the run's `why` answers (see `why.rs`).
+/// kept for the run's `why` answers (see `why.rs`). The decision is counted in
+/// `/metrics`.
 pub async fn open(
     conn: &Conn,
     target: &Target,
     rec: &mut PendingRecord,
 ) -> Result<Dialed, Refusal> {
-    let opened = open_checked(conn, target, rec).await;
+    let (opened, decision) = open_checked(conn, target, rec).await;
+    crate::metrics::global().egress(decision);
     if let Err(refusal) = &opened {
         conn.run.refusals.note(&target.to_string(), refusal);
     }
@@ -43,12 +46,12 @@ async fn open_checked(
     conn: &Conn,
     target: &Target,
     rec: &mut PendingRecord,
-) -> Result<Dialed, Refusal> {
+) -> (Result<Dialed, Refusal>, EgressDecision) {
     let run = &conn.run;
     let shown = target.to_string();
     if let Err(limit) = run.budget.open_connection() {
         rec.deny(format!("limit {limit} reached"), None);
-        return Err(Refusal::limit(&shown, &limit));
+        return (Err(Refusal::limit(&shown, &limit)), EgressDecision::Limit);
     }
     let allow_rule = match run.shared.policy.decide(target, &run.narrowing) {
         Verdict::Allowed { rule } => rule,
@@ -56,18 +59,20 @@ async fn open_checked(
             tracing::info!(target = %shown, reason = %reason, "egress denied");
             let refusal = Refusal::denied(&shown, &reason);
             rec.deny(reason, rule);
-            return Err(refusal);
+            return (Err(refusal), EgressDecision::Denied);
         }
     };
     rec.record.rule = Some(allow_rule.clone());
+    let mut allowed = EgressDecision::Allowed;
     if let Some(rule) = run.shared.policy.approval_rule(target) {
         if let Err(reason) = approved(conn, &shown, &rule).await {
             tracing::info!(target = %shown, reason = %reason, "egress not approved");
             let refusal = Refusal::denied(&shown, &reason);
             rec.deny(reason, Some(format!("approve {rule}")));
-            return Err(refusal);
+            return (Err(refusal), EgressDecision::NotApproved);
         }
         rec.record.rule = Some(format!("{allow_rule} + approve {rule}"));
+        allowed = EgressDecision::Approved;
     }
     let deadline = Instant::now() + run.shared.policy.limits().connect_timeout;
     let timeout_text = human_duration(run.shared.policy.limits().connect_timeout);
@@ -79,7 +84,7 @@ async fn open_checked(
             match tokio::time::timeout_at(deadline, lookup).await {
                 Ok(Ok(addrs)) if !addrs.is_empty() => addrs,
                 Ok(Ok(_)) => {
-                    return Err(fail(
+                    return unreachable(fail(
                         rec,
                         StatusCode::BAD_GATEWAY,
                         &shown,
@@ -88,7 +93,7 @@ async fn open_checked(
                 }
                 Ok(Err(e)) => {
                     tracing::info!(target = %shown, err = %e, "egress: cannot resolve");
-                    return Err(fail(
+                    return unreachable(fail(
                         rec,
                         StatusCode::BAD_GATEWAY,
                         &shown,
@@ -96,7 +101,7 @@ async fn open_checked(
                     ));
                 }
                 Err(_) => {
-                    return Err(fail(
+                    return unreachable(fail(
                         rec,
                         StatusCode::GATEWAY_TIMEOUT,
                         &shown,
@@ -112,7 +117,7 @@ async fn open_checked(
         Err(e) => {
             let refusal = Refusal::denied(&shown, &e.to_string());
             rec.deny(e.to_string(), None);
-            return Err(refusal);
+            return (Err(refusal), EgressDecision::AddressRefused);
         }
     };
     let mut permitted: Vec<(SocketAddr, Option<String>)> = Vec::new();
@@ -135,7 +140,7 @@ async fn open_checked(
         rec.deny(reason, None);
         // No rule decided this: the lack of an `allow_private` rule did.
         rec.record.rule = None;
-        return Err(refusal);
+        return (Err(refusal), EgressDecision::AddressRefused);
     }
 
     let mut last_err = None;
@@ -148,7 +153,7 @@ async fn open_checked(
                 if let Some(p) = private_rule {
                     rec.record.rule = Some(format!("{allow_rule} + allow_private {p}"));
                 }
-                return Ok(Dialed { stream, addr });
+                return (Ok(Dialed { stream, addr }), allowed);
             }
             Ok(Err(e)) => {
                 tracing::info!(target = %shown, addr = %addr, err = %e, "egress: connect failed");
@@ -157,7 +162,7 @@ async fn open_checked(
             Err(_) => {
                 tracing::info!(target = %shown, addr = %addr, "egress: connect timed out");
                 rec.record.address = Some(addr.to_string());
-                return Err(fail(
+                return unreachable(fail(
                     rec,
                     StatusCode::GATEWAY_TIMEOUT,
                     &shown,
@@ -166,12 +171,17 @@ async fn open_checked(
             }
         }
     }
-    Err(fail(
+    unreachable(fail(
         rec,
         StatusCode::BAD_GATEWAY,
         &shown,
         last_err.unwrap_or_default(),
     ))
+}
+
+/// An allowed target that could not be resolved or connected to.
+fn unreachable(refusal: Refusal) -> (Result<Dialed, Refusal>, EgressDecision) {
+    (Err(refusal), EgressDecision::Unreachable)
 }
 
 /// The user's approval of `shown` (`host:port`) through the execution's gate. The wait

@@ -319,6 +319,7 @@ fn refuse_at_once(run: &Run, stream: TcpStream, peer: SocketAddr, limit: &str) {
     let refusal = Refusal::limit("(not read)", limit);
     let _ = stream.try_write(&refusal.to_bytes());
     tracing::info!(%peer, limit, "egress: connection refused at once");
+    crate::metrics::global().egress(crate::metrics::labels::EgressDecision::Limit);
     let mut rec = ConnectionRecord::new(ConnectionKind::Invalid, String::new(), 0);
     rec.reason = Some(format!("limit {limit} reached"));
     PendingRecord::new(
@@ -424,6 +425,7 @@ async fn handle(conn: Conn, mut client: Metered<TcpStream>) {
             let mut rec = conn.record(ConnectionKind::Invalid, None);
             rec.record.host = clip(&host);
             rec.deny(refusal.message.clone(), None);
+            crate::metrics::global().egress(crate::metrics::labels::EgressDecision::Invalid);
             tracing::info!(status = refusal.status.as_u16(), message = %refusal.message, "egress: request refused");
             head::write_refusal(&mut client, &refusal).await;
         }

@@ -76,6 +76,7 @@ impl Plain {
                 let mut rec = self.conn.record(ConnectionKind::Invalid, None);
                 rec.record.host = req.uri().host().map(clip).unwrap_or_default();
                 rec.deny(refusal.message.clone(), None);
+                crate::metrics::global().egress(crate::metrics::labels::EgressDecision::Invalid);
                 return refusal_response(&refusal);
             }
         };

@@ -24,6 +24,7 @@ use super::progress::progress_forwarder;
 use super::{egress_glue, tool_error, CodeboxServer, ExecuteParams};
 use crate::egress::{EgressReport, Narrowing};
 use crate::execution::{self, ExecutionResult, SandboxStart};
+use crate::metrics::labels::{Outcome as Ended, Refusal};
 use crate::pii::PiiMode;
 use crate::proxy::{AllowList, ProxySession, ToolBackend};
 use crate::runtime::{self, Language};
@@ -159,20 +160,24 @@ impl CodeboxServer {
             Ok(c) => c,
             Err(why) => {
                 tracing::info!(%why, "tool call refused: invalid arguments");
+                crate::metrics::global().execution_refused(language, Refusal::InvalidArguments);
                 self.audit_refused(&client, None, language, &params.code, "invalid");
                 return Ok(tool_error(format!("invalid arguments: {why}")));
             }
         };
         if let Some(why) = self.audit_refusal() {
+            crate::metrics::global().execution_refused(language, Refusal::AuditUnavailable);
             return Ok(tool_error(why));
         }
         if let Some(why) = s.layers.refusal() {
+            crate::metrics::global().execution_refused(language, Refusal::HostNotReady);
             self.audit_refused(&client, None, language, &params.code, "host_not_ready");
             return Ok(tool_error(why));
         }
         let _client_permit = match s.rate.admit(&client) {
             Ok(p) => p,
             Err(limited) => {
+                crate::metrics::global().execution_refused(language, Refusal::from(&limited));
                 self.audit_refused(&client, None, language, &params.code, "rate_limited");
                 let mut r = tool_error(limited.to_string());
                 r.structured_content = Some(json!({
@@ -187,6 +192,11 @@ impl CodeboxServer {
             Some("new") => match s.sessions.create(&client, self.new_vault()) {
                 Ok(session) => Some(session),
                 Err(e) => {
+                    let reason = match e {
+                        crate::session::Error::Keeper(_) => Refusal::Workspace,
+                        _ => Refusal::Session,
+                    };
+                    crate::metrics::global().execution_refused(language, reason);
                     if matches!(e, crate::session::Error::Keeper(_)) {
                         tracing::error!(
                             err = format!("{:#}", anyhow::Error::new(e)),
@@ -201,7 +211,10 @@ impl CodeboxServer {
             },
             Some(id) => match s.sessions.get(id, &client) {
                 Ok(session) => Some(session),
-                Err(e) => return Ok(tool_error(e.to_string())),
+                Err(e) => {
+                    crate::metrics::global().execution_refused(language, Refusal::Session);
+                    return Ok(tool_error(e.to_string()));
+                }
             },
         };
         // Runs of one session take turns; the lock also holds its live interpreters.
@@ -211,8 +224,13 @@ impl CodeboxServer {
         };
         let admitted = match s.admission.enter().await {
             Ok(slot) => slot,
-            Err(busy) => return Ok(tool_error(busy.to_string())),
+            Err(busy) => {
+                crate::metrics::global().execution_refused(language, Refusal::from(&busy));
+                return Ok(tool_error(busy.to_string()));
+            }
         };
+        // In `codebox_executions_in_flight` from here until the call is answered.
+        let _running = crate::metrics::global().running();
         // Packages: the call's set, installed now if new (the admission slot covers the
         // install), or the session's kept layer.
         let layer = match (&c.packages, &mut slots) {
@@ -224,6 +242,7 @@ impl CodeboxServer {
                     Some(layer)
                 }
                 Err(why) => {
+                    crate::metrics::global().execution_refused(language, Refusal::Packages);
                     self.audit_refused(&client, None, language, &params.code, "packages");
                     return Ok(tool_error(why));
                 }
@@ -260,6 +279,7 @@ impl CodeboxServer {
                     disk::usage(session.workspace()).ok(),
                 ),
                 Err(e) => {
+                    crate::metrics::global().execution_refused(language, Refusal::Workspace);
                     tracing::error!(
                         session = crate::session::short(session.id()),
                         err = format!("{:#}", anyhow::Error::new(e)),
@@ -290,7 +310,10 @@ impl CodeboxServer {
         let wrappers = self.wrapper_dir();
         let skills = match self.skills_dir_for(&client, session.is_some()).await {
             Ok(dir) => dir,
-            Err(why) => return Ok(tool_error(why)),
+            Err(why) => {
+                crate::metrics::global().execution_refused(language, Refusal::Skills);
+                return Ok(tool_error(why));
+            }
         };
         let spec = SpawnSpec {
             language,
@@ -363,6 +386,11 @@ impl CodeboxServer {
         // An execution that ended without a result: counted, audited, answered.
         let unfinished = |category: &str, why: String| {
             s.counters.failed.fetch_add(1, Ordering::Relaxed);
+            let outcome = match category {
+                "stopping" => Ended::Stopped,
+                _ => Ended::SandboxError,
+            };
+            crate::metrics::global().execution_unfinished(language, outcome);
             self.audit_refused(
                 &client,
                 session_id.as_deref(),
@@ -429,6 +457,7 @@ impl CodeboxServer {
         if result.failed() {
             s.counters.failed.fetch_add(1, Ordering::Relaxed);
         }
+        crate::metrics::global().execution_ended(&result, entered.elapsed());
         self.audit_execution(
             &client,
             session_id.as_deref(),

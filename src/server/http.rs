@@ -22,6 +22,8 @@
 //!   configured) and `/mcp`'s Host check.
 //! - With a replica name (see [`crate::replica`]) every answer carries
 //!   `Codebox-Replica`, and MCP session ids start with the name.
+//! - `GET /metrics` (bearer auth when tokens are configured, and `/mcp`'s Host check;
+//!   other methods 405): the Prometheus exposition ([`super::metrics_glue`]).
 //! - A POST body goes through [`framing::check`](super::framing::check) before rmcp sees
 //!   it: one that is not a JSON-RPC message gets 400 with the JSON-RPC error (with the
 //!   request's id when readable), one over 16 MiB 413, one that does not arrive within
@@ -125,6 +127,8 @@ pub async fn serve(
     let replica_header = server.replica().map(|r| {
         axum::http::HeaderValue::from_str(r.as_str()).expect("a DNS label is a header value")
     });
+    let metrics_server = server.clone();
+    let metrics_hosts = readyz_hosts.clone();
     let service = StreamableHttpService::new(
         move || Ok(server.for_new_connection()),
         sessions.clone(),
@@ -137,6 +141,24 @@ pub async fn serve(
             .map(|(name, t)| (Sha256::digest(t.as_bytes()), ClientName(name.clone())))
             .collect(),
     );
+    // Its own router: a POST is answered 405, not taken for a JSON-RPC body.
+    let metrics = Router::new()
+        .route(
+            "/metrics",
+            get(move |request: Request| {
+                let (server, hosts) = (metrics_server.clone(), metrics_hosts.clone());
+                async move {
+                    match host_allowed(&request, &hosts) {
+                        true => super::metrics_glue::answer(&server, request.headers()),
+                        false => forbidden_host("/metrics", &request),
+                    }
+                }
+            }),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            tokens.clone(),
+            require_bearer,
+        ));
     let owners = super::session_owners::Owners::new(sessions);
     let posts = super::http_answers::PostsInFlight::default();
     let mcp = Router::new()
@@ -169,6 +191,7 @@ pub async fn serve(
     let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz).with_state(readyz_state))
+        .merge(metrics)
         .merge(mcp);
     if let Some(name) = replica_header {
         // Every answer names the replica that gave it (see crate::replica).
@@ -203,6 +226,20 @@ pub async fn serve(
     super::http_conn::serve(listener, app, options.limits.clone(), shutdown).await;
     ct.cancel();
     Ok(())
+}
+
+/// 403 for a request to `path` whose Host is not allowed (see [`host_allowed`]).
+fn forbidden_host(path: &str, request: &Request) -> Response {
+    tracing::warn!(
+        path,
+        host = ?request.headers().get(header::HOST),
+        "a Host header that is not allowed (possible DNS rebinding)"
+    );
+    (
+        StatusCode::FORBIDDEN,
+        "Forbidden: Host header is not allowed\n",
+    )
+        .into_response()
 }
 
 async fn healthz() -> impl IntoResponse {

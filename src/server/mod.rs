@@ -35,6 +35,7 @@ pub mod http_conn;
 mod input_rounds;
 pub mod input_route;
 mod listen;
+pub mod metrics_glue;
 mod model_facing;
 mod out_files_glue;
 mod output_glue;

@@ -157,6 +157,7 @@ impl CodeboxServer {
         }
         .map_err(|busy| {
             tracing::info!(%busy, ?asker, "no sandbox for a skill's syntax check");
+            crate::metrics::global().refused(crate::metrics::labels::Refusal::from(&busy));
             busy.to_string()
         })?;
         let outcome = self

@@ -157,7 +157,11 @@ impl CodeboxServer {
                 tracing::info!(task = %task.task_id, %client, "execution started as a task");
                 Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
             }
-            Err(e) => Ok(CallToolResponse::Complete(tool_error(e.to_string()))),
+            Err(e) => {
+                crate::metrics::global()
+                    .execution_refused(language, crate::metrics::labels::Refusal::TooManyTasks);
+                Ok(CallToolResponse::Complete(tool_error(e.to_string())))
+            }
         }
     }
 

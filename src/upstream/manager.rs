@@ -422,8 +422,26 @@ impl Upstreams {
             .shared
             .slot_by_ident(server_ident)
             .ok_or_else(unknown)?;
-        let server = slot.config.name.clone();
         let started = tokio::time::Instant::now();
+        let answer = self.call_on(slot, name, arguments, timeout, started).await;
+        crate::metrics::global().upstream_call(
+            &slot.config.name,
+            crate::metrics::labels::UpstreamOutcome::of(&answer),
+            started.elapsed(),
+        );
+        answer
+    }
+
+    /// [`Self::call`] to the server of `slot`, from `started`.
+    async fn call_on(
+        &self,
+        slot: &supervisor::Slot,
+        name: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+        timeout: Duration,
+        started: tokio::time::Instant,
+    ) -> Result<CallToolResult, UpstreamError> {
+        let server = slot.config.name.clone();
         let live = self
             .wait_live(slot, timeout.min(self.inner.call_wait))
             .await?;

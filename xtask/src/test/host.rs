@@ -22,6 +22,8 @@ const PACKAGES: &[(&str, &str)] = &[
     // The load balancer: three replicas behind it (tests/mcp/replicas_client.py), and
     // deploy/kubernetes's `haproxy -c` and routing test on loopback.
     ("/usr/sbin/haproxy", "haproxy"),
+    // A real Prometheus scrapes `codebox serve --metrics` (tests/metrics.rs).
+    ("/usr/bin/prometheus", "prometheus"),
 ];
 
 pub fn is_root() -> bool {

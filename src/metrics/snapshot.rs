@@ -1,0 +1,195 @@
+//! The server's state at a scrape, as plain data, and its encoding: gauges for what is
+//! now, counters for what the pool already counts. Made fresh per scrape (a few dozen
+//! series), so nothing mirrors the server's own state between scrapes.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::labels::{upstream_state, LanguageLabels, UpstreamStateLabels, UPSTREAM_STATES};
+use crate::runtime::Language;
+use crate::upstream::ServerState;
+
+/// What the server reports at a scrape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Executions that may run at once (`concurrency`).
+    pub slots: usize,
+    /// Executions waiting for a slot.
+    pub queue_depth: usize,
+    /// SIGINT/SIGTERM arrived: no new executions are taken.
+    pub draining: bool,
+    /// The warm pool per language (empty when it is off).
+    pub pool: Vec<PoolFigures>,
+    /// Every configured upstream server: its name and state.
+    pub upstreams: Vec<(String, ServerState)>,
+    pub sessions_open: usize,
+    /// Sessions' live interpreters (`keep_alive`).
+    pub session_interpreters: usize,
+    /// Executions running as tasks.
+    pub tasks_running: usize,
+}
+
+/// The warm pool's figures of one language (see `pool::LanguageStats`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolFigures {
+    pub language: Language,
+    pub target: usize,
+    pub warm: usize,
+    pub starting: usize,
+    pub handed_out: u64,
+    pub missed: u64,
+    pub died_idle: u64,
+    pub spawn_failures: u64,
+    pub idle_memory_bytes: u64,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TakeLabels {
+    language: Language,
+    result: &'static str,
+}
+
+fn gauge(value: usize) -> Gauge {
+    let g = Gauge::default();
+    g.set(i64::try_from(value).unwrap_or(i64::MAX));
+    g
+}
+
+impl Snapshot {
+    /// The registry of this snapshot's series.
+    pub(super) fn registry(&self) -> Registry {
+        let mut r = Registry::default();
+        let build = Family::<VersionLabels, Gauge>::default();
+        build
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        r.register("codebox_build_info", "codebox's version (always 1)", build);
+        r.register(
+            "codebox_execution_slots",
+            "Executions that may run at once (concurrency)",
+            gauge(self.slots),
+        );
+        r.register(
+            "codebox_execution_queue_depth",
+            "Executions waiting for a slot",
+            gauge(self.queue_depth),
+        );
+        r.register(
+            "codebox_draining",
+            "1 once SIGINT/SIGTERM arrived: new executions are refused while running ones finish",
+            gauge(usize::from(self.draining)),
+        );
+        r.register(
+            "codebox_sessions_open",
+            "Sessions open (persistent workspaces)",
+            gauge(self.sessions_open),
+        );
+        r.register(
+            "codebox_session_interpreters",
+            "Sessions' live interpreters (keep_alive)",
+            gauge(self.session_interpreters),
+        );
+        r.register(
+            "codebox_tasks_running",
+            "Executions running as tasks (MCP Tasks extension)",
+            gauge(self.tasks_running),
+        );
+        self.register_pool(&mut r);
+        let states = Family::<UpstreamStateLabels, Gauge>::default();
+        for (server, now) in &self.upstreams {
+            for state in UPSTREAM_STATES {
+                states
+                    .get_or_create(&UpstreamStateLabels {
+                        server: server.clone(),
+                        state: upstream_state(state),
+                    })
+                    .set(i64::from(state == *now));
+            }
+        }
+        r.register(
+            "codebox_upstream_state",
+            "Each configured upstream server's state: 1 for the current one, 0 for the others",
+            states,
+        );
+        r
+    }
+
+    fn register_pool(&self, r: &mut Registry) {
+        let warm = Family::<LanguageLabels, Gauge>::default();
+        let starting = Family::<LanguageLabels, Gauge>::default();
+        let target = Family::<LanguageLabels, Gauge>::default();
+        let memory = Family::<LanguageLabels, Gauge>::default();
+        let takes = Family::<TakeLabels, Counter>::default();
+        let died = Family::<LanguageLabels, Counter>::default();
+        let failures = Family::<LanguageLabels, Counter>::default();
+        // Every language has its series, 0 when the pool is off.
+        for language in Language::ALL {
+            let l = LanguageLabels { language };
+            let p = self.pool.iter().find(|p| p.language == language);
+            let of = |f: fn(&PoolFigures) -> u64| p.map_or(0, f);
+            let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            warm.get_or_create(&l).set(to_i64(of(|p| p.warm as u64)));
+            starting
+                .get_or_create(&l)
+                .set(to_i64(of(|p| p.starting as u64)));
+            target
+                .get_or_create(&l)
+                .set(to_i64(of(|p| p.target as u64)));
+            memory
+                .get_or_create(&l)
+                .set(to_i64(of(|p| p.idle_memory_bytes)));
+            for (result, value) in [("hit", of(|p| p.handed_out)), ("miss", of(|p| p.missed))] {
+                takes
+                    .get_or_create(&TakeLabels { language, result })
+                    .inc_by(value);
+            }
+            died.get_or_create(&l).inc_by(of(|p| p.died_idle));
+            failures.get_or_create(&l).inc_by(of(|p| p.spawn_failures));
+        }
+        r.register(
+            "codebox_pool_warm",
+            "Warm sandboxes ready and waiting for code",
+            warm,
+        );
+        r.register(
+            "codebox_pool_starting",
+            "Warm sandboxes being started by the refill",
+            starting,
+        );
+        r.register(
+            "codebox_pool_target",
+            "Warm sandboxes the pool keeps per language (pool_size)",
+            target,
+        );
+        r.register(
+            "codebox_pool_idle_memory_bytes",
+            "Memory held by the idle warm sandboxes' cgroups",
+            memory,
+        );
+        r.register(
+            "codebox_pool_takes",
+            "Executions that asked the pool: hit (a warm sandbox) or miss (started cold)",
+            takes,
+        );
+        r.register(
+            "codebox_pool_died_idle",
+            "Warm sandboxes that died while waiting (and were replaced)",
+            died,
+        );
+        r.register(
+            "codebox_pool_spawn_failures",
+            "Refill starts that failed",
+            failures,
+        );
+    }
+}
