@@ -175,13 +175,14 @@ fn approval_questions_resist_hostile_clients_through_the_python_sdk() {
 
 /// Three replicas behind Debian's HAProxy with deploy/haproxy/codebox.cfg: sessionless
 /// executions spread, sessions stay on their replica (both revisions), shared skills, a
-/// killed replica fails only its sessions, SIGTERM drains within the bound.
+/// killed replica fails only its sessions, SIGTERM drains within the bound; Debian's
+/// Prometheus scraping the replicas counts what each ran.
 #[test]
 fn replicas_behind_haproxy_through_the_python_sdk() {
     let test = "replicas_behind_haproxy_through_the_python_sdk";
-    let haproxy = std::path::Path::new("/usr/sbin/haproxy");
-    if !haproxy.exists() {
-        let reason = "HAProxy is not installed (cargo xtask test installs Debian's haproxy)";
+    let tools = ["/usr/sbin/haproxy", "/usr/bin/prometheus"];
+    if let Some(missing) = tools.iter().find(|t| !std::path::Path::new(t).exists()) {
+        let reason = format!("{missing} is not installed (cargo xtask test installs Debian's haproxy and prometheus)");
         if strict() {
             panic!("{reason}");
         }

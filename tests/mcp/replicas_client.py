@@ -2,9 +2,11 @@
 deploy/haproxy/codebox.cfg exactly as the README says, driven by the official Python SDK.
 
 Usage: replicas_client.py CODEBOX_BINARY HAPROXY_CONFIG
+(needs /usr/sbin/haproxy and /usr/bin/prometheus)
 
 - 300 sessionless executions (a 2026-07-28 client, 6 at a time) spread over all three
-  replicas (each answer names its replica in `Codebox-Replica`);
+  replicas (each answer names its replica in `Codebox-Replica`), and Debian's Prometheus,
+  scraping each replica's /metrics, counts the same per replica;
 - sessions made through the balancer stay on their replica for 20 calls each: a
   2026-07-28 client's (routed by `Mcp-Param-Session`, which the SDK mirrors from the
   annotated `session` argument) and a 2025-11-25 client's (routed by `Mcp-Session-Id`);
@@ -40,6 +42,7 @@ from tasks_client import POLLED, Tasks
 CODEBOX = sys.argv[1]
 HAPROXY_CONFIG = sys.argv[2]
 HAPROXY = "/usr/sbin/haproxy"
+PROMETHEUS = "/usr/bin/prometheus"
 TOKEN = "replica-test-token"
 NAMES = ["codebox-0", "codebox-1", "codebox-2"]
 DRAIN_S = 4
@@ -91,6 +94,35 @@ def start_haproxy(replicas):
     p.log = DrainedStderr(p)
     p.url = f"http://127.0.0.1:{port}/mcp"
     return p
+
+
+def start_prometheus(replicas, tmp):
+    """Debian's Prometheus scraping every replica's /metrics (bearer token) each second."""
+    web = free_port()
+    targets = ", ".join(f"'{r.base.removeprefix('http://')}'" for r in replicas)
+    config = os.path.join(tmp, "prometheus.yml")
+    with open(config, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                "scrape_configs:\n  - job_name: codebox\n"
+                f"    authorization:\n      type: Bearer\n      credentials: {TOKEN}\n"
+                f"    static_configs:\n      - targets: [{targets}]\n")
+    p = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
+                          f"--storage.tsdb.path={os.path.join(tmp, 'prometheus-data')}",
+                          f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    PROCS.append(p)
+    p.log = DrainedStderr(p)
+    p.api = f"http://127.0.0.1:{web}/api/v1/query"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx2.get(f"http://127.0.0.1:{web}/-/ready", timeout=2).status_code == 200:
+                return p
+        except httpx2.HTTPError:
+            pass
+        assert time.monotonic() < deadline, p.log.text()[-2000:]
+        time.sleep(0.2)
 
 
 def readyz(base, token=None):
@@ -170,6 +202,25 @@ async def sessionless_spread(lb):
     assert set(by) == set(NAMES) and min(by.values()) >= 30, by
     print(f"        300 sessionless executions in {took:.1f} s: " +
           ", ".join(f"{n} {by[n]}" for n in NAMES), flush=True)
+    return by
+
+
+async def prometheus_counts_what_each_replica_ran(prometheus, replicas, by):
+    """Prometheus, scraping every replica, counts exactly the executions each answered."""
+    port_of = {r.base.removeprefix("http://"): r.name for r in replicas}
+    query = 'sum by (instance) (codebox_executions_total{language="python",outcome="ok"})'
+    deadline = time.monotonic() + 60
+    while True:
+        r = httpx2.get(prometheus.api, params={"query": query}, timeout=10).json()
+        seen = {port_of[x["metric"]["instance"]]: int(float(x["value"][1]))
+                for x in r["data"]["result"]}
+        if seen == dict(by):
+            break
+        assert time.monotonic() < deadline, (seen, dict(by))
+        await anyio.sleep(0.5)
+    up = httpx2.get(prometheus.api, params={"query": "sum(up{job='codebox'})"}, timeout=10).json()
+    assert up["data"]["result"][0]["value"][1] == "3", up
+    print(f"        Prometheus: {seen} executions by replica, as their answers said", flush=True)
 
 
 async def sessions_stay_on_their_replica(lb, state):
@@ -409,9 +460,16 @@ async def main():
         try:
             replicas = [start_replica(n, skills) for n in NAMES]
             lb = start_haproxy(replicas)
+            prometheus = start_prometheus(replicas, tmp)
             wait_ready(replicas)
+            spread = {}
+
+            async def spread_and_keep():
+                spread.update(await sessionless_spread(lb))
             cases = [
-                ("sessionless_executions_spread_over_all_replicas", lambda: sessionless_spread(lb)),
+                ("sessionless_executions_spread_over_all_replicas", spread_and_keep),
+                ("prometheus_counts_what_each_replica_ran",
+                 lambda: prometheus_counts_what_each_replica_ran(prometheus, replicas, spread)),
                 ("sessions_stay_on_their_replica_for_both_revisions",
                  lambda: sessions_stay_on_their_replica(lb, state)),
                 ("the_session_header_must_agree_with_the_body",
