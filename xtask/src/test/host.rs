@@ -19,6 +19,13 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/bin/curl", "curl"),
     // ip gives a test's own network namespace an address (tests/egress/review.rs).
     ("/bin/ip", "iproute2"),
+    // The release step (test/release.rs): zstd compresses the dist tarball; skopeo, umoci
+    // and runc read, unpack and run the OCI image `cargo xtask image` writes (runc: crun
+    // 1.8 refuses hybrid cgroup hosts).
+    ("/usr/bin/zstd", "zstd"),
+    ("/usr/bin/skopeo", "skopeo"),
+    ("/usr/bin/umoci", "umoci"),
+    ("/usr/sbin/runc", "runc"),
 ];
 
 pub fn is_root() -> bool {
