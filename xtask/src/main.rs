@@ -22,7 +22,7 @@ cargo xtask <command> [options]
 Commands:
   rootfs            build the sandbox's root filesystem (target/rootfs)
   test              everything CI runs: rootfs, lints, all tests as root and rootless
-  dist              a relocatable release (target/dist): tarball with the stripped binary
+  dist              a relocatable release (target/packages): tarball with the stripped binary
                     and the rootfs, a Debian package; checked unpacked with `env -i`
   image             an OCI image layout of the release (target/image), no container
                     engine needed: `codebox serve --http` as a non-root user

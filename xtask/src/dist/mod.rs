@@ -7,7 +7,7 @@
 //!   empty environment.
 //!
 //! The procedure: build the binary (profile `dist`: stripped, LTO), stage
-//! `target/dist/codebox-<version>-<arch>-linux/` (kept: `cargo xtask image` builds from
+//! `target/packages/codebox-<version>-<arch>-linux/` (kept: `cargo xtask image` builds from
 //! it), pack it with `tar` and `zstd`, stage and build the `.deb`, then check the tarball.
 
 pub mod check;
@@ -28,9 +28,10 @@ use crate::test::{cargo_command, run_checked, workspace_root};
 use layout::{Inputs, Item};
 
 const HELP: &str = "\
-cargo xtask dist [--profile NAME] [--rootfs DIR] [--level N] [--no-deb] [--no-check]
+cargo xtask dist [--profile NAME | --binary FILE] [--rootfs DIR] [--level N] [--no-deb]
+                 [--no-check]
 
-Builds a relocatable release in target/dist:
+Builds a relocatable release in target/packages:
   codebox-VERSION-ARCH-linux.tar.zst   bin/codebox, share/codebox/rootfs (with its
                                        manifest), share/codebox/systemd/*.service,
                                        share/doc/codebox/; unpack it under any prefix
@@ -44,6 +45,7 @@ an empty environment: the rootfs must verify there.
 Options:
   --profile NAME  cargo profile of the binary (default: dist, stripped with LTO; `dev`
                   for a quick debug build, as CI does)
+  --binary FILE   ship this codebox binary instead of building one
   --rootfs DIR    the rootfs to ship (default: $CODEBOX_ROOTFS, else target/rootfs)
   --level N       zstd level of the tarball (default 19; CI uses 3); below 10 the
                   .deb is gzip -1 instead of xz -6
@@ -53,6 +55,7 @@ Options:
 
 struct Options {
     profile: String,
+    binary: Option<PathBuf>,
     rootfs: Option<PathBuf>,
     level: u32,
     deb: bool,
@@ -63,6 +66,7 @@ impl Options {
     fn parse(args: &[OsString]) -> Result<Option<Options>> {
         let mut o = Options {
             profile: "dist".into(),
+            binary: None,
             rootfs: None,
             level: 19,
             deb: true,
@@ -79,6 +83,7 @@ impl Options {
             match a.to_str() {
                 Some("--profile") => o.profile = value("--profile")?,
                 Some("--rootfs") => o.rootfs = Some(value("--rootfs")?.into()),
+                Some("--binary") => o.binary = Some(value("--binary")?.into()),
                 Some("--level") => {
                     o.level = value("--level")?
                         .parse()
@@ -144,38 +149,44 @@ pub fn version(root: &Path) -> Result<String> {
 fn build(opts: &Options) -> Result<Release> {
     let started = Instant::now();
     let root = workspace_root();
-    let out = root.join("target/dist");
+    let out = root.join("target/packages");
     fs::create_dir_all(&out)?;
 
     // 1. The binary.
-    let built = Instant::now();
-    run_checked(
-        &mut cargo_command(
-            &root,
-            &[
-                "build",
-                "--package",
-                "codebox",
-                "--bin",
-                "codebox",
-                "--profile",
-                &opts.profile,
-            ],
-        ),
-        "cargo build (codebox)",
-    )?;
-    let dir = if opts.profile == "dev" {
-        "debug"
-    } else {
-        &opts.profile
+    let binary = match &opts.binary {
+        Some(b) => {
+            if !b.is_file() {
+                bail!("--binary {} is not a file", b.display());
+            }
+            b.clone()
+        }
+        None => {
+            let built = Instant::now();
+            run_checked(
+                &mut cargo_command(
+                    &root,
+                    &[
+                        "build",
+                        "--package",
+                        "codebox",
+                        "--bin",
+                        "codebox",
+                        "--profile",
+                        &opts.profile,
+                    ],
+                ),
+                "cargo build (codebox)",
+            )?;
+            println!("built in {:.0?}", built.elapsed());
+            let dir = if opts.profile == "dev" {
+                "debug"
+            } else {
+                &opts.profile
+            };
+            root.join("target").join(dir).join("codebox")
+        }
     };
-    let binary = root.join("target").join(dir).join("codebox");
-    println!(
-        "binary: {} ({} bytes, built in {:.0?})",
-        binary.display(),
-        size(&binary)?,
-        built.elapsed()
-    );
+    println!("binary: {} ({} bytes)", binary.display(), size(&binary)?);
 
     // 2. The rootfs it ships.
     let rootfs = opts

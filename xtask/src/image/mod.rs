@@ -43,7 +43,7 @@ binary's layer. The image runs `codebox serve --http` as that account, listening
   podman load -i target/codebox-VERSION-oci.tar
 
 Options:
-  --dist DIR   the release tree (default: target/dist/codebox-VERSION-ARCH-linux)
+  --dist DIR   the release tree (default: target/packages/codebox-VERSION-ARCH-linux)
   --tag TAG    the reference name in index.json (default: the version)
   --validate   then inspect it with skopeo, unpack it with umoci and, as root, run
                `codebox --version`, `codebox doctor` and `codebox serve --http` in it
@@ -95,7 +95,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
     let root = workspace_root();
     let dist = match o.dist {
         Some(d) => d,
-        None => root.join("target/dist").join(crate::dist::stem(&root)?),
+        None => root.join("target/packages").join(crate::dist::stem(&root)?),
     };
     let image = if o.build {
         build(&dist, o.tag.as_deref())?
