@@ -19,8 +19,9 @@ pub struct DoctorArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
-    /// The rootfs built by `cargo xtask rootfs`.
-    #[arg(long, env = "CODEBOX_ROOTFS", value_name = "DIR")]
+    /// The rootfs [default: $CODEBOX_ROOTFS, else ../share/codebox/rootfs from the
+    /// binary's directory, else a checkout's target/rootfs].
+    #[arg(long, value_name = "DIR")]
     rootfs: Option<PathBuf>,
 }
 

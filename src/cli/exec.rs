@@ -30,8 +30,9 @@ pub struct ExecArgs {
     /// Sandbox profile: a shipped one (default, network) or a path to a .toml file.
     #[arg(long, default_value = "default", value_name = "NAME|PATH")]
     profile: String,
-    /// The rootfs built by `cargo xtask rootfs`.
-    #[arg(long, env = "CODEBOX_ROOTFS", value_name = "DIR")]
+    /// The rootfs [default: $CODEBOX_ROOTFS, else ../share/codebox/rootfs from the
+    /// binary's directory, else a checkout's target/rootfs].
+    #[arg(long, value_name = "DIR")]
     rootfs: Option<PathBuf>,
     /// When run as root: the unprivileged host uid/gid the sandbox user maps to.
     #[arg(long, default_value_t = DEFAULT_ROOT_HOST_ID)]

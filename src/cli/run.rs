@@ -52,8 +52,9 @@ pub struct RunArgs {
     /// Bytes of stdout and of stderr kept; the rest is counted and dropped [profile: 1M].
     #[arg(long, value_parser = parse_size)]
     output_limit: Option<u64>,
-    /// The rootfs built by `cargo xtask rootfs`.
-    #[arg(long, env = "CODEBOX_ROOTFS", value_name = "DIR")]
+    /// The rootfs [default: $CODEBOX_ROOTFS, else ../share/codebox/rootfs from the
+    /// binary's directory, else a checkout's target/rootfs].
+    #[arg(long, value_name = "DIR")]
     rootfs: Option<PathBuf>,
     /// When run as root: the unprivileged host uid/gid the sandbox user maps to.
     #[arg(long, default_value_t = DEFAULT_ROOT_HOST_ID)]

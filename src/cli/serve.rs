@@ -57,7 +57,8 @@ pub struct ServeArgs {
     /// The largest timeout a request may ask for [default: 5m].
     #[arg(long, value_parser = parse_duration)]
     max_timeout: Option<Duration>,
-    /// The rootfs built by `cargo xtask rootfs`.
+    /// The rootfs [default: `rootfs` of the config, $CODEBOX_ROOTFS, else
+    /// ../share/codebox/rootfs from the binary's directory, else a checkout's target/rootfs].
     #[arg(long, value_name = "DIR")]
     rootfs: Option<PathBuf>,
     /// When run as root: the unprivileged host uid/gid the sandbox user maps to [default: 65534].

@@ -13,6 +13,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub mod deferred;
+pub mod host_support;
 
 use crate::execution::{self, ExecutionRequest, Host};
 use crate::profile::Profile;
@@ -89,7 +90,7 @@ pub fn run(profile: &Profile, rootfs_dir: Option<&std::path::Path>, root_host_id
 /// The host's layers without running a sandbox: namespaces, cgroups, seccomp, landlock,
 /// egress and session workspaces (forked probes, a few milliseconds).
 pub fn host_layers(profile: &Profile, root_host_id: u32) -> Vec<Check> {
-    let mut checks = Vec::new();
+    let mut checks = vec![host_support::kernel_check(&host_support::running_release())];
     checks.extend(namespace_checks());
     let cgroups = CgroupManager::discover_host();
     checks.push(cgroup_check(&cgroups, profile));
@@ -156,9 +157,7 @@ fn namespace_checks() -> Vec<Check> {
     } else {
         probe_unshare(None, 0)
     };
-    let userns_fix = "enable user namespaces: sysctl -w user.max_user_namespaces=15000 \
-                      kernel.unprivileged_userns_clone=1 (and on Ubuntu \
-                      kernel.apparmor_restrict_unprivileged_userns=0)";
+    let userns_fix = host_support::UsernsSysctls::read().fix();
     let mut checks = vec![match (own, unprivileged) {
         (Ok(()), Ok(())) => Check::new(
             "user namespaces",
@@ -176,7 +175,7 @@ fn namespace_checks() -> Vec<Check> {
             format!("root only; unprivileged users get {e}"),
             true,
         )
-        .fix(userns_fix),
+        .fix(userns_fix.clone()),
         (Err(e), _) => Check::new(
             "user namespaces",
             Status::Missing,

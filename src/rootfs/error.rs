@@ -7,7 +7,7 @@ const REBUILD: &str = "rebuild it with `cargo xtask rootfs`";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("no rootfs found (looked at {looked}); build it with `cargo xtask rootfs` or point CODEBOX_ROOTFS at one")]
+    #[error("no rootfs found (looked at {looked}); a release keeps it at share/codebox/rootfs next to bin/codebox (unpack the whole tarball), a checkout builds it with `cargo xtask rootfs`, or name one with --rootfs or CODEBOX_ROOTFS")]
     NotFound { looked: String },
     #[error("rootfs at {path} has no readable manifest; {REBUILD}")]
     ManifestUnreadable {

@@ -13,6 +13,7 @@
 //! 0700); without one, every verification is full.
 
 mod error;
+mod locate;
 pub mod manifest;
 mod quick;
 
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 pub use error::{Error, Result};
+pub use locate::{candidates, locate, Candidate, Source, RELEASE_RELATIVE};
 pub use manifest::{Entry, Manifest};
 
 use crate::stopwatch::Stopwatch;
@@ -55,36 +57,6 @@ pub struct Rootfs {
     pub manifest_sha256: String,
     pub entries: usize,
     pub verification: Verification,
-}
-
-/// Finds the rootfs: the explicit path, else `$CODEBOX_ROOTFS`, else `rootfs` one or two
-/// levels above the executable's directory (`target/rootfs` for `target/*/codebox`).
-pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
-    let mut looked = Vec::new();
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = explicit {
-        candidates.push(p.to_path_buf());
-    } else {
-        if let Some(p) = std::env::var_os("CODEBOX_ROOTFS") {
-            candidates.push(PathBuf::from(p));
-        }
-        // `target/rootfs` seen from `target/<profile>/codebox`, and from test and bench
-        // executables in `target/<profile>/deps/`.
-        if let Ok(exe) = std::env::current_exe() {
-            for dir in exe.ancestors().skip(2).take(2) {
-                candidates.push(dir.join("rootfs"));
-            }
-        }
-    }
-    for c in candidates {
-        if c.join(manifest::FILE_NAME).exists() {
-            return std::path::absolute(&c).map_err(|source| Error::Io { path: c, source });
-        }
-        looked.push(c.display().to_string());
-    }
-    Err(Error::NotFound {
-        looked: looked.join(", "),
-    })
 }
 
 /// Verifies the rootfs at `root`, quickly when a valid stamp allows it.

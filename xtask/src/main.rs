@@ -11,6 +11,8 @@ mod bench;
 mod bench_compare;
 mod bench_datasets;
 mod bench_throughput;
+mod dist;
+mod image;
 mod rootfs;
 mod test;
 
@@ -20,6 +22,10 @@ cargo xtask <command> [options]
 Commands:
   rootfs            build the sandbox's root filesystem (target/rootfs)
   test              everything CI runs: rootfs, lints, all tests as root and rootless
+  dist              a relocatable release (target/packages): tarball with the stripped binary
+                    and the rootfs, a Debian package; checked unpacked with `env -i`
+  image             an OCI image layout of the release (target/image), no container
+                    engine needed: `codebox serve --http` as a non-root user
   bench-compare     start-up latency: bare interpreters vs bwrap vs codebox (exec, run,
                     MCP with and without the warm pool), side by side
   bench-datasets    what the rootfs's data set adds (size, cold start) and what the
@@ -42,6 +48,8 @@ fn main() -> ExitCode {
     {
         Some("rootfs") => rootfs::run(&rest),
         Some("test") => test::run(&rest),
+        Some("dist") => dist::run(&rest),
+        Some("image") => image::run(&rest),
         Some("bench-compare") => bench_compare::run(&rest),
         Some("bench-throughput") => bench_throughput::run(&rest),
         Some("bench-datasets") => bench_datasets::run(&rest),

@@ -175,10 +175,8 @@ pub trait View {
 }
 
 /// The host as it is: every path is the host's own (the rootfs places nothing elsewhere).
-#[cfg(test)]
 pub struct HostView;
 
-#[cfg(test)]
 impl View for HostView {
     fn locate(&self, path: &Path) -> Option<Located> {
         host_file(path)

@@ -95,6 +95,33 @@ impl Options {
     }
 }
 
+/// A file the dynamic loader opens to start a program on this host: the path it looks
+/// for (`found`, e.g. `/lib/x86_64-linux-gnu/libc.so.6`) and the host file there
+/// (`real`, symlinks resolved).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLibrary {
+    pub found: PathBuf,
+    pub real: PathBuf,
+}
+
+/// The interpreter and every shared library `binary` needs on this host, directly or
+/// through another library, found as the loader finds them (the rootfs's own search, run
+/// over the host as it is).
+pub fn host_libraries(binary: &Path) -> Result<Vec<HostLibrary>> {
+    let root = ldso::Root {
+        rel: PathBuf::from("/").join(binary.file_name().context("the binary has no name")?),
+        src: binary.to_path_buf(),
+    };
+    let libs = ldso::closure(&ldso::SearchPath::host()?, &ldso::HostView, &[root])?;
+    Ok(libs
+        .into_iter()
+        .map(|l| HostLibrary {
+            real: l.at.source().to_path_buf(),
+            found: l.found,
+        })
+        .collect())
+}
+
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

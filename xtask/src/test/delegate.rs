@@ -128,7 +128,11 @@ impl Delegation {
 impl Drop for Delegation {
     fn drop(&mut self) {
         for d in &self.dirs {
-            if let Err(e) = std::fs::remove_dir(d) {
+            // A container runtime that joined the directory may have removed it already.
+            if let Err(e) = std::fs::remove_dir(d).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            }) {
                 eprintln!("LEAK: cannot remove delegated cgroup {}: {e}", d.display());
             }
         }

@@ -24,6 +24,13 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/sbin/haproxy", "haproxy"),
     // A real Prometheus scrapes `codebox serve --metrics` (tests/metrics.rs).
     ("/usr/bin/prometheus", "prometheus"),
+    // The release step (test/release.rs): zstd compresses the dist tarball; skopeo, umoci
+    // and runc read, unpack and run the OCI image `cargo xtask image` writes (runc: crun
+    // 1.8 refuses hybrid cgroup hosts).
+    ("/usr/bin/zstd", "zstd"),
+    ("/usr/bin/skopeo", "skopeo"),
+    ("/usr/bin/umoci", "umoci"),
+    ("/usr/sbin/runc", "runc"),
 ];
 
 pub fn is_root() -> bool {

@@ -7,14 +7,18 @@
 //! 4. `cargo test --workspace` as the current user, strict (no feature may be skipped)
 //! 5. the MCP conformance suite against `codebox serve --http`, with its baseline
 //! 6. as root: the integration tests again as an unprivileged user (rootless mode)
-//! 7. `cargo bench --no-run`, so the benches keep compiling
-//! 8. the leak check: no sandbox process, cgroup or temporary file is left from 4–6
+//! 7. the release (`release.rs`): `cargo xtask dist` of the debug binary, the tarball
+//!    unpacked and run with an empty environment (root and rootless), the .deb unpacked
+//!    and run, the OCI image checked by skopeo, umoci and runc
+//! 8. the leak check: no sandbox process, cgroup or temporary file is left from 4–7
+//! 9. `cargo bench --no-run`, so the benches keep compiling
 
 mod conformance;
-mod delegate;
+pub mod delegate;
 mod host;
 mod kubernetes;
 mod leaks;
+mod release;
 mod rootless;
 
 use std::ffi::OsString;
@@ -25,7 +29,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 const HELP: &str = "\
-cargo xtask test [--no-lint] [--no-rootless] [--rootless-only NAME]
+cargo xtask test [--no-lint] [--no-rootless] [--no-release] [--rootless-only NAME]
+                 [--release-only]
 
 Runs everything CI runs: host packages (as root), the rootfs, fmt and clippy, the whole
 test suite, the integration tests again as an unprivileged user (when run as root), and
@@ -33,6 +38,9 @@ test suite, the integration tests again as an unprivileged user (when run as roo
 
   --no-lint             skip cargo fmt --check and cargo clippy
   --no-rootless         skip the unprivileged-user pass
+  --no-release          skip the release step (dist tarball, .deb, OCI image)
+  --release-only        only host packages and the release step, with the rootfs as it
+                        is ($CODEBOX_ROOTFS, else target/rootfs; not rebuilt)
   --rootless-only NAME  as root: only the unprivileged-user pass, of the integration-test
                         binaries whose name contains NAME (for working on one of them)
 ";
@@ -40,12 +48,16 @@ test suite, the integration tests again as an unprivileged user (when run as roo
 pub fn run(args: &[OsString]) -> Result<()> {
     let mut lint = true;
     let mut rootless = true;
+    let mut release = true;
+    let mut release_only = false;
     let mut rootless_only: Option<String> = None;
     let mut args = args.iter();
     while let Some(a) = args.next() {
         match a.to_str() {
             Some("--no-lint") => lint = false,
             Some("--no-rootless") => rootless = false,
+            Some("--no-release") => release = false,
+            Some("--release-only") => release_only = true,
             Some("--rootless-only") => {
                 let name = args.next().and_then(|n| n.to_str()).context(
                     "--rootless-only needs the name (or part of it) of an integration-test binary",
@@ -65,6 +77,19 @@ pub fn run(args: &[OsString]) -> Result<()> {
 
     step("host packages");
     host::ensure_packages(is_root)?;
+
+    if release_only {
+        step("release: dist tarball, .deb and OCI image, unpacked and run with env -i");
+        let before = leaks::Snapshot::take();
+        release::run(&root, is_root)?;
+        step("leak check");
+        before.check_nothing_left()?;
+        println!(
+            "\nxtask test --release-only: passed in {:.0?}",
+            started.elapsed()
+        );
+        return Ok(());
+    }
 
     step("rootfs");
     crate::rootfs::run(&[])?;
@@ -124,6 +149,11 @@ pub fn run(args: &[OsString]) -> Result<()> {
         rootless::run(&root, &rootfs, &pydeps, &upstreams, None)?;
     } else if rootless {
         println!("(already unprivileged: the run above was the rootless pass)");
+    }
+
+    if release {
+        step("release: dist tarball, .deb and OCI image, unpacked and run with env -i");
+        release::run(&root, is_root)?;
     }
 
     step("leak check");

@@ -106,7 +106,7 @@ pub fn run(
     Ok(())
 }
 
-fn user_ids() -> Result<(u32, u32)> {
+pub fn user_ids() -> Result<(u32, u32)> {
     let id = |flag: &str| -> Result<u32> {
         let out = Command::new("id").args([flag, USER]).output()?;
         String::from_utf8_lossy(&out.stdout)
@@ -117,7 +117,7 @@ fn user_ids() -> Result<(u32, u32)> {
     Ok((id("-u")?, id("-g")?))
 }
 
-fn ensure_user() -> Result<()> {
+pub fn ensure_user() -> Result<()> {
     let exists = Command::new("id")
         .arg(USER)
         .output()
