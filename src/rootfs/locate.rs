@@ -13,8 +13,14 @@
 //!    `/usr/local/bin` still finds the tree next to the real file.
 //! 3. `rootfs` one or two levels above the executable's directory: `target/rootfs` seen
 //!    from `target/<profile>/codebox` and from test executables in `target/<profile>/deps/`.
+//!
+//! A place found (2 and 3), not named, is used only when no other user could have put it
+//! there ([`trusted`]): its manifest proves the tree intact, not whose it is, and a binary
+//! copied to `/tmp/mine/codebox` would otherwise run code in a `/tmp/share/codebox/rootfs`
+//! any local user can create.
 
 use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::error::{Error, Result};
@@ -101,14 +107,38 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     let exe = std::env::current_exe()
         .ok()
         .map(|e| std::fs::canonicalize(&e).unwrap_or(e));
-    let list = candidates(explicit, env.as_deref(), exe.as_deref());
+    let euid = nix::unistd::geteuid().as_raw();
+    locate_among(candidates(explicit, env.as_deref(), exe.as_deref()), euid)
+}
+
+/// The first of `list` holding a manifest (and, when found rather than named,
+/// [`trusted`] by `euid`), made absolute.
+fn locate_among(list: Vec<Candidate>, euid: u32) -> Result<PathBuf> {
     let mut looked = Vec::new();
     for c in list {
         if c.path.join(manifest::FILE_NAME).exists() {
-            return std::path::absolute(&c.path).map_err(|source| Error::Io {
-                path: c.path,
-                source,
-            });
+            let named = matches!(c.source, Source::Flag | Source::Env);
+            match if named {
+                Ok(())
+            } else {
+                trusted(&c.path, euid)
+            } {
+                Ok(()) => {
+                    return std::path::absolute(&c.path).map_err(|source| Error::Io {
+                        path: c.path,
+                        source,
+                    })
+                }
+                Err(why) => {
+                    tracing::warn!(path = %c.path.display(), %why, "rootfs not used: another user could have put it there");
+                    looked.push(format!(
+                        "{} ({}, not used: {why})",
+                        c.path.display(),
+                        c.source.describe()
+                    ));
+                    continue;
+                }
+            }
         }
         looked.push(format!("{} ({})", c.path.display(), c.source.describe()));
     }
@@ -120,6 +150,31 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
             looked.join(", ")
         },
     })
+}
+
+/// Whether only root or `euid` could have made `path` what it is: `path` (symlinks
+/// resolved) and every directory above it are owned by root or `euid`, and none is
+/// group- or world-writable, except a sticky directory above (`/tmp`), whose entries
+/// others cannot replace (the entry below it is checked in turn).
+pub fn trusted(path: &Path, euid: u32) -> std::result::Result<(), String> {
+    let real = std::fs::canonicalize(path).map_err(|e| format!("cannot resolve it: {e}"))?;
+    for (i, dir) in real.ancestors().enumerate() {
+        let meta =
+            std::fs::metadata(dir).map_err(|e| format!("cannot stat {}: {e}", dir.display()))?;
+        if meta.uid() != 0 && meta.uid() != euid {
+            return Err(format!("{} is owned by uid {}", dir.display(), meta.uid()));
+        }
+        let mode = meta.mode();
+        let sticky_above = i > 0 && mode & 0o1000 != 0;
+        if mode & 0o022 != 0 && !sticky_above {
+            return Err(format!(
+                "{} is group- or world-writable (mode {:04o})",
+                dir.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -202,5 +257,67 @@ mod tests {
         assert!(named
             .iter()
             .all(|c| !c.path.join(manifest::FILE_NAME).exists()));
+    }
+
+    /// A rootfs tree with a manifest at `dir`.
+    fn plant(dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(manifest::FILE_NAME), "").unwrap();
+    }
+
+    fn chmod(p: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_tree_planted_in_a_world_writable_prefix_is_not_used() {
+        // A binary copied to <t>/mine/codebox: Release is <t>/share/codebox/rootfs.
+        let t = tempfile::tempdir().unwrap();
+        let exe = t.path().join("mine/codebox");
+        std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+        plant(&t.path().join("share/codebox/rootfs"));
+        chmod(t.path(), 0o777); // not sticky: anyone could have made share/
+        let euid = nix::unistd::geteuid().as_raw();
+        let err = locate_among(candidates(None, None, Some(&exe)), euid).unwrap_err();
+        assert!(err.to_string().contains("not used"), "{err}");
+        // The same prefix made sticky (like /tmp) with share/ the user's own: used.
+        chmod(t.path(), 0o1777);
+        let found = locate_among(candidates(None, None, Some(&exe)), euid).unwrap();
+        assert_eq!(found, t.path().join("share/codebox/rootfs"));
+        // A world-writable tree itself is refused even below a sticky directory.
+        chmod(&t.path().join("share/codebox/rootfs"), 0o777);
+        assert!(trusted(&t.path().join("share/codebox/rootfs"), euid).is_err());
+        // A named tree is the operator's choice: not second-guessed.
+        let named = candidates(Some(&t.path().join("share/codebox/rootfs")), None, None);
+        assert!(locate_among(named, euid).is_ok());
+    }
+
+    #[test]
+    fn a_tree_owned_by_another_user_is_skipped_for_the_next_candidate() {
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var_os("CODEBOX_TEST_STRICT").is_none(),
+                "CODEBOX_TEST_STRICT: chown needs root"
+            );
+            eprintln!("skipped: chown to another user needs root");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let exe = t.path().join("a/bin/codebox");
+        std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+        let planted = t.path().join("a/share/codebox/rootfs");
+        plant(&planted);
+        // Another user owns share/ (as if they had created it in a shared prefix).
+        std::os::unix::fs::chown(t.path().join("a/share"), Some(4242), Some(4242)).unwrap();
+        let good = t.path().join("a/rootfs");
+        plant(&good);
+        let found = locate_among(candidates(None, None, Some(&exe)), 0).unwrap();
+        assert_eq!(found, good);
+        assert!(trusted(&planted, 0).unwrap_err().contains("uid 4242"));
+        // Reached through a symlink, the real place is what is checked.
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&planted, &link).unwrap();
+        assert!(trusted(&link, 0).is_err());
     }
 }
