@@ -27,6 +27,8 @@ pub enum Error {
     Workspace(#[from] sandbox::idmapped::Error),
     #[error("proxy mode: {0}")]
     Egress(String),
+    #[error("zygote: {0}")]
+    Zygote(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -125,6 +127,10 @@ pub struct ExecutionResult {
     /// `cold` (created for this call); absent for a session's kept interpreter and the CLI.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start: Option<SandboxStart>,
+    /// The sandbox was forked from the Python zygote (fresh namespaces, cgroup and
+    /// filesystems, the interpreter a copy of the zygote's) rather than started anew.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub zygote: bool,
     /// The session the run belonged to: id, keep_alive, interpreter (new, kept, ended).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<serde_json::Value>,
@@ -244,6 +250,8 @@ pub struct Host {
     /// `[python] preload` of a server's `codebox.toml`: replaces the profiles' own lists
     /// for every Python sandbox this host's spawners start.
     pub python_preload: Option<Vec<String>>,
+    /// Fork Python sandboxes from a zygote (`sandbox::zygote`) where one can serve them.
+    pub zygote: bool,
 }
 
 impl Host {
@@ -284,6 +292,7 @@ impl Host {
             id_mapping,
             cgroups,
             python_preload: None,
+            zygote: false,
         }
     }
 
@@ -371,11 +380,17 @@ pub fn execute(
         // No host directory is bound: nothing of the sandbox outlives it.
         frame = runtime::ephemeral(frame);
     }
-    let (outcome, network) = match &request.egress {
-        None => (run_spec(&spec, host, &frame, sink)?, None),
+    let (outcome, network, zygote) = match &request.egress {
+        None if host.zygote => (run_from_zygote(&spec, host, &frame, sink)?, None, true),
+        None => (run_spec(&spec, host, &frame, sink)?, None, false),
+        Some(_) if host.zygote => {
+            return Err(Error::Zygote(
+                "a sandbox with the egress proxy cannot be forked from the zygote".into(),
+            ))
+        }
         Some(egress) => {
             let (outcome, report) = run_spec_with_egress(&spec, host, &frame, sink, egress)?;
-            (outcome, Some(report))
+            (outcome, Some(report), false)
         }
     };
     drop(idmapped);
@@ -386,7 +401,32 @@ pub fn execute(
         outcome,
     );
     result.network = network;
+    result.zygote = zygote;
     Ok(result)
+}
+
+/// [`run_spec`] with a zygote started for this one run (`codebox run --zygote`: the path
+/// `serve` takes for every Python sandbox a zygote can serve, for tests and comparisons).
+fn run_from_zygote(
+    spec: &SandboxSpec,
+    host: &Host,
+    input: &[u8],
+    sink: &mut dyn OutputSink,
+) -> Result<sandbox::Outcome> {
+    use sandbox::zygote::Zygote;
+    let zygote_error =
+        |e: sandbox::zygote::Error| Error::Zygote(format!("{:#}", anyhow::Error::new(e)));
+    let mut zygote = Zygote::launch(spec, host.cgroups.as_ref()).map_err(zygote_error)?;
+    zygote
+        .wait_ready(std::time::Duration::from_secs(60))
+        .map_err(zygote_error)?;
+    let sandbox = zygote
+        .fork(spec, host.cgroups.as_ref())
+        .map_err(zygote_error)?;
+    // The zygote lives until the run has ended: its pid namespace holds the child's.
+    let outcome = sandbox.run_to_completion(input, &spec.limits, sink);
+    zygote.shutdown();
+    Ok(outcome?)
 }
 
 /// [`run_spec`] in proxy mode: once the sandbox exists (cloned while this process is
@@ -501,6 +541,7 @@ pub fn result_from(
     };
     ExecutionResult {
         start: None,
+        zygote: false,
         language,
         stdout: outcome.stdout.text("stdout"),
         stderr: outcome.stderr.text("stderr"),

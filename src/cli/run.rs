@@ -72,6 +72,12 @@ pub struct RunArgs {
     /// $XDG_STATE_HOME/codebox, ~/.local/state/codebox; as root /var/lib/codebox].
     #[arg(long, env = "CODEBOX_STATE_DIR", value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Fork the sandbox from a Python zygote started for this run, as `serve` does for
+    /// every Python sandbox a zygote can serve (for tests and comparisons; slower than a
+    /// plain run, which need not start the zygote). Python only, without --workspace as
+    /// root and without --allow-host.
+    #[arg(long)]
+    zygote: bool,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -95,8 +101,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let files = read_files(&args.files)?;
-    let Prepared { mut profile, host } =
-        prepare(&args.profile, args.rootfs.as_deref(), args.root_host_id)?;
+    let Prepared {
+        mut profile,
+        mut host,
+    } = prepare(&args.profile, args.rootfs.as_deref(), args.root_host_id)?;
+    if args.zygote && args.language != Language::Python {
+        bail!("--zygote: only Python sandboxes are forked from a zygote");
+    }
+    host.zygote = args.zygote;
     if !args.allow_hosts.is_empty() || !args.allow_private.is_empty() {
         let mut network = profile.network.clone();
         network.mode = Some(codebox::egress::NetworkMode::Proxy);

@@ -39,14 +39,24 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// A connected `AF_UNIX` stream socketpair, both ends close-on-exec.
 pub fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    socketpair_of(ChannelKind::Stream)
+}
+
+/// The kind of a socketpair: a byte stream, or messages that may carry descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelKind {
+    Stream,
+    Seqpacket,
+}
+
+/// A connected `AF_UNIX` socketpair of `kind`, both ends close-on-exec.
+pub fn socketpair_of(kind: ChannelKind) -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-    socketpair(
-        AddressFamily::Unix,
-        SockType::Stream,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(io::Error::from)
+    let ty = match kind {
+        ChannelKind::Stream => SockType::Stream,
+        ChannelKind::Seqpacket => SockType::SeqPacket,
+    };
+    socketpair(AddressFamily::Unix, ty, None, SockFlag::SOCK_CLOEXEC).map_err(io::Error::from)
 }
 
 /// Sets or clears `O_NONBLOCK`.

@@ -114,6 +114,87 @@ pub fn restrict_self(
     })
 }
 
+/// The ruleset [`restrict_self`] builds, resolved for a kernel's Landlock ABI as plain
+/// numbers: what a process that cannot link the landlock crate (the Python zygote's
+/// children, `sandbox/zygote/`) needs to make the same three syscalls. Best effort is
+/// resolved here as the crate resolves it: every right the kernel does not know is left
+/// out of both the handled set and the rules.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LandlockPlan {
+    pub handled_fs: u64,
+    pub handled_net: u64,
+    pub scoped: u64,
+    /// Bytes of `struct landlock_ruleset_attr` the kernel knows (8, 16 or 24).
+    pub attr_size: usize,
+    /// `(path, allowed access)` path-beneath rules.
+    pub paths: Vec<(String, u64)>,
+    /// `(port, allowed access)` TCP port rules.
+    pub ports: Vec<(u16, u64)>,
+    /// The status code ([`LandlockStatus::code`]) the kernel will enforce.
+    pub status: u32,
+}
+
+/// The plan for a kernel whose Landlock ABI is `kernel_abi` (`None`: no Landlock):
+/// `Ok(None)` when there is nothing to enforce, an error when `mode` requires more than
+/// the kernel can enforce.
+pub fn plan_for_kernel(
+    mode: LandlockMode,
+    network: NetworkAccess,
+    kernel_abi: Option<u32>,
+) -> Result<Option<LandlockPlan>, String> {
+    let target = TARGET_ABI as u32;
+    let level = kernel_abi.unwrap_or(0).min(target);
+    let status = match level {
+        0 => LandlockStatus::NotEnforced,
+        l if l == target => LandlockStatus::FullyEnforced,
+        _ => LandlockStatus::PartiallyEnforced,
+    };
+    if mode == LandlockMode::Required && status != LandlockStatus::FullyEnforced {
+        return Err(format!(
+            "the profile requires Landlock ABI {target}; this kernel has {}",
+            kernel_abi.unwrap_or(0)
+        ));
+    }
+    if level == 0 {
+        return Ok(None);
+    }
+    let abi = ABI::from(level as i32);
+    let all = AccessFs::from_all(abi);
+    let device = (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev) & all;
+    let net_rules = level >= NET_ABI && network != NetworkAccess::Loopback;
+    let handled_net = if net_rules {
+        (AccessNet::BindTcp | AccessNet::ConnectTcp).bits()
+    } else {
+        0
+    };
+    let scoped = (Scope::AbstractUnixSocket | Scope::Signal) & Scope::from_all(abi);
+    let mut paths: Vec<(String, u64)> = Vec::new();
+    for (set, access) in [
+        (READ_EXEC, AccessFs::from_read(abi)),
+        (READ_WRITE, all),
+        (DEVICES, device),
+    ] {
+        paths.extend(set.iter().map(|p| (p.to_string(), access.bits())));
+    }
+    let ports = match network {
+        NetworkAccess::Proxy { port } if net_rules => vec![(port, AccessNet::ConnectTcp as u64)],
+        _ => vec![],
+    };
+    Ok(Some(LandlockPlan {
+        handled_fs: all.bits(),
+        handled_net,
+        scoped: scoped.bits(),
+        attr_size: match level {
+            1..=3 => 8,
+            4 | 5 => 16,
+            _ => 24,
+        },
+        paths,
+        ports,
+        status: status.code(),
+    }))
+}
+
 /// The Landlock ABI version of the running kernel, or `None` when Landlock is unavailable.
 pub fn kernel_abi() -> Option<u32> {
     // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only returns
@@ -143,6 +224,57 @@ mod tests {
             assert_eq!(LandlockStatus::from_code(s.code()), Some(s));
         }
         assert_eq!(LandlockStatus::from_code(7), None);
+    }
+
+    #[test]
+    fn a_plan_resolves_best_effort_per_kernel_abi() {
+        let none = NetworkAccess::None;
+        let full = plan_for_kernel(LandlockMode::BestEffort, none, Some(7))
+            .unwrap()
+            .unwrap();
+        assert_eq!(full.status, LandlockStatus::FullyEnforced.code());
+        assert_eq!(full.attr_size, 24);
+        assert_eq!(full.handled_fs, AccessFs::from_all(ABI::V6).bits());
+        assert_ne!(
+            full.handled_net, 0,
+            "TCP is handled: denied but for the rules"
+        );
+        assert_ne!(full.scoped, 0);
+        assert!(full.ports.is_empty());
+        let (root, root_access) = &full.paths[0];
+        assert_eq!(root, "/");
+        assert_eq!(*root_access, AccessFs::from_read(ABI::V6).bits());
+        for (path, access) in &full.paths {
+            assert_eq!(access & !full.handled_fs, 0, "{path}: only handled rights");
+        }
+
+        let old = plan_for_kernel(LandlockMode::BestEffort, none, Some(3))
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.status, LandlockStatus::PartiallyEnforced.code());
+        assert_eq!((old.attr_size, old.handled_net, old.scoped), (8, 0, 0));
+        assert_eq!(
+            plan_for_kernel(LandlockMode::BestEffort, none, None).unwrap(),
+            None
+        );
+        assert!(plan_for_kernel(LandlockMode::Required, none, Some(5)).is_err());
+    }
+
+    #[test]
+    fn a_plan_in_proxy_mode_allows_connecting_to_the_egress_port_only() {
+        let proxy = NetworkAccess::Proxy { port: 3128 };
+        let p = plan_for_kernel(LandlockMode::BestEffort, proxy, Some(6))
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.ports, vec![(3128, AccessNet::ConnectTcp as u64)]);
+        let lo = plan_for_kernel(LandlockMode::BestEffort, NetworkAccess::Loopback, Some(6))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (lo.handled_net, lo.ports.len()),
+            (0, 0),
+            "loopback: TCP unrestricted"
+        );
     }
 
     #[test]

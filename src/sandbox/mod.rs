@@ -29,6 +29,7 @@ mod spawn;
 pub mod spec;
 pub mod supervise;
 mod syscalls;
+pub mod zygote;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
@@ -81,6 +82,18 @@ pub struct Watch {
     /// Deadlines for the init (see `lifeline.rs`).
     control: lifeline::Control,
     reaped: bool,
+    /// Who reaps the init: this process (it cloned it), or the zygote that forked it
+    /// (then this process only waits for its pidfd to become readable).
+    reaper: Reaper,
+}
+
+/// Who reaps a sandbox's init.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reaper {
+    /// This process: it cloned the init.
+    Us,
+    /// The zygote the sandbox was forked from (`zygote/`).
+    Zygote,
 }
 
 /// A running sandbox: its I/O and its watch.
@@ -110,6 +123,11 @@ impl Watch {
     /// The host pid of the sandbox init.
     pub fn pid(&self) -> Pid {
         self.pid
+    }
+
+    /// Whether the sandbox was forked from a zygote (rather than cloned by this process).
+    pub fn from_zygote(&self) -> bool {
+        self.reaper == Reaper::Zygote
     }
 
     /// The host directories of the sandbox's cgroup (one per hierarchy).
@@ -197,13 +215,7 @@ impl Watch {
     }
 
     fn reap(&mut self) -> Result<Option<ProgramStatus>> {
-        loop {
-            match waitpid(self.pid, None) {
-                Ok(_) => break,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(Error::Wait { source: e.into() }),
-            }
-        }
+        self.wait_ended(None)?;
         self.reaped = true;
         let mut record = [0u8; report::STATUS_LEN];
         let got = fds::read_full(std::os::fd::AsFd::as_fd(&self.status), &mut record).map_err(
@@ -220,13 +232,45 @@ impl Watch {
     }
 }
 
+impl Watch {
+    /// Waits until the init has ended (`limit`: at most that long): reaps it when this
+    /// process is its parent, else waits for its pidfd (readable once it has exited,
+    /// which for a pid namespace's init means every process of the namespace is gone).
+    fn wait_ended(&self, limit: Option<std::time::Duration>) -> Result<()> {
+        if self.reaper == Reaper::Us {
+            loop {
+                match waitpid(self.pid, None) {
+                    Ok(_) => return Ok(()),
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => return Err(Error::Wait { source: e.into() }),
+                }
+            }
+        }
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let timeout = match limit {
+            Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
+            None => PollTimeout::NONE,
+        };
+        loop {
+            let mut pfd = [PollFd::new(self.pidfd(), PollFlags::POLLIN)];
+            match poll(&mut pfd, timeout) {
+                Ok(_) => return Ok(()),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(Error::Wait { source: e.into() }),
+            }
+        }
+    }
+}
+
 impl Drop for Watch {
     fn drop(&mut self) {
         if !self.reaped {
             if let Err(e) = self.kill() {
                 tracing::error!(?e, pid = self.pid.as_raw(), "killing the sandbox failed");
             }
-            let _ = waitpid(self.pid, None);
+            // A zygote's child is reaped by the zygote; a killed one ends at once, and its
+            // cgroup (removed by the caller when it has one) catches any straggler.
+            let _ = self.wait_ended(Some(std::time::Duration::from_secs(2)));
         }
     }
 }

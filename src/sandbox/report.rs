@@ -41,10 +41,12 @@ pub enum Stage {
     JoinCgroup,
     LoopbackUp,
     EgressListener,
+    ZygoteNamespaces,
+    ZygoteFork,
 }
 
 impl Stage {
-    const ALL: [Stage; 26] = [
+    const ALL: [Stage; 28] = [
         Stage::ArrangeFds,
         Stage::ParentDeathSignal,
         Stage::WaitForParent,
@@ -71,6 +73,8 @@ impl Stage {
         Stage::JoinCgroup,
         Stage::LoopbackUp,
         Stage::EgressListener,
+        Stage::ZygoteNamespaces,
+        Stage::ZygoteFork,
     ];
 
     fn from_u32(v: u32) -> Option<Stage> {
@@ -107,6 +111,10 @@ impl Stage {
             Stage::EgressListener => {
                 "binding the egress listener on 127.0.0.1 and handing it to the supervisor"
             }
+            Stage::ZygoteNamespaces => {
+                "unsharing the namespaces of a sandbox forked from the zygote"
+            }
+            Stage::ZygoteFork => "forking a sandbox from the zygote",
         }
     }
 }
@@ -307,6 +315,31 @@ mod tests {
         );
         assert_eq!(decode_failure(&rec, &[]), None);
         assert_eq!(decode_info(&encode_failure(Stage::Mount, 2, 1)), None);
+    }
+
+    #[test]
+    fn the_zygote_numbers_its_stages_as_this_enum_does() {
+        let source = include_str!("../runtime/python/zygote.py");
+        let start = source.find("enumerate((").expect("the STAGE table") + "enumerate((".len();
+        let end = start + source[start..].find("))}").expect("its end");
+        let names: Vec<&str> = source[start..end]
+            .split(',')
+            .map(|n| n.trim().trim_matches('"'))
+            .filter(|n| !n.is_empty())
+            .collect();
+        let ours: Vec<String> = Stage::ALL.iter().map(|s| format!("{s:?}")).collect();
+        assert_eq!(names, ours);
+        assert!(source.contains(&format!("FAILURE_LEN = {FAILURE_LEN}\n")));
+        assert!(source.contains(&format!("INFO_LANDLOCK = {INFO_LANDLOCK:#x}\n")));
+        for format in ["\"<IIi\"", "\"<II4x\""] {
+            assert!(
+                source.contains(format),
+                "records of {FAILURE_LEN} bytes: {format}"
+            );
+        }
+        for (i, stage) in Stage::ALL.iter().enumerate() {
+            assert_eq!(*stage as u32, i as u32 + 1);
+        }
     }
 
     #[test]

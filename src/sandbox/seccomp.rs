@@ -166,6 +166,16 @@ pub struct CompiledFilter {
 static COMPILED: [OnceLock<CompiledFilter>; 3] =
     [OnceLock::new(), OnceLock::new(), OnceLock::new()];
 
+/// The same for the zygote variant of each profile.
+static COMPILED_ZYGOTE: [OnceLock<CompiledFilter>; 3] =
+    [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+
+/// What the Python zygote (`sandbox/zygote/`) may call that its programs may not: its
+/// children unshare their own namespaces and mount their own `/proc`, `/tmp`, `/dev/shm`
+/// and `/workspace` before they install the profile's full filter on top of this one
+/// (filters stack; the stricter answer wins). The zygote itself runs no program.
+pub const ZYGOTE_ALLOWS: [&str; 2] = ["unshare", "mount"];
+
 impl CompiledFilter {
     /// The filter of a built-in profile. The first call per profile and process compiles
     /// it (well under a millisecond, and it allocates: make it before forking from a
@@ -188,6 +198,50 @@ impl CompiledFilter {
             policy: policy.into(),
             program: program.into(),
         })
+    }
+
+    /// The zygote's filter for `profile`: the profile's rules without those of
+    /// [`ZYGOTE_ALLOWS`], compiled once per process.
+    pub fn zygote_variant(profile: SeccompProfile) -> Result<CompiledFilter> {
+        let cell = &COMPILED_ZYGOTE[profile.index()];
+        if let Some(filter) = cell.get() {
+            return Ok(filter.clone());
+        }
+        let name = format!("{}+zygote", profile.name());
+        let mut policy: serde_json::Value =
+            serde_json::from_str(profile.policy_json()).map_err(|source| Error::PolicyJson {
+                policy: name.clone(),
+                source,
+            })?;
+        for filter in policy
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|m| m.values_mut())
+        {
+            if let Some(rules) = filter.get_mut("filter").and_then(|f| f.as_array_mut()) {
+                rules.retain(|r| {
+                    !r.get("syscall")
+                        .and_then(|s| s.as_str())
+                        .is_some_and(|s| ZYGOTE_ALLOWS.contains(&s))
+                });
+            }
+        }
+        let json = serde_json::to_vec(&policy).expect("a JSON value serializes");
+        let filter = Self::from_json(&name, &json)?;
+        Ok(cell.get_or_init(|| filter).clone())
+    }
+
+    /// The program as the kernel's `struct sock_filter` array in memory (8 bytes per
+    /// instruction, native byte order): what a process without this type installs.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.program.len() * 8);
+        for i in self.program.iter() {
+            out.extend_from_slice(&i.code.to_ne_bytes());
+            out.push(i.jt);
+            out.push(i.jf);
+            out.extend_from_slice(&i.k.to_ne_bytes());
+        }
+        out
     }
 
     /// Number of BPF instructions (at most [`MAX_INSTRUCTIONS`]).

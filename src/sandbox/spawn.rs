@@ -36,6 +36,16 @@ use crate::stopwatch::Stopwatch;
 ///
 /// Must be called from a single-threaded process (see `clone.rs`).
 pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sandbox> {
+    spawn_with(spec, cgroups, fds::ChannelKind::Stream)
+}
+
+/// [`spawn`], with the program's fd 3 of the given kind (the zygote's is a
+/// `SOCK_SEQPACKET` socket: its requests carry descriptors).
+pub(super) fn spawn_with(
+    spec: &SandboxSpec,
+    cgroups: Option<&CgroupManager>,
+    channel_kind: fds::ChannelKind,
+) -> Result<Sandbox> {
     spec.validate()?;
     let mut sw = Stopwatch::start();
     // The cgroup exists, with its limits, before the process does.
@@ -65,7 +75,8 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
     let (status_r, status_w) = fds::pipe().map_err(fd_err("status pipe"))?;
     let (stdout_r, stdout_w) = fds::pipe().map_err(fd_err("stdout pipe"))?;
     let (stderr_r, stderr_w) = fds::pipe().map_err(fd_err("stderr pipe"))?;
-    let (channel, channel_child) = fds::socketpair().map_err(fd_err("fd-3 socketpair"))?;
+    let (channel, channel_child) =
+        fds::socketpair_of(channel_kind).map_err(fd_err("fd-3 socketpair"))?;
     let (control_r, control_w) = fds::pipe().map_err(fd_err("control pipe"))?;
     // An arm never blocks the (single-threaded) spawning process.
     fds::set_nonblocking(control_w.as_fd(), true).map_err(fd_err("control pipe"))?;
@@ -137,6 +148,7 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
             cgroup,
             control: lifeline::Control::new(control_w),
             reaped: false,
+            reaper: super::Reaper::Us,
         },
         started: Instant::now(),
     };
@@ -168,20 +180,7 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
         return Err(early_failure(sandbox, &errors_r, &plan).unwrap_or(e));
     }
 
-    // Info records may come first; end of file means the program was exec'd.
-    let mut record = [0u8; FAILURE_LEN];
-    let got = loop {
-        let got = fds::read_full(errors_r.as_fd(), &mut record).map_err(|source| Error::Io {
-            doing: "waiting for the program to start",
-            source,
-        })?;
-        match (got, report::decode_info(&record)) {
-            (FAILURE_LEN, Some(report::Info::Landlock(status))) => {
-                sandbox.io.landlock = Some(status)
-            }
-            _ => break got,
-        }
-    };
+    let (got, record) = read_start_records(&errors_r, &mut sandbox)?;
     // From the release to the exec: the init's and the program's setup (mounts, pivot,
     // fork, rlimits, caps, landlock, seccomp) and the exec itself.
     let child_setup_us = sw.lap_us();
@@ -223,6 +222,28 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
     }
 }
 
+/// Reads the errors pipe until end of file (the program was exec'd, or a zygote's child
+/// is ready) or a failure record; info records on the way (landlock's status) go into
+/// `sandbox`. Returns the bytes of the last read and the record.
+pub(super) fn read_start_records(
+    errors: &OwnedFd,
+    sandbox: &mut Sandbox,
+) -> Result<(usize, [u8; FAILURE_LEN])> {
+    let mut record = [0u8; FAILURE_LEN];
+    loop {
+        let got = fds::read_full(errors.as_fd(), &mut record).map_err(|source| Error::Io {
+            doing: "waiting for the program to start",
+            source,
+        })?;
+        match (got, report::decode_info(&record)) {
+            (FAILURE_LEN, Some(report::Info::Landlock(status))) => {
+                sandbox.io.landlock = Some(status)
+            }
+            _ => return Ok((got, record)),
+        }
+    }
+}
+
 /// After a failed hand-over: kills the sandbox and returns the failure the init
 /// reported before it died, if it reported one.
 fn early_failure(sandbox: Sandbox, errors: &OwnedFd, plan: &MountPlan) -> Option<Error> {
@@ -240,7 +261,7 @@ fn early_failure(sandbox: Sandbox, errors: &OwnedFd, plan: &MountPlan) -> Option
 
 /// A setup failure the sandbox reported, logged (with the cgroup directory when joining
 /// it failed); the sandbox is killed and reaped.
-fn setup_error(sandbox: Sandbox, failure: Option<SetupFailure>) -> Error {
+pub(super) fn setup_error(sandbox: Sandbox, failure: Option<SetupFailure>) -> Error {
     let cgroup = failure
         .as_ref()
         .filter(|f| f.stage == Stage::JoinCgroup)

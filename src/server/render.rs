@@ -471,6 +471,7 @@ mod tests {
             network: None,
             packages: None,
             start: None,
+            zygote: false,
             session: None,
             workspace_usage: None,
             workspace_quota_exceeded: false,

@@ -284,18 +284,19 @@ def _code_waiting():
     return bool(poller.poll(0))
 
 
-def _preload():
+def _preload(always=False):
     """A pooled interpreter (nothing waits on fd 3 yet) imports the modules the profile's
     [python] preload lists, so the program's `import pandas` is a lookup in sys.modules. A
-    cold run, whose code is already there, skips this. A module that fails to import is
-    skipped: the program's own import reports it. Returns the top-level names imported."""
+    cold run, whose code is already there, skips this; the zygote (`always`) never does.
+    A module that fails to import is skipped: the program's own import reports it.
+    Returns the top-level names imported."""
     # The program's environment is the same pooled or cold: the variable goes before `os`
     # (not imported yet) copies posix.environ into os.environ, and from the process's own.
     names = posix.environ.pop(b"CODEBOX_PRELOAD", None)
     if names is None:
         return ()
     posix.unsetenv(b"CODEBOX_PRELOAD")
-    if not names or _code_waiting():
+    if not names or (not always and _code_waiting()):
         return ()
     before = set(sys.modules)
     for name in names.decode("ascii", "replace").split(","):
@@ -322,7 +323,12 @@ def _unshadow(preloaded, written):
 
 
 def main():
-    # Everything that does not depend on the code happens before it is asked for.
+    serve(prepare())
+
+
+def prepare(preload_always=False):
+    """Everything that does not depend on the code, done before it is asked for; returns
+    what `serve` takes. The zygote (zygote.py) calls it once and `serve` in every child."""
     sys.path[:0] = ["/workspace"]
     sys.path.append("/opt/codebox/python")
     # An installed package layer (packages on request) comes before the rootfs's data
@@ -335,7 +341,11 @@ def main():
     _install_site_builtins()
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
-    preloaded = _preload()
+    return _preload(preload_always)
+
+
+def serve(preloaded):
+    """Announces ready, receives the boot frame on fd 3 and runs the program."""
     module = type(sys)("__main__")
     _announce_ready()
     source, mode, rest, written = _receive()
@@ -435,4 +445,5 @@ def _tell_the_end(status):
         pass
 
 
-main()
+if __name__ == "__main__":
+    main()

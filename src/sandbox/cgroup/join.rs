@@ -56,6 +56,27 @@ impl SandboxCgroup {
             .collect()
     }
 
+    /// What a process forked elsewhere (a zygote's child) writes `0` to, itself, to join
+    /// this cgroup: every v1 `tasks` file, then the v2 directory's `cgroup.procs`, all
+    /// opened here, so the kernel checks this process's rights at the write (it takes
+    /// the opener's credentials, and for v2 the opener's cgroup namespace).
+    pub fn open_join_fds(&self) -> Result<Vec<OwnedFd>> {
+        let mut fds = self.open_v1_tasks()?;
+        if let Some(d) = &self.v2 {
+            let path = d.path.join("cgroup.procs");
+            let fd = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map(OwnedFd::from)
+                .map_err(|source| {
+                    tracing::error!(?source, path = %path.display(), "opening cgroup.procs failed");
+                    Error::OpenTasks { path, source }
+                })?;
+            fds.push(fd);
+        }
+        Ok(fds)
+    }
+
     /// v2 only: moves `pid` into the v2 directory through `cgroup.procs`, unless
     /// `/proc/<pid>/cgroup` shows it there already. For a child cloned without
     /// `CLONE_INTO_CGROUP`; v1 hierarchies are joined by the child itself.

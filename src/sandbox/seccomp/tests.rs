@@ -904,3 +904,52 @@ fn x86_64_only_calls_are_kept_on_x86_64_and_dropped_elsewhere() {
         assert_eq!(names(&kept), ["fchmodat"], "{arch:?}");
     }
 }
+
+#[test]
+fn the_zygote_variant_allows_only_unshare_and_mount_beyond_its_profile() {
+    let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    for profile in SeccompProfile::ALL {
+        let zygote = CompiledFilter::zygote_variant(profile).unwrap();
+        assert_eq!(zygote.policy(), format!("{}+zygote", profile.name()));
+        let full = CompiledFilter::for_profile(profile).unwrap();
+        let on =
+            |f: &CompiledFilter, nr: i64, args: &[u64]| run(f.program(), &Call::native(nr, args));
+        for (nr, args) in [
+            (libc::SYS_unshare, vec![libc::CLONE_NEWUSER as u64]),
+            (libc::SYS_mount, vec![0, 0, 0, 0, 0]),
+        ] {
+            assert_eq!(
+                on(&full, nr, &args),
+                eperm,
+                "{profile}: {nr} refused in the profile"
+            );
+            assert_eq!(
+                on(&zygote, nr, &args),
+                libc::SECCOMP_RET_ALLOW,
+                "{profile}: {nr}"
+            );
+        }
+        // Everything else stays as the profile has it.
+        for (nr, args) in [
+            (libc::SYS_ptrace, vec![0u64]),
+            (libc::SYS_setns, vec![0, 0]),
+            (libc::SYS_bpf, vec![0, 0, 0]),
+            (libc::SYS_umount2, vec![0, 0]),
+            (libc::SYS_pivot_root, vec![0, 0]),
+            (libc::SYS_clone, vec![libc::CLONE_NEWUSER as u64]),
+            (libc::SYS_keyctl, vec![0]),
+        ] {
+            assert_eq!(
+                on(&full, nr, &args),
+                on(&zygote, nr, &args),
+                "{profile}: {nr}"
+            );
+            assert_ne!(
+                on(&zygote, nr, &args),
+                libc::SECCOMP_RET_ALLOW,
+                "{profile}: {nr}"
+            );
+        }
+        assert_eq!(zygote.to_bytes().len(), zygote.instructions() * 8);
+    }
+}
