@@ -100,6 +100,7 @@ fn main() {
                 limits,
                 policy,
                 egress: None,
+                zygote: false,
             };
             let t = Instant::now();
             let r = execution::execute(&host, &request, &mut sandbox::Discard).expect("run");

@@ -173,6 +173,8 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct PythonConfig {
     pub preload: Option<Vec<String>>,
+    /// Fork Python sandboxes from a zygote (`sandbox::zygote`; default on).
+    pub zygote: Option<bool>,
 }
 
 /// `[pii]`: personal data in what goes back to the model.
@@ -341,6 +343,19 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_CONCURRENCY") {
             self.concurrency = Some(num("CODEBOX_CONCURRENCY", v)?);
+        }
+        if let Some(v) = env("CODEBOX_ZYGOTE") {
+            self.python.zygote = Some(match v.trim() {
+                "1" | "true" | "on" => true,
+                "0" | "false" | "off" => false,
+                _ => {
+                    return Err(Error::BadEnv {
+                        var: "CODEBOX_ZYGOTE".into(),
+                        value: v.clone(),
+                        reason: "expected 1 or 0 (true/false, on/off)".into(),
+                    })
+                }
+            });
         }
         if let Some(v) = env("CODEBOX_POOL_SIZE") {
             self.pool_size = Some(num("CODEBOX_POOL_SIZE", v)?);
@@ -599,6 +614,21 @@ mod tests {
             c.http_token(&env_of(&[("T", "s3")])).unwrap().as_deref(),
             Some("s3")
         );
+    }
+
+    #[test]
+    fn the_zygote_switch_parses_from_the_file_and_the_environment() {
+        let c = Config::parse("[python]\nzygote = false\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.python.zygote, Some(false));
+        let mut c = Config::default();
+        c.apply_env(&|k| (k == "CODEBOX_ZYGOTE").then(|| "on".to_string()))
+            .unwrap();
+        assert_eq!(c.python.zygote, Some(true));
+        let err = c
+            .apply_env(&|k| (k == "CODEBOX_ZYGOTE").then(|| "maybe".to_string()))
+            .unwrap_err();
+        assert!(err.to_string().contains("CODEBOX_ZYGOTE"), "{err}");
+        assert!(Config::parse("[python]\nzygote = 1\n", Path::new("c.toml")).is_err());
     }
 
     #[test]

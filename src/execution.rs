@@ -48,6 +48,8 @@ pub struct ExecutionRequest {
     /// Proxy mode (`policy.network` is `Proxy`): the egress proxy that serves the
     /// sandbox's listener, from a thread of this process, for the run.
     pub egress: Option<EgressForRun>,
+    /// Fork the sandbox from a zygote started for this run (`codebox run --zygote`).
+    pub zygote: bool,
 }
 
 /// What a proxy-mode run of [`execute`] needs: the proxy, the request's narrowing and the
@@ -250,7 +252,8 @@ pub struct Host {
     /// `[python] preload` of a server's `codebox.toml`: replaces the profiles' own lists
     /// for every Python sandbox this host's spawners start.
     pub python_preload: Option<Vec<String>>,
-    /// Fork Python sandboxes from a zygote (`sandbox::zygote`) where one can serve them.
+    /// Spawners fork Python sandboxes from a zygote (`sandbox::zygote`) where one can
+    /// serve them (`[python] zygote`).
     pub zygote: bool,
 }
 
@@ -381,9 +384,9 @@ pub fn execute(
         frame = runtime::ephemeral(frame);
     }
     let (outcome, network, zygote) = match &request.egress {
-        None if host.zygote => (run_from_zygote(&spec, host, &frame, sink)?, None, true),
+        None if request.zygote => (run_from_zygote(&spec, host, &frame, sink)?, None, true),
         None => (run_spec(&spec, host, &frame, sink)?, None, false),
-        Some(_) if host.zygote => {
+        Some(_) if request.zygote => {
             return Err(Error::Zygote(
                 "a sandbox with the egress proxy cannot be forked from the zygote".into(),
             ))

@@ -101,14 +101,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let files = read_files(&args.files)?;
-    let Prepared {
-        mut profile,
-        mut host,
-    } = prepare(&args.profile, args.rootfs.as_deref(), args.root_host_id)?;
+    let Prepared { mut profile, host } =
+        prepare(&args.profile, args.rootfs.as_deref(), args.root_host_id)?;
     if args.zygote && args.language != Language::Python {
         bail!("--zygote: only Python sandboxes are forked from a zygote");
     }
-    host.zygote = args.zygote;
     if !args.allow_hosts.is_empty() || !args.allow_private.is_empty() {
         let mut network = profile.network.clone();
         network.mode = Some(codebox::egress::NetworkMode::Proxy);
@@ -164,6 +161,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         limits,
         policy: profile.policy.clone(),
         egress,
+        zygote: args.zygote,
     };
     let mut result = match (&secrets, args.json) {
         (_, true) => execution::execute(&host, &request, &mut codebox::sandbox::Discard)?,

@@ -137,6 +137,8 @@ struct Resolved {
     network: Option<codebox::egress::NetworkSection>,
     /// `[python] preload` of the config, replacing the profile's.
     preload: Option<Vec<String>>,
+    /// `[python] zygote`: fork Python sandboxes from a zygote (default on).
+    zygote: bool,
     packages: codebox::packages::PackagesSection,
     output: codebox::output::OutputSection,
     tasks: codebox::tasks::TasksSection,
@@ -244,6 +246,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         ),
         network: file.network.clone(),
         preload: file.python.preload.clone(),
+        zygote: file.python.zygote.unwrap_or(true),
         packages: file.packages.clone(),
         output: file.output.clone(),
         tasks: file.tasks.clone(),
@@ -441,6 +444,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     )?;
     let mut host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     host.python_preload = args.preload.clone();
+    host.zygote = args.zygote;
     // SAFETY: no thread exists yet: the tokio runtime is built below, after the forks.
     let sandbox_checks = unsafe { doctor::deferred::start(&host, &profile) }
         .context("cannot fork the sandbox checker")?;

@@ -578,6 +578,7 @@ fn runtime_check(lang: Language, host: &Host, profile: &Profile) -> Check {
             profile.policy.clone()
         },
         egress: None,
+        zygote: false,
     };
     let started = Instant::now();
     let result = execution::execute(host, &request, &mut sandbox::Discard);

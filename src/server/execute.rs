@@ -60,6 +60,8 @@ pub(super) struct Ran {
     pub(super) start: Option<SandboxStart>,
     /// A live interpreter: `new`, `kept` or `ended`; `none` otherwise.
     pub(super) interpreter: &'static str,
+    /// Forked from the Python zygote.
+    pub(super) zygote: bool,
 }
 
 impl CodeboxServer {
@@ -415,6 +417,7 @@ impl CodeboxServer {
         result.tool_calls = ran.tools.tool_calls;
         result.tool_calls_dropped = ran.tools.tool_calls_dropped;
         result.start = ran.start;
+        result.zygote = ran.zygote;
         result.tool_channel_error = ran.tools.channel_error;
         result.value = ran.tools.value;
         let out_files = ran.tools.out_files;
@@ -547,6 +550,7 @@ impl CodeboxServer {
                 (sandbox, SandboxStart::Cold)
             }
         };
+        let zygote = sandbox.from_zygote();
         // The admission limit bounds the sandboxes that exist, not only the results
         // being computed: the slot is free again once the spawner has removed this one.
         sandbox.hold_until_gone(admitted);
@@ -582,6 +586,7 @@ impl CodeboxServer {
             network,
             start: Some(start),
             interpreter: "none",
+            zygote,
         })
     }
 
@@ -703,6 +708,7 @@ impl CodeboxServer {
             network,
             start: None,
             interpreter,
+            zygote: false,
         })
     }
 

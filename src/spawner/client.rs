@@ -24,10 +24,18 @@ use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
 /// it counts as lost with its spawner (a report normally follows within milliseconds).
 const LOSS_GRACE: Duration = Duration::from_secs(2);
 
-/// A spawned sandbox's landlock status, cgroup directories, whether the egress listener
-/// came along, and its descriptors; or the spawner's error.
-type SpawnReply =
-    std::result::Result<(Option<LandlockStatus>, Vec<PathBuf>, bool, Vec<OwnedFd>), String>;
+/// What the spawner said of a sandbox it made (see [`Response::Spawned`]).
+struct Spawned {
+    landlock: Option<LandlockStatus>,
+    cgroups: Vec<PathBuf>,
+    /// The egress listener came along.
+    egress: bool,
+    zygote: bool,
+    fds: Vec<OwnedFd>,
+}
+
+/// A spawned sandbox, or the spawner's error.
+type SpawnReply = std::result::Result<Spawned, String>;
 
 #[derive(Default)]
 struct Waiters {
@@ -236,7 +244,13 @@ impl SpawnerClient {
                 mount.as_slice(),
             )
             .await?;
-        let (landlock, cgroups, has_egress, mut fds) = match rx.await.map_err(|_| Error::Lost)? {
+        let Spawned {
+            landlock,
+            cgroups,
+            egress: has_egress,
+            zygote,
+            mut fds,
+        } = match rx.await.map_err(|_| Error::Lost)? {
             Ok(v) => v,
             Err(message) => {
                 inner
@@ -266,6 +280,7 @@ impl SpawnerClient {
             egress,
             landlock,
             cgroups,
+            zygote,
             exited: Some(exit_rx),
             started: Instant::now(),
             ended: false,
@@ -300,11 +315,18 @@ async fn read_responses(inner: Arc<Inner>) {
                     landlock,
                     cgroups,
                     egress,
+                    zygote,
                 },
                 fds,
             )) => {
                 if let Some(tx) = w.spawned.remove(&id) {
-                    let _ = tx.send(Ok((landlock, cgroups, egress, fds)));
+                    let _ = tx.send(Ok(Spawned {
+                        landlock,
+                        cgroups,
+                        egress,
+                        zygote,
+                        fds,
+                    }));
                 }
             }
             Some((Response::Failed { id, error }, _)) => {
@@ -376,6 +398,8 @@ pub struct RemoteSandbox {
     egress: Option<OwnedFd>,
     landlock: Option<LandlockStatus>,
     cgroups: Vec<PathBuf>,
+    /// Forked from the Python zygote.
+    zygote: bool,
     exited: Option<oneshot::Receiver<Ending>>,
     started: Instant,
     ended: bool,
@@ -385,6 +409,11 @@ pub struct RemoteSandbox {
 }
 
 impl RemoteSandbox {
+    /// Whether the spawner forked it from the Python zygote.
+    pub fn from_zygote(&self) -> bool {
+        self.zygote
+    }
+
     pub fn id(&self) -> u64 {
         self.id
     }

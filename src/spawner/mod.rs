@@ -21,6 +21,7 @@ pub mod live;
 mod restart;
 pub mod server;
 pub mod wire;
+pub mod zygotes;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 

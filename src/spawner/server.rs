@@ -13,6 +13,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::wire::{self, Request, Response, SpawnNetwork, SpawnSpec};
+use super::zygotes::{self, Zygotes};
 use crate::egress::NetworkSection;
 use crate::execution::Host;
 use crate::profile::Profile;
@@ -24,6 +25,7 @@ pub fn serve(sock: OwnedFd, host: &Host) {
     let mut live: HashMap<u64, Watch> = HashMap::new();
     // Each profile is loaded (and its seccomp filter compiled) once, not per sandbox.
     let mut profiles: HashMap<String, Profile> = HashMap::new();
+    let mut zygotes = Zygotes::new(host.zygote);
     loop {
         let ids: Vec<u64> = live.keys().copied().collect();
         let mut pfds = vec![PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
@@ -31,7 +33,20 @@ pub fn serve(sock: OwnedFd, host: &Host) {
             ids.iter()
                 .map(|id| PollFd::new(live[id].pidfd(), PollFlags::POLLIN)),
         );
-        match poll(&mut pfds, PollTimeout::NONE) {
+        let zygote_fds = zygotes.poll_fds();
+        let zygote_events: Vec<zygotes::Event> = zygote_fds.iter().map(|(_, e)| *e).collect();
+        pfds.extend(
+            zygote_fds
+                .iter()
+                .map(|(fd, _)| PollFd::new(*fd, PollFlags::POLLIN)),
+        );
+        // A zygote still loading is checked for its time limit now and then.
+        let timeout = if zygote_events.is_empty() {
+            PollTimeout::NONE
+        } else {
+            PollTimeout::from(5_000u16)
+        };
+        match poll(&mut pfds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => {
                 tracing::error!(?e, "spawner poll failed");
@@ -43,19 +58,30 @@ pub fn serve(sock: OwnedFd, host: &Host) {
             .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
             .collect();
         drop(pfds);
+        drop(zygote_fds);
         for (i, id) in ids.iter().enumerate() {
             if ready[i + 1] {
                 let watch = live.remove(id).expect("live sandbox");
+                zygotes.child_ended(*id);
                 report_exit(&sock, *id, watch);
             }
         }
+        let fired: Vec<zygotes::Event> = zygote_events
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ready[1 + ids.len() + i])
+            .map(|(_, e)| *e)
+            .collect();
+        zygotes.handle(&fired);
         if ready[0] {
             match wire::recv::<Request>(sock.as_fd()) {
                 Ok(Some((Request::Spawn { id, spec }, fds))) => {
                     // At most one descriptor comes with a spawn: the workspace mount. Ours
                     // closes once the sandbox's init holds its own copy.
                     let mount = fds.first().map(AsRawFd::as_raw_fd);
-                    if let Some(watch) = spawn_one(&sock, host, &mut profiles, id, &spec, mount) {
+                    if let Some(watch) =
+                        spawn_one(&sock, host, &mut profiles, &mut zygotes, id, &spec, mount)
+                    {
                         live.insert(id, watch);
                     }
                 }
@@ -82,6 +108,7 @@ pub fn serve(sock: OwnedFd, host: &Host) {
         }
     }
     // The supervisor is gone: nothing of ours may outlive it.
+    zygotes.shutdown();
     for (id, watch) in live.drain() {
         let _ = watch.kill();
         if let Err(e) = watch.finish() {
@@ -94,13 +121,17 @@ fn spawn_one(
     sock: &OwnedFd,
     host: &Host,
     profiles: &mut HashMap<String, Profile>,
+    zygotes: &mut Zygotes,
     id: u64,
     spec: &SpawnSpec,
     mount: Option<std::os::fd::RawFd>,
 ) -> Option<Watch> {
     let sandbox = match build(host, profiles, spec, mount).and_then(|s| {
-        sandbox::spawn(&s, host.cgroups.as_ref())
-            .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+        match zygotes.fork(id, &s, host.cgroups.as_ref()) {
+            Some(forked) => Ok(forked),
+            None => sandbox::spawn(&s, host.cgroups.as_ref())
+                .map_err(|e| format!("{:#}", anyhow::Error::new(e))),
+        }
     }) {
         Ok(sandbox) => sandbox,
         Err(error) => {
@@ -133,6 +164,7 @@ fn spawn_one(
             landlock: io.landlock,
             cgroups: watch.cgroup_paths(),
             egress: io.egress.is_some(),
+            zygote: watch.from_zygote(),
         },
         &fds,
     );

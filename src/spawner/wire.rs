@@ -115,6 +115,9 @@ pub enum Response {
         /// The egress listener follows the four descriptors.
         #[serde(default)]
         egress: bool,
+        /// Forked from the Python zygote rather than started anew.
+        #[serde(default)]
+        zygote: bool,
     },
     Failed {
         id: u64,
@@ -212,6 +215,7 @@ mod tests {
                 landlock: Some(LandlockStatus::FullyEnforced),
                 cgroups: vec![],
                 egress: false,
+                zygote: false,
             },
             &[r.as_raw_fd(), w.as_raw_fd()],
         )

@@ -83,20 +83,41 @@ pub fn codebox(args: &[&str]) -> Output {
         .expect("codebox runs")
 }
 
-/// `codebox run --json LANG -c CODE [extra]`, parsed.
+/// Whether this run of the suite forks its Python sandboxes from a zygote
+/// (`CODEBOX_TEST_ZYGOTE=1`: `cargo xtask test` runs the escape and isolation suites a
+/// second time so).
+pub fn zygote_run() -> bool {
+    std::env::var_os("CODEBOX_TEST_ZYGOTE").is_some_and(|v| v == "1")
+}
+
+/// `codebox run --json LANG -c CODE [extra]`, parsed. In a zygote run ([`zygote_run`]),
+/// a Python sandbox a zygote can serve (no host workspace, no egress proxy) is forked
+/// from one, and the result must say so.
 pub fn run_json(lang: &str, code: &str, extra: &[&str]) -> Value {
     let mut args = vec!["run", "--json", lang];
+    let forked = zygote_run()
+        && lang == "python"
+        && !extra
+            .iter()
+            .any(|a| *a == "--workspace" || a.starts_with("--allow-"));
+    if forked {
+        args.push("--zygote");
+    }
     args.extend_from_slice(extra);
     args.extend_from_slice(&["-c", code]);
     let out = codebox(&args);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(&stdout).unwrap_or_else(|e| {
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(
             "no JSON from codebox ({e}); status {:?}\nstdout: {stdout}\nstderr: {}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         )
-    })
+    });
+    if forked {
+        assert_eq!(v["zygote"], true, "not forked from the zygote: {v:#}");
+    }
+    v
 }
 
 /// Runs Python and asserts it exited 0; returns stdout.

@@ -32,6 +32,12 @@ impl Server {
         let mut child = command
             .args(["serve", "--pool-size", "2"])
             .env("CODEBOX_ROOTFS", super::rootfs_dir())
+            // Pooled sandboxes are forked from the zygote exactly in a zygote run, so
+            // both sides of a cold/warm comparison are made the same way.
+            .env(
+                "CODEBOX_ZYGOTE",
+                if super::zygote_run() { "1" } else { "0" },
+            )
             // A directory without `.mcp.json`: no upstream servers.
             .current_dir(super::rootfs_dir())
             .stdin(Stdio::piped())
@@ -132,7 +138,9 @@ pub fn run_warm_with(language: &str, arguments: Value) -> Value {
         );
         let content = result["result"]["structuredContent"].clone();
         assert!(content.is_object(), "no result: {result:#}");
-        if content["start"] == "warm" {
+        // In a zygote run, the pool's first sandboxes start before the zygote is ready.
+        let made_right = !super::zygote_run() || language != "python" || content["zygote"] == true;
+        if content["start"] == "warm" && made_right {
             return content;
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -117,9 +117,26 @@ def fail(errors_fd, err, code=127):
 _PRELOADED = [()]
 
 
+# `config["trace"]`: the zygote and each child's C1, C2 and C3 write the time of each
+# step on the zygote's stderr (the spawner logs it), for finding where a fork's time goes.
+_TRACE = [None]
+
+
+def trace(step):
+    if _TRACE[0] is not None:
+        import time
+
+        try:
+            os.write(_TRACE[0], b"zygote trace %d %s %.3f\n" % (os.getpid(), step.encode(), time.monotonic() * 1000))
+        except OSError:
+            pass
+
+
 def main(boot):
     control = socket.socket(fileno=CONTROL_FD)
     config = json.loads(control.recv(1 << 20))
+    if config.get("trace"):
+        _TRACE[0] = os.dup(2)
     filter_bytes = bytes.fromhex(config["seccomp"])
     # Built once here: the children only point at it (no allocation after the fork).
     seccomp = SeccompProgram(filter_bytes) if filter_bytes else None
@@ -129,6 +146,12 @@ def main(boot):
     # Nothing may be buffered when the children inherit the streams.
     sys.stdout.flush()
     sys.stderr.flush()
+    # Everything loaded so far moves to the collector's permanent generation: no
+    # collection in a child walks (and so copies) the zygote's objects.
+    import gc
+
+    gc.collect()
+    gc.freeze()
     woken_r, woken_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(woken_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -152,7 +175,9 @@ def main(boot):
                 except ValueError:
                     request = None
                 # Returns in this process only; a child leaves by BecomeProgram or _exit.
+                trace("request")
                 _fork_child(request, fds, config, seccomp, (control, woken_r, woken_w))
+                trace("forked")
                 for fd in fds:
                     os.close(fd)
         _reap_all()
@@ -201,6 +226,7 @@ def _fork_child(request, fds, config, seccomp, zygote_fds):
         return
     # C1. Nothing of the zygote's own may stay open or be collected later (a socket object
     # closing its number would close whatever the child put there).
+    trace("c1 start")
     try:
         control_sock, woken_r, woken_w = zygote_fds
         signal.set_wakeup_fd(-1)
@@ -232,12 +258,19 @@ def c1(request, joins, fds, config, seccomp):
     stdout, stderr, channel, errors, status, control, reply = fds
     # 0. Into the execution's cgroups before anything else (this thread moves itself:
     #    writing 0 to a descriptor the spawner opened, checked with the spawner's rights).
+    trace("c1 joining")
+    if _TRACE[0] is not None:
+        for fd in joins:
+            trace("c1 join-target " + os.readlink("/proc/self/fd/%d" % fd).replace(" ", "_"))
     for i, fd in enumerate(joins):
         with oserror("JoinCgroup", i):
             os.write(fd, b"0")
         os.close(fd)
+        trace("c1 joined-%d" % i)
+    trace("c1 joined")
     # 1. Fresh namespaces, under a user namespace of this child's own.
     check(libc.unshare(NAMESPACES), "ZygoteNamespaces")
+    trace("c1 unshared")
     # 2. Map the sandbox uid and gid onto themselves (one id each: the only mapping an
     #    unprivileged process may write for itself; setgroups must be denied first).
     ident = int(config["id"])
@@ -266,6 +299,7 @@ def c1(request, joins, fds, config, seccomp):
         except BaseException:
             fail(errors, SetupError("ForkProgram", 2, 5))
         posix._exit(0)
+    trace("c1 forked")
     with oserror("ForkProgram", 3):
         pidfd = os.pidfd_open(pid)
         socket.send_fds(socket.socket(fileno=reply), [b"P"], [pidfd])
@@ -295,6 +329,7 @@ def c2(request, fds, config, seccomp):
         else:
             data = m["data"].encode()
             check(libc.mount(b"tmpfs", m["target"].encode(), b"tmpfs", m["flags"], data), "Mount", i)
+    trace("c2 mounted")
     # 3. The hostname of the child's own UTS namespace.
     with oserror("Hostname", 1):
         socket.sethostname(config["hostname"])
@@ -312,6 +347,7 @@ def c2(request, fds, config, seccomp):
     if pid == 0:
         c3(request, fds, config, seccomp)
         raise BecomeProgram()
+    trace("c2 forked")
     for fd in (stdout, stderr, channel, errors):
         os.close(fd)
     _watch(pid, control, status)
@@ -400,6 +436,7 @@ def _c3(request, fds, config, seccomp, errors_slot):
             if fd != target:
                 # Move away anything sitting on the target number first.
                 os.dup2(fd, target, inheritable=target != 4)
+    trace("c3 stdio")
     # 4. Nothing else stays open.
     errors = errors_slot[0] = 4
     check(libc.syscall(SYS_CLOSE_RANGE, 5, 0xFFFFFFFF, 0), "CloseFds")

@@ -267,6 +267,20 @@ impl SandboxCgroup {
     /// Kills everything in the cgroup, waits for it to exit, and removes the cgroup (and
     /// any cgroups the sandbox made below it) in every hierarchy, retrying `rmdir` briefly
     /// while the kernel still counts it busy.
+    /// Removes the v2 directory when it has no controller (a hybrid host's v2 limits
+    /// nothing): for a sandbox forked elsewhere, whose process would have to join it by
+    /// writing `cgroup.procs`, which waits for an RCU grace period (the whole-process
+    /// move takes the kernel's global threadgroup lock). Killing then goes through the v1
+    /// freezer, and the sandbox's pid namespace ends with its init anyway.
+    pub fn drop_v2_without_controllers(&mut self) -> Result<()> {
+        if self.v2.as_ref().is_some_and(|d| d.controllers.is_empty()) {
+            let d = self.v2.take().expect("checked above");
+            drop(d.fd);
+            rmdir_retrying(&d.path, Instant::now() + EXIT_TIMEOUT)?;
+        }
+        Ok(())
+    }
+
     pub fn remove(mut self) -> Result<()> {
         let result = self.teardown();
         self.removed = true;

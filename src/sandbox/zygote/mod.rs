@@ -226,7 +226,11 @@ impl Zygote {
         let mut sw = Stopwatch::start();
         // The cgroup exists, with its limits, before the child does (as for a cold one).
         let cgroup = match (cgroups, cgroup_limits(&child.limits)) {
-            (Some(manager), limits) => Some(manager.create("sandbox", &limits)?),
+            (Some(manager), limits) => {
+                let mut cg = manager.create("sandbox", &limits)?;
+                cg.drop_v2_without_controllers()?;
+                Some(cg)
+            }
             (None, limits) if limits.controllers().is_empty() => None,
             (None, _) => return Err(super::Error::NoCgroups.into()),
         };

@@ -129,6 +129,9 @@ pub struct ZygoteConfig {
     pub hostname: String,
     /// The sandbox uid and gid (the zygote's, mapped onto itself in each child).
     pub id: u32,
+    /// Timings of every step on the zygote's stderr (`CODEBOX_ZYGOTE_TRACE=1` in the
+    /// spawner's environment), logged by the spawner.
+    pub trace: bool,
 }
 
 /// The configuration for children of `child`'s kind on a kernel with `kernel_abi`.
@@ -149,6 +152,7 @@ pub fn config(child: &SandboxSpec, kernel_abi: Option<u32>) -> Result<ZygoteConf
         landlock,
         hostname: child.hostname.clone(),
         id: super::super::idmap::SANDBOX_ID,
+        trace: std::env::var_os("CODEBOX_ZYGOTE_TRACE").is_some_and(|v| v == "1"),
     })
 }
 

@@ -108,7 +108,12 @@ pub fn run(args: &[OsString]) -> Result<()> {
         step(&format!(
             "integration tests matching {name:?} as an unprivileged user"
         ));
-        return rootless::run(&root, &rootfs, &pydeps, &upstreams, Some(&name));
+        // A zygote run (`CODEBOX_TEST_ZYGOTE=1`) is passed on to the unprivileged user.
+        let zygote: &[(&str, &str)] = match std::env::var("CODEBOX_TEST_ZYGOTE") {
+            Ok(v) if v == "1" => &[("CODEBOX_TEST_ZYGOTE", "1")],
+            _ => &[],
+        };
+        return rootless::run(&root, &rootfs, &pydeps, &upstreams, Some(&name), zygote);
     }
 
     if lint {
@@ -141,12 +146,27 @@ pub fn run(args: &[OsString]) -> Result<()> {
         .env("CODEBOX_TEST_UPSTREAMS", &upstreams);
     run_checked(&mut test, "cargo test")?;
 
+    step("escape and isolation suites on sandboxes forked from the Python zygote");
+    let mut forked = cargo_command(&root, &["test", "--test", "escapes", "--test", "isolation"]);
+    forked
+        .env("CODEBOX_TEST_STRICT", "1")
+        .env("CODEBOX_TEST_ZYGOTE", "1")
+        .env("CODEBOX_ROOTFS", &rootfs)
+        .env("CODEBOX_TEST_PYDEPS", &pydeps)
+        .env("CODEBOX_TEST_UPSTREAMS", &upstreams);
+    run_checked(&mut forked, "cargo test (zygote)")?;
+
     step("MCP conformance suite");
     conformance::run(&root, &root.join("target/debug/codebox"), &rootfs)?;
 
     if rootless && is_root {
         step("integration tests as an unprivileged user");
-        rootless::run(&root, &rootfs, &pydeps, &upstreams, None)?;
+        rootless::run(&root, &rootfs, &pydeps, &upstreams, None, &[])?;
+        step("escape and isolation suites on zygote-born sandboxes, unprivileged");
+        for suite in ["escapes", "isolation"] {
+            let zygote = [("CODEBOX_TEST_ZYGOTE", "1")];
+            rootless::run(&root, &rootfs, &pydeps, &upstreams, Some(suite), &zygote)?;
+        }
     } else if rootless {
         println!("(already unprivileged: the run above was the rootless pass)");
     }

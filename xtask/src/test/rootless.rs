@@ -22,6 +22,7 @@ pub fn run(
     pydeps: &Path,
     upstreams: &Path,
     only: Option<&str>,
+    extra_env: &[(&str, &str)],
 ) -> Result<()> {
     ensure_user()?;
     let home = PathBuf::from(format!("/home/{USER}"));
@@ -92,6 +93,7 @@ pub fn run(
             .arg(format!("CODEBOX_TEST_PYDEPS={}", pydeps.display()))
             .arg(format!("CODEBOX_TEST_MCP_DIR={}", mcp_dir.display()))
             .arg(format!("CODEBOX_TEST_UPSTREAMS={}", upstreams.display()))
+            .args(extra_env.iter().map(|(k, v)| format!("{k}={v}")))
             .arg(bin)
             .current_dir("/")
             .status()

@@ -1,0 +1,208 @@
+//! The spawner's zygotes (`sandbox::zygote`): at most [`MAX_ZYGOTES`], one per kind of
+//! Python sandbox (`zygote::key`: the binds, environment and policy fixed in its mount
+//! namespace), started on the first request of that kind and used from the moment it is
+//! ready. Until then, and whenever a zygote cannot serve a request, the sandbox is
+//! started cold: a zygote only ever makes a spawn faster, never makes one fail.
+//!
+//! A zygote's children live in its pid namespace, so a zygote is only replaced (by a
+//! newer kind, least recently used first) while it has none; one that dies takes its
+//! children with it, and their watches report their ends as usual.
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use crate::sandbox::cgroup::CgroupManager;
+use crate::sandbox::zygote::{self, Zygote};
+use crate::sandbox::{Sandbox, SandboxSpec};
+
+/// Zygotes kept at once (each holds an interpreter with the data set: ~100 MB).
+pub const MAX_ZYGOTES: usize = 2;
+/// How long a zygote may take to load before it is given up.
+const READY_LIMIT: Duration = Duration::from_secs(120);
+/// After a zygote of a kind failed, that kind is started cold for this long.
+const COOL_DOWN: Duration = Duration::from_secs(60);
+
+struct Entry {
+    zygote: Zygote,
+    /// Spawner ids of the live sandboxes it forked.
+    children: HashSet<u64>,
+    last_used: Instant,
+    launched: Instant,
+}
+
+/// What one poll of the zygotes' descriptors is about.
+#[derive(Debug, Clone, Copy)]
+pub enum Event {
+    Control(usize),
+    Output(usize),
+    Ended(usize),
+}
+
+/// The zygotes of one spawner.
+pub struct Zygotes {
+    enabled: bool,
+    entries: Vec<Entry>,
+    /// Which zygote (by key) forked each live sandbox.
+    parent_of: HashMap<u64, String>,
+    cooling: HashMap<String, Instant>,
+}
+
+impl Zygotes {
+    pub fn new(enabled: bool) -> Zygotes {
+        Zygotes {
+            enabled,
+            entries: Vec::new(),
+            parent_of: HashMap::new(),
+            cooling: HashMap::new(),
+        }
+    }
+
+    /// A sandbox for `spec` forked from its zygote, or `None`: the caller spawns it cold.
+    /// Launches the zygote of a kind not seen before (ready for a later request).
+    pub fn fork(
+        &mut self,
+        id: u64,
+        spec: &SandboxSpec,
+        cgroups: Option<&CgroupManager>,
+    ) -> Option<Sandbox> {
+        if !self.enabled {
+            return None;
+        }
+        let key = zygote::key(spec)?;
+        let Some(i) = self.entries.iter().position(|e| e.zygote.key() == key) else {
+            self.launch(key, spec, cgroups);
+            return None;
+        };
+        let entry = &mut self.entries[i];
+        if !entry.zygote.is_ready() {
+            return None;
+        }
+        match entry.zygote.fork(spec, cgroups) {
+            Ok(sandbox) => {
+                entry.children.insert(id);
+                entry.last_used = Instant::now();
+                self.parent_of.insert(id, key);
+                Some(sandbox)
+            }
+            Err(zygote::Error::Sandbox(e)) => {
+                // The child failed in its own setup: the zygote is fine.
+                tracing::warn!(id, error = %format!("{:#}", anyhow::Error::new(e)), "a zygote child failed; starting the sandbox cold");
+                None
+            }
+            Err(e) => {
+                tracing::error!(id, error = %format!("{:#}", anyhow::Error::new(e)), "the zygote failed; starting cold and replacing it later");
+                self.remove(i, true);
+                None
+            }
+        }
+    }
+
+    fn launch(&mut self, key: String, spec: &SandboxSpec, cgroups: Option<&CgroupManager>) {
+        if self
+            .cooling
+            .get(&key)
+            .is_some_and(|until| Instant::now() < *until)
+        {
+            return;
+        }
+        if self.entries.len() >= MAX_ZYGOTES {
+            // Replace the least recently used zygote without children, if any.
+            let idle = (0..self.entries.len())
+                .filter(|i| self.entries[*i].children.is_empty())
+                .min_by_key(|i| self.entries[*i].last_used);
+            match idle {
+                Some(i) => self.remove(i, false),
+                None => return,
+            }
+        }
+        match Zygote::launch(spec, cgroups) {
+            Ok(zygote) => self.entries.push(Entry {
+                zygote,
+                children: HashSet::new(),
+                last_used: Instant::now(),
+                launched: Instant::now(),
+            }),
+            Err(e) => {
+                tracing::error!(error = %format!("{:#}", anyhow::Error::new(e)), "launching a zygote failed; its kind of sandbox starts cold for a minute");
+                self.cooling.insert(key, Instant::now() + COOL_DOWN);
+            }
+        }
+    }
+
+    /// A sandbox this spawner watched has ended.
+    pub fn child_ended(&mut self, id: u64) {
+        if let Some(key) = self.parent_of.remove(&id) {
+            if let Some(e) = self.entries.iter_mut().find(|e| e.zygote.key() == key) {
+                e.children.remove(&id);
+            }
+        }
+    }
+
+    /// The descriptors to poll, each with what its readiness means.
+    pub fn poll_fds(&self) -> Vec<(BorrowedFd<'_>, Event)> {
+        let mut out = Vec::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let [control, stdout, stderr] = e.zygote.poll_fds();
+            out.push((control, Event::Control(i)));
+            out.push((stdout, Event::Output(i)));
+            out.push((stderr, Event::Output(i)));
+            if let Some(pidfd) = e.zygote.pidfd() {
+                out.push((pidfd, Event::Ended(i)));
+            }
+        }
+        out
+    }
+
+    /// Handles what one poll reported (indices as [`Zygotes::poll_fds`] gave them).
+    pub fn handle(&mut self, events: &[Event]) {
+        let mut dead: Vec<usize> = Vec::new();
+        for event in events {
+            match *event {
+                Event::Output(i) => self.entries[i].zygote.drain_output(),
+                Event::Control(i) => {
+                    if let Err(e) = self.entries[i].zygote.on_readable() {
+                        tracing::warn!(error = %e, "a zygote ended");
+                        dead.push(i);
+                    }
+                }
+                Event::Ended(i) => {
+                    tracing::warn!("a zygote died");
+                    dead.push(i);
+                }
+            }
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            if !e.zygote.is_ready() && e.launched.elapsed() > READY_LIMIT {
+                tracing::error!("a zygote did not get ready in 2 minutes; giving it up");
+                dead.push(i);
+            }
+        }
+        dead.sort_unstable();
+        dead.dedup();
+        for i in dead.into_iter().rev() {
+            self.remove(i, true);
+        }
+    }
+
+    /// Kills zygote `i` (and any child it still has); `failed`: its kind cools down.
+    fn remove(&mut self, i: usize, failed: bool) {
+        let mut entry = self.entries.remove(i);
+        entry.zygote.drain_output();
+        if failed {
+            self.cooling
+                .insert(entry.zygote.key().to_string(), Instant::now() + COOL_DOWN);
+        }
+        for id in &entry.children {
+            self.parent_of.remove(id);
+        }
+        entry.zygote.shutdown();
+    }
+
+    /// Kills every zygote (the spawner is leaving).
+    pub fn shutdown(&mut self) {
+        while !self.entries.is_empty() {
+            self.remove(0, false);
+        }
+    }
+}
