@@ -145,3 +145,46 @@ fn a_child_killing_everything_it_can_leaves_the_zygote_serving() {
     let after = forked("print('next')");
     assert_eq!(after["stdout"], "next\n", "{after:#}");
 }
+
+#[test]
+fn the_zygote_maps_no_shared_writable_memory() {
+    if !zygote_on("the_zygote_maps_no_shared_writable_memory") {
+        return;
+    }
+    // A run forked from the zygote makes sure one exists.
+    forked("print(1)");
+    let zygotes: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            std::fs::read(p.join("cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c).contains("/opt/codebox/python/zygote.py")
+            })
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(!zygotes.is_empty(), "no zygote process found");
+    let mut checked = 0;
+    for z in &zygotes {
+        // A zygote is non-dumpable: only root reads its maps (it may also have ended).
+        let Ok(maps) = std::fs::read_to_string(format!("{z}/maps")) else {
+            continue;
+        };
+        checked += 1;
+        let shared_writable: Vec<&str> = maps
+            .lines()
+            .filter(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|p| p.starts_with("rw") && p.ends_with('s'))
+            })
+            .collect();
+        assert!(shared_writable.is_empty(), "{z}: {shared_writable:#?}");
+    }
+    if nix::unistd::geteuid().is_root() {
+        assert!(checked > 0, "no zygote's maps could be read");
+    } else {
+        println!("SKIP the_zygote_maps_no_shared_writable_memory: only root reads a non-dumpable process's maps");
+    }
+}

@@ -33,11 +33,13 @@ import importlib.util
 import json
 import os
 import posix
+import resource
 import select
 import signal
 import socket
 import struct
 import sys
+import time
 
 BOOT = "/opt/codebox/python/boot.py"
 CONTROL_FD = 3
@@ -124,8 +126,6 @@ _TRACE = [None]
 
 def trace(step):
     if _TRACE[0] is not None:
-        import time
-
         try:
             os.write(_TRACE[0], b"zygote trace %d %s %.3f\n" % (os.getpid(), step.encode(), time.monotonic() * 1000))
         except OSError:
@@ -137,6 +137,8 @@ def main(boot):
     config = json.loads(control.recv(1 << 20))
     if config.get("trace"):
         _TRACE[0] = os.dup(2)
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        config["cap_last"] = int(f.read())
     filter_bytes = bytes.fromhex(config["seccomp"])
     # Built once here: the children only point at it (no allocation after the fork).
     seccomp = SeccompProgram(filter_bytes) if filter_bytes else None
@@ -258,15 +260,10 @@ def c1(request, joins, fds, config, seccomp):
     stdout, stderr, channel, errors, status, control, reply = fds
     # 0. Into the execution's cgroups before anything else (this thread moves itself:
     #    writing 0 to a descriptor the spawner opened, checked with the spawner's rights).
-    trace("c1 joining")
-    if _TRACE[0] is not None:
-        for fd in joins:
-            trace("c1 join-target " + os.readlink("/proc/self/fd/%d" % fd).replace(" ", "_"))
     for i, fd in enumerate(joins):
         with oserror("JoinCgroup", i):
             os.write(fd, b"0")
         os.close(fd)
-        trace("c1 joined-%d" % i)
     trace("c1 joined")
     # 1. Fresh namespaces, under a user namespace of this child's own.
     check(libc.unshare(NAMESPACES), "ZygoteNamespaces")
@@ -356,8 +353,6 @@ def c2(request, fds, config, seccomp):
 def _watch(pid, control, status):
     """Reaps until the program ends or its deadline passes; reports its status and exits
     (the kernel then kills whatever is left in the namespace)."""
-    import time
-
     woken_r, woken_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(woken_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -441,16 +436,13 @@ def _c3(request, fds, config, seccomp, errors_slot):
     errors = errors_slot[0] = 4
     check(libc.syscall(SYS_CLOSE_RANGE, 5, 0xFFFFFFFF, 0), "CloseFds")
     # 5. Resource limits.
-    import resource
-
     limits = request["rlimits"]
     with oserror("Rlimit"):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits["nofile"], limits["nofile"]))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits["fsize"], limits["fsize"]))
     # 6. Every capability: bounding set, ambient, then inheritable, effective, permitted.
-    last = int(open("/proc/sys/kernel/cap_last_cap").read())
-    for cap in range(last + 1):
+    for cap in range(config["cap_last"] + 1):
         check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "DropCaps", 0)
     check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "DropCaps", 1)
     header = struct.pack("<Ii", LINUX_CAPABILITY_VERSION_3, 0)
@@ -527,6 +519,11 @@ def _reseed():
     import random
 
     random.seed()
+    # tempfile draws names from a generator it makes once per pid, and every child is
+    # pid 2, as the zygote is in its own namespace.
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile._name_sequence = None
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         try:
