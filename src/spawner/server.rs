@@ -17,6 +17,7 @@ use super::zygotes::{self, Zygotes};
 use crate::egress::NetworkSection;
 use crate::execution::Host;
 use crate::profile::Profile;
+use crate::sandbox::zygote::{PendingFork, Progress};
 use crate::sandbox::{self, NetworkAccess, SandboxSpec, Watch};
 
 /// Serves requests on `sock` until the supervisor closes it; returns when every sandbox
@@ -26,12 +27,21 @@ pub fn serve(sock: OwnedFd, host: &Host) {
     // Each profile is loaded (and its seccomp filter compiled) once, not per sandbox.
     let mut profiles: HashMap<String, Profile> = HashMap::new();
     let mut zygotes = Zygotes::new(host.zygote);
+    // Forks from a zygote whose child is not ready yet, with the spec to start cold if
+    // the fork fails.
+    let mut pending: HashMap<u64, (PendingFork, SandboxSpec)> = HashMap::new();
     loop {
         let ids: Vec<u64> = live.keys().copied().collect();
         let mut pfds = vec![PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
         pfds.extend(
             ids.iter()
                 .map(|id| PollFd::new(live[id].pidfd(), PollFlags::POLLIN)),
+        );
+        let forks: Vec<u64> = pending.keys().copied().collect();
+        pfds.extend(
+            forks
+                .iter()
+                .map(|id| PollFd::new(pending[id].0.poll_fd(), PollFlags::POLLIN)),
         );
         let zygote_fds = zygotes.poll_fds();
         let zygote_events: Vec<zygotes::Event> = zygote_fds.iter().map(|(_, e)| *e).collect();
@@ -40,11 +50,17 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                 .iter()
                 .map(|(fd, _)| PollFd::new(*fd, PollFlags::POLLIN)),
         );
-        // A zygote still loading is checked for its time limit now and then.
-        let timeout = if zygote_events.is_empty() {
-            PollTimeout::NONE
-        } else {
-            PollTimeout::from(5_000u16)
+        // A zygote still loading is checked for its time limit now and then, a fork under
+        // way at its deadline.
+        let next_deadline = pending.values().map(|(p, _)| p.deadline()).min();
+        let timeout = match (next_deadline, zygote_events.is_empty()) {
+            (Some(at), _) => {
+                let left = at.saturating_duration_since(std::time::Instant::now());
+                PollTimeout::try_from(left.max(std::time::Duration::from_millis(1)))
+                    .unwrap_or(PollTimeout::MAX)
+            }
+            (None, true) => PollTimeout::NONE,
+            (None, false) => PollTimeout::from(5_000u16),
         };
         match poll(&mut pfds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -66,10 +82,40 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                 report_exit(&sock, *id, watch);
             }
         }
+        for (i, id) in forks.iter().enumerate() {
+            let (mut fork, spec) = pending.remove(id).expect("pending fork");
+            let progress = if ready[1 + ids.len() + i] {
+                fork.advance()
+            } else if std::time::Instant::now() >= fork.deadline() {
+                Progress::Failed(fork.expire())
+            } else {
+                pending.insert(*id, (fork, spec));
+                continue;
+            };
+            match progress {
+                Progress::Waiting => {
+                    pending.insert(*id, (fork, spec));
+                }
+                Progress::Ready(sandbox) => {
+                    if let Some(watch) = hand_over(&sock, *id, sandbox) {
+                        live.insert(*id, watch);
+                    } else {
+                        zygotes.child_ended(*id);
+                    }
+                }
+                Progress::Failed(e) => {
+                    tracing::warn!(id, error = %chain(&e), "a fork from the zygote failed; starting the sandbox cold");
+                    zygotes.fork_failed(*id, &e);
+                    if let Some(watch) = spawn_cold(&sock, host, *id, &spec) {
+                        live.insert(*id, watch);
+                    }
+                }
+            }
+        }
         let fired: Vec<zygotes::Event> = zygote_events
             .iter()
             .enumerate()
-            .filter(|(i, _)| ready[1 + ids.len() + i])
+            .filter(|(i, _)| ready[1 + ids.len() + forks.len() + i])
             .map(|(_, e)| *e)
             .collect();
         zygotes.handle(&fired);
@@ -79,10 +125,14 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                     // At most one descriptor comes with a spawn: the workspace mount. Ours
                     // closes once the sandbox's init holds its own copy.
                     let mount = fds.first().map(AsRawFd::as_raw_fd);
-                    if let Some(watch) =
-                        spawn_one(&sock, host, &mut profiles, &mut zygotes, id, &spec, mount)
-                    {
-                        live.insert(id, watch);
+                    match spawn_one(&sock, host, &mut profiles, &mut zygotes, id, &spec, mount) {
+                        Spawning::Ready(watch) => {
+                            live.insert(id, watch);
+                        }
+                        Spawning::Forking(fork) => {
+                            pending.insert(id, *fork);
+                        }
+                        Spawning::Failed => {}
                     }
                 }
                 Ok(Some((Request::Kill { id }, _))) => {
@@ -108,6 +158,7 @@ pub fn serve(sock: OwnedFd, host: &Host) {
         }
     }
     // The supervisor is gone: nothing of ours may outlive it.
+    pending.clear();
     zygotes.shutdown();
     for (id, watch) in live.drain() {
         let _ = watch.kill();
@@ -115,6 +166,16 @@ pub fn serve(sock: OwnedFd, host: &Host) {
             tracing::error!(?e, id, "clean-up after the supervisor left failed");
         }
     }
+}
+
+/// What became of a spawn request.
+enum Spawning {
+    Ready(Watch),
+    /// Forked from a zygote; ready when the fork completes (the spec starts it cold if
+    /// the fork fails).
+    Forking(Box<(PendingFork, SandboxSpec)>),
+    /// Failed, and the supervisor was told.
+    Failed,
 }
 
 fn spawn_one(
@@ -125,21 +186,39 @@ fn spawn_one(
     id: u64,
     spec: &SpawnSpec,
     mount: Option<std::os::fd::RawFd>,
-) -> Option<Watch> {
-    let sandbox = match build(host, profiles, spec, mount).and_then(|s| {
-        match zygotes.fork(id, &s, host.cgroups.as_ref()) {
-            Some(forked) => Ok(forked),
-            None => sandbox::spawn(&s, host.cgroups.as_ref())
-                .map_err(|e| format!("{:#}", anyhow::Error::new(e))),
-        }
-    }) {
-        Ok(sandbox) => sandbox,
+) -> Spawning {
+    let built = match build(host, profiles, spec, mount) {
+        Ok(built) => built,
         Err(error) => {
             tracing::warn!(id, %error, "spawn failed");
             let _ = wire::send(sock.as_fd(), &Response::Failed { id, error }, &[]);
-            return None;
+            return Spawning::Failed;
         }
     };
+    if let Some(fork) = zygotes.start_fork(id, &built, host.cgroups.as_ref()) {
+        return Spawning::Forking(Box::new((fork, built)));
+    }
+    match spawn_cold(sock, host, id, &built) {
+        Some(watch) => Spawning::Ready(watch),
+        None => Spawning::Failed,
+    }
+}
+
+/// Clones a sandbox for `spec` and hands it over; tells the supervisor when it fails.
+fn spawn_cold(sock: &OwnedFd, host: &Host, id: u64, spec: &SandboxSpec) -> Option<Watch> {
+    match sandbox::spawn(spec, host.cgroups.as_ref()) {
+        Ok(sandbox) => hand_over(sock, id, sandbox),
+        Err(e) => {
+            let error = format!("{:#}", anyhow::Error::new(e));
+            tracing::warn!(id, %error, "spawn failed");
+            let _ = wire::send(sock.as_fd(), &Response::Failed { id, error }, &[]);
+            None
+        }
+    }
+}
+
+/// Passes a ready sandbox's descriptors to the supervisor; keeps its watch.
+fn hand_over(sock: &OwnedFd, id: u64, sandbox: sandbox::Sandbox) -> Option<Watch> {
     let (io, watch) = sandbox.into_parts();
     let status = match watch.status_reader() {
         Ok(fd) => fd,
@@ -261,4 +340,16 @@ fn report_exit(sock: &OwnedFd, id: u64, watch: Watch) {
     if let Err(e) = wire::send(sock.as_fd(), &Response::Exited { id, ending }, &[]) {
         tracing::error!(?e, id, "cannot report a sandbox exit");
     }
+}
+
+/// An error with its sources, in one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }

@@ -13,8 +13,8 @@ use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use crate::sandbox::cgroup::CgroupManager;
-use crate::sandbox::zygote::{self, Zygote};
-use crate::sandbox::{Sandbox, SandboxSpec};
+use crate::sandbox::zygote::{self, PendingFork, Zygote};
+use crate::sandbox::SandboxSpec;
 
 /// Zygotes kept at once (each holds an interpreter with the data set: ~100 MB).
 pub const MAX_ZYGOTES: usize = 2;
@@ -58,14 +58,15 @@ impl Zygotes {
         }
     }
 
-    /// A sandbox for `spec` forked from its zygote, or `None`: the caller spawns it cold.
-    /// Launches the zygote of a kind not seen before (ready for a later request).
-    pub fn fork(
+    /// A fork of a sandbox for `spec` from its zygote, under way, or `None`: the caller
+    /// spawns it cold. Launches the zygote of a kind not seen before (ready for a later
+    /// request). A fork that fails later is reported with [`Zygotes::fork_failed`].
+    pub fn start_fork(
         &mut self,
         id: u64,
         spec: &SandboxSpec,
         cgroups: Option<&CgroupManager>,
-    ) -> Option<Sandbox> {
+    ) -> Option<PendingFork> {
         if !self.enabled {
             return None;
         }
@@ -78,12 +79,12 @@ impl Zygotes {
         if !entry.zygote.is_ready() {
             return None;
         }
-        match entry.zygote.fork(spec, cgroups) {
-            Ok(sandbox) => {
+        match entry.zygote.start_fork(spec, cgroups) {
+            Ok(pending) => {
                 entry.children.insert(id);
                 entry.last_used = Instant::now();
                 self.parent_of.insert(id, key);
-                Some(sandbox)
+                Some(pending)
             }
             Err(zygote::Error::Sandbox(e)) => {
                 // The child failed in its own setup: the zygote is fine.
@@ -127,6 +128,19 @@ impl Zygotes {
                 tracing::error!(error = %format!("{:#}", anyhow::Error::new(e)), "launching a zygote failed; its kind of sandbox starts cold for a minute");
                 self.cooling.insert(key, Instant::now() + COOL_DOWN);
             }
+        }
+    }
+
+    /// A fork under way failed: a failure of the child's own setup leaves its zygote as
+    /// it is; anything else (the zygote broke the protocol, did not answer) replaces it.
+    pub fn fork_failed(&mut self, id: u64, error: &zygote::Error) {
+        let key = self.parent_of.get(&id).cloned();
+        self.child_ended(id);
+        if matches!(error, zygote::Error::Sandbox(_)) {
+            return;
+        }
+        if let Some(i) = key.and_then(|k| self.entries.iter().position(|e| e.zygote.key() == k)) {
+            self.remove(i, true);
         }
     }
 

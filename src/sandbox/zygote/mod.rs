@@ -24,6 +24,7 @@
 //!    result is an ordinary [`Sandbox`] whose [`Watch`] waits on that pidfd instead of
 //!    reaping (the zygote, a subreaper, reaps its children).
 
+mod pending;
 mod plan;
 
 use std::io::{IoSlice, Read};
@@ -32,16 +33,17 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recv, sendmsg, ControlMessage, MsgFlags};
-use nix::unistd::Pid;
 
+pub use pending::{PendingFork, Progress};
 pub use plan::{key, ZYGOTE_PROGRAM};
+
+use pending::Parts;
 
 use super::cgroup::CgroupManager;
 use super::fds::{self, ChannelKind};
-use super::report::{self, FAILURE_LEN};
-use super::spawn::{cgroup_limits, read_start_records, setup_error, spawn_with};
+use super::spawn::{cgroup_limits, spawn_with};
 use super::spec::SandboxSpec;
-use super::{lifeline, Reaper, Sandbox, SandboxIo, Watch};
+use super::{Sandbox, SandboxIo, Watch};
 use crate::stopwatch::Stopwatch;
 
 /// How long a fork may take until the child's init has reported its pidfd.
@@ -216,6 +218,16 @@ impl Zygote {
     /// Forks a sandbox for `child` (which must have this zygote's [`key`]): returns once
     /// its program is ready, as [`super::spawn`] does after `execve`.
     pub fn fork(&self, child: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sandbox> {
+        self.start_fork(child, cgroups)?.wait()
+    }
+
+    /// Sends the fork request for `child`; the [`PendingFork`] completes as its
+    /// descriptor becomes readable (a single-threaded caller serves others meanwhile).
+    pub fn start_fork(
+        &self,
+        child: &SandboxSpec,
+        cgroups: Option<&CgroupManager>,
+    ) -> Result<PendingFork> {
         if !self.ready {
             return Err(Error::NotReady);
         }
@@ -286,73 +298,22 @@ impl Zygote {
         ));
         let send_us = sw.lap_us();
 
-        // The child's init sends its pidfd; end of file instead means the child failed
-        // before that (its record is on the errors pipe).
-        let pidfd = match wait_for_pidfd(reply.as_fd()) {
-            Ok(Some(pidfd)) => pidfd,
-            Ok(None) => {
-                let mut record = [0u8; FAILURE_LEN];
-                let got = fds::read_full(errors_r.as_fd(), &mut record).unwrap_or(0);
-                let failure = (got == FAILURE_LEN)
-                    .then(|| report::decode_failure(&record, &[]))
-                    .flatten();
-                drop(cgroup);
-                return Err(match failure {
-                    Some(failure) => {
-                        let source = std::io::Error::from_raw_os_error(failure.errno);
-                        tracing::error!(%failure, ?source, "zygote child setup failed");
-                        super::Error::Setup { failure, source }.into()
-                    }
-                    None => super::Error::SetupCutOff.into(),
-                });
-            }
-            Err(e) => {
-                tracing::error!(?e, "no pidfd from the zygote's child");
-                return Err(e);
-            }
-        };
-        let pid = pid_of(&pidfd).unwrap_or(Pid::from_raw(0));
-        let forked_us = sw.lap_us();
-        let mut sandbox = Sandbox {
-            io: SandboxIo {
+        Ok(PendingFork {
+            reply,
+            errors: errors_r,
+            parts: Some(Parts {
                 stdout: stdout_r,
                 stderr: stderr_r,
                 channel,
-                landlock: None,
-                egress: None,
-            },
-            watch: Watch {
-                pid,
-                pidfd,
                 status: status_r,
                 cgroup,
-                control: lifeline::Control::new(control_w),
-                reaped: false,
-                reaper: Reaper::Zygote,
-            },
-            started: Instant::now(),
-        };
-        let (got, record) = read_start_records(&errors_r, &mut sandbox)?;
-        tracing::debug!(
-            cgroup_us,
-            send_us,
-            forked_us,
-            child_setup_us = sw.lap_us(),
-            total_us = sw.total_us(),
-            pid = pid.as_raw(),
-            "zygote fork steps"
-        );
-        match got {
-            0 => Ok(sandbox.started_now()),
-            FAILURE_LEN => {
-                let failure = report::decode_failure(&record, &[]);
-                Err(setup_error(sandbox, failure).into())
-            }
-            _ => {
-                tracing::error!(got, ?record, "a zygote child's setup was cut off");
-                Err(super::Error::SetupCutOff.into())
-            }
-        }
+                control: control_w,
+            }),
+            sandbox: None,
+            deadline: Instant::now() + FORK_TIMEOUT,
+            sw,
+            steps_us: (cgroup_us, send_us, 0),
+        })
     }
 
     /// The zygote's pidfd: readable once it has ended.
@@ -390,49 +351,4 @@ fn send(sock: BorrowedFd<'_>, message: &[u8], fds: &[RawFd]) -> std::io::Result<
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-/// Waits for the child's pidfd on `reply`: `None` at end of file.
-fn wait_for_pidfd(reply: BorrowedFd<'_>) -> Result<Option<OwnedFd>> {
-    let mut pfd = [PollFd::new(reply, PollFlags::POLLIN)];
-    let timeout = PollTimeout::try_from(FORK_TIMEOUT).unwrap_or(PollTimeout::MAX);
-    loop {
-        match poll(&mut pfd, timeout) {
-            Ok(0) => {
-                return Err(Error::Protocol(
-                    "no answer to a fork request in 10 s".into(),
-                ))
-            }
-            Ok(_) => break,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                return Err(Error::Io {
-                    doing: "waiting for the zygote's child",
-                    source: e.into(),
-                })
-            }
-        }
-    }
-    match super::netns::receive_fd(reply) {
-        Ok(fd) => Ok(Some(fd)),
-        // End of file (no descriptor came): the child died before sending it.
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData || e.raw_os_error().is_none() => {
-            Ok(None)
-        }
-        Err(source) => Err(Error::Io {
-            doing: "receiving the child's pidfd",
-            source,
-        }),
-    }
-}
-
-/// The pid (in this process's pid namespace) of the process `pidfd` refers to.
-fn pid_of(pidfd: &OwnedFd) -> Option<Pid> {
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
-    let line = info.lines().find_map(|l| l.strip_prefix("Pid:"))?;
-    line.trim()
-        .parse()
-        .ok()
-        .filter(|p: &i32| *p > 0)
-        .map(Pid::from_raw)
 }
