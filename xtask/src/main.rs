@@ -10,6 +10,7 @@ use std::process::ExitCode;
 mod bench;
 mod bench_compare;
 mod bench_datasets;
+mod bench_sdk;
 mod bench_throughput;
 mod dist;
 mod image;
@@ -34,6 +35,8 @@ Commands:
                     properties, `haproxy -c` and the balancer's routing on loopback
   bench-throughput  executions per second of one `codebox serve --http` under K clients,
                     latency, warm starts, and a leak check
+  bench-sdk         tool-call latency as the official Python MCP SDK sees it over stdio:
+                    over the client's floor, warm and in bursts, next to mcp-run-python
 
 Run `cargo xtask <command> --help` for a command's options.
 ";
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Some("bench-compare") => bench_compare::run(&rest),
         Some("bench-throughput") => bench_throughput::run(&rest),
         Some("bench-datasets") => bench_datasets::run(&rest),
+        Some("bench-sdk") => bench_sdk::run(&rest),
         Some("check-kubernetes") => test::check_kubernetes(&rest),
         // `test`, `ci` and `bench` are dispatched here, each to its own module.
         None | Some("help" | "-h" | "--help") => {

@@ -4,12 +4,17 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
 /// No answer for this long is a hung server, not a slow one.
 const READ_TIMEOUT: Duration = Duration::from_secs(120);
+/// A connection idle for longer is not reused: the server closes a kept-alive connection
+/// that waits for its next request past its header timeout (10 s), so a session idle
+/// through a long load (bench-throughput's control session) would find it gone. httpx
+/// keeps idle connections for 5 s too.
+const KEEP_IDLE: Duration = Duration::from_secs(5);
 
 pub struct Response {
     pub status: u16,
@@ -31,14 +36,23 @@ pub struct Connection {
     addr: SocketAddr,
     /// `None` after the server asked to close; reopened on the next request.
     stream: Option<(TcpStream, BufReader<TcpStream>)>,
+    /// When the last response was read: past [`KEEP_IDLE`] the stream is replaced.
+    last_used: Instant,
 }
 
 impl Connection {
     pub fn new(addr: SocketAddr) -> Connection {
-        Connection { addr, stream: None }
+        Connection {
+            addr,
+            stream: None,
+            last_used: Instant::now(),
+        }
     }
 
     fn stream(&mut self) -> Result<&mut (TcpStream, BufReader<TcpStream>)> {
+        if self.last_used.elapsed() > KEEP_IDLE {
+            self.stream = None;
+        }
         if self.stream.is_none() {
             let s = TcpStream::connect(self.addr)
                 .with_context(|| format!("cannot connect to {}", self.addr))?;
@@ -76,6 +90,7 @@ impl Connection {
                 .context("cannot send the request")?;
             read_response(reader)
         })();
+        self.last_used = Instant::now();
         match &result {
             Ok(r)
                 if !r

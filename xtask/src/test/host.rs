@@ -61,7 +61,7 @@ pub fn ensure_kube_validate(root: &Path) -> Result<std::path::PathBuf> {
 }
 
 /// `pip install --target dir package`, unless `dir/marker` shows it is there already.
-fn pip_install_into(dir: &Path, package: &str, marker: &str) -> Result<()> {
+pub fn pip_install_into(dir: &Path, package: &str, marker: &str) -> Result<()> {
     if dir.join(marker).exists() {
         println!("present: {}", dir.display());
         return Ok(());

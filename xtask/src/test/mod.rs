@@ -15,7 +15,7 @@
 
 mod conformance;
 pub mod delegate;
-mod host;
+pub(crate) mod host;
 mod kubernetes;
 mod leaks;
 mod release;
