@@ -9,7 +9,8 @@ Per language (`execute_python print(1)`, then `execute_typescript console.log(1)
 until `health` shows the pool settled (every sandbox it keeps idle), then runs BURSTS
 (default 3) bursts of CALLS (default 20) calls, each call sent as soon as the previous
 answered, PAUSE_S (default 5) seconds apart. Prints per burst the pattern, the warm count,
-the median and the slowest call, and what `health` says of the pool after it. SERVE_ARGS
+the median and the slowest call, and what `health` says of the pool after it (with more
+than 10 bursts, e.g. lone calls with CALLS 1, only the summary of all calls). SERVE_ARGS
 go to `codebox serve` (e.g. `--pool-size 2 --pool-max 8`); the environment's CODEBOX_*
 apply too.
 """
@@ -74,6 +75,8 @@ def summary(p):
 
 async def main():
     binary, bursts, calls, pause, serve = args()
+    # Many bursts (e.g. lone calls: CALLS 1): only the summary.
+    quiet = bursts > 10
     env = server_env()
     params = StdioServerParameters(command=binary, args=["serve", *serve], env=env)
     async with stdio_client(params) as (r, w):
@@ -82,6 +85,7 @@ async def main():
             for language, tool, code in CASES:
                 print(f"{tool} {code!r}: {bursts} bursts of {calls} back-to-back calls, {pause} s apart")
                 print(f"  settled: {summary(await settled(s, language))}")
+                every, warm_all = [], 0
                 for b in range(bursts):
                     pattern, times = "", []
                     for _ in range(calls):
@@ -90,10 +94,16 @@ async def main():
                         times.append((time.perf_counter() - start) * 1000)
                         assert not res.is_error, res
                         pattern += "W" if res.structured_content.get("start") == "warm" else "c"
-                    print(f"  burst {b + 1}: {pattern}  warm {pattern.count('W')}/{calls}, "
-                          f"median {statistics.median(times):.2f} ms, max {max(times):.2f} ms")
-                    print(f"    after: {summary(pool_of(await health(s), language))}")
+                    every += times
+                    warm_all += pattern.count("W")
+                    if not quiet:
+                        print(f"  burst {b + 1}: {pattern}  warm {pattern.count('W')}/{calls}, "
+                              f"median {statistics.median(times):.2f} ms, max {max(times):.2f} ms")
+                        print(f"    after: {summary(pool_of(await health(s), language))}")
                     await anyio.sleep(pause)
+                print(f"  all {len(every)} calls: warm {warm_all}, median {statistics.median(every):.2f} ms, "
+                      f"p90 {statistics.quantiles(every, n=10)[-1]:.2f} ms")
+                print(f"  pool now: {summary(pool_of(await health(s), language))}")
 
 
 anyio.run(main)

@@ -37,11 +37,13 @@ use super::upstreams::McpConfigs;
 const DEFAULT_POOL_SIZE: usize = 2;
 
 /// The most warm sandboxes per language when nothing says otherwise (or the floor, if
-/// that is higher). The pool needs about (calls per second × time to ready) + 1: measured
-/// on a 2-core VM, back-to-back TypeScript calls (~10 ms apart, ~50 ms to ready) want 6,
-/// Python forked from a pre-initialised interpreter fewer; 8 covers them. It bounds what a
-/// flood can make the pool hold: 8 × (68 MiB for a Python with the data set preloaded +
-/// 11 MiB for a Deno) ≈ 630 MiB idle at most, and only until `pool_shrink_after`.
+/// that is higher). The pool wants the calls arriving within one time to ready + 1: on a
+/// 2-core VM a warm TypeScript call takes ~10 ms and a Deno ~40-50 ms to come up (README's
+/// tables), so back-to-back calls want about 6 (4 measured on a busy VM, README "Warm
+/// pool"); a Python forked from a pre-initialised interpreter in a few ms wants ~3. A
+/// Python started with the data set preloaded (~1 s) would want more than any sane
+/// memory: 8 bounds what a flood can make the pool hold to 8 × (68 MiB for such a Python
+/// + 11 MiB for a Deno) ≈ 630 MiB idle, and only until `pool_shrink_after`.
 const DEFAULT_POOL_MAX: usize = 8;
 
 /// How long the pool keeps what a burst grew when nothing says otherwise: longer than an
