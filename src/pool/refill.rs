@@ -27,7 +27,7 @@ pub(super) async fn run(pool: Arc<Inner>) {
         tokio::pin!(woken);
         woken.as_mut().enable();
         let now = Instant::now();
-        let (jobs, excess, next_change) = {
+        let (jobs, next_change) = {
             let mut st = pool.lock();
             if st.closed {
                 break;
@@ -60,16 +60,16 @@ pub(super) async fn run(pool: Arc<Inner>) {
                     next_change = Some(next_change.map_or(at, |n| n.min(at)));
                 }
             }
-            (jobs, excess, next_change)
+            if !excess.is_empty() {
+                tracing::debug!(killed = excess.len(), "the pool shrinks");
+                // Dropping a slot's `take` makes its holder kill the sandbox; the holder
+                // is awaited at shutdown like a retired one (under this same lock, so a
+                // shutdown cannot miss it).
+                st.retiring.retain(|h| !h.is_finished());
+                st.retiring.extend(excess.into_iter().map(|s| s.holder));
+            }
+            (jobs, next_change)
         };
-        if !excess.is_empty() {
-            tracing::debug!(killed = excess.len(), "the pool shrinks");
-            // Dropping a slot's `take` makes its holder kill the sandbox; the holder is
-            // awaited at shutdown like a retired one.
-            let mut st = pool.lock();
-            st.retiring.retain(|h| !h.is_finished());
-            st.retiring.extend(excess.into_iter().map(|s| s.holder));
-        }
         for (language, template, generation) in jobs {
             starting.spawn(start_one(pool.clone(), language, template, generation));
         }
