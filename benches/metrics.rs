@@ -64,7 +64,12 @@ fn bench(c: &mut Criterion) {
             .iter()
             .map(|&language| PoolFigures {
                 language,
+                floor: 2,
+                ceiling: 8,
                 target: 2,
+                arrival_rate_per_s: 1.0,
+                ready_seconds: Some(0.05),
+                shrunk: 0,
                 warm: 2,
                 starting: 0,
                 handed_out: 100,

@@ -142,7 +142,7 @@ fn runtime_cold_and_warm(
     let pool = rt.block_on(async {
         WarmPool::new(
             client.clone(),
-            POOL_SIZE,
+            codebox::pool::Bounds::fixed(POOL_SIZE),
             [(language, template)].into_iter().collect(),
         )
     });

@@ -9,6 +9,9 @@
 //! ```toml
 //! profile = "default"
 //! concurrency = 4
+//! pool_size = 2                                     # warm sandboxes per language, at least (0: none)
+//! pool_max = 8                                      # ... and at most, as demand grows
+//! pool_shrink_after = "60s"                         # held that long after demand fell
 //! queue = 32
 //! max_timeout = "5m"
 //! rootfs = "/opt/codebox/rootfs"
@@ -80,8 +83,13 @@ pub struct Config {
     pub profile: Option<String>,
     pub rootfs: Option<PathBuf>,
     pub concurrency: Option<usize>,
-    /// Sandboxes kept started and waiting, per language (0: no warm pool).
+    /// Sandboxes kept started and waiting, per language, at least (0: no warm pool).
     pub pool_size: Option<usize>,
+    /// ... and at most, as the pool follows demand (default 8, at least `pool_size`).
+    pub pool_max: Option<usize>,
+    /// How long the pool keeps sandboxes above what demand wants now before it kills
+    /// them (default 60s).
+    pub pool_shrink_after: Option<String>,
     pub queue: Option<usize>,
     pub max_timeout: Option<String>,
     /// Bytes of `files` one call may bring, all files together (default 10M; an MCP
@@ -359,6 +367,12 @@ impl Config {
         }
         if let Some(v) = env("CODEBOX_POOL_SIZE") {
             self.pool_size = Some(num("CODEBOX_POOL_SIZE", v)?);
+        }
+        if let Some(v) = env("CODEBOX_POOL_MAX") {
+            self.pool_max = Some(num("CODEBOX_POOL_MAX", v)?);
+        }
+        if let Some(v) = env("CODEBOX_POOL_SHRINK_AFTER") {
+            self.pool_shrink_after = Some(v);
         }
         if let Some(v) = env("CODEBOX_QUEUE") {
             self.queue = Some(num("CODEBOX_QUEUE", v)?);
@@ -709,6 +723,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("CODEBOX_QUEUE"), "{e}");
+    }
+
+    #[test]
+    fn pool_bounds_from_file_and_environment() {
+        let mut c = Config::parse(
+            "pool_size = 1\npool_max = 6\npool_shrink_after = \"30s\"\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.pool_size, c.pool_max, c.pool_shrink_after.as_deref()),
+            (Some(1), Some(6), Some("30s"))
+        );
+        c.apply_env(&env_of(&[
+            ("CODEBOX_POOL_MAX", "12"),
+            ("CODEBOX_POOL_SHRINK_AFTER", "2m"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.pool_max, c.pool_shrink_after.as_deref()),
+            (Some(12), Some("2m"))
+        );
+        for bad in ["-1", "eight", ""] {
+            let e = c
+                .apply_env(&env_of(&[("CODEBOX_POOL_MAX", bad)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("CODEBOX_POOL_MAX") && e.contains("not a number"),
+                "{e}"
+            );
+        }
+        // A wrong type is pointed at (line and column), like every other key's.
+        let e = Config::parse("pool_max = \"8\"\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 1, column 12") && e.contains("expected usize"),
+            "{e}"
+        );
+        let e = Config::parse("pool_maximum = 8\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pool_maximum"), "{e}");
     }
 
     #[test]

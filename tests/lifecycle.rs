@@ -305,7 +305,9 @@ const SPIN: &str = "while True: pass";
 /// their request ids and the spinning processes once both spin.
 fn start_spinners(server: &mut Server) -> (u64, u64, BTreeSet<i32>) {
     server.until_pool_ready();
-    // The pool holds one python sandbox: the first call takes it, the second is cold.
+    // The pool holds one python sandbox (a fixed pool: `--pool-max 1`, so no burst grows
+    // it and no extra preloading interpreter burns CPU beside the spinners): the first
+    // call takes it, the second is cold.
     let pooled = server.execute(SPIN, 5_000);
     let cold = server.execute(SPIN, 300_000);
     let spinners = until_spinning(server.pid(), 2, "two sandboxes spin");
@@ -325,7 +327,7 @@ fn a_killed_spawner_takes_its_sandboxes_along_and_is_replaced() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut server = Server::start(&["--pool-size", "1"]);
+    let mut server = Server::start(&["--pool-size", "1", "--pool-max", "1"]);
     let owner = server.pid();
     let old_spawner = server.spawner_pid();
     // A Ctrl-C or a service manager's SIGTERM to every process is the server's to handle
@@ -424,7 +426,7 @@ fn a_killed_server_takes_its_sandboxes_along() {
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for also_the_spawner in [false, true] {
-        let mut server = Server::start(&["--pool-size", "1"]);
+        let mut server = Server::start(&["--pool-size", "1", "--pool-max", "1"]);
         let owner = server.pid();
         let spawner = server.spawner_pid();
         start_spinners(&mut server);
@@ -455,7 +457,7 @@ fn a_stopped_server_cannot_stretch_a_timeout() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut server = Server::start(&["--pool-size", "1"]);
+    let mut server = Server::start(&["--pool-size", "1", "--pool-max", "1"]);
     let owner = server.pid();
     server.until_pool_ready();
     // Pooled, then cold: each sandbox's init knows the run's deadline (armed at the
@@ -514,7 +516,14 @@ fn sigterm_on_stdio_drains_answers_and_exits_with_stdin_open() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut server = Server::start(&["--pool-size", "1", "--drain-timeout", "1s"]);
+    let mut server = Server::start(&[
+        "--pool-size",
+        "1",
+        "--pool-max",
+        "1",
+        "--drain-timeout",
+        "1s",
+    ]);
     let owner = server.pid();
     let (pooled, cold, _) = start_spinners(&mut server);
     nix::sys::signal::kill(
@@ -552,7 +561,7 @@ fn a_spawner_that_cannot_be_replaced_ends_the_server_with_a_clear_error() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut server = Server::start(&["--pool-size", "1"]);
+    let mut server = Server::start(&["--pool-size", "1", "--pool-max", "1"]);
     let owner = server.pid();
     let spawner = server.spawner_pid();
     start_spinners(&mut server);
@@ -630,7 +639,7 @@ fn sandboxes_die_with_their_spawner_on_their_own() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut server = Server::start(&["--pool-size", "1"]);
+    let mut server = Server::start(&["--pool-size", "1", "--pool-max", "1"]);
     let owner = server.pid();
     let spawner = server.spawner_pid();
     let factory = children_of(owner)[0];
@@ -687,7 +696,7 @@ fn a_program_that_claims_its_end_is_ended() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut server = Server::start(&["--pool-size", "1"]);
+    let mut server = Server::start(&["--pool-size", "1", "--pool-max", "1"]);
     let owner = server.pid();
     server.until_pool_ready();
     let claim = r#"

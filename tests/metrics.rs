@@ -466,8 +466,11 @@ fn prometheus_scrapes_what_was_run() {
     }
     let up = prometheus.query("up{job=\"codebox\"}");
     assert_eq!(up[0]["value"][1], "1", "{up:?}");
-    let warm = prometheus.query("codebox_pool_target{language=\"python\"}");
-    assert_eq!(warm[0]["value"][1], "1", "{warm:?}");
+    // The floor as configured; the target follows demand between it and the ceiling.
+    let floor = prometheus.query("codebox_pool_floor{language=\"python\"}");
+    assert_eq!(floor[0]["value"][1], "1", "{floor:?}");
+    let ceiling = prometheus.query("codebox_pool_ceiling{language=\"python\"}");
+    assert_eq!(ceiling[0]["value"][1], "8", "{ceiling:?}");
     let p99 = prometheus.query(
         "histogram_quantile(0.99, sum by (le) (codebox_execution_duration_seconds_bucket{language=\"python\"}))",
     );

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use codebox::execution::Host;
-use codebox::pool::{Template, WarmPool};
+use codebox::pool::{Bounds, Template, WarmPool};
 use codebox::profile::Profile;
 use codebox::rootfs;
 use codebox::runtime::{self, Language};
@@ -94,6 +94,14 @@ fn main() {
             "shutdown_removes_every_pooled_sandbox_and_cgroup",
             shutdown_removes_everything,
         ),
+        Trial::test(
+            "a_burst_grows_the_pool_which_serves_the_next_one_warm_then_shrinks_back",
+            burst_grows_then_shrinks,
+        ),
+        Trial::test(
+            "a_flood_never_grows_the_pool_past_its_ceiling",
+            flood_stays_under_the_ceiling,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -133,7 +141,7 @@ fn pool(size: usize, languages: &[Language]) -> WarmPool {
             )
         })
         .collect();
-    WarmPool::new(client().clone(), size, templates)
+    WarmPool::new(client().clone(), Bounds::fixed(size), templates)
 }
 
 fn check(cond: bool, msg: impl Into<String>) -> Result<(), Failed> {
@@ -579,6 +587,206 @@ fn shutdown_removes_everything() -> Result<(), Failed> {
             pool.take(&spec(Language::Python)).await.is_none(),
             "a closed pool hands nothing out",
         )?;
+        Ok(())
+    })
+}
+
+/// A pool that follows demand: between `floor` and `ceiling`, held `shrink_after`.
+fn adaptive(floor: usize, ceiling: usize, shrink_after: Duration, language: Language) -> WarmPool {
+    let templates = [(
+        language,
+        Template {
+            spec: spec(language),
+            hold: None,
+        },
+    )]
+    .into_iter()
+    .collect();
+    let bounds = Bounds::new(floor, ceiling, shrink_after).expect("bounds");
+    WarmPool::new(client().clone(), bounds, templates)
+}
+
+/// Runs `n` programs one after another, each sent as soon as the last answered; which
+/// were warm.
+async fn sequential(pool: &WarmPool, language: Language, n: usize) -> Result<Vec<bool>, Failed> {
+    let mut warm = Vec::new();
+    for i in 0..n {
+        let r = run(
+            Some(pool),
+            language,
+            &format!("console.log({i})"),
+            Duration::from_secs(30),
+        )
+        .await?;
+        check(
+            r.stdout == format!("{i}\n"),
+            format!("{:?} {:?}", r.stdout, r.stderr),
+        )?;
+        warm.push(r.warm);
+    }
+    Ok(warm)
+}
+
+fn burst_grows_then_shrinks() -> Result<(), Failed> {
+    // TypeScript: a warm run (code delivered to a started Deno) is much shorter than a
+    // start (a Deno start and the runtime's load), so back-to-back calls arrive within a
+    // time-to-ready of each other: the demand the pool must follow.
+    const LANGUAGE: Language = Language::TypeScript;
+    const FLOOR: usize = 1;
+    const CEILING: usize = 6;
+    const CALLS: usize = 12;
+    block_on(async {
+        let before = live_cgroups();
+        // Held long enough for the pool to fill up to what the burst asked for.
+        let pool = adaptive(FLOOR, CEILING, Duration::from_secs(8), LANGUAGE);
+        until_idle(&pool, LANGUAGE, FLOOR).await?;
+        let first = sequential(&pool, LANGUAGE, CALLS).await?;
+        let grown = pool.stats()[&LANGUAGE].clone();
+        check(
+            grown.target > FLOOR && grown.target <= CEILING,
+            format!("the burst did not grow the pool within its bounds: {grown:?}"),
+        )?;
+        check(
+            grown.ready_ms.is_some(),
+            format!("no time to ready measured: {grown:?}"),
+        )?;
+        // It fills up to its target while nothing arrives (never past the ceiling) ...
+        let deadline = Instant::now() + Duration::from_secs(6);
+        let full = loop {
+            let s = pool.stats()[&LANGUAGE].clone();
+            check(
+                s.idle + s.starting <= CEILING,
+                format!("past the ceiling: {s:?}"),
+            )?;
+            if s.idle == s.target && s.starting == 0 {
+                break s;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the pool never filled to its target: {s:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        check(
+            full.target > FLOOR,
+            format!("it shrank before it filled: {full:?}"),
+        )?;
+        // ... so the next burst finds that many warm (the first burst found FLOOR).
+        let second = sequential(&pool, LANGUAGE, CALLS).await?;
+        let served = second.iter().take_while(|w| **w).count();
+        check(
+            served >= full.target,
+            format!(
+                "{full:?} ready, but the second burst began {:?} (the first {:?})",
+                pattern(&second),
+                pattern(&first)
+            ),
+        )?;
+        // Idle for longer than shrink_after: back to the floor, the rest killed and reaped.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = pool.stats()[&LANGUAGE].clone();
+            if s.target == FLOOR
+                && s.idle == FLOOR
+                && s.starting == 0
+                && live_cgroups() == before + FLOOR
+            {
+                check(s.shrunk > 0, format!("nothing counted as shrunk: {s:?}"))?;
+                check(s.arrival_rate_per_s == 0.0, format!("{s:?}"))?;
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "it never shrank back: {s:?}, {} cgroups",
+                    live_cgroups() - before
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        pool.shutdown().await;
+        check(live_cgroups() == before, "no sandbox cgroup is left")?;
+        Ok(())
+    })
+}
+
+fn pattern(warm: &[bool]) -> String {
+    warm.iter().map(|w| if *w { 'W' } else { 'c' }).collect()
+}
+
+fn flood_stays_under_the_ceiling() -> Result<(), Failed> {
+    // A hostile client: many calls at once, as fast as admission lets them in. The pool
+    // grows to its ceiling and no further; live sandboxes stay within the admission
+    // limit plus the ceiling.
+    const CEILING: usize = 3;
+    const CONCURRENCY: usize = 3;
+    block_on(async {
+        let before = live_cgroups();
+        let pool = Arc::new(adaptive(
+            1,
+            CEILING,
+            Duration::from_secs(60),
+            Language::Python,
+        ));
+        until_idle(&pool, Language::Python, 1).await?;
+        let admission = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let peak_pool = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(tokio::sync::Notify::new());
+        let sampler = {
+            let (peak, peak_pool, done, pool) =
+                (peak.clone(), peak_pool.clone(), done.clone(), pool.clone());
+            tokio::spawn(async move {
+                loop {
+                    peak.fetch_max(live_cgroups() - before, Ordering::Relaxed);
+                    let s = pool.stats()[&Language::Python].clone();
+                    peak_pool.fetch_max(s.idle + s.starting, Ordering::Relaxed);
+                    tokio::select! {
+                        _ = done.notified() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(2)) => {}
+                    }
+                }
+            })
+        };
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let (pool, admission) = (pool.clone(), admission.clone());
+            tasks.push(tokio::spawn(async move {
+                let slot = admission.acquire_owned().await.expect("admission");
+                run_admitted(
+                    Some(&pool),
+                    Language::Python,
+                    &format!("print({i})"),
+                    Duration::from_secs(30),
+                    slot,
+                )
+                .await
+            }));
+        }
+        for (i, t) in tasks.into_iter().enumerate() {
+            let r = t.await.map_err(|e| e.to_string())??;
+            check(r.stdout == format!("{i}\n"), format!("{:?}", r.stdout))?;
+        }
+        done.notify_one();
+        sampler.await.map_err(|e| e.to_string())?;
+        let stats = pool.stats()[&Language::Python].clone();
+        check(
+            stats.target == CEILING,
+            format!("the flood did not reach the ceiling: {stats:?}"),
+        )?;
+        let (peak, peak_pool) = (
+            peak.load(Ordering::Relaxed),
+            peak_pool.load(Ordering::Relaxed),
+        );
+        check(
+            peak_pool <= CEILING,
+            format!("the pool held {peak_pool} (ready + starting); its ceiling is {CEILING}"),
+        )?;
+        check(
+            peak <= CONCURRENCY + CEILING,
+            format!("{peak} sandboxes alive at once; the limit is {CONCURRENCY} running + {CEILING} pooled"),
+        )?;
+        pool.shutdown().await;
+        check(live_cgroups() == before, "no sandbox cgroup is left")?;
         Ok(())
     })
 }

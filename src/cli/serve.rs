@@ -36,6 +36,20 @@ use super::upstreams::McpConfigs;
 /// runs one program after another, at the memory cost `health` reports per sandbox.
 const DEFAULT_POOL_SIZE: usize = 2;
 
+/// The most warm sandboxes per language when nothing says otherwise (or the floor, if
+/// that is higher). The pool wants the calls arriving within one time to ready + 1: on a
+/// 2-core VM a warm TypeScript call takes ~10 ms and a Deno ~40-50 ms to come up (README's
+/// tables), so back-to-back calls want about 6 (4 measured on a busy VM, README "Warm
+/// pool"); a Python forked from a pre-initialised interpreter in a few ms wants ~3. A
+/// Python started with the data set preloaded (~1 s) would want more than any sane
+/// memory: 8 bounds what a flood can make the pool hold to 8 × (68 MiB for such a Python
+/// + 11 MiB for a Deno) ≈ 630 MiB idle, and only until `pool_shrink_after`.
+const DEFAULT_POOL_MAX: usize = 8;
+
+/// How long the pool keeps what a burst grew when nothing says otherwise: longer than an
+/// agent's pause between two bursts of calls (it reads results, thinks, writes code).
+const DEFAULT_POOL_SHRINK_AFTER: Duration = Duration::from_secs(60);
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Config file [default: $CODEBOX_CONFIG, ./codebox.toml, ~/.config/codebox/config.toml].
@@ -47,10 +61,18 @@ pub struct ServeArgs {
     /// Executions running at once [default: 2 × cores].
     #[arg(long)]
     concurrency: Option<usize>,
-    /// Sandboxes kept started and waiting for code, per language; 0 disables the warm
-    /// pool [default: 2].
+    /// Sandboxes kept started and waiting for code, per language, at least; 0 disables
+    /// the warm pool [default: 2].
     #[arg(long)]
     pool_size: Option<usize>,
+    /// The most sandboxes the warm pool keeps per language as it follows demand; equal to
+    /// --pool-size for a fixed pool [default: 8, or --pool-size if higher].
+    #[arg(long)]
+    pool_max: Option<usize>,
+    /// How long the pool keeps sandboxes a burst of calls made it start after the demand
+    /// fell, before it kills them [default: 60s].
+    #[arg(long, value_parser = parse_duration)]
+    pool_shrink_after: Option<Duration>,
     /// Executions allowed to wait for a slot before requests get "busy, retry" [default: 32].
     #[arg(long)]
     queue: Option<usize>,
@@ -103,7 +125,7 @@ struct Resolved {
     profile: String,
     rootfs: Option<PathBuf>,
     concurrency: usize,
-    pool_size: usize,
+    pool: codebox::pool::Bounds,
     queue: usize,
     max_timeout: Duration,
     max_files_bytes: usize,
@@ -168,6 +190,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
     file.apply_env(env)?;
     let http_clients = file.http_clients(env)?;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let pool = pool_bounds(&args, &file)?;
     let max_timeout = match (args.max_timeout, &file.max_timeout) {
         (Some(t), _) => t,
         (None, Some(s)) => parse_duration(s).map_err(|e| anyhow::anyhow!("max_timeout: {e}"))?,
@@ -264,10 +287,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
             .or(file.concurrency)
             .unwrap_or(cores * 2)
             .max(1),
-        pool_size: args
-            .pool_size
-            .or(file.pool_size)
-            .unwrap_or(DEFAULT_POOL_SIZE),
+        pool,
         queue: args.queue.or(file.queue).unwrap_or(32),
         max_timeout,
         max_files_bytes,
@@ -478,7 +498,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         egress,
         packages: None,
         concurrency: args.concurrency,
-        pool_size: args.pool_size,
+        pool: args.pool,
         queue: args.queue,
         max_timeout: args.max_timeout,
         max_files_bytes: args.max_files_bytes,
@@ -688,9 +708,80 @@ async fn shutdown_signal() {
     }
 }
 
+/// The warm pool's floor, ceiling and shrink delay: flags over the environment and file
+/// over the defaults, then checked together (a ceiling below the floor is an error).
+fn pool_bounds(args: &ServeArgs, file: &Config) -> anyhow::Result<codebox::pool::Bounds> {
+    let floor = args
+        .pool_size
+        .or(file.pool_size)
+        .unwrap_or(DEFAULT_POOL_SIZE);
+    let ceiling = args
+        .pool_max
+        .or(file.pool_max)
+        .unwrap_or(DEFAULT_POOL_MAX.max(floor));
+    let shrink_after = match (args.pool_shrink_after, &file.pool_shrink_after) {
+        (Some(d), _) => d,
+        (None, Some(s)) => codebox::units::parse_duration_or_zero(s)
+            .map_err(|e| anyhow::anyhow!("pool_shrink_after: {e}"))?,
+        (None, None) => DEFAULT_POOL_SHRINK_AFTER,
+    };
+    Ok(codebox::pool::Bounds::new(floor, ceiling, shrink_after)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn serve_args(argv: &[&str]) -> ServeArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(argv).unwrap().serve
+    }
+
+    #[test]
+    fn pool_bounds_default_follow_the_floor_and_bad_ones_are_named() {
+        let file = Config::default();
+        let b = pool_bounds(&serve_args(&["x"]), &file).unwrap();
+        assert_eq!((b.floor, b.ceiling), (DEFAULT_POOL_SIZE, DEFAULT_POOL_MAX));
+        assert_eq!(b.shrink_after, DEFAULT_POOL_SHRINK_AFTER);
+        // A floor above the default ceiling raises the ceiling with it (what a fixed
+        // `--pool-size 12` meant before).
+        let b = pool_bounds(&serve_args(&["x", "--pool-size", "12"]), &file).unwrap();
+        assert_eq!((b.floor, b.ceiling), (12, 12));
+        let b = pool_bounds(&serve_args(&["x", "--pool-size", "0"]), &file).unwrap();
+        assert!(b.is_off());
+        // Flags win over the file.
+        let file = Config {
+            pool_size: Some(1),
+            pool_max: Some(3),
+            pool_shrink_after: Some("5s".into()),
+            ..Default::default()
+        };
+        let b = pool_bounds(&serve_args(&["x", "--pool-max", "4"]), &file).unwrap();
+        assert_eq!((b.floor, b.ceiling), (1, 4));
+        assert_eq!(b.shrink_after, Duration::from_secs(5));
+        let e = pool_bounds(&serve_args(&["x", "--pool-size", "5"]), &file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pool_max (3) is below pool_size (5)"), "{e}");
+        let e = pool_bounds(&serve_args(&["x", "--pool-max", "100000"]), &file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pool_max (100000) is above 256"), "{e}");
+        for (shrink, want) in [("0s", "more than 0"), ("soon", "pool_shrink_after")] {
+            let file = Config {
+                pool_shrink_after: Some(shrink.into()),
+                ..Default::default()
+            };
+            let e = pool_bounds(&serve_args(&["x"]), &file)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{shrink}: {e}");
+        }
+    }
 
     #[test]
     fn http_limits_come_from_the_config_and_bad_values_are_named() {

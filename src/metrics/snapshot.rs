@@ -7,6 +7,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 use super::labels::{upstream_state, LanguageLabels, UpstreamStateLabels, UPSTREAM_STATES};
 use crate::runtime::Language;
@@ -36,7 +37,17 @@ pub struct Snapshot {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolFigures {
     pub language: Language,
+    /// The fewest it keeps (`pool_size`) and the most (`pool_max`).
+    pub floor: usize,
+    pub ceiling: usize,
+    /// What it keeps now, between the two.
     pub target: usize,
+    /// Calls that asked for a sandbox in the last second.
+    pub arrival_rate_per_s: f64,
+    /// Measured spawn to ready of its own starts (`None` before the first).
+    pub ready_seconds: Option<f64>,
+    /// Idle sandboxes killed as the target fell.
+    pub shrunk: u64,
     pub warm: usize,
     pub starting: usize,
     pub handed_out: u64,
@@ -128,6 +139,11 @@ impl Snapshot {
         let warm = Family::<LanguageLabels, Gauge>::default();
         let starting = Family::<LanguageLabels, Gauge>::default();
         let target = Family::<LanguageLabels, Gauge>::default();
+        let floor = Family::<LanguageLabels, Gauge>::default();
+        let ceiling = Family::<LanguageLabels, Gauge>::default();
+        let rate = Family::<LanguageLabels, Gauge<f64, AtomicU64>>::default();
+        let ready = Family::<LanguageLabels, Gauge<f64, AtomicU64>>::default();
+        let shrunk = Family::<LanguageLabels, Counter>::default();
         let memory = Family::<LanguageLabels, Gauge>::default();
         let takes = Family::<TakeLabels, Counter>::default();
         let died = Family::<LanguageLabels, Counter>::default();
@@ -145,6 +161,16 @@ impl Snapshot {
             target
                 .get_or_create(&l)
                 .set(to_i64(of(|p| p.target as u64)));
+            floor.get_or_create(&l).set(to_i64(of(|p| p.floor as u64)));
+            ceiling
+                .get_or_create(&l)
+                .set(to_i64(of(|p| p.ceiling as u64)));
+            rate.get_or_create(&l)
+                .set(p.map_or(0.0, |p| p.arrival_rate_per_s));
+            ready
+                .get_or_create(&l)
+                .set(p.and_then(|p| p.ready_seconds).unwrap_or(0.0));
+            shrunk.get_or_create(&l).inc_by(of(|p| p.shrunk));
             memory
                 .get_or_create(&l)
                 .set(to_i64(of(|p| p.idle_memory_bytes)));
@@ -168,8 +194,33 @@ impl Snapshot {
         );
         r.register(
             "codebox_pool_target",
-            "Warm sandboxes the pool keeps per language (pool_size)",
+            "Warm sandboxes the pool keeps now (ready + starting), between pool_size and pool_max",
             target,
+        );
+        r.register(
+            "codebox_pool_floor",
+            "The fewest warm sandboxes the pool keeps (pool_size)",
+            floor,
+        );
+        r.register(
+            "codebox_pool_ceiling",
+            "The most warm sandboxes the pool keeps (pool_max)",
+            ceiling,
+        );
+        r.register(
+            "codebox_pool_arrival_rate",
+            "Calls per second that asked the pool, over the last second",
+            rate,
+        );
+        r.register(
+            "codebox_pool_ready_seconds",
+            "Measured time from spawn to ready of the pool's own starts (smoothed; 0 before the first)",
+            ready,
+        );
+        r.register(
+            "codebox_pool_shrunk",
+            "Idle warm sandboxes killed as the pool's target fell",
+            shrunk,
         );
         r.register(
             "codebox_pool_idle_memory_bytes",

@@ -57,7 +57,12 @@ fn snapshot() -> Snapshot {
         draining: true,
         pool: vec![PoolFigures {
             language: Language::Python,
-            target: 2,
+            floor: 2,
+            ceiling: 8,
+            target: 5,
+            arrival_rate_per_s: 12.0,
+            ready_seconds: Some(0.25),
+            shrunk: 4,
             warm: 1,
             starting: 1,
             handed_out: 7,
@@ -198,7 +203,13 @@ fn the_snapshot_is_encoded_with_every_language_and_upstream_state() {
     assert_eq!(s["codebox_draining"], 1.0);
     assert_eq!(s["codebox_sessions_open"], 5.0);
     assert_eq!(s[r#"codebox_pool_warm{language="python"}"#], 1.0);
-    assert_eq!(s[r#"codebox_pool_target{language="python"}"#], 2.0);
+    assert_eq!(s[r#"codebox_pool_target{language="python"}"#], 5.0);
+    assert_eq!(s[r#"codebox_pool_floor{language="python"}"#], 2.0);
+    assert_eq!(s[r#"codebox_pool_ceiling{language="python"}"#], 8.0);
+    assert_eq!(s[r#"codebox_pool_arrival_rate{language="python"}"#], 12.0);
+    assert_eq!(s[r#"codebox_pool_ready_seconds{language="python"}"#], 0.25);
+    assert_eq!(s[r#"codebox_pool_shrunk_total{language="python"}"#], 4.0);
+    assert_eq!(s[r#"codebox_pool_ceiling{language="typescript"}"#], 0.0);
     // A language without pool figures still has its series.
     assert_eq!(s[r#"codebox_pool_target{language="typescript"}"#], 0.0);
     assert_eq!(

@@ -11,10 +11,14 @@
 //! - Every idle sandbox is owned by its own small task ([`holder`]), which hands it out at
 //!   most once, or notices that it died while waiting and drops it from the pool; so a
 //!   sandbox is never handed out twice and a dead one never handed out.
-//! - One refill task ([`refill`]) keeps `size` sandboxes per language (ready + starting),
-//!   off the request path. The pool never holds more than `size` per language, so the
-//!   sandboxes alive at once are at most the running executions (the server's admission
-//!   limit) plus the pool's size per language.
+//! - How many a language keeps follows demand ([`policy`]): a target between `floor`
+//!   (`pool_size`) and `ceiling` (`pool_max`), from the calls that arrived within the
+//!   measured time a new sandbox takes to become ready; it rises at once on a burst and
+//!   falls back after `shrink_after` without such demand.
+//! - One refill task ([`refill`]) keeps ready + starting at each language's target, off
+//!   the request path, and kills idle sandboxes above it. The pool never holds more than
+//!   its ceiling per language, so the sandboxes alive at once are at most the running
+//!   executions (the server's admission limit) plus the pool's ceiling per language.
 //! - What a pooled sandbox binds (`/servers`, `/skills`) and its limits come from a
 //!   [`Template`] per language; a new template (the upstream catalog changed) retires every
 //!   sandbox made from the old one. A request whose spawn spec differs from the template
@@ -23,6 +27,7 @@
 //!   reaped them and removed their cgroups.
 
 mod holder;
+pub mod policy;
 mod refill;
 
 use std::any::Any;
@@ -30,7 +35,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio::sync::{oneshot, Notify};
@@ -38,6 +43,8 @@ use tokio::task::JoinHandle;
 
 use crate::runtime::Language;
 use crate::spawner::{client::cgroup_memory_bytes, RemoteSandbox, SpawnSpec, SpawnerClient};
+pub use policy::Bounds;
+use policy::Demand;
 
 /// How long a new sandbox may take to announce that it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -81,10 +88,13 @@ pub struct WarmGuard {
     _refill: Option<RefillOnDrop>,
 }
 
-/// How long after a take the refill starts a replacement if the execution has not ended
-/// by then. Starting one costs a core for several milliseconds; on a small machine that
-/// slows the very execution that took the sandbox, so a short execution is let finish
-/// first (the pool keeps `size` sandboxes, so the next call still finds one).
+/// How long after a lone take the refill starts a replacement if the execution has not
+/// ended by then. Starting one costs a core for several milliseconds; on a small machine
+/// that slows the very execution that took the sandbox, so a short execution is let
+/// finish first (the pool keeps at least its floor, so the next call still finds one).
+/// In a burst (another call arrived within a time-to-ready, [`Demand::in_burst`]), or when
+/// the take emptied the shelf, the replacement starts at once: waiting would only make a
+/// later call of the burst cold.
 const REFILL_DELAY: Duration = Duration::from_millis(50);
 
 /// Wakes the pool's refill when dropped.
@@ -101,6 +111,13 @@ impl Drop for RefillOnDrop {
 /// The pool's figures for one language, as `health` reports them.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LanguageStats {
+    /// The fewest it keeps (`pool_size`).
+    pub floor: usize,
+    /// The most it keeps (`pool_max`).
+    pub ceiling: usize,
+    /// What it keeps now (ready + starting), between floor and ceiling.
+    pub target: usize,
+    /// The same as `target` (its name before the pool followed demand).
     pub size: usize,
     /// Ready and waiting.
     pub idle: usize,
@@ -116,6 +133,14 @@ pub struct LanguageStats {
     pub retired: u64,
     /// Refill spawns that failed.
     pub spawn_failures: u64,
+    /// Idle sandboxes killed because the target fell below what the pool held.
+    pub shrunk: u64,
+    /// Calls that asked for a sandbox of this language in the last second (served warm
+    /// or not; counted up to [`policy::ARRIVALS_KEPT`]).
+    pub arrival_rate_per_s: f64,
+    /// The measured time from spawn to `codebox/ready` of the pool's own starts
+    /// (smoothed), in milliseconds; `None` before the first.
+    pub ready_ms: Option<f64>,
     /// Memory held by the idle sandboxes' cgroups now, in bytes.
     pub idle_memory_bytes: u64,
     /// The same per idle sandbox.
@@ -129,6 +154,7 @@ struct Counters {
     died_idle: AtomicU64,
     retired: AtomicU64,
     spawn_failures: AtomicU64,
+    shrunk: AtomicU64,
 }
 
 /// A ready sandbox on the shelf; its holder task owns the sandbox itself.
@@ -148,6 +174,8 @@ struct Shelf {
     idle: VecDeque<Slot>,
     starting: usize,
     counters: Counters,
+    /// What arrived and how fast sandboxes came up: the target follows it.
+    demand: Demand,
 }
 
 struct State {
@@ -160,7 +188,12 @@ struct State {
 
 struct Inner {
     spawner: SpawnerClient,
-    size: usize,
+    bounds: Bounds,
+    /// Starts in flight per language at most: the host's cores. Each start takes a core
+    /// for its interpreter's start (and a Python's preload), so more at once only slows
+    /// the running executions and each other; a pool that grew by more fills over a few
+    /// rounds.
+    max_starting: usize,
     state: Mutex<State>,
     /// Wakes the refill task: a sandbox was taken, died or retired, or a template changed.
     wake: Notify,
@@ -176,17 +209,19 @@ pub struct WarmPool {
 }
 
 impl WarmPool {
-    /// A pool of `size` sandboxes per language in `templates`; starts filling at once.
-    /// Must be called inside a tokio runtime.
+    /// A pool per language in `templates` that keeps between `bounds.floor` and
+    /// `bounds.ceiling` sandboxes; starts filling to the floor at once. Must be called
+    /// inside a tokio runtime.
     pub fn new(
         spawner: SpawnerClient,
-        size: usize,
+        bounds: Bounds,
         templates: HashMap<Language, Template>,
     ) -> WarmPool {
         let shelves = templates.keys().map(|l| (*l, Shelf::default())).collect();
         let inner = Arc::new(Inner {
             spawner,
-            size,
+            bounds,
+            max_starting: std::thread::available_parallelism().map_or(1, |n| n.get()),
             state: Mutex::new(State {
                 templates,
                 shelves,
@@ -203,9 +238,9 @@ impl WarmPool {
         }
     }
 
-    /// Sandboxes per language.
-    pub fn size(&self) -> usize {
-        self.inner.size
+    /// Between how many sandboxes per language the pool keeps.
+    pub fn bounds(&self) -> Bounds {
+        self.inner.bounds
     }
 
     /// Replaces the template of `language` (e.g. a new `/servers` tree): the sandboxes
@@ -235,8 +270,9 @@ impl WarmPool {
     /// the pool makes; the caller starts one cold). Never blocks on a spawn.
     pub async fn take(&self, spec: &SpawnSpec) -> Option<Warm> {
         let language = spec.language;
+        let mut arrived = false;
         loop {
-            let slot = {
+            let (slot, at_once) = {
                 let mut st = self.inner.lock();
                 let fits = !st.closed
                     && st
@@ -244,15 +280,26 @@ impl WarmPool {
                         .get(&language)
                         .is_some_and(|t| same_sandbox(&t.spec, spec));
                 let shelf = st.shelves.get_mut(&language)?;
+                let now = Instant::now();
+                if fits && !arrived {
+                    // Demand is what the pool could have served (not a session's run).
+                    shelf.demand.arrived(now, &self.inner.bounds);
+                    arrived = true;
+                }
                 let generation = shelf.generation;
                 // A new template empties the shelf and the refill shelves only current
                 // sandboxes, so an old one is not expected; it would be retired here.
                 shelf.idle.retain(|s| s.generation == generation);
                 let slot = if fits { shelf.idle.pop_front() } else { None };
                 match slot {
-                    Some(slot) => slot,
+                    Some(slot) => (slot, shelf.idle.is_empty() || shelf.demand.in_burst(now)),
                     None => {
                         shelf.counters.missed.fetch_add(1, Ordering::Relaxed);
+                        drop(st);
+                        if fits {
+                            // The demand may have raised the target: start at once.
+                            self.inner.wake.notify_one();
+                        }
                         return None;
                     }
                 }
@@ -265,13 +312,17 @@ impl WarmPool {
             }
             if let Ok(mut warm) = rx.await {
                 warm.refill = Some(RefillOnDrop(Arc::downgrade(&self.inner)));
-                let pool = Arc::downgrade(&self.inner);
-                tokio::spawn(async move {
-                    tokio::time::sleep(REFILL_DELAY).await;
-                    if let Some(pool) = pool.upgrade() {
-                        pool.wake.notify_one();
-                    }
-                });
+                if at_once {
+                    self.inner.wake.notify_one();
+                } else {
+                    let pool = Arc::downgrade(&self.inner);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(REFILL_DELAY).await;
+                        if let Some(pool) = pool.upgrade() {
+                            pool.wake.notify_one();
+                        }
+                    });
+                }
                 self.inner
                     .lock()
                     .shelves
@@ -294,9 +345,11 @@ impl WarmPool {
 
     /// The figures per language.
     pub fn stats(&self) -> HashMap<Language, LanguageStats> {
-        let st = self.inner.lock();
+        let now = Instant::now();
+        let bounds = self.inner.bounds;
+        let mut st = self.inner.lock();
         st.shelves
-            .iter()
+            .iter_mut()
             .map(|(language, shelf)| {
                 let memory: Vec<u64> = shelf
                     .idle
@@ -305,8 +358,12 @@ impl WarmPool {
                     .collect();
                 let total: u64 = memory.iter().sum();
                 let c = &shelf.counters;
+                let target = shelf.demand.target(now, &bounds);
                 let stats = LanguageStats {
-                    size: self.inner.size,
+                    floor: bounds.floor,
+                    ceiling: bounds.ceiling,
+                    target,
+                    size: target,
                     idle: shelf.idle.len(),
                     starting: shelf.starting,
                     handed_out: c.handed_out.load(Ordering::Relaxed),
@@ -314,6 +371,9 @@ impl WarmPool {
                     died_idle: c.died_idle.load(Ordering::Relaxed),
                     retired: c.retired.load(Ordering::Relaxed),
                     spawn_failures: c.spawn_failures.load(Ordering::Relaxed),
+                    shrunk: c.shrunk.load(Ordering::Relaxed),
+                    arrival_rate_per_s: shelf.demand.rate_per_s(now),
+                    ready_ms: shelf.demand.ready().map(|d| d.as_secs_f64() * 1000.0),
                     idle_memory_bytes: total,
                     memory_per_sandbox_bytes: (!memory.is_empty())
                         .then(|| total / memory.len() as u64),

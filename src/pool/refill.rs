@@ -1,8 +1,8 @@
-//! The refill task: keeps each language's shelf at its size, off the request path.
+//! The refill task: keeps each language's shelf at its target, off the request path.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
@@ -14,9 +14,10 @@ use crate::spawner::RemoteSandbox;
 /// The longest pause after failed spawns before the refill tries again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Starts sandboxes while a shelf holds fewer than `size` (ready + starting); several at
-/// once when several are missing. Returns at shutdown, after killing what it was still
-/// starting.
+/// Per language, starts sandboxes while ready + starting are below the target (several
+/// at once when several are missing, up to `max_starting`) and kills idle ones above it; looks again when woken,
+/// when a start ends, and when a held target may fall. Returns at shutdown, after killing
+/// what it was still starting.
 pub(super) async fn run(pool: Arc<Inner>) {
     let mut starting: JoinSet<()> = JoinSet::new();
     let mut backoff = Duration::ZERO;
@@ -25,30 +26,64 @@ pub(super) async fn run(pool: Arc<Inner>) {
         let woken = pool.wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let jobs = {
+        let now = Instant::now();
+        let (jobs, next_change) = {
             let mut st = pool.lock();
             if st.closed {
                 break;
             }
             let mut jobs = Vec::new();
+            let mut excess = Vec::new();
+            let mut next_change: Option<Instant> = None;
             let languages: Vec<Language> = st.templates.keys().copied().collect();
             for language in languages {
                 let template = st.templates[&language].clone();
                 let shelf = st.shelves.entry(language).or_default();
                 let generation = shelf.generation;
-                while shelf.idle.len() + shelf.starting < pool.size {
+                let target = shelf.demand.target(now, &pool.bounds);
+                while shelf.idle.len() + shelf.starting < target
+                    && shelf.starting < pool.max_starting
+                {
                     shelf.starting += 1;
                     jobs.push((language, template.clone(), generation));
                 }
+                // Shrinking: the newest idle ones go (the oldest are handed out first);
+                // one still starting is dropped when it is ready (see `start_one`).
+                while shelf.idle.len() > target {
+                    let Some(slot) = shelf.idle.pop_back() else {
+                        break;
+                    };
+                    shelf.counters.shrunk.fetch_add(1, Ordering::Relaxed);
+                    excess.push(slot);
+                }
+                if let Some(at) = shelf.demand.next_change(&pool.bounds) {
+                    next_change = Some(next_change.map_or(at, |n| n.min(at)));
+                }
             }
-            jobs
+            if !excess.is_empty() {
+                tracing::debug!(killed = excess.len(), "the pool shrinks");
+                // Dropping a slot's `take` makes its holder kill the sandbox; the holder
+                // is awaited at shutdown like a retired one (under this same lock, so a
+                // shutdown cannot miss it).
+                st.retiring.retain(|h| !h.is_finished());
+                st.retiring.extend(excess.into_iter().map(|s| s.holder));
+            }
+            (jobs, next_change)
         };
         for (language, template, generation) in jobs {
             starting.spawn(start_one(pool.clone(), language, template, generation));
         }
+        // A held target falls without an arrival: look again then (at the latest).
+        let shrink = async {
+            match next_change {
+                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = &mut woken => {}
             Some(_) = starting.join_next(), if !starting.is_empty() => {}
+            _ = shrink => {}
         }
         // After failures, pause before trying again (a broken host must not spin).
         let failures = failures(&pool);
@@ -83,12 +118,16 @@ async fn start_one(pool: Arc<Inner>, language: Language, template: Template, gen
         }
     }
     .await;
+    let took = started.elapsed();
     // Decided under the lock, acted on after it (a kill waits).
     let unwanted = {
         let mut st = pool.lock();
         let closed = st.closed;
         let shelf = st.shelves.entry(language).or_default();
         shelf.starting -= 1;
+        if made.is_ok() {
+            shelf.demand.became_ready(took);
+        }
         let sandbox: RemoteSandbox = match made {
             Ok(sandbox) => sandbox,
             Err(e) => {
@@ -107,7 +146,14 @@ async fn start_one(pool: Arc<Inner>, language: Language, template: Template, gen
                 return;
             }
         };
-        if closed || shelf.generation != generation {
+        // The target may have fallen while it started: then it is not kept.
+        let target = shelf.demand.target(Instant::now(), &pool.bounds);
+        let current = !closed && shelf.generation == generation;
+        let surplus = current && shelf.idle.len() + shelf.starting >= target;
+        if surplus {
+            shelf.counters.shrunk.fetch_add(1, Ordering::Relaxed);
+        }
+        if !current || surplus {
             Some(sandbox)
         } else {
             let id = sandbox.id();
@@ -132,7 +178,7 @@ async fn start_one(pool: Arc<Inner>, language: Language, template: Template, gen
                 cgroups,
                 holder,
             });
-            tracing::debug!(%language, sandbox = id, ready_us = started.elapsed().as_micros() as u64, "pooled sandbox ready");
+            tracing::debug!(%language, sandbox = id, ready_us = took.as_micros() as u64, "pooled sandbox ready");
             None
         }
     };

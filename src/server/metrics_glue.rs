@@ -48,7 +48,12 @@ impl CodeboxServer {
                 .into_iter()
                 .map(|(language, st)| PoolFigures {
                     language,
-                    target: st.size,
+                    floor: st.floor,
+                    ceiling: st.ceiling,
+                    target: st.target,
+                    arrival_rate_per_s: st.arrival_rate_per_s,
+                    ready_seconds: st.ready_ms.map(|ms| ms / 1000.0),
+                    shrunk: st.shrunk,
                     warm: st.idle,
                     starting: st.starting,
                     handed_out: st.handed_out,

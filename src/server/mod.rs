@@ -100,8 +100,9 @@ pub struct Settings {
     pub profile: Profile,
     /// Executions running at once.
     pub concurrency: usize,
-    /// Sandboxes started ahead of demand per language (0: no warm pool).
-    pub pool_size: usize,
+    /// Sandboxes started ahead of demand per language: between `pool_size` (the floor; 0:
+    /// no warm pool) and `pool_max`, following demand.
+    pub pool: crate::pool::Bounds,
     /// Executions waiting for a slot before "busy" is answered.
     pub queue: usize,
     /// No request may ask for more.
@@ -326,10 +327,10 @@ impl CodeboxServer {
         };
         let backend = Arc::new(IndexedUpstreams::new(upstreams));
         let wrappers = wrappers::Wrappers::new(std::env::temp_dir());
-        let pool = (settings.pool_size > 0).then(|| {
+        let pool = (!settings.pool.is_off()).then(|| {
             let skills = skills.as_ref().and_then(|k: &ClientSkills| k.shared_root());
             let templates = pool_glue::templates(&settings, skills, &wrappers, &backend);
-            WarmPool::new(spawner.clone(), settings.pool_size, templates)
+            WarmPool::new(spawner.clone(), settings.pool, templates)
         });
         let kept_outputs = crate::output::KeptOutputs::new(settings.kept_output);
         let tasks = crate::tasks::ExecutionTasks::new(settings.tasks)

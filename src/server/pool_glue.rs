@@ -97,11 +97,12 @@ pub(super) fn follow_catalog(state: Weak<State>) {
     });
 }
 
-/// The pool's part of `health`: per language its size, idle and starting sandboxes, how
-/// many executions it served and missed, and the memory an idle sandbox holds.
+/// The pool's part of `health`: its bounds, and per language its target, idle and
+/// starting sandboxes, the arrival rate and time to ready it follows, how many executions
+/// it served and missed, and the memory an idle sandbox holds.
 pub(super) fn health(pool: Option<&WarmPool>) -> serde_json::Value {
     match pool {
-        None => serde_json::json!({"size": 0}),
+        None => serde_json::json!({"size": 0, "floor": 0, "ceiling": 0}),
         Some(pool) => {
             let stats = pool.stats();
             let mut languages = serde_json::Map::new();
@@ -113,7 +114,15 @@ pub(super) fn health(pool: Option<&WarmPool>) -> serde_json::Value {
                     );
                 }
             }
-            serde_json::json!({"size": pool.size(), "languages": languages})
+            let b = pool.bounds();
+            serde_json::json!({
+                // `size`: the floor (the pool's one size before it followed demand).
+                "size": b.floor,
+                "floor": b.floor,
+                "ceiling": b.ceiling,
+                "shrink_after_s": b.shrink_after.as_secs_f64(),
+                "languages": languages,
+            })
         }
     }
 }

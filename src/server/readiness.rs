@@ -253,6 +253,7 @@ mod tests {
             spawn_failures: 0,
             idle_memory_bytes: 0,
             memory_per_sandbox_bytes: None,
+            ..Default::default()
         };
         assert!(!came_up(&stats(0, 0, 0, 0)));
         assert!(came_up(&stats(1, 0, 0, 0)));

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// A `codebox serve --pool-size 2` over stdio, initialized.
+/// A `codebox serve --pool-size 2 --pool-max 2` over stdio, initialized.
 pub struct Server {
     child: Child,
     stdin: ChildStdin,
@@ -30,7 +30,8 @@ impl Server {
             command.env("CODEBOX_CONFIG", config);
         }
         let mut child = command
-            .args(["serve", "--pool-size", "2"])
+            // A fixed pool (`--pool-max 2`): tests wait for exactly 2 idle.
+            .args(["serve", "--pool-size", "2", "--pool-max", "2"])
             .env("CODEBOX_ROOTFS", super::rootfs_dir())
             // Pooled sandboxes are forked from the zygote exactly in a zygote run, so
             // both sides of a cold/warm comparison are made the same way.
