@@ -115,6 +115,7 @@ fn spec(language: Language) -> SpawnSpec {
         workspace_mount: None,
         network: None,
         packages: None,
+        pooled: false,
     }
 }
 

@@ -104,6 +104,7 @@ fn spec(language: Language, network: Option<SpawnNetwork>) -> SpawnSpec {
         workspace_mount: None,
         network,
         packages: None,
+        pooled: false,
     }
 }
 

@@ -125,6 +125,7 @@ fn spec(language: Language) -> SpawnSpec {
         workspace_mount: None,
         network: None,
         packages: None,
+        pooled: false,
     }
 }
 

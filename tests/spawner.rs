@@ -89,6 +89,7 @@ fn spec(language: Language) -> SpawnSpec {
         workspace_mount: None,
         network: None,
         packages: None,
+        pooled: false,
     }
 }
 

@@ -188,3 +188,50 @@ fn the_zygote_maps_no_shared_writable_memory() {
         println!("SKIP the_zygote_maps_no_shared_writable_memory: only root reads a non-dumpable process's maps");
     }
 }
+
+#[test]
+fn a_forked_program_runs_outside_every_handler_of_the_zygote() {
+    if !zygote_on("a_forked_program_runs_outside_every_handler_of_the_zygote") {
+        return;
+    }
+    // No exception of the zygote's is current, and a traceback is the program's own.
+    let v = run_warm(
+        "python",
+        "import sys\nprint(sys.exc_info())\ntry:\n    raise\nexcept BaseException as e:\n    print(type(e).__name__)\n1/0",
+    );
+    assert_eq!(v["zygote"], true, "{v:#}");
+    assert_eq!(v["stdout"], "(None, None, None)\nRuntimeError\n", "{v:#}");
+    let stderr = v["stderr"].as_str().unwrap();
+    assert!(stderr.contains("ZeroDivisionError"), "{stderr}");
+    assert!(
+        !stderr.contains("zygote") && !stderr.contains("BecomeProgram"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn tracing_the_zygote_changes_nothing_for_the_program() {
+    if !sandbox_available("tracing_the_zygote_changes_nothing_for_the_program") {
+        return;
+    }
+    let out = std::process::Command::new(codebox_bin())
+        .args([
+            "run",
+            "--zygote",
+            "--json",
+            "python",
+            "-c",
+            "import os; print(sorted(os.listdir('/proc/self/fd')))",
+        ])
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .env("CODEBOX_ZYGOTE_TRACE", "1")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(v["zygote"], true, "{v:#}");
+    assert_eq!(
+        v["stdout"], "['0', '1', '2', '3', '4']\n",
+        "the listing's own fd is 4: {v:#}"
+    );
+}

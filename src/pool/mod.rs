@@ -465,6 +465,7 @@ mod tests {
             workspace_mount: None,
             network: None,
             packages: None,
+            pooled: false,
         }
     }
 

@@ -108,7 +108,9 @@ fn failures(pool: &Inner) -> u64 {
 async fn start_one(pool: Arc<Inner>, language: Language, template: Template, generation: u64) {
     let started = std::time::Instant::now();
     let made = async {
-        let mut sandbox = pool.spawner.spawn(template.spec.clone()).await?;
+        let mut spec = template.spec.clone();
+        spec.pooled = true;
+        let mut sandbox = pool.spawner.spawn(spec).await?;
         match tokio::time::timeout(READY_TIMEOUT, sandbox.wait_ready()).await {
             Ok(Ok(())) => Ok(sandbox),
             Ok(Err(e)) => Err(e),

@@ -327,6 +327,7 @@ impl CodeboxServer {
             packages: layer.as_ref().map(|l| l.path.clone()),
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills,
+            pooled: false,
         };
         let keep_alive = match &mut slots {
             Some(slots) => {

@@ -143,6 +143,7 @@ impl InstallRunner for SandboxInstaller {
             workspace_mount: None,
             network: Some(self.network.clone()),
             packages: None,
+            pooled: false,
         };
         let spawner = self.spawner.clone();
         let egress = self.egress.clone();

@@ -34,6 +34,7 @@ pub(super) fn template(
         workspace_mount: None,
         network: Some(state_settings.network.clone()),
         packages: None,
+        pooled: false,
     };
     Template {
         spec,

@@ -150,6 +150,7 @@ impl CodeboxServer {
             packages: None,
             servers: wrappers.as_ref().map(|w| w.path().to_path_buf()),
             skills,
+            pooled: false,
         };
         let admitted = match asker {
             CheckFor::Tool => s.admission.enter().await,

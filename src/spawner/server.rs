@@ -195,7 +195,11 @@ fn spawn_one(
             return Spawning::Failed;
         }
     };
-    if let Some(fork) = zygotes.start_fork(id, &built, host.cgroups.as_ref()) {
+    let fork = match spec.pooled {
+        true => zygotes.start_fork(id, &built, host.cgroups.as_ref()),
+        false => None,
+    };
+    if let Some(fork) = fork {
         return Spawning::Forking(Box::new((fork, built)));
     }
     match spawn_cold(sock, host, id, &built) {

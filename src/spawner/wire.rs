@@ -52,6 +52,11 @@ pub struct SpawnSpec {
     /// modules in `/packages/site`, Deno its cache in `/packages/deno`).
     #[serde(default)]
     pub packages: Option<PathBuf>,
+    /// For the warm pool: a Python sandbox may then be forked from the zygote (whose
+    /// children copy the zygote's memory before they are ready, which a sandbox started
+    /// for a waiting call should not pay for).
+    #[serde(default)]
+    pub pooled: bool,
 }
 
 /// A sandbox's network mode, with what proxy mode needs beyond the profile.

@@ -22,6 +22,9 @@ pub const MAX_ZYGOTES: usize = 2;
 const READY_LIMIT: Duration = Duration::from_secs(120);
 /// After a zygote of a kind failed, that kind is started cold for this long.
 const COOL_DOWN: Duration = Duration::from_secs(60);
+/// A zygote forks no more after this long; a fresh one (a new address-space layout and
+/// hash seed) takes over, and the old one ends with its last child.
+const RETIRE_AFTER: Duration = Duration::from_secs(50 * 60);
 
 struct Entry {
     zygote: Zygote,
@@ -29,6 +32,9 @@ struct Entry {
     children: HashSet<u64>,
     last_used: Instant,
     launched: Instant,
+    /// Forks no more (retired, or it broke the protocol); killed when its last child
+    /// ends, never before: its children live in its pid namespace.
+    draining: bool,
 }
 
 /// What one poll of the zygotes' descriptors is about.
@@ -71,7 +77,14 @@ impl Zygotes {
             return None;
         }
         let key = zygote::key(spec)?;
-        let Some(i) = self.entries.iter().position(|e| e.zygote.key() == key) else {
+        let current = |e: &Entry| e.zygote.key() == key && !e.draining;
+        if let Some(i) = self.entries.iter().position(current) {
+            if self.entries[i].launched.elapsed() > RETIRE_AFTER {
+                tracing::debug!("retiring a zygote after its time; a fresh one takes over");
+                self.drain(i, false);
+            }
+        }
+        let Some(i) = self.entries.iter().position(current) else {
             self.launch(key, spec, cgroups);
             return None;
         };
@@ -86,14 +99,12 @@ impl Zygotes {
                 self.parent_of.insert(id, key);
                 Some(pending)
             }
-            Err(zygote::Error::Sandbox(e)) => {
-                // The child failed in its own setup: the zygote is fine.
-                tracing::warn!(id, error = %format!("{:#}", anyhow::Error::new(e)), "a zygote child failed; starting the sandbox cold");
-                None
-            }
             Err(e) => {
-                tracing::error!(id, error = %format!("{:#}", anyhow::Error::new(e)), "the zygote failed; starting cold and replacing it later");
-                self.remove(i, true);
+                let broken = zygote_broken(&e);
+                tracing::warn!(id, broken, error = %format!("{:#}", anyhow::Error::new(e)), "forking from the zygote failed; starting the sandbox cold");
+                if broken {
+                    self.drain(i, true);
+                }
                 None
             }
         }
@@ -123,6 +134,7 @@ impl Zygotes {
                 children: HashSet::new(),
                 last_used: Instant::now(),
                 launched: Instant::now(),
+                draining: false,
             }),
             Err(e) => {
                 tracing::error!(error = %format!("{:#}", anyhow::Error::new(e)), "launching a zygote failed; its kind of sandbox starts cold for a minute");
@@ -134,22 +146,41 @@ impl Zygotes {
     /// A fork under way failed: a failure of the child's own setup leaves its zygote as
     /// it is; anything else (the zygote broke the protocol, did not answer) replaces it.
     pub fn fork_failed(&mut self, id: u64, error: &zygote::Error) {
-        let key = self.parent_of.get(&id).cloned();
+        let parent = self.parent_of.get(&id).cloned();
         self.child_ended(id);
-        if matches!(error, zygote::Error::Sandbox(_)) {
+        if !zygote_broken(error) {
             return;
         }
-        if let Some(i) = key.and_then(|k| self.entries.iter().position(|e| e.zygote.key() == k)) {
-            self.remove(i, true);
+        let of = |e: &Entry| Some(e.zygote.key()) == parent.as_deref() && !e.draining;
+        if let Some(i) = self.entries.iter().position(of) {
+            self.drain(i, true);
+        }
+    }
+
+    /// Zygote `i` forks no more; it is killed now if it has no child, else when its
+    /// last one ends. `failed`: its kind cools down.
+    fn drain(&mut self, i: usize, failed: bool) {
+        if failed {
+            let key = self.entries[i].zygote.key().to_string();
+            self.cooling.insert(key, Instant::now() + COOL_DOWN);
+        }
+        self.entries[i].draining = true;
+        if self.entries[i].children.is_empty() {
+            self.remove(i, false);
         }
     }
 
     /// A sandbox this spawner watched has ended.
     pub fn child_ended(&mut self, id: u64) {
-        if let Some(key) = self.parent_of.remove(&id) {
-            if let Some(e) = self.entries.iter_mut().find(|e| e.zygote.key() == key) {
-                e.children.remove(&id);
-            }
+        if self.parent_of.remove(&id).is_none() {
+            return;
+        }
+        let Some(i) = self.entries.iter().position(|e| e.children.contains(&id)) else {
+            return;
+        };
+        self.entries[i].children.remove(&id);
+        if self.entries[i].draining && self.entries[i].children.is_empty() {
+            self.remove(i, false);
         }
     }
 
@@ -171,15 +202,21 @@ impl Zygotes {
     /// Handles what one poll reported (indices as [`Zygotes::poll_fds`] gave them).
     pub fn handle(&mut self, events: &[Event]) {
         let mut dead: Vec<usize> = Vec::new();
+        let mut misbehaved: Vec<usize> = Vec::new();
         for event in events {
             match *event {
                 Event::Output(i) => self.entries[i].zygote.drain_output(),
-                Event::Control(i) => {
-                    if let Err(e) = self.entries[i].zygote.on_readable() {
-                        tracing::warn!(error = %e, "a zygote ended");
+                Event::Control(i) => match self.entries[i].zygote.on_readable() {
+                    Ok(()) => {}
+                    Err(zygote::Error::Gone) => {
+                        tracing::warn!("a zygote ended");
                         dead.push(i);
                     }
-                }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a zygote misbehaved; it forks no more");
+                        misbehaved.push(i);
+                    }
+                },
                 Event::Ended(i) => {
                     tracing::warn!("a zygote died");
                     dead.push(i);
@@ -192,10 +229,25 @@ impl Zygotes {
                 dead.push(i);
             }
         }
+        for i in misbehaved {
+            if !dead.contains(&i) {
+                self.entries[i].draining = true;
+                let key = self.entries[i].zygote.key().to_string();
+                self.cooling.insert(key, Instant::now() + COOL_DOWN);
+            }
+        }
         dead.sort_unstable();
         dead.dedup();
         for i in dead.into_iter().rev() {
             self.remove(i, true);
+        }
+        // A misbehaving zygote whose children have all ended.
+        while let Some(i) = self
+            .entries
+            .iter()
+            .position(|e| e.draining && e.children.is_empty())
+        {
+            self.remove(i, false);
         }
     }
 
@@ -219,4 +271,12 @@ impl Zygotes {
             self.remove(0, false);
         }
     }
+}
+
+/// Whether a failed fork says the zygote itself is broken (it closed its socket, broke
+/// the protocol, or a request could not be written to it), rather than the one child, its
+/// cgroup or its deadline.
+fn zygote_broken(error: &zygote::Error) -> bool {
+    matches!(error, zygote::Error::Gone | zygote::Error::Io { .. })
+        || matches!(error, zygote::Error::Protocol(why) if !why.contains("did not get ready"))
 }

@@ -315,6 +315,8 @@ def _write_file(path, data):
 
 def c2(request, fds, config, seccomp):
     stdout, stderr, channel, errors, status, control, _ = fds
+    # 0. No Python handler the program could trigger (SIGINT would raise in here).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # 1. Keep the program (same uid) from ptracing this process or reading its /proc.
     check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "NotDumpable", 1)
     # 2. Fresh filesystems where the program may write, and a procfs of this pid
@@ -425,13 +427,16 @@ def _c3(request, fds, config, seccomp, errors_slot):
     # 2. Default signal handling, as a fresh interpreter has it.
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    trace("c3 start")
+    # The trace descriptor may sit where the errors pipe goes; the program never has it.
+    _TRACE[0] = None
     # 3. stdout, stderr and the channel on 1, 2 and 3; the errors pipe on 4 until ready.
     with oserror("ProgramStdio"):
         for fd, target in ((stdout, 1), (stderr, 2), (channel, 3), (errors, 4)):
             if fd != target:
                 # Move away anything sitting on the target number first.
                 os.dup2(fd, target, inheritable=target != 4)
-    trace("c3 stdio")
     # 4. Nothing else stays open.
     errors = errors_slot[0] = 4
     check(libc.syscall(SYS_CLOSE_RANGE, 5, 0xFFFFFFFF, 0), "CloseFds")
@@ -574,10 +579,15 @@ def _own_heap():
 
 if __name__ == "__main__":
     _boot = _load_boot()
+    _became = False
     try:
         main(_boot)
     except BecomeProgram:
-        # C3, set up: the zygote's frames are gone; run the program as boot.py would.
+        _became = True
+    if _became:
+        # C3, set up, outside every handler: the zygote's frames and the exception are
+        # gone (sys.exc_info() is empty, tracebacks are the program's own); run the
+        # program as boot.py would.
         _reseed()
         _warm_up(_boot)
         _boot.serve(_PRELOADED[0])

@@ -27,7 +27,7 @@
 mod pending;
 mod plan;
 
-use std::io::{IoSlice, Read};
+use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,10 @@ use crate::stopwatch::Stopwatch;
 
 /// How long a fork may take until the child's init has reported its pidfd.
 const FORK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest a zygote lives: retired (forking no more) well before, it must outlive its
+/// last child, which may run for the longest `max_timeout` (24 h).
+const ZYGOTE_LIFETIME: Duration = Duration::from_secs(25 * 60 * 60);
 
 /// Errors of the zygote.
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +103,10 @@ impl Zygote {
         let config = plan::config(child, super::landlock::kernel_abi())?;
         let sandbox = spawn_with(&spec, cgroups, ChannelKind::Seqpacket).map_err(Error::Start)?;
         let (io, watch) = sandbox.into_parts();
+        // Its init would end it after an hour unarmed (`lifeline::IDLE_LIFETIME`), and its
+        // pid namespace with every child: the spawner retires a zygote after 50 minutes
+        // and lets it end with its last child, which may run as long as `max_timeout`.
+        watch.arm(ZYGOTE_LIFETIME).map_err(Error::Start)?;
         for fd in [io.stdout.as_fd(), io.stderr.as_fd()] {
             fds::set_nonblocking(fd, true).map_err(|source| Error::Io {
                 doing: "setting up the zygote's output",
@@ -205,8 +213,8 @@ impl Zygote {
     pub fn drain_output(&self) {
         for (stream, fd) in [("stdout", &self.io.stdout), ("stderr", &self.io.stderr)] {
             let mut buf = [0u8; 4096];
-            let mut file = std::fs::File::from(fd.try_clone().expect("dup of an open fd"));
-            while let Ok(n) = file.read(&mut buf) {
+            // Non-blocking (set at launch): ends at EAGAIN or end of file.
+            while let Ok(n) = nix::unistd::read(fd, &mut buf) {
                 if n == 0 {
                     break;
                 }
@@ -339,13 +347,15 @@ impl Drop for Zygote {
     }
 }
 
-/// Sends one message with `fds` attached.
+/// Sends one message with `fds` attached, never blocking: a zygote that reads nothing
+/// more is a broken one (`EAGAIN`), not a reason to stall the spawner.
 fn send(sock: BorrowedFd<'_>, message: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
     let iov = [IoSlice::new(message)];
     let rights = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
     loop {
-        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+        let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, flags, None) {
             Ok(_) => return Ok(()),
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
