@@ -110,7 +110,14 @@ pub fn run(args: &[OsString]) -> Result<()> {
         .iter()
         .flat_map(|(flag, v)| [*flag, v.as_str()])
         .collect();
-    let with_pool = [&["--pool-size", &pool][..], &extra].concat();
+    // The pool grows with the load (up to its ceiling) and keeps that for
+    // `--pool-shrink-after`: a short one lets it return to its size before the leak
+    // check counts processes, cgroups and descriptors again.
+    let with_pool = [
+        &["--pool-size", &pool, "--pool-shrink-after", "1s"][..],
+        &extra,
+    ]
+    .concat();
     let server = match Server::start(&codebox, &rootfs, Transport::Http, &with_pool)? {
         Launch::Up(s) => s,
         Launch::Unsupported(why) => {
