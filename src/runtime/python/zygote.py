@@ -561,12 +561,17 @@ MADV_POPULATE_WRITE = 23
 
 
 def _own_heap():
-    """Makes this child's private copy of the zygote's writable anonymous memory (the
-    interpreter's heap and arenas) now, in one pass, instead of page by page as the program
-    touches it: every allocation from the zygote's free lists and every reference count
-    update would otherwise copy a page on the request's path."""
+    """Makes this child's private copy of the zygote's writable anonymous memory now, in one
+    pass, instead of page by page as the program touches it (every allocation from the
+    zygote's free lists and every reference count update would otherwise copy a page on
+    the request's path). Only pages the zygote has (present in /proc/self/pagemap) are
+    copied: reserved but untouched memory stays untouched."""
+    import re
+
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = os.sysconf("SC_PAGE_SIZE")
     with open("/proc/self/maps") as f:
+        ranges = []
         for line in f:
             fields = line.split()
             if len(fields) > 5 and fields[5] != "[heap]":
@@ -574,7 +579,18 @@ def _own_heap():
             if fields[1][:2] != "rw" or fields[1][3] != "p":
                 continue
             start, end = (int(x, 16) for x in fields[0].split("-"))
-            libc.madvise(start, end - start, MADV_POPULATE_WRITE)
+            ranges.append((start, end))
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for start, end in ranges:
+            entries = os.pread(fd, (end - start) // page * 8, start // page * 8)
+            # Bit 63 of each little-endian 8-byte entry: the page is present.
+            present = entries[7::8]
+            for run in re.finditer(rb"[\x80-\xff]+", present):
+                at = start + run.start() * page
+                libc.madvise(at, (run.end() - run.start()) * page, MADV_POPULATE_WRITE)
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":
