@@ -23,6 +23,8 @@ use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
 /// How long a sandbox whose fd 3 closed before ready may take to report its exit before
 /// it counts as lost with its spawner (a report normally follows within milliseconds).
 const LOSS_GRACE: Duration = Duration::from_secs(2);
+/// How long a run that ended by its status still reads what the program left on fd 3.
+const CHANNEL_DRAIN: Duration = Duration::from_millis(500);
 
 /// What the spawner said of a sandbox it made (see [`Response::Spawned`]).
 struct Spawned {
@@ -769,6 +771,14 @@ impl RemoteSandbox {
                     self.spawner.send(&Request::Kill { id: self.id }).await?;
                 }
             }
+        }
+        // Ended by its status (not by the runtime's `codebox/exit`, which comes after every
+        // line the program wrote on fd 3): lines it wrote just before it ended (a tool
+        // call's record, output files' chunks) may still be unread. The program and its
+        // pid namespace are gone, so fd 3 is at its end once those are read: let the proxy
+        // finish them, within a bound.
+        if !ended_early && !channel_done {
+            let _ = tokio::time::timeout(CHANNEL_DRAIN, &mut channel_task).await;
         }
         // Ended early: the sandbox is still there; dropping it kills it, and what it
         // holds is released once the spawner reports it gone.
