@@ -104,7 +104,7 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                     }
                 }
                 Progress::Failed(e) => {
-                    tracing::warn!(id, error = %chain(&e), "a fork from the zygote failed; starting the sandbox cold");
+                    tracing::warn!(id, error = %crate::upstream::error_chain(&e), "a fork from the zygote failed; starting the sandbox cold");
                     zygotes.fork_failed(*id, &e);
                     if let Some(watch) = spawn_cold(&sock, host, *id, &spec) {
                         live.insert(*id, watch);
@@ -344,16 +344,4 @@ fn report_exit(sock: &OwnedFd, id: u64, watch: Watch) {
     if let Err(e) = wire::send(sock.as_fd(), &Response::Exited { id, ending }, &[]) {
         tracing::error!(?e, id, "cannot report a sandbox exit");
     }
-}
-
-/// An error with its sources, in one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }

@@ -42,17 +42,7 @@ impl SandboxCgroup {
         }
         self.v1
             .iter()
-            .map(|d| {
-                let path = d.path.join("tasks");
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map(OwnedFd::from)
-                    .map_err(|source| {
-                        tracing::error!(?source, path = %path.display(), "opening a v1 tasks file failed");
-                        Error::OpenTasks { path, source }
-                    })
-            })
+            .map(|d| open_for_joining(d.path.join("tasks")))
             .collect()
     }
 
@@ -63,16 +53,7 @@ impl SandboxCgroup {
     pub fn open_join_fds(&self) -> Result<Vec<OwnedFd>> {
         let mut fds = self.open_v1_tasks()?;
         if let Some(d) = &self.v2 {
-            let path = d.path.join("cgroup.procs");
-            let fd = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map(OwnedFd::from)
-                .map_err(|source| {
-                    tracing::error!(?source, path = %path.display(), "opening cgroup.procs failed");
-                    Error::OpenTasks { path, source }
-                })?;
-            fds.push(fd);
+            fds.push(open_for_joining(d.path.join("cgroup.procs"))?);
         }
         Ok(fds)
     }
@@ -96,6 +77,18 @@ impl SandboxCgroup {
     pub fn v1_path(&self, index: usize) -> Option<&std::path::Path> {
         self.v1.get(index).map(|d| d.path.as_path())
     }
+}
+
+/// Opens a cgroup's `tasks` or `cgroup.procs` for writing (`O_WRONLY | O_CLOEXEC`).
+fn open_for_joining(path: std::path::PathBuf) -> Result<OwnedFd> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .map(OwnedFd::from)
+        .map_err(|source| {
+            tracing::error!(?source, path = %path.display(), "opening a cgroup's join file failed");
+            Error::OpenTasks { path, source }
+        })
 }
 
 /// The raw `tasks` descriptors as the child inherits them: plain integers, `Copy`.
