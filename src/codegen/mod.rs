@@ -248,6 +248,12 @@ fn prepare_output(out: &Path) -> Result<()> {
     create_dir(out)
 }
 
+/// The `/servers` tree for `catalog`, in memory: each file's path (relative to
+/// `/servers`) and contents; what [`generate`] writes.
+pub fn render_tree(catalog: &Catalog) -> Result<BTreeMap<PathBuf, String>> {
+    render(catalog).map(|(tree, _)| tree)
+}
+
 /// Generates the `/servers` tree for `catalog` into `out` (an empty directory, or a path
 /// that does not exist yet).
 pub fn generate(catalog: &Catalog, out: &Path) -> Result<GenerateStats> {

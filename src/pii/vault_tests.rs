@@ -351,3 +351,21 @@ fn hostile_runs() {
     assert_eq!(t, "[IPV4_1] ".repeat(1 << 15));
     assert_eq!(v.restore(&t), text);
 }
+
+/// Found by fuzzing (fuzz/regressions/pii): a value that lost a shared character to a
+/// neighbour of higher precedence was left as it was; tokenizing again found it.
+#[test]
+fn a_value_beside_a_hit_of_higher_precedence_is_tokenized_too() {
+    let v = vault();
+    for text in [
+        "ip 10.0.0.1+1 415 555 0100, call me",
+        "ip 10.0.0.1::1 and more",
+        "at 2001:db8::1 and 10.0.0.1",
+    ] {
+        let once = v.tokenize(text);
+        assert_eq!(v.tokenize(&once), once, "{text:?} -> {once:?}");
+        assert_eq!(v.restore(&once), text);
+    }
+    let once = v.tokenize("ip 10.0.0.1+1 415 555 0100, call me");
+    assert!(!once.contains("415"), "{once}");
+}

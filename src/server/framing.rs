@@ -262,7 +262,12 @@ fn check_value(value: &Value, text: &str, declared: Option<&str>) -> Result<(), 
                 .as_str()
         });
         if in_meta.or(declared).is_some_and(is_stateless_revision) {
-            return Ok(());
+            // ... provided rmcp can read it at all (found by fuzzing: a duplicate `id`
+            // made rmcp refuse the message without a JSON-RPC answer).
+            return match rmcp_parse() {
+                Ok(_) => Ok(()),
+                Err(e) => refuse(invalid(&answer_id, &bounded(&e.to_string()))),
+            };
         }
     }
     // A known method whose params do not fit falls through to rmcp's catch-all request
@@ -370,6 +375,10 @@ mod tests {
         assert_eq!(refusal(read).code, INVALID_PARAMS);
         let old_init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#;
         assert_eq!(refusal(old_init).code, INVALID_PARAMS);
+        // One rmcp cannot parse is refused here, not passed on (fuzz/regressions/jsonrpc).
+        let twice = r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#;
+        let r = check_declared(twice.as_bytes(), Some("2026-07-28")).unwrap_err();
+        assert_eq!((r.code, r.notification), (INVALID_REQUEST, false));
     }
 
     #[test]

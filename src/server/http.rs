@@ -134,13 +134,7 @@ pub async fn serve(
         sessions.clone(),
         config,
     );
-    let tokens: Tokens = Arc::new(
-        options
-            .clients
-            .iter()
-            .map(|(name, t)| (Sha256::digest(t.as_bytes()), ClientName(name.clone())))
-            .collect(),
-    );
+    let tokens = tokens_of(&options.clients);
     // Its own router: a POST is answered 405, not taken for a JSON-RPC body.
     let metrics = Router::new()
         .route(
@@ -161,28 +155,20 @@ pub async fn serve(
         ));
     let owners = super::session_owners::Owners::new(sessions);
     let posts = super::http_answers::PostsInFlight::default();
-    let mcp = Router::new()
-        .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(
-            BodyCheck {
-                timeout: options.limits.body_timeout,
-                parsing: Arc::new(tokio::sync::Semaphore::new(PARSE_BUDGET >> 10)),
-            },
-            require_json_body,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            owners,
-            super::session_owners::enforce,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            posts.clone(),
-            super::http_answers::count_posts,
-        ))
-        // The last layer runs first: no body is read before the token is checked.
-        .layer(axum::middleware::from_fn_with_state(
-            tokens.clone(),
-            require_bearer,
-        ));
+    let mcp = with_body_check(
+        Router::new().nest_service("/mcp", service),
+        options.limits.body_timeout,
+    )
+    .layer(axum::middleware::from_fn_with_state(
+        owners,
+        super::session_owners::enforce,
+    ))
+    .layer(axum::middleware::from_fn_with_state(
+        posts.clone(),
+        super::http_answers::count_posts,
+    ));
+    // The last layer runs first: no body is read before the token is checked.
+    let mcp = with_bearer(mcp, tokens.clone());
     let readyz_state = Readyz {
         server: readyz_server,
         hosts: readyz_hosts,
@@ -279,6 +265,36 @@ async fn readyz(State(r): State<Readyz>, request: Request) -> Response {
     (status, axum::Json(minimal)).into_response()
 }
 
+/// The token digests of `clients` (name, token), for [`with_bearer`].
+pub fn tokens_of(clients: &[(String, String)]) -> Tokens {
+    Arc::new(
+        clients
+            .iter()
+            .map(|(name, t)| (Sha256::digest(t.as_bytes()), ClientName(name.clone())))
+            .collect(),
+    )
+}
+
+/// `router` behind the bearer check: 401 unless a request carries one of `tokens` (none
+/// configured: every request passes); the request then carries its client's name.
+/// Applied last, so it runs before any layer below it reads the body.
+pub fn with_bearer(router: Router, tokens: Tokens) -> Router {
+    router.layer(axum::middleware::from_fn_with_state(tokens, require_bearer))
+}
+
+/// `router` behind the body check: a POST body must arrive within `body_timeout` and be
+/// one JSON-RPC message of a sane size ([`framing::check`](super::framing::check)), else
+/// 400/408/413 with its JSON-RPC error; what passes reaches `router` unchanged.
+pub fn with_body_check(router: Router, body_timeout: std::time::Duration) -> Router {
+    router.layer(axum::middleware::from_fn_with_state(
+        BodyCheck {
+            timeout: body_timeout,
+            parsing: Arc::new(tokio::sync::Semaphore::new(PARSE_BUDGET >> 10)),
+        },
+        require_json_body,
+    ))
+}
+
 /// Whether the request names one of `allowed` as its host (the `Host` header, else the
 /// URI's authority), as rmcp checks it for `/mcp`: `/readyz` is not behind rmcp, and
 /// without tokens a page the user's browser loaded from a name rebound to this address
@@ -312,7 +328,7 @@ fn host_allowed(request: &Request, allowed: &[String]) -> bool {
 }
 
 /// The digest of every client's token, and the client it names.
-type Tokens = Arc<Vec<(sha2::digest::Output<Sha256>, ClientName)>>;
+pub type Tokens = Arc<Vec<(sha2::digest::Output<Sha256>, ClientName)>>;
 
 /// 401 unless the request carries a configured bearer token; the request then carries
 /// the client's name.

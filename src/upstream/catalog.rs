@@ -75,6 +75,46 @@ impl Catalog {
     }
 }
 
+/// A server's `tools/list` as catalog entries: `server` as configured, `server_ident` its
+/// identifier. A name listed twice keeps its first entry (logged); every tool gets an
+/// identifier of its own ([`super::naming::tool_idents`]).
+pub fn tools_of(
+    server: &str,
+    server_ident: &str,
+    mut tools: Vec<rmcp::model::Tool>,
+) -> Vec<CatalogTool> {
+    use super::naming;
+    let mut seen = std::collections::HashSet::new();
+    tools.retain(|t| {
+        let fresh = seen.insert(t.name.to_string());
+        if !fresh {
+            tracing::warn!(server = %server, tool = %t.name, "duplicate tool name in tools/list; keeping the first");
+        }
+        fresh
+    });
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    let idents = naming::tool_idents(&names);
+    tools
+        .iter()
+        .zip(idents)
+        .map(|(tool, tool_ident)| CatalogTool {
+            name: naming::exposed(server_ident, &tool_ident),
+            server: server.to_string(),
+            tool: tool.name.to_string(),
+            server_ident: server_ident.to_string(),
+            tool_ident,
+            title: tool.title.clone(),
+            description: tool.description.as_ref().map(|d| d.to_string()),
+            input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+            output_schema: tool
+                .output_schema
+                .as_ref()
+                .map(|o| serde_json::Value::Object((**o).clone())),
+            annotations: tool.annotations.clone(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -299,36 +299,8 @@ impl Slot {
     }
 
     /// The upstream tools as catalog entries, named for this server.
-    fn catalog_tools(&self, mut tools: Vec<Tool>) -> Vec<CatalogTool> {
-        let mut seen = std::collections::HashSet::new();
-        tools.retain(|t| {
-            let fresh = seen.insert(t.name.to_string());
-            if !fresh {
-                tracing::warn!(server = %self.config.name, tool = %t.name, "duplicate tool name in tools/list; keeping the first");
-            }
-            fresh
-        });
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-        let idents = naming::tool_idents(&names);
-        tools
-            .iter()
-            .zip(idents)
-            .map(|(tool, tool_ident)| CatalogTool {
-                name: naming::exposed(&self.ident, &tool_ident),
-                server: self.config.name.clone(),
-                tool: tool.name.to_string(),
-                server_ident: self.ident.clone(),
-                tool_ident,
-                title: tool.title.clone(),
-                description: tool.description.as_ref().map(|d| d.to_string()),
-                input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
-                output_schema: tool
-                    .output_schema
-                    .as_ref()
-                    .map(|o| serde_json::Value::Object((**o).clone())),
-                annotations: tool.annotations.clone(),
-            })
-            .collect()
+    fn catalog_tools(&self, tools: Vec<Tool>) -> Vec<CatalogTool> {
+        super::catalog::tools_of(&self.config.name, &self.ident, tools)
     }
 }
 

@@ -13,6 +13,7 @@ mod bench_datasets;
 mod bench_sdk;
 mod bench_throughput;
 mod dist;
+mod fuzz;
 mod image;
 mod rootfs;
 mod test;
@@ -25,6 +26,8 @@ Commands:
   test              everything CI runs: rootfs, lints, all tests as root and rootless
   dist              a relocatable release (target/packages): tarball with the stripped binary
                     and the rootfs, a Debian package; checked unpacked with `env -i`
+  fuzz              the coverage-guided fuzz targets of fuzz/ under AFL++ (cargo afl),
+                    each for a bounded time; fails on a crash
   image             an OCI image layout of the release (target/image), no container
                     engine needed: `codebox serve --http` as a non-root user
   bench-compare     start-up latency: bare interpreters vs bwrap vs codebox (exec, run,
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
         Some("rootfs") => rootfs::run(&rest),
         Some("test") => test::run(&rest),
         Some("dist") => dist::run(&rest),
+        Some("fuzz") => fuzz::run(&rest),
         Some("image") => image::run(&rest),
         Some("bench-compare") => bench_compare::run(&rest),
         Some("bench-throughput") => bench_throughput::run(&rest),

@@ -12,6 +12,8 @@
 //!    and run, the OCI image checked by skopeo, umoci and runc
 //! 8. the leak check: no sandbox process, cgroup or temporary file is left from 4–7
 //! 9. `cargo bench --no-run`, so the benches keep compiling
+//! 10. the fuzz targets (`cargo xtask fuzz`): seeds and regression inputs replayed, then
+//!     each target under AFL++ for `CODEBOX_FUZZ_SECONDS` (default 20); a crash fails
 
 mod conformance;
 pub mod delegate;
@@ -131,6 +133,26 @@ pub fn run(args: &[OsString]) -> Result<()> {
                 "warnings",
             ],
         )?;
+        step("cargo fmt --check and cargo clippy of fuzz/ (its own workspace)");
+        let fuzz_manifest = root.join("fuzz/Cargo.toml");
+        let fuzz_manifest = fuzz_manifest.to_str().context("a UTF-8 path")?;
+        cargo(
+            &root,
+            &["fmt", "--manifest-path", fuzz_manifest, "--all", "--check"],
+        )?;
+        cargo(
+            &root,
+            &[
+                "clippy",
+                "--manifest-path",
+                fuzz_manifest,
+                "--locked",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )?;
     }
 
     step("Kubernetes manifests and the balancer config");
@@ -181,6 +203,24 @@ pub fn run(args: &[OsString]) -> Result<()> {
 
     step("cargo bench --no-run");
     cargo(&root, &["bench", "--workspace", "--no-run"])?;
+
+    step("fuzz targets: seeds and regressions, then a short bounded run of each");
+    let seconds = match std::env::var("CODEBOX_FUZZ_SECONDS") {
+        Ok(v) => v
+            .parse()
+            .context("CODEBOX_FUZZ_SECONDS must be a whole number of seconds")?,
+        Err(_) => 20,
+    };
+    let targets: Vec<String> = crate::fuzz::TARGETS.iter().map(|t| t.to_string()).collect();
+    let options = crate::fuzz::Options {
+        seconds: Some(seconds),
+        execs: None,
+        resume: false,
+        build: true,
+    };
+    let outcomes = crate::fuzz::campaign(&root, &targets, &options)?;
+    crate::fuzz::report(&outcomes);
+    crate::fuzz::check(&root, &outcomes)?;
 
     println!(
         "\nxtask test: all steps passed in {:.0?}",

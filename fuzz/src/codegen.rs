@@ -1,0 +1,273 @@
+//! The `/servers` tree generated from upstream tool lists
+//! (`codebox::upstream::catalog::tools_of` then `codebox::codegen::render_tree`): tool
+//! names, titles, descriptions and JSON schemas come from upstream servers, which may
+//! be hostile, and end up in TypeScript and Python that sandboxed code imports.
+//!
+//! Input: structured (`arbitrary`): servers with tools whose names, descriptions and
+//! schemas (types, enums, defaults, nesting, `$ref` cycles, odd property names) are
+//! arbitrary, biased towards what ends strings and comments.
+//!
+//! Properties:
+//! - every generated `.ts` file parses as TypeScript (oxc) and every `.py` file as
+//!   Python (RustPython's parser), without a single diagnostic;
+//! - no upstream text breaks out of its string or comment. The tree is generated again
+//!   with every piece of free text (descriptions, titles, enum and default values,
+//!   patterns) replaced by a plain placeholder (equal texts by equal placeholders, in the
+//!   same order, blank ones kept), and each file must lex into the same code: the same
+//!   tokens, with words and string literals as one class, comments dropped. Text that
+//!   escaped a literal or a comment adds tokens, which a placeholder cannot;
+//! - the same for names (servers, tools, properties): generated again with every
+//!   character of a name that is not `[A-Za-z0-9_$]` replaced by `-` (which leaves every
+//!   identifier derived from it as it was), whenever that keeps the names distinct and in
+//!   the same order;
+//! - rendering holds at most a fixed multiple of the catalog's size.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arbitrary::{Arbitrary, Unstructured};
+use codebox::upstream::catalog::{tools_of, Catalog, CatalogServer};
+use codebox::upstream::naming;
+use serde_json::{Map, Value};
+
+use crate::budget;
+
+mod python_shape;
+mod schema_gen;
+mod ts_shape;
+
+/// One upstream server and its `tools/list`.
+#[derive(Debug)]
+struct ServerIn {
+    name: String,
+    tools: Vec<ToolIn>,
+}
+
+#[derive(Debug)]
+struct ToolIn {
+    name: String,
+    title: Option<String>,
+    description: Option<String>,
+    input_schema: Map<String, Value>,
+    output_schema: Option<Map<String, Value>>,
+}
+
+impl<'a> Arbitrary<'a> for ToolIn {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(ToolIn {
+            name: schema_gen::text(u)?,
+            title: Option::<()>::arbitrary(u)?
+                .map(|()| schema_gen::text(u))
+                .transpose()?,
+            description: Option::<()>::arbitrary(u)?
+                .map(|()| schema_gen::text(u))
+                .transpose()?,
+            input_schema: schema_gen::object_schema(u, 0)?,
+            output_schema: Option::<()>::arbitrary(u)?
+                .map(|()| schema_gen::object_schema(u, 0))
+                .transpose()?,
+        })
+    }
+}
+
+impl<'a> Arbitrary<'a> for ServerIn {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let name = schema_gen::text(u)?;
+        let count = u.int_in_range(0..=4)?;
+        let tools = (0..count)
+            .map(|_| ToolIn::arbitrary(u))
+            .collect::<arbitrary::Result<_>>()?;
+        Ok(ServerIn { name, tools })
+    }
+}
+
+pub fn run(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let Ok(count) = u.int_in_range(1..=3u8) else {
+        return;
+    };
+    let Ok(servers) = (0..count)
+        .map(|_| ServerIn::arbitrary(&mut u))
+        .collect::<arbitrary::Result<Vec<_>>>()
+    else {
+        return;
+    };
+    let same = |s: &str| s.to_string();
+    let Some(catalog) = catalog_of(&servers, &same, &same) else {
+        return;
+    };
+    let size = serde_json::to_vec(&catalog).map_or(0, |v| v.len());
+    let (tree, peak) = budget::peak_during(|| codebox::codegen::render_tree(&catalog));
+    let tree = tree.unwrap_or_else(|e| panic!("a catalog from tools_of did not render: {e}"));
+    budget::assert_within("render_tree", peak, size, 64, 1 << 20);
+    let shapes = shapes_of(&tree, true);
+
+    // Free text as placeholders.
+    let texts = std::cell::RefCell::new(BTreeSet::new());
+    let collect = |s: &str| {
+        texts.borrow_mut().insert(s.to_string());
+        s.to_string()
+    };
+    catalog_of(&servers, &same, &collect);
+    let placeholders = Placeholders::new(texts.into_inner());
+    let text_free = catalog_of(&servers, &same, &|s| placeholders.get(s)).expect("same names");
+    let text_free = codebox::codegen::render_tree(&text_free).expect("renders");
+    compare("free text", &tree, &shapes, &text_free);
+
+    // Names with their odd characters as `-`, when that keeps them apart and in order.
+    let names = std::cell::RefCell::new(BTreeSet::new());
+    let collect = |s: &str| {
+        names.borrow_mut().insert(s.to_string());
+        s.to_string()
+    };
+    catalog_of(&servers, &collect, &same);
+    let names: Vec<String> = names.into_inner().into_iter().collect();
+    let plain: Vec<String> = names.iter().map(|n| plain_name(n)).collect();
+    if plain.windows(2).all(|w| w[0] < w[1]) {
+        if let Some(plain) = catalog_of(&servers, &|s| plain_name(s), &same) {
+            let plain = codebox::codegen::render_tree(&plain).expect("renders");
+            compare("names", &tree, &shapes, &plain);
+        }
+    }
+}
+
+/// `name` with every character outside `[A-Za-z0-9_$]` as `-`.
+fn plain_name(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '$' => c,
+            _ => '-',
+        })
+        .collect()
+}
+
+/// Panics unless `other` has the files of `tree` and each lexes into the same shape.
+fn compare(
+    what: &str,
+    tree: &BTreeMap<PathBuf, String>,
+    shapes: &BTreeMap<PathBuf, Vec<String>>,
+    other: &BTreeMap<PathBuf, String>,
+) {
+    let other_shapes = shapes_of(other, false);
+    let paths: Vec<&PathBuf> = shapes.keys().collect();
+    let other_paths: Vec<&PathBuf> = other_shapes.keys().collect();
+    assert_eq!(paths, other_paths, "{what}: other files were generated");
+    for (path, shape) in shapes {
+        let plain = &other_shapes[path];
+        if shape != plain {
+            let at = shape.iter().zip(plain).take_while(|(a, b)| a == b).count();
+            panic!(
+                "upstream {what} changed the code of {} (broke out of a literal or comment?) \
+                 at token {at}: {:?} where the plain catalog has {:?}\n--- generated:\n{}\n--- plain:\n{}",
+                path.display(),
+                &shape[at..(at + 8).min(shape.len())],
+                &plain[at..(at + 8).min(plain.len())],
+                tree[path],
+                other[path],
+            );
+        }
+    }
+}
+
+/// The catalog of `servers`, their names (servers, tools, properties) passed through
+/// `name` and their free text (titles, descriptions, schema strings) through `text`;
+/// `None` when two servers share a name (a config's keys cannot).
+fn catalog_of(
+    servers: &[ServerIn],
+    name: &dyn Fn(&str) -> String,
+    text: &dyn Fn(&str) -> String,
+) -> Option<Catalog> {
+    let names: Vec<String> = servers.iter().map(|s| name(&s.name)).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    sorted.dedup();
+    if sorted.len() != names.len() {
+        return None;
+    }
+    // The config's order: sorted by name.
+    let mut order: Vec<usize> = (0..servers.len()).collect();
+    order.sort_by(|&a, &b| names[a].cmp(&names[b]));
+    let ordered: Vec<&str> = order.iter().map(|&i| names[i].as_str()).collect();
+    let idents = naming::server_idents(&ordered);
+    let mut catalog = Catalog {
+        version: 1,
+        ..Default::default()
+    };
+    for (&i, ident) in order.iter().zip(idents) {
+        let tools = servers[i]
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = rmcp::model::Tool::new(
+                    name(&t.name),
+                    String::new(),
+                    Arc::new(schema_gen::map_strings(&t.input_schema, name, text)),
+                );
+                tool.description = t.description.as_deref().map(|d| text(d).into());
+                tool.title = t.title.as_deref().map(text);
+                tool.output_schema = t
+                    .output_schema
+                    .as_ref()
+                    .map(|o| Arc::new(schema_gen::map_strings(o, name, text)));
+                tool
+            })
+            .collect();
+        catalog.tools.extend(tools_of(&names[i], &ident, tools));
+        catalog.servers.push(CatalogServer {
+            name: names[i].clone(),
+            ident,
+        });
+    }
+    Some(catalog)
+}
+
+/// Upstream strings to plain placeholders: equal strings to equal placeholders, in the
+/// same order (properties, tools and enum values are sorted), blank strings kept
+/// (whether a text is blank decides whether it is shown at all).
+struct Placeholders(BTreeMap<String, String>);
+
+impl Placeholders {
+    fn new(strings: std::collections::BTreeSet<String>) -> Placeholders {
+        let mut rank = 0;
+        let map = strings
+            .into_iter()
+            .map(|s| {
+                let p = match s.trim().is_empty() {
+                    true => s.clone(),
+                    false => {
+                        rank += 1;
+                        format!("p{rank:05}")
+                    }
+                };
+                (s, p)
+            })
+            .collect();
+        Placeholders(map)
+    }
+
+    fn get(&self, s: &str) -> String {
+        self.0.get(s).cloned().unwrap_or_else(|| s.to_string())
+    }
+}
+
+/// The shape of every generated file but the fixed `client.ts`; parses each first when
+/// `parse` is set.
+fn shapes_of(tree: &BTreeMap<PathBuf, String>, parse: bool) -> BTreeMap<PathBuf, Vec<String>> {
+    let mut shapes = BTreeMap::new();
+    for (path, text) in tree {
+        let name = path.to_string_lossy();
+        if name == "client.ts" {
+            continue;
+        }
+        let shape = if name.ends_with(".ts") {
+            ts_shape::shape(&name, text, parse)
+        } else if name.ends_with(".py") {
+            python_shape::shape(&name, text, parse)
+        } else {
+            panic!("a generated file that is neither TypeScript nor Python: {name}");
+        };
+        shapes.insert(path.clone(), shape);
+    }
+    shapes
+}
