@@ -74,7 +74,7 @@ impl<'a> Arbitrary<'a> for ToolIn {
 impl<'a> Arbitrary<'a> for ServerIn {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
         let name = schema_gen::text(u)?;
-        let count = u.int_in_range(0..=4)?;
+        let count = u.int_in_range(0..=3)?;
         let tools = (0..count)
             .map(|_| ToolIn::arbitrary(u))
             .collect::<arbitrary::Result<_>>()?;
@@ -84,7 +84,7 @@ impl<'a> Arbitrary<'a> for ServerIn {
 
 pub fn run(data: &[u8]) {
     let mut u = Unstructured::new(data);
-    let Ok(count) = u.int_in_range(1..=3u8) else {
+    let Ok(count) = u.int_in_range(1..=2u8) else {
         return;
     };
     let Ok(servers) = (0..count)

@@ -174,10 +174,24 @@ pub fn run(data: &[u8]) {
     let limits = limits();
     let mut wanted = Vec::new();
     let mut closed = false;
-    for line in split_lines(data) {
+    // Answers to wait for before the program closes its end: those of whole lines (a
+    // last line without a newline is read at the close).
+    let mut before_close = Vec::new();
+    let lines = split_lines(data);
+    let whole = if data.ends_with(b"\n") {
+        lines.len()
+    } else {
+        lines.len().saturating_sub(1)
+    };
+    for (i, line) in lines.into_iter().enumerate() {
         match expect(line, limits.max_request_bytes) {
             Expect::Nothing => {}
-            Expect::Answer(id) => wanted.push(Some(id)),
+            Expect::Answer(id) => {
+                if i < whole {
+                    before_close.push(id.to_string());
+                }
+                wanted.push(Some(id));
+            }
             Expect::AtMostOne => wanted.push(None),
             Expect::Close => {
                 closed = true;
@@ -186,7 +200,7 @@ pub fn run(data: &[u8]) {
         }
     }
     let ((answers, report), peak) =
-        budget::peak_during(|| block_on(serve(data, limits.clone(), wanted.len())));
+        budget::peak_during(|| block_on(serve(data, limits.clone(), before_close)));
     budget::assert_within("proxy session", peak, data.len(), 64, 4 << 20);
 
     let mut got = Vec::new();
@@ -250,14 +264,14 @@ fn split_lines(data: &[u8]) -> Vec<&[u8]> {
     parts
 }
 
-/// Serves one channel as a program does: writes `input`, reads answers until `answers`
-/// came (or the proxy closed, or a second passed: then some are missing), then closes
-/// its end (the proxy aborts calls still in flight when the program goes) and reads the
-/// rest.
+/// Serves one channel as a program does: writes `input`, reads answers until those with
+/// the ids in `awaited` came (or the proxy closed, or a second passed: then some are
+/// missing), then closes its end (the proxy aborts calls still in flight when the
+/// program goes) and reads the rest.
 async fn serve(
     input: &[u8],
     limits: ProxyLimits,
-    answers: usize,
+    mut awaited: Vec<String>,
 ) -> (Vec<Vec<u8>>, codebox::proxy::ProxyReport) {
     let (sandbox, proxy) = UnixStream::pair().expect("socketpair");
     let session = ProxySession::new(Echo::shared(), AllowList::all(), limits);
@@ -272,11 +286,19 @@ async fn serve(
         let mut reader = BufReader::new(read);
         let mut lines = Vec::new();
         let enough = async {
-            while lines.len() < answers {
+            while !awaited.is_empty() {
                 let mut line = Vec::new();
                 match reader.read_until(b'\n', &mut line).await {
                     Ok(0) | Err(_) => break,
-                    Ok(_) => lines.push(line),
+                    Ok(_) => {
+                        let id = serde_json::from_slice::<Value>(&line)
+                            .map(|v| v["id"].to_string())
+                            .unwrap_or_default();
+                        if let Some(at) = awaited.iter().position(|a| *a == id) {
+                            awaited.remove(at);
+                        }
+                        lines.push(line);
+                    }
                 }
             }
         };

@@ -116,7 +116,17 @@ async fn write_output<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
         tokio::select! {
             read = from_rmcp.read_until(b'\n', &mut line) => {
                 match read {
-                    Ok(0) | Err(_) => break,
+                    Ok(0) | Err(_) => {
+                        // Answers already queued still go out: `select!` may see rmcp's
+                        // end before the answer to the last bad line.
+                        while let Ok(mut e) = errors.try_recv() {
+                            e.push('\n');
+                            if output.write_all(e.as_bytes()).await.is_err() {
+                                break;
+                            }
+                        }
+                        break;
+                    }
                     Ok(_) => {
                         if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
                             break;
