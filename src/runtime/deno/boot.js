@@ -71,10 +71,11 @@ class Channel {
 }
 
 // Writes one FILE record ("<path>\0<content>") under /workspace. Paths were validated by
-// the supervisor; nothing else runs yet, so refusing existing symlinks is enough.
+// the supervisor; nothing else runs yet, so refusing existing symlinks is enough. The path
+// is decoded as it is: a leading U+FEFF is part of a name (TextDecoder would drop it).
 function writeFile(payload) {
   const nul = payload.indexOf(0);
-  writeWorkspaceFile(new TextDecoder().decode(payload.subarray(0, nul)), payload.subarray(nul + 1));
+  writeWorkspaceFile(new TextDecoder("utf-8", { ignoreBOM: true }).decode(payload.subarray(0, nul)), payload.subarray(nul + 1));
 }
 
 // Writes `content` (bytes) at `relPath` under /workspace, creating parent directories and
