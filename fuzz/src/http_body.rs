@@ -87,7 +87,7 @@ pub fn run(data: &[u8]) {
         assert_eq!(&answer[..], body);
         return;
     }
-    let blank = body.iter().all(u8::is_ascii_whitespace);
+    let blank = framing::is_blank(body);
     let declared = version.filter(|v| axum::http::HeaderValue::from_str(v).is_ok());
     if !blank && framing::check_declared(body, declared).is_ok() {
         assert_eq!(status, StatusCode::OK, "a good body was refused");

@@ -45,7 +45,7 @@ pub fn run(data: &[u8]) {
 
 /// A message that passed (and is not blank) is one rmcp parses.
 fn assert_rmcp_parses(message: &[u8]) {
-    if message.iter().all(u8::is_ascii_whitespace) {
+    if framing::is_blank(message) {
         return;
     }
     if let Err(e) = serde_json::from_slice::<ClientJsonRpcMessage>(message) {

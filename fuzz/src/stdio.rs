@@ -26,7 +26,7 @@ pub fn run(data: &[u8]) {
             continue;
         }
         match framing::check(line) {
-            Ok(()) if line.iter().all(u8::is_ascii_whitespace) => {}
+            Ok(()) if framing::is_blank(line) => {}
             Ok(()) => want_forwarded.push(line.to_vec()),
             Err(r) if r.notification => {}
             Err(_) => want_answers.push(oracle::readable_id(line, framing::MAX_ID_BYTES)),

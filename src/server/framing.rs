@@ -115,6 +115,16 @@ pub fn is_stateless_revision(version: &str) -> bool {
     version >= STATELESS_REVISION
 }
 
+/// Whether `message` holds only JSON's whitespace (space, tab, newline, carriage return):
+/// nothing to answer. Other whitespace (`\x0b`, `\x0c`, U+00A0, ...) is not JSON and gets
+/// a parse error; taken for blank it went on to rmcp, which dropped it without a word
+/// (found by fuzzing).
+pub fn is_blank(message: &[u8]) -> bool {
+    message
+        .iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+}
+
 /// `Ok` when `message` is blank or a JSON-RPC message rmcp will parse as what it is;
 /// else the answer it gets. For stdio, where the revision is only in the message.
 pub fn check(message: &[u8]) -> Result<(), Refusal> {
@@ -134,7 +144,7 @@ pub fn check_declared(message: &[u8], declared: Option<&str>) -> Result<(), Refu
             e.valid_up_to()
         ))
     })?;
-    if text.trim().is_empty() {
+    if is_blank(message) {
         return Ok(());
     }
     let cost = crate::proxy::parse_cost(text);
@@ -387,6 +397,10 @@ mod tests {
         check(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         check(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap();
         check(b"  ").unwrap();
+        check(b" \t\r\n").unwrap();
+        for not_json in ["\u{b}", "\u{c}", " \u{a0}", "\u{2028}"] {
+            assert_eq!(refusal(not_json).code, PARSE_ERROR, "{not_json:?}");
+        }
         let r = refusal("{\"a\":");
         assert!(r.message.contains("EOF") && r.code == PARSE_ERROR && r.id.is_null());
         let r = check(b"\xc3\x28").unwrap_err();

@@ -423,7 +423,7 @@ async fn require_json_body(
             return answer;
         }
     };
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    if super::framing::is_blank(&bytes) {
         return refuse(
             StatusCode::BAD_REQUEST,
             parse_error("Parse error: the body is empty".into()),

@@ -78,7 +78,7 @@ async fn read_input<R: AsyncBufRead + Unpin>(
             check(&line)
         };
         match checked {
-            Ok(()) if line.iter().all(u8::is_ascii_whitespace) => {}
+            Ok(()) if super::framing::is_blank(&line) => {}
             Ok(()) => {
                 line.push(b'\n');
                 if to_rmcp.write_all(&line).await.is_err() {
