@@ -4,8 +4,8 @@
 //! codebox's real parser and asserts properties of the outcome (answers carry the
 //! request's id, generated code parses, round trips hold, memory stays within a fixed
 //! multiple of the input), panicking when one fails. `fuzz_targets/<name>.rs` wraps it
-//! in `afl::fuzz!` for `cargo afl`; `tests/replay.rs` runs it, uninstrumented, over the
-//! committed seeds and every crash input kept in `regressions/<name>/`.
+//! in `afl::fuzz!` for `cargo afl`; `replay_tests.rs` runs it, uninstrumented, over the
+//! committed seeds and every crash input kept in `regressions/<name>/` (`cargo test --lib`).
 //!
 //! Inputs come from three untrusted directions:
 //! - MCP clients: [`jsonrpc`] (the JSON-RPC checks), [`stdio`] (the stdio transport's
@@ -30,6 +30,9 @@ pub mod pii;
 pub mod proxy_channel;
 pub mod seccomp_policy;
 pub mod stdio;
+
+#[cfg(test)]
+mod replay_tests;
 
 /// A fuzz target: takes any bytes, panics when a property fails.
 pub type Target = fn(&[u8]);

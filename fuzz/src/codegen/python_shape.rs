@@ -9,17 +9,18 @@ const CLOSERS: [&str; 3] = ["Rpar", "Rsqb", "Rbrace"];
 const COMMA: &str = "Comma";
 
 pub fn shape(name: &str, source: &str, parse: bool) -> Vec<String> {
+    // One lexing pass serves the parse and the shape.
+    let tokens: Vec<lexer::Spanned> = lexer::lex(source, Mode::Module)
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("generated {name} does not lex ({e:?}):\n{source}"));
     if parse {
-        if let Err(e) = rustpython_parser::parse(source, Mode::Module, name) {
+        let lexed = tokens.iter().cloned().map(Ok);
+        if let Err(e) = rustpython_parser::parse_tokens(lexed, Mode::Module, name) {
             panic!("generated {name} is not valid Python ({e}):\n{source}");
         }
     }
     let mut part: Vec<String> = Vec::new();
-    for token in lexer::lex(source, Mode::Module) {
-        let (tok, range) = match token {
-            Ok(t) => t,
-            Err(e) => panic!("generated {name} does not lex ({e:?}):\n{source}"),
-        };
+    for (tok, range) in tokens {
         let word = match &tok {
             Tok::Name { .. } | Tok::String { .. } => "word".to_string(),
             Tok::Int { .. } | Tok::Float { .. } | Tok::Complex { .. } => "number".to_string(),

@@ -1,10 +1,11 @@
 //! Every target over its committed seeds and its regression inputs (crashes found and
-//! fixed), without AFL++: a plain `cargo test` in `fuzz/` keeps them passing.
+//! fixed), without AFL++: `cargo test --lib` in `fuzz/` (the binaries link AFL++'s
+//! runtime, which only `cargo afl build` provides; the library does not).
 
 use std::path::Path;
 
 fn replay(target: &str) {
-    let run = codebox_fuzz::target(target).expect("a known target");
+    let run = crate::target(target).expect("a known target");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut inputs = 0;
     for dir in ["corpus", "regressions"] {
@@ -35,11 +36,11 @@ macro_rules! replay_tests {
             }
         )*
 
-        /// Every target in `codebox_fuzz::TARGETS` is replayed here.
+        /// Every target in `crate::TARGETS` is replayed here.
         #[test]
         fn every_target_is_replayed() {
             let here = [$(stringify!($name)),*];
-            for (name, _) in codebox_fuzz::TARGETS {
+            for (name, _) in crate::TARGETS {
                 assert!(here.contains(name), "{name} has no replay test");
             }
         }
