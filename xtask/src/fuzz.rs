@@ -227,6 +227,9 @@ fn fuzz_one(fuzz: &Path, target: &str, options: &Options) -> Result<Outcome> {
         // The machine's CPU governor and core pattern are not ours to change.
         .env("AFL_SKIP_CPUFREQ", "1")
         .env("AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES", "1")
+        // Calibrate new inputs with fewer runs: the slow targets (codegen) spent most of
+        // their time calibrating inputs whose path varies with hash seeds.
+        .env("AFL_FAST_CAL", "1")
         // Two campaigns may share this machine's cores: bind to none.
         .env("AFL_NO_AFFINITY", "1")
         .stdin(Stdio::null());
