@@ -1,4 +1,4 @@
-//! Generated Python: parsed, and lexed into the shape `codebox::fuzz` compares.
+//! Generated Python: parsed, and lexed into the shape the `codegen` target compares.
 
 use rustpython_parser::{lexer, Mode, Tok};
 

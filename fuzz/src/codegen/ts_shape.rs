@@ -1,4 +1,4 @@
-//! Generated TypeScript: parsed, and lexed into the shape `codebox::fuzz` compares.
+//! Generated TypeScript: parsed, and lexed into the shape the `codegen` target compares.
 
 use oxc_allocator::Allocator;
 use oxc_parser::config::TokensParserConfig;
