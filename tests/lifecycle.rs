@@ -279,16 +279,70 @@ fn alive(pids: &BTreeSet<i32>) -> usize {
     pids.iter().filter(|&&pid| cpu_ticks(pid).is_some()).count()
 }
 
-/// Waits until at least `n` sandbox processes spin; returns them.
+/// How many sampling windows in a row a process must spin to count as a spinner.
+const STEADY_WINDOWS: u32 = 3;
+
+/// Waits until at least `n` sandbox processes spin, and keep spinning: a process counts
+/// once it burnt CPU through [`STEADY_WINDOWS`] windows in a row. A sandbox that starts
+/// beside the spinners (the pool's refill, whose setup can take a few hundred ms of CPU on
+/// a busy host) then goes idle is not taken for one: it would stay alive, and a test
+/// waiting for the spinners' end would wait for it instead.
 fn until_spinning(owner: i32, n: usize, what: &str) -> BTreeSet<i32> {
     let until = Instant::now() + Duration::from_secs(30);
+    let mut streaks: HashMap<i32, u32> = HashMap::new();
     loop {
-        let pids = spinning_pids(owner);
-        if pids.len() >= n {
-            return pids;
+        let now = spinning_pids(owner);
+        streaks.retain(|pid, _| now.contains(pid));
+        for &pid in &now {
+            *streaks.entry(pid).or_default() += 1;
         }
-        assert!(Instant::now() < until, "{what}: not within 30 s");
+        let steady: BTreeSet<i32> = streaks
+            .iter()
+            .filter(|&(_, &windows)| windows >= STEADY_WINDOWS)
+            .map(|(&pid, _)| pid)
+            .collect();
+        if steady.len() >= n {
+            return steady;
+        }
+        assert!(
+            Instant::now() < until,
+            "{what}: not within 30 s; spinning in the last window: {}",
+            describe(&now)
+        );
     }
+}
+
+/// Each of `pids` as the test sees it: state, CPU ticks, command line and cgroup path, so
+/// a failure says what it waited for.
+fn describe(pids: &BTreeSet<i32>) -> String {
+    let mut out = String::new();
+    for &pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .unwrap_or("gone");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .unwrap_or_default();
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.contains("/codebox-"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "\n  pid {pid} state {state} ticks {:?} cmd {:?} cgroup {cgroup}",
+            cpu_ticks(pid),
+            cmdline.trim()
+        ));
+    }
+    if out.is_empty() {
+        out.push_str("none");
+    }
+    out
 }
 
 fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
@@ -503,6 +557,16 @@ fn a_stopped_server_cannot_stretch_a_timeout() {
         )
         .expect("SIGCONT the server");
         if let Err(e) = waited {
+            let left: BTreeSet<i32> = spinners
+                .iter()
+                .copied()
+                .filter(|&pid| cpu_ticks(pid).is_some())
+                .collect();
+            eprintln!(
+                "still alive of the spinners: {}\nspinning now: {}",
+                describe(&left),
+                describe(&spinning_pids(owner))
+            );
             std::panic::resume_unwind(e);
         }
         let a = server.answer(id, Duration::from_secs(30));

@@ -51,6 +51,11 @@ fn runnable(test: &str) -> bool {
 
 /// The test user's uid, created like `cargo xtask test` creates it.
 fn ensure_user() -> u32 {
+    // One at a time: two `useradd` racing for the same new user (both tests start by
+    // creating it on a fresh machine) can leave its home with one uid and the user with
+    // another.
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = CREATING.lock().unwrap_or_else(|e| e.into_inner());
     let id = || Command::new("id").args(["-u", USER]).output().unwrap();
     let mut out = id();
     if !out.status.success() {

@@ -127,16 +127,64 @@ impl Delegation {
 
 impl Drop for Delegation {
     fn drop(&mut self) {
+        // Sandboxes of the last test may still be tearing down (a killed server's
+        // cgroups go with its spawner): give them a moment before calling it a leak.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
         for d in &self.dirs {
-            // A container runtime that joined the directory may have removed it already.
-            if let Err(e) = std::fs::remove_dir(d).or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(e),
-            }) {
-                eprintln!("LEAK: cannot remove delegated cgroup {}: {e}", d.display());
+            let result = loop {
+                // A container runtime that joined the directory may have removed it.
+                match std::fs::remove_dir(d) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break Ok(()),
+                    Err(_) if std::time::Instant::now() < until => {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                    other => break other,
+                }
+            };
+            if let Err(e) = result {
+                eprintln!(
+                    "LEAK: cannot remove delegated cgroup {}: {e}; it holds:{}",
+                    d.display(),
+                    contents(d)
+                );
             }
         }
     }
+}
+
+/// What keeps a cgroup directory busy: its child cgroups and its processes (with their
+/// command lines), each on a line of its own.
+fn contents(dir: &Path) -> String {
+    let mut out = String::new();
+    for entry in walkdir(dir) {
+        let procs = std::fs::read_to_string(entry.join("cgroup.procs")).unwrap_or_default();
+        out.push_str(&format!("\n    {}", entry.display()));
+        for pid in procs.split_whitespace() {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .unwrap_or_default();
+            out.push_str(&format!("\n      pid {pid}: {}", cmdline.trim()));
+        }
+    }
+    out
+}
+
+/// `dir` and every directory below it.
+fn walkdir(dir: &Path) -> Vec<PathBuf> {
+    let mut found = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < found.len() {
+        if let Ok(entries) = std::fs::read_dir(&found[i]) {
+            found.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        i += 1;
+    }
+    found
 }
 
 /// The mount point of the first mount whose (fstype, super options) match.
