@@ -54,6 +54,7 @@ pub mod codegen;
 pub mod config;
 pub mod doctor;
 pub mod egress;
+pub mod error_chain;
 pub mod execution;
 pub mod line_reader;
 pub mod metrics;

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use super::chain::{line_hash, parse_header, GENESIS};
 use super::{AuditConfig, AuditEvent, AuditStatus, Error, FsyncPolicy, OnFailure, Result};
+use crate::error_chain::error_chain;
 
 /// The audit log. `Send + Sync`; every call is synchronous (the server calls it from
 /// `spawn_blocking`).
@@ -419,18 +420,6 @@ fn read_tail(file: &File, len: u64) -> io::Result<Tail> {
         chunk.extend_from_slice(&tail);
         tail = chunk;
     }
-}
-
-/// An error with its causes, on one line.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
-    }
-    message
 }
 
 /// RFC 3339 in UTC with milliseconds: `2025-01-31T09:15:02.481Z`.

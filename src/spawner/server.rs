@@ -104,7 +104,7 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                     }
                 }
                 Progress::Failed(e) => {
-                    tracing::warn!(id, error = %crate::upstream::error_chain(&e), "a fork from the zygote failed; starting the sandbox cold");
+                    tracing::warn!(id, error = %crate::error_chain::error_chain(&e), "a fork from the zygote failed; starting the sandbox cold");
                     zygotes.fork_failed(*id, &e);
                     if let Some(watch) = spawn_cold(&sock, host, *id, &spec) {
                         live.insert(*id, watch);
@@ -341,7 +341,13 @@ fn report_exit(sock: &OwnedFd, id: u64, watch: Watch) {
             Default::default()
         }
     };
-    if let Err(e) = wire::send(sock.as_fd(), &Response::Exited { id, ending }, &[]) {
-        tracing::error!(?e, id, "cannot report a sandbox exit");
+    match wire::send(sock.as_fd(), &Response::Exited { id, ending }, &[]) {
+        Ok(()) => {}
+        // The supervisor is gone (its sandboxes are being ended with it): nobody is left
+        // to tell, which is not an error of ours.
+        Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {
+            tracing::debug!(id, "a sandbox ended after the supervisor left");
+        }
+        Err(e) => tracing::error!(?e, id, "cannot report a sandbox exit"),
     }
 }

@@ -29,17 +29,4 @@ pub use catalog::{Catalog, CatalogTool};
 pub use config::{ServerConfig, TransportConfig};
 pub use manager::{ServerState, ServerStatus, UpstreamError, UpstreamOptions, Upstreams};
 
-/// An error and its sources, `: `-separated, on one line.
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut s = err.to_string();
-    let mut source = err.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !s.ends_with(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = e.source();
-    }
-    s
-}
+pub(crate) use crate::error_chain::error_chain;
