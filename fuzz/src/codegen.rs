@@ -31,11 +31,11 @@ use codebox::upstream::catalog::{tools_of, Catalog, CatalogServer};
 use codebox::upstream::naming;
 use serde_json::{Map, Value};
 
+use codebox_fuzz_oracles::{python_shape, ts_shape, Piece};
+
 use crate::budget;
 
-mod python_shape;
 mod schema_gen;
-mod ts_shape;
 
 /// One upstream server and its `tools/list`.
 #[derive(Debug)]
@@ -147,7 +147,7 @@ fn plain_name(name: &str) -> String {
 fn compare(
     what: &str,
     tree: &BTreeMap<PathBuf, String>,
-    shapes: &BTreeMap<PathBuf, Vec<String>>,
+    shapes: &BTreeMap<PathBuf, Vec<Piece>>,
     other: &BTreeMap<PathBuf, String>,
 ) {
     assert!(
@@ -162,12 +162,13 @@ fn compare(
         let plain = &shape_of(path, &other[path], false);
         if shape != plain {
             let at = shape.iter().zip(plain).take_while(|(a, b)| a == b).count();
+            let (ours, theirs) = (describe(path, &tree[path]), describe(path, &other[path]));
             panic!(
                 "upstream {what} changed the code of {} (broke out of a literal or comment?) \
                  at token {at}: {:?} where the plain catalog has {:?}\n--- generated:\n{}\n--- plain:\n{}",
                 path.display(),
-                &shape[at..(at + 8).min(shape.len())],
-                &plain[at..(at + 8).min(plain.len())],
+                &ours[at.min(ours.len())..(at + 8).min(ours.len())],
+                &theirs[at.min(theirs.len())..(at + 8).min(theirs.len())],
                 tree[path],
                 other[path],
             );
@@ -258,7 +259,7 @@ impl Placeholders {
 
 /// The shape of every generated file but the fixed `client.ts`; parses each first when
 /// `parse` is set.
-fn shapes_of(tree: &BTreeMap<PathBuf, String>, parse: bool) -> BTreeMap<PathBuf, Vec<String>> {
+fn shapes_of(tree: &BTreeMap<PathBuf, String>, parse: bool) -> BTreeMap<PathBuf, Vec<Piece>> {
     tree.iter()
         .filter(|(path, _)| path.as_os_str() != "client.ts")
         .map(|(path, text)| (path.clone(), shape_of(path, text, parse)))
@@ -266,12 +267,32 @@ fn shapes_of(tree: &BTreeMap<PathBuf, String>, parse: bool) -> BTreeMap<PathBuf,
 }
 
 /// The shape of one generated file (see [`ts_shape`], [`python_shape`]).
-fn shape_of(path: &std::path::Path, text: &str, parse: bool) -> Vec<String> {
+fn shape_of(path: &std::path::Path, text: &str, parse: bool) -> Vec<Piece> {
     let name = path.to_string_lossy();
+    match language(&name) {
+        Language::TypeScript => ts_shape::shape(&name, text, parse),
+        Language::Python => python_shape::shape(&name, text, parse),
+    }
+}
+
+/// The tokens of one generated file's shape, named (for a failure's message).
+fn describe(path: &std::path::Path, text: &str) -> Vec<String> {
+    match language(&path.to_string_lossy()) {
+        Language::TypeScript => ts_shape::describe(text),
+        Language::Python => python_shape::describe(text),
+    }
+}
+
+enum Language {
+    TypeScript,
+    Python,
+}
+
+fn language(name: &str) -> Language {
     if name.ends_with(".ts") {
-        ts_shape::shape(&name, text, parse)
+        Language::TypeScript
     } else if name.ends_with(".py") {
-        python_shape::shape(&name, text, parse)
+        Language::Python
     } else {
         panic!("a generated file that is neither TypeScript nor Python: {name}");
     }

@@ -45,6 +45,10 @@ Run `cargo xtask <command> --help` for a command's options.
 ";
 
 fn main() -> ExitCode {
+    // Started by cargo as the rustc wrapper of the fuzz build (see fuzz/rustc_wrapper.rs).
+    if fuzz::rustc_wrapper::wrapping() {
+        return fuzz::rustc_wrapper::run(std::env::args_os().skip(1).collect());
+    }
     let mut args = std::env::args_os().skip(1);
     let command = args.next();
     let rest: Vec<OsString> = args.collect();

@@ -15,6 +15,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+pub mod rustc_wrapper;
+
 const HELP: &str = "\
 cargo xtask fuzz [TARGET...] [--seconds N] [--execs N] [--resume] [--no-build] [--list]
 
@@ -122,6 +124,7 @@ pub fn campaign(root: &Path, targets: &[String], options: &Options) -> Result<Ve
         let mut build = Command::new(cargo());
         build
             .args(["afl", "build", "--release", "--locked"])
+            .envs(rustc_wrapper::build_env(&fuzz)?)
             .current_dir(&fuzz);
         crate::test::run_checked(&mut build, "cargo afl build (fuzz/)")?;
         println!("built the fuzz targets in {:.0?}", started.elapsed());
