@@ -12,7 +12,8 @@
 //!    and run, the OCI image checked by skopeo, umoci and runc
 //! 8. the leak check: no sandbox process, cgroup or temporary file is left from 4–7
 //! 9. `cargo bench --no-run`, so the benches keep compiling
-//! 10. the fuzz targets (`cargo xtask fuzz`): seeds and regression inputs replayed, then
+//! 10. the fuzz targets (`cargo xtask fuzz`): the oracles' unit tests, seeds and
+//!     regression inputs replayed, then
 //!     each target under AFL++ for `CODEBOX_FUZZ_SECONDS` (default 20); a crash fails
 
 mod conformance;
@@ -147,6 +148,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
                 "--manifest-path",
                 fuzz_manifest,
                 "--locked",
+                "--workspace",
                 "--all-targets",
                 "--",
                 "-D",
@@ -211,6 +213,20 @@ pub fn run(args: &[OsString]) -> Result<()> {
             .context("CODEBOX_FUZZ_SECONDS must be a whole number of seconds")?,
         Err(_) => 20,
     };
+    // The oracles' own tests (the targets' seeds replay through the binaries below).
+    let fuzz_manifest = root.join("fuzz/Cargo.toml");
+    let fuzz_manifest = fuzz_manifest.to_str().context("a UTF-8 path")?;
+    cargo(
+        &root,
+        &[
+            "test",
+            "--manifest-path",
+            fuzz_manifest,
+            "--locked",
+            "-p",
+            "codebox-fuzz-oracles",
+        ],
+    )?;
     let targets: Vec<String> = crate::fuzz::TARGETS.iter().map(|t| t.to_string()).collect();
     let options = crate::fuzz::Options {
         seconds: Some(seconds),
