@@ -67,3 +67,58 @@ impl<T> Walk<T> {
         self.last_comma = comma;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{python_shape, ts_shape};
+
+    #[test]
+    fn typescript_texts_and_comments_do_not_change_a_shape_but_a_breakout_does() {
+        let shape = |s: &str| ts_shape::shape("t.ts", s, true);
+        let plain = shape("/** p00001 */\nconst x = \"p00002\";\nf(x, `p00003`);\n");
+        assert_eq!(
+            plain,
+            shape("/** any text */\nconst x = \"a \\\" b\";\nf(x, `c`);\n")
+        );
+        assert_ne!(
+            plain,
+            shape("/** */ evil(); /** */\nconst x = \"p\";\nf(x, `p`);\n")
+        );
+        assert_ne!(
+            plain,
+            shape("/** p */\nconst x = \"p\"; evil(\"\");\nf(x, `p`);\n")
+        );
+        // A trailing comma comes and goes with line wrapping.
+        assert_eq!(shape("f(a, b);\n"), shape("f(\n  a,\n  b,\n);\n"));
+        assert_eq!(ts_shape::describe("f(1);").len(), shape("f(1);").len());
+    }
+
+    #[test]
+    fn python_texts_and_comments_do_not_change_a_shape_but_a_breakout_does() {
+        let shape = |s: &str| python_shape::shape("t.py", s, true);
+        let plain = shape("# p00001\nx = 'p00002'\nf(x, \"\"\"p00003\"\"\")\n");
+        assert_eq!(
+            plain,
+            shape("# any ' text\nx = 'a \\' b'\nf(x, \"\"\"c\nd\"\"\")\n")
+        );
+        assert_ne!(plain, shape("# p\nx = 'p'; evil()\nf(x, \"\"\"p\"\"\")\n"));
+        assert_ne!(plain, shape("# p\nx = 'p'\nf(x, \"\"\"p\"\"\", evil)\n"));
+        assert_eq!(shape("f(a, b)\n"), shape("f(\n    a,\n    b,\n)\n"));
+        assert_eq!(
+            python_shape::describe("f(1)\n").len(),
+            shape("f(1)\n").len()
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "not valid TypeScript")]
+    fn invalid_typescript_is_refused() {
+        ts_shape::shape("t.ts", "const = ;", true);
+    }
+
+    #[test]
+    #[should_panic(expected = "not valid Python")]
+    fn invalid_python_is_refused() {
+        python_shape::shape("t.py", "def f(:\n    pass\n)\n", true);
+    }
+}
