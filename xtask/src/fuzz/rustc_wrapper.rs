@@ -41,10 +41,32 @@ pub fn build_env(fuzz: &Path) -> Result<Vec<(&'static str, OsString)>> {
         "cargo tree did not list the oracle crate: {only_oracles:?}"
     );
     let me = std::env::current_exe().context("the path of cargo xtask")?;
+    let list = only_oracles.join(",");
+    // Cargo does not rebuild a crate when only the wrapper's decision about it changes:
+    // a cfg naming the list (cargo-afl appends RUSTFLAGS to its own) puts that decision
+    // into every crate's fingerprint, so a target directory built before, or for another
+    // list, is rebuilt rather than mixed.
+    let mut rustflags = std::env::var_os("RUSTFLAGS").unwrap_or_default();
+    if !rustflags.is_empty() {
+        rustflags.push(" ");
+    }
+    rustflags.push(format!(
+        "--cfg=codebox_uninstrumented=\"{:016x}\"",
+        digest(&list)
+    ));
     Ok(vec![
         ("RUSTC_WRAPPER", me.into_os_string()),
-        (ENV, only_oracles.join(",").into()),
+        ("RUSTFLAGS", rustflags),
+        (ENV, list.into()),
     ])
+}
+
+/// A digest of `text` that is the same in every process (SipHash with fixed keys).
+fn digest(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }
 
 /// Library names of the normal dependencies of what `selection` picks, itself included.
