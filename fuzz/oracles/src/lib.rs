@@ -43,6 +43,26 @@ enum Class<'t, K> {
     Kind(&'t K),
 }
 
+impl<K: std::fmt::Debug> Class<'_, K> {
+    /// The class as a shape's piece.
+    fn piece(self) -> Piece {
+        match self {
+            Class::Word => Piece::WORD,
+            Class::Number => Piece::NUMBER,
+            Class::Kind(kind) => Piece::kind(kind),
+        }
+    }
+
+    /// The class named, for a failure's message.
+    fn name(self) -> String {
+        match self {
+            Class::Word => "word".to_string(),
+            Class::Number => "number".to_string(),
+            Class::Kind(kind) => format!("{kind:?}"),
+        }
+    }
+}
+
 /// A shape from a token walk: `class` per token, with a trailing comma before a closing
 /// bracket dropped (it comes and goes with line wrapping: a longer text, a signature over
 /// several lines — not a difference in the code).

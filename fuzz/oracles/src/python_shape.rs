@@ -10,20 +10,12 @@ use crate::{Class, Piece, Walk};
 /// `full-lexer` feature drops comments and non-logical newlines). Panics when `parse` is
 /// set and the source is not valid Python.
 pub fn shape(name: &str, source: &str, parse: bool) -> Vec<Piece> {
-    walk(name, source, parse, |class| match class {
-        Class::Word => Piece::WORD,
-        Class::Number => Piece::NUMBER,
-        Class::Kind(tok) => Piece::kind(tok),
-    })
+    walk(name, source, parse, |c| c.piece())
 }
 
 /// The tokens of [`shape`], named: for a failure's message.
 pub fn describe(source: &str) -> Vec<String> {
-    walk("", source, false, |class| match class {
-        Class::Word => "word".to_string(),
-        Class::Number => "number".to_string(),
-        Class::Kind(tok) => format!("{tok:?}"),
-    })
+    walk("", source, false, |c| c.name())
 }
 
 fn walk<T>(

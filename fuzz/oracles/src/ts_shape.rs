@@ -19,20 +19,12 @@ thread_local! {
 /// every other token its kind; comments are not tokens. Panics when `parse` is set and
 /// the source is not valid TypeScript.
 pub fn shape(name: &str, source: &str, parse: bool) -> Vec<Piece> {
-    walk(name, source, parse, |class| match class {
-        Class::Word => Piece::WORD,
-        Class::Number => Piece::NUMBER,
-        Class::Kind(kind) => Piece::kind(kind),
-    })
+    walk(name, source, parse, |c| c.piece())
 }
 
 /// The tokens of [`shape`], named: for a failure's message.
 pub fn describe(source: &str) -> Vec<String> {
-    walk("", source, false, |class| match class {
-        Class::Word => "word".to_string(),
-        Class::Number => "number".to_string(),
-        Class::Kind(kind) => format!("{kind:?}"),
-    })
+    walk("", source, false, |c| c.name())
 }
 
 fn walk<T>(
