@@ -11,58 +11,31 @@
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use codebox::execution::Host;
 use codebox::profile::Profile;
-use codebox::rootfs;
 use codebox::runtime::{self, Language};
 use codebox::sandbox::landlock::{kernel_abi, NET_ABI};
-use codebox::sandbox::{IdMapping, ProgramStatus};
+use codebox::sandbox::ProgramStatus;
 use codebox::spawner::wire::SpawnNetwork;
-use codebox::spawner::{self, SpawnSpec, SpawnerClient};
-use libtest_mimic::{Arguments, Failed, Trial};
+use codebox::spawner::SpawnSpec;
+use libtest_mimic::{Failed, Trial};
 
-static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-static CLIENT: OnceLock<SpawnerClient> = OnceLock::new();
+mod common;
+use common::spawner_harness as harness;
 
 fn main() {
-    let mut args = Arguments::from_args();
-    args.test_threads = Some(1);
-    let strict = std::env::var_os("CODEBOX_TEST_STRICT").is_some_and(|v| v == "1");
-    let setup = (|| -> Result<Host, String> {
+    let (args, host) = harness::arguments_and_host("egress kernel tests", || {
         if kernel_abi().unwrap_or(0) < NET_ABI {
             return Err(format!(
                 "landlock ABI {:?} has no TCP rules (needs {NET_ABI})",
                 kernel_abi()
             ));
         }
-        let dir = rootfs::locate(None).map_err(|e| e.to_string())?;
-        let rootfs = rootfs::verify(&dir, rootfs::default_stamp_dir().as_deref())
-            .map_err(|e| e.to_string())?;
-        Ok(Host::new(rootfs, IdMapping::for_current_process(65534)))
-    })();
-    let host = match setup {
-        Ok(h) => h,
-        Err(e) if strict => panic!("egress kernel tests need the rootfs and landlock: {e}"),
-        Err(e) => {
-            eprintln!("SKIP egress kernel tests: {e}");
-            libtest_mimic::run(&args, vec![]).exit();
-        }
-    };
+        Ok(())
+    });
     // SAFETY: no thread exists yet: libtest-mimic has not started and tokio is not built.
-    let (_pid, sock) = unsafe { spawner::start(&host) }.expect("spawner starts");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = rt
-        .block_on(async { SpawnerClient::new(sock) })
-        .expect("client");
-    let _ = RUNTIME.set(rt);
-    let _ = CLIENT.set(client);
+    unsafe { harness::start_spawner(&host) };
     let trials = vec![
         Trial::test(
             "python_reaches_the_listener_and_nothing_else",
@@ -89,9 +62,7 @@ fn main() {
     libtest_mimic::run(&args, trials).exit();
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    RUNTIME.get().expect("runtime").block_on(f)
-}
+use harness::block_on;
 
 fn spec(language: Language, network: Option<SpawnNetwork>) -> SpawnSpec {
     SpawnSpec {
@@ -120,9 +91,7 @@ struct Run {
 /// `hello` to each connection and records the first line each one sent.
 fn run(language: Language, code: &str, trust: Option<std::path::PathBuf>) -> Result<Run, Failed> {
     block_on(async {
-        let mut sb = CLIENT
-            .get()
-            .expect("client")
+        let mut sb = harness::client()
             .spawn(spec(language, Some(SpawnNetwork::Proxy { trust })))
             .await
             .map_err(|e| e.to_string())?;
@@ -563,9 +532,7 @@ except OSError as e:
 /// no IP socket can be made.
 fn without_proxy_mode_there_is_no_listener() -> Result<(), Failed> {
     block_on(async {
-        let mut sb = CLIENT
-            .get()
-            .expect("client")
+        let mut sb = harness::client()
             .spawn(spec(Language::Python, None))
             .await
             .map_err(|e| e.to_string())?;

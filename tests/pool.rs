@@ -9,58 +9,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use codebox::execution::Host;
 use codebox::pool::{Bounds, Template, WarmPool};
-use codebox::profile::Profile;
-use codebox::rootfs;
 use codebox::runtime::{self, Language};
-use codebox::sandbox::{IdMapping, ProgramStatus};
-use codebox::spawner::{self, SpawnSpec, SpawnerClient};
-use libtest_mimic::{Arguments, Failed, Trial};
+use codebox::sandbox::ProgramStatus;
+use codebox::spawner::SpawnSpec;
+use libtest_mimic::{Failed, Trial};
 
-static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-static CLIENT: OnceLock<SpawnerClient> = OnceLock::new();
+mod common;
+use common::spawner_harness as harness;
+
 /// Where sandbox cgroups are created, and the pid that names them.
 static CGROUPS: OnceLock<(Option<PathBuf>, i32)> = OnceLock::new();
 
 fn main() {
-    let mut args = Arguments::from_args();
-    args.test_threads = Some(1);
-    let strict = std::env::var_os("CODEBOX_TEST_STRICT").is_some_and(|v| v == "1");
-    let setup = (|| -> Result<Host, String> {
-        let dir = rootfs::locate(None).map_err(|e| e.to_string())?;
-        let rootfs = rootfs::verify(&dir, rootfs::default_stamp_dir().as_deref())
-            .map_err(|e| e.to_string())?;
-        Ok(Host::new(rootfs, IdMapping::for_current_process(65534)))
-    })();
-    let host = match setup {
-        Ok(h) => h,
-        Err(e) if strict => panic!("pool tests need the rootfs: {e}"),
-        Err(e) => {
-            eprintln!("SKIP pool tests: {e}");
-            libtest_mimic::run(&args, vec![]).exit();
-        }
-    };
+    let (args, host) = harness::arguments_and_host("pool tests", || Ok(()));
     let base = host
         .cgroups
         .as_ref()
         .and_then(|m| m.hierarchies().first().map(|h| h.base.clone()));
     // SAFETY: no thread exists yet: libtest-mimic has not started and tokio is not built.
-    let (pid, sock) = unsafe { spawner::start(&host) }.expect("spawner starts");
-    let _ = pid;
+    unsafe { harness::start_spawner(&host) };
     // Sandbox cgroups are named after the process that discovered the hierarchies (this
     // one), whose copy the spawner is.
     let _ = CGROUPS.set((base, std::process::id() as i32));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = rt
-        .block_on(async { SpawnerClient::new(sock) })
-        .expect("client");
-    let _ = RUNTIME.set(rt);
-    let _ = CLIENT.set(client);
     let trials = vec![
         Trial::test(
             "pooled_runs_give_the_same_results_as_cold_ones",
@@ -106,28 +77,7 @@ fn main() {
     libtest_mimic::run(&args, trials).exit();
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    RUNTIME.get().expect("runtime").block_on(f)
-}
-
-fn client() -> &'static SpawnerClient {
-    CLIENT.get().expect("client")
-}
-
-fn spec(language: Language) -> SpawnSpec {
-    SpawnSpec {
-        language,
-        profile: "default".into(),
-        limits: Profile::load("default").unwrap().limits,
-        workspace: None,
-        servers: None,
-        skills: None,
-        workspace_mount: None,
-        network: None,
-        packages: None,
-        pooled: false,
-    }
-}
+use harness::{block_on, client, spec};
 
 fn pool(size: usize, languages: &[Language]) -> WarmPool {
     let templates = languages

@@ -3,50 +3,20 @@
 //! `harness = false`: the spawner must be forked while the process is single-threaded,
 //! before the tokio runtime exists. Cases run one at a time through libtest-mimic.
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use codebox::execution::Host;
-use codebox::profile::Profile;
-use codebox::rootfs;
 use codebox::runtime::{self, Language};
 use codebox::sandbox::{IdMapping, ProgramStatus};
-use codebox::spawner::{self, SpawnSpec, SpawnerClient, Stream};
-use libtest_mimic::{Arguments, Failed, Trial};
+use codebox::spawner::{self, Stream};
+use libtest_mimic::{Failed, Trial};
 
-static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-static CLIENT: OnceLock<SpawnerClient> = OnceLock::new();
+mod common;
+use common::spawner_harness as harness;
 
 fn main() {
-    let mut args = Arguments::from_args();
-    args.test_threads = Some(1);
-    let strict = std::env::var_os("CODEBOX_TEST_STRICT").is_some_and(|v| v == "1");
-    let setup = (|| -> Result<Host, String> {
-        let dir = rootfs::locate(None).map_err(|e| e.to_string())?;
-        let rootfs = rootfs::verify(&dir, rootfs::default_stamp_dir().as_deref())
-            .map_err(|e| e.to_string())?;
-        Ok(Host::new(rootfs, IdMapping::for_current_process(65534)))
-    })();
-    let host = match setup {
-        Ok(h) => h,
-        Err(e) if strict => panic!("spawner tests need the rootfs: {e}"),
-        Err(e) => {
-            eprintln!("SKIP spawner tests: {e}");
-            libtest_mimic::run(&args, vec![]).exit();
-        }
-    };
+    let (args, host) = harness::arguments_and_host("spawner tests", || Ok(()));
     // SAFETY: no thread exists yet: libtest-mimic has not started and tokio is not built.
-    let (_pid, sock) = unsafe { spawner::start(&host) }.expect("spawner starts");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = rt
-        .block_on(async { SpawnerClient::new(sock) })
-        .expect("client");
-    let _ = RUNTIME.set(rt);
-    let _ = CLIENT.set(client);
+    unsafe { harness::start_spawner(&host) };
     let trials = vec![
         Trial::test("runs_python_and_typescript", runs_python_and_typescript),
         Trial::test(
@@ -70,28 +40,7 @@ fn main() {
     libtest_mimic::run(&args, trials).exit();
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    RUNTIME.get().expect("runtime").block_on(f)
-}
-
-fn client() -> &'static SpawnerClient {
-    CLIENT.get().expect("client")
-}
-
-fn spec(language: Language) -> SpawnSpec {
-    SpawnSpec {
-        language,
-        profile: "default".into(),
-        limits: Profile::load("default").unwrap().limits,
-        workspace: None,
-        servers: None,
-        skills: None,
-        workspace_mount: None,
-        network: None,
-        packages: None,
-        pooled: false,
-    }
-}
+use harness::{block_on, client, spec};
 
 struct Run {
     stdout: String,
