@@ -8,7 +8,9 @@
 //!   text shaped like a token;
 //! - tokenizing twice changes nothing more than tokenizing once;
 //! - tokenize then restore gives the text back (e-mail addresses as first seen, so up
-//!   to ASCII case) when the text holds nothing shaped like a token;
+//!   to ASCII case) when the text holds nothing shaped like a token, unless the vault
+//!   failed closed and redacted it whole (detection that does not settle: a long chain
+//!   of glued values);
 //! - the JSON walk changes strings only, each exactly as `tokenize` would, and
 //!   restoring walks it back;
 //! - output and memory stay within a fixed multiple of the input.
@@ -46,6 +48,15 @@ fn token_like(text: &str) -> bool {
     text.contains('[')
 }
 
+/// Whether `tokenized` is a whole text redacted (`[<LABEL>_REDACTED]` and nothing else):
+/// the vault's answer to detection that does not settle.
+fn redacted_whole(tokenized: &str) -> bool {
+    tokenized
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix("_REDACTED]"))
+        .is_some_and(|label| !label.is_empty() && !label.contains(['[', ']']))
+}
+
 fn check_text(text: &str) {
     let detector = detector();
     let (found, peak) = budget::peak_during(|| detector.find(text));
@@ -76,7 +87,11 @@ fn check_text(text: &str) {
         "tokenizing again changed the text"
     );
     let restored = vault.restore(&tokenized);
-    if !token_like(text) {
+    if redacted_whole(&tokenized) {
+        // Failed closed: nothing of the text may be left, and nothing comes back.
+        assert!(!found.is_empty(), "a text without PII redacted");
+        assert_eq!(restored, tokenized);
+    } else if !token_like(text) {
         assert!(
             restored.eq_ignore_ascii_case(text),
             "restore(tokenize(t)) != t: {text:?} -> {tokenized:?} -> {restored:?}"
@@ -98,7 +113,7 @@ fn check_json(original: Value, input_len: usize) {
     let mut restored = tokenized.clone();
     vault.restore_json(&mut restored);
     same_shape(&original, &restored, &|before, after| {
-        if !token_like(before) {
+        if !token_like(before) && !redacted_whole(after) {
             assert!(
                 before.eq_ignore_ascii_case(after),
                 "{before:?} -> {after:?}"

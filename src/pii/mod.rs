@@ -26,7 +26,10 @@
 //! `[EMPLOYEE_ID_1]` for a custom label. The same raw value gets the same token (emails
 //! compared without regard to case; they restore to the first spelling seen). A vault
 //! holds at most [`MAX_ENTRIES`] values; beyond that new values become
-//! `[<LABEL>_REDACTED]`, which restores to nothing. Text shaped like a token is never
+//! `[<LABEL>_REDACTED]`, which restores to nothing. Detection runs again over its own
+//! output until it settles (a value glued to one that became a token is free then); a
+//! text that has not settled after a bounded number of rounds is redacted whole, as one
+//! `[<LABEL>_REDACTED]`: never a value in clear. Text shaped like a token is never
 //! tokenized again, and [`Vault::restore`] replaces only tokens its own vault issued.
 //!
 //! # The never-logged rule

@@ -12,7 +12,7 @@ use super::detectors::{Detector, Hit, EMAIL};
 use super::MAX_ENTRIES;
 
 /// Detection rounds over one text (see [`Vault::tokenize`]); a second round is rare, a
-/// third rarer still.
+/// third rarer still. A text still yielding new values after this many is redacted whole.
 const MAX_ROUNDS: usize = 8;
 
 /// One session's token map: `[EMAIL_1]` ↔ `alice@example.com`. `Send + Sync`; the map
@@ -60,7 +60,9 @@ impl Vault {
 
     /// `text` with its PII replaced by tokens: the same value gets the same token for the
     /// vault's lifetime (emails regardless of case); once the vault is full, new values
-    /// become `[<LABEL>_REDACTED]`. Token-shaped text is left as it is.
+    /// become `[<LABEL>_REDACTED]`. Token-shaped text is left as it is. A text whose
+    /// detection does not settle (values glued into a long chain) becomes one
+    /// `[<LABEL>_REDACTED]` as a whole (see `tokenize_str`).
     pub fn tokenize(&self, text: &str) -> String {
         self.tokenize_str(text).unwrap_or_else(|| text.to_owned())
     }
@@ -109,16 +111,34 @@ impl Vault {
     ///
     /// Detection runs again over its own output until it finds nothing: a value that
     /// overlapped a hit of higher precedence (`10.0.0.1+1 415 555 0100`: the address wins
-    /// the shared `1`) is whole once its neighbour became a token, and must not reach the
-    /// model as it is (found by fuzzing: tokenizing twice changed the text). Each round
-    /// turns raw text into tokens, which later rounds leave alone; the rounds are bounded.
+    /// the shared `1`), or that was glued to its neighbour (`…7946+44 20 7946 0958`), is
+    /// whole once that neighbour became a token, and must not reach the model as it is
+    /// (both found by fuzzing: tokenizing twice changed the text). Each round turns raw
+    /// text into tokens, which later rounds leave alone.
+    ///
+    /// A chain of values each freed by the one before needs a round per link, and each
+    /// round reads the whole text; so the rounds are bounded, and a text that still
+    /// yields values after [`MAX_ROUNDS`] fails closed: it becomes one
+    /// `[<LABEL>_REDACTED]` (the label of its first remaining value), which nothing
+    /// detects again and which restores to nothing.
     fn tokenize_str(&self, text: &str) -> Option<String> {
         let mut current: Option<String> = None;
-        for _ in 0..MAX_ROUNDS {
+        for round in 0..=MAX_ROUNDS {
             let source = current.as_deref().unwrap_or(text);
             let hits = self.detector.hits(source);
-            if hits.is_empty() {
+            let Some(first) = hits.first() else {
                 break;
+            };
+            if round == MAX_ROUNDS {
+                let label = self.detector.label(first.kind);
+                // Sizes and counts only: never a value, never a token.
+                tracing::warn!(
+                    label,
+                    bytes = text.len(),
+                    rounds = MAX_ROUNDS,
+                    "PII detection did not settle; the whole text is redacted"
+                );
+                return Some(format!("[{label}_REDACTED]"));
             }
             let mut out = String::with_capacity(source.len());
             let mut last = 0;

@@ -369,3 +369,33 @@ fn a_value_beside_a_hit_of_higher_precedence_is_tokenized_too() {
     let once = v.tokenize("ip 10.0.0.1+1 415 555 0100, call me");
     assert!(!once.contains("415"), "{once}");
 }
+
+/// Found by fuzzing: an E.164 number whose `+` follows a digit is glued, and free once the
+/// number before it is a token, so a chain of them needs a detection round per link. A
+/// short chain is tokenized link by link; a long one fails closed, redacted whole.
+#[test]
+fn a_chain_of_glued_phone_numbers_never_leaves_one_in_clear() {
+    let chain = |links: usize| {
+        let mut text = String::from("phones: ");
+        for i in 0..links {
+            text.push_str(&format!("+44 20 7946 {:04}", 100 + i));
+        }
+        text
+    };
+    let v = vault();
+    let short = chain(4);
+    let once = v.tokenize(&short);
+    assert_eq!(once, "phones: [PHONE_1][PHONE_2][PHONE_3][PHONE_4]");
+    assert_eq!(v.restore(&once), short);
+    for links in [9, 40] {
+        let long = chain(links);
+        let once = v.tokenize(&long);
+        assert_eq!(once, "[PHONE_REDACTED]", "{links} links");
+        assert_eq!(v.tokenize(&once), once);
+        assert!(!v.restore(&once).contains("7946"));
+    }
+    let mut json = serde_json::json!({"a": chain(12), "b": ["alice@example.com"]});
+    v.tokenize_json(&mut json);
+    assert_eq!(json["a"], "[PHONE_REDACTED]");
+    assert_eq!(json["b"][0], "[EMAIL_1]");
+}
