@@ -121,8 +121,10 @@ fn limits() -> ProxyLimits {
 #[derive(Debug)]
 enum Expect {
     Nothing,
-    /// An answer with this id (`null`: none could be read).
-    Answer(Value),
+    /// An answer with this id, as JSON text (`null`: none could be read). Text, not a
+    /// `Value`: the proxy echoes an id as it came, and a number such as `1e9992` is valid
+    /// JSON that no `f64` holds.
+    Answer(String),
     /// JSON whose strings are not all UTF-8: at most one answer, with any id (the proxy
     /// reads such a line only as far as it must).
     AtMostOne,
@@ -145,26 +147,26 @@ fn expect(line: &[u8], max_bytes: usize) -> Expect {
         return Expect::AtMostOne;
     };
     let Some(members) = oracle::members(text) else {
-        return Expect::Answer(Value::Null);
+        return Expect::Answer("null".into());
     };
     if ["id", "method", "params"]
         .iter()
         .any(|k| oracle::count(&members, k) > 1)
     {
-        return Expect::Answer(Value::Null);
+        return Expect::Answer("null".into());
     }
     let plain_method = oracle::only(&members, "method")
         .is_some_and(|m| m.get().starts_with('"') && !m.get().contains('\\'));
     match oracle::only(&members, "id") {
         None if plain_method => Expect::Nothing,
-        None => Expect::Answer(Value::Null),
+        None => Expect::Answer("null".into()),
         Some(raw) => {
             let text = raw.get();
             let scalar = matches!(text.as_bytes()[0], b'"' | b'-' | b'0'..=b'9');
             if !scalar || text.len() > codebox::proxy::MAX_ID_BYTES {
-                Expect::Answer(Value::Null)
+                Expect::Answer("null".into())
             } else {
-                Expect::Answer(serde_json::from_str(text).expect("a raw JSON value"))
+                Expect::Answer(text.to_string())
             }
         }
     }
@@ -188,7 +190,7 @@ pub fn run(data: &[u8]) {
             Expect::Nothing => {}
             Expect::Answer(id) => {
                 if i < whole {
-                    before_close.push(id.to_string());
+                    before_close.push(id.clone());
                 }
                 wanted.push(Some(id));
             }
@@ -205,24 +207,25 @@ pub fn run(data: &[u8]) {
 
     let mut got = Vec::new();
     for answer in &answers {
-        let answer: Value = serde_json::from_slice(answer)
-            .unwrap_or_else(|e| panic!("an answer that is not JSON ({e}): {answer:?}"));
-        assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
-        let is_result = answer.get("result").is_some();
-        let is_error = answer["error"]["code"].is_i64() && answer["error"]["message"].is_string();
+        let members = answer_members(answer)
+            .unwrap_or_else(|e| panic!("an answer that is not a JSON object ({e}): {answer:?}"));
+        let member = |k: &str| members.get(k).map(|v| v.get());
+        assert_eq!(member("jsonrpc"), Some("\"2.0\""), "{answer:?}");
+        let is_result = member("result").is_some();
+        let error: Option<Value> = member("error").and_then(|e| serde_json::from_str(e).ok());
+        let is_error = error.is_some_and(|e| e["code"].is_i64() && e["message"].is_string());
         assert!(
             is_result != is_error,
-            "neither a result nor an error: {answer}"
+            "neither a result nor an error: {answer:?}"
         );
-        got.push(answer["id"].clone());
+        got.push(member("id").unwrap_or("null").to_string());
     }
     // Every answer matches a distinct expected one: its id exactly, else a line that may
     // get one answer with any id (or, once the proxy closed, the closing error's null).
-    let mut exact: Vec<String> = wanted.iter().flatten().map(Value::to_string).collect();
+    let mut exact: Vec<String> = wanted.iter().flatten().cloned().collect();
     let mut any = wanted.iter().filter(|w| w.is_none()).count() + usize::from(closed);
-    for id in &got {
-        let key = id.to_string();
-        if let Some(at) = exact.iter().position(|w| *w == key) {
+    for key in &got {
+        if let Some(at) = exact.iter().position(|w| w == key) {
             exact.remove(at);
         } else if any > 0 {
             any -= 1;
@@ -253,6 +256,13 @@ pub fn run(data: &[u8]) {
     if let Some(value) = &report.value {
         assert!(value.len() <= codebox::proxy::MAX_VALUE_BYTES + 64);
     }
+}
+
+/// The members of an answer, each as its JSON text.
+fn answer_members(
+    answer: &[u8],
+) -> serde_json::Result<std::collections::HashMap<String, Box<serde_json::value::RawValue>>> {
+    serde_json::from_slice(answer)
 }
 
 /// `data` split as the proxy reads it: on `\n`, a last line without one included.
@@ -291,8 +301,9 @@ async fn serve(
                 match reader.read_until(b'\n', &mut line).await {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
-                        let id = serde_json::from_slice::<Value>(&line)
-                            .map(|v| v["id"].to_string())
+                        let id = answer_members(&line)
+                            .ok()
+                            .and_then(|m| m.get("id").map(|id| id.get().to_string()))
                             .unwrap_or_default();
                         if let Some(at) = awaited.iter().position(|a| *a == id) {
                             awaited.remove(at);
