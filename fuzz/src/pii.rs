@@ -87,7 +87,7 @@ fn check_text(text: &str) {
         "tokenizing again changed the text"
     );
     let restored = vault.restore(&tokenized);
-    if redacted_whole(&tokenized) {
+    if tokenized != text && redacted_whole(&tokenized) {
         // Failed closed: nothing of the text may be left, and nothing comes back.
         assert!(!found.is_empty(), "a text without PII redacted");
         assert_eq!(restored, tokenized);
