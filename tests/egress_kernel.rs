@@ -13,7 +13,6 @@ use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use codebox::profile::Profile;
 use codebox::runtime::{self, Language};
 use codebox::sandbox::landlock::{kernel_abi, NET_ABI};
 use codebox::sandbox::ProgramStatus;
@@ -64,18 +63,11 @@ fn main() {
 
 use harness::block_on;
 
+/// The shared default spawn of `language`, with `network`.
 fn spec(language: Language, network: Option<SpawnNetwork>) -> SpawnSpec {
     SpawnSpec {
-        language,
-        profile: "default".into(),
-        limits: Profile::load("default").unwrap().limits,
-        workspace: None,
-        servers: None,
-        skills: None,
-        workspace_mount: None,
         network,
-        packages: None,
-        pooled: false,
+        ..harness::spec(language)
     }
 }
 
