@@ -4,9 +4,9 @@
 //! For each target: its seeds (`fuzz/corpus/<target>`) and regression inputs
 //! (`fuzz/regressions/<target>`) are replayed through the instrumented binary first (each
 //! must pass), then `afl-fuzz` runs from the seeds with the target's dictionary into
-//! `fuzz/out/<target>`. A crash fails the command and names the saved input; hangs are
-//! reported. The figures (executions, speed, edges covered) come from AFL++'s
-//! `fuzzer_stats`.
+//! `fuzz/out/<target>`, as one instance or several side by side ([`afl`]). A crash fails
+//! the command and names the saved input; hangs are reported. The figures (executions,
+//! speed, edges covered) come from AFL++'s `fuzzer_stats`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -15,18 +15,24 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+pub mod afl;
 pub mod rustc_wrapper;
 
+pub use afl::Outcome;
+
 const HELP: &str = "\
-cargo xtask fuzz [TARGET...] [--seconds N] [--execs N] [--resume] [--no-build] [--list]
+cargo xtask fuzz [TARGET...] [--seconds N] [--execs N] [--jobs N] [--resume] [--no-build] [--list]
 
 Runs the fuzz targets of fuzz/ (all of them when none is named) under AFL++, one after
 the other, each for N seconds (default 60) or until N executions (--execs; whichever
 comes first when both are given). Installs cargo-afl when it is missing.
 
   --seconds N   time per target
-  --execs N     executions per target (afl-fuzz -E)
-  --resume      continue the previous campaign in fuzz/out/<target> (its queue)
+  --execs N     executions per target, summed over its instances
+  --jobs N      afl-fuzz instances per target (one main, N-1 secondaries syncing with
+                it), for N cores; default 1
+  --resume      continue the previous campaign in fuzz/out/<target> (each instance from
+                its queue; an instance it did not have starts from the seeds)
   --no-build    use the binaries of the last `cargo afl build`
   --list        print the targets and exit
 ";
@@ -45,20 +51,6 @@ pub const TARGETS: &[&str] = &[
     "egress_head",
 ];
 
-/// How one target's run went, from its `fuzzer_stats`.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    pub target: String,
-    pub execs: u64,
-    pub execs_per_sec: f64,
-    pub edges_found: u64,
-    pub total_edges: u64,
-    pub corpus: u64,
-    pub crashes: u64,
-    pub hangs: u64,
-    pub seconds: u64,
-}
-
 /// Options of one campaign.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -66,6 +58,8 @@ pub struct Options {
     pub execs: Option<u64>,
     pub resume: bool,
     pub build: bool,
+    /// afl-fuzz instances side by side (one per core to give it).
+    pub jobs: usize,
 }
 
 pub fn run(args: &[OsString]) -> Result<()> {
@@ -75,6 +69,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
         execs: None,
         resume: false,
         build: true,
+        jobs: 1,
     };
     let mut args = args.iter();
     let number = |v: Option<&OsString>, flag: &str| -> Result<u64> {
@@ -86,6 +81,12 @@ pub fn run(args: &[OsString]) -> Result<()> {
         match a.to_str() {
             Some("--seconds") => options.seconds = Some(number(args.next(), "--seconds")?),
             Some("--execs") => options.execs = Some(number(args.next(), "--execs")?),
+            Some("--jobs") => {
+                options.jobs = match number(args.next(), "--jobs")? {
+                    0 => bail!("--jobs needs at least one instance"),
+                    n => usize::try_from(n).context("--jobs is too large")?,
+                }
+            }
             Some("--resume") => options.resume = true,
             Some("--no-build") => options.build = false,
             Some("--list") => {
@@ -132,7 +133,7 @@ pub fn campaign(root: &Path, targets: &[String], options: &Options) -> Result<Ve
     let mut outcomes = Vec::new();
     for target in targets {
         replay(&fuzz, target)?;
-        outcomes.push(fuzz_one(&fuzz, target, options)?);
+        outcomes.push(afl::fuzz(&fuzz, target, &binary(&fuzz, target), options)?);
     }
     Ok(outcomes)
 }
@@ -201,115 +202,27 @@ fn replay(fuzz: &Path, target: &str) -> Result<()> {
     Ok(())
 }
 
-fn fuzz_one(fuzz: &Path, target: &str, options: &Options) -> Result<Outcome> {
-    let out = fuzz.join("out").join(target);
-    if !options.resume && out.exists() {
-        std::fs::remove_dir_all(&out)
-            .with_context(|| format!("cannot remove {}", out.display()))?;
-    }
-    let mut afl = Command::new(cargo());
-    afl.arg("afl").arg("fuzz").current_dir(fuzz);
-    match options.resume && out.join("default/fuzzer_stats").exists() {
-        true => afl.args(["-i", "-"]),
-        false => afl.arg("-i").arg(fuzz.join("corpus").join(target)),
-    };
-    afl.arg("-o").arg(&out);
-    let dict = fuzz.join("dict").join(format!("{target}.dict"));
-    if dict.exists() {
-        afl.arg("-x").arg(dict);
-    }
-    if let Some(s) = options.seconds {
-        afl.args(["-V", &s.to_string()]);
-    }
-    if let Some(n) = options.execs {
-        afl.args(["-E", &n.to_string()]);
-    }
-    // Per input: 2 s (`+`: seeds that time out are skipped, not fatal).
-    afl.args(["-t", "2000+", "--"]).arg(binary(fuzz, target));
-    afl.env("AFL_NO_UI", "1")
-        // The machine's CPU governor and core pattern are not ours to change.
-        .env("AFL_SKIP_CPUFREQ", "1")
-        .env("AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES", "1")
-        // Calibrate new inputs with fewer runs: the slow targets (codegen) spent most of
-        // their time calibrating inputs whose path varies with hash seeds.
-        .env("AFL_FAST_CAL", "1")
-        // Two campaigns may share this machine's cores: bind to none.
-        .env("AFL_NO_AFFINITY", "1")
-        .stdin(Stdio::null());
-    println!(
-        "\n==> fuzzing {target} ({})",
-        match (options.seconds, options.execs) {
-            (Some(s), Some(n)) => format!("{s} s or {n} executions"),
-            (Some(s), None) => format!("{s} s"),
-            (None, Some(n)) => format!("{n} executions"),
-            (None, None) => unreachable!("a bound is always set"),
-        }
-    );
-    let log = std::fs::File::create(fuzz.join("out").join(format!("{target}.log")))
-        .or_else(|_| {
-            std::fs::create_dir_all(fuzz.join("out"))?;
-            std::fs::File::create(fuzz.join("out").join(format!("{target}.log")))
-        })
-        .context("cannot create the afl-fuzz log")?;
-    afl.stdout(log.try_clone()?).stderr(log);
-    let status = afl.status().context("cannot start cargo afl fuzz")?;
-    let stats = out.join("default/fuzzer_stats");
-    if !status.success() || !stats.exists() {
-        bail!("afl-fuzz on {target} failed ({status}); see fuzz/out/{target}.log");
-    }
-    let outcome = read_stats(target, &stats)?;
-    println!(
-        "{target}: {} executions ({:.0}/s), {} of {} edges, {} crashes, {} hangs",
-        outcome.execs,
-        outcome.execs_per_sec,
-        outcome.edges_found,
-        outcome.total_edges,
-        outcome.crashes,
-        outcome.hangs
-    );
-    Ok(outcome)
-}
-
-/// The figures of AFL++'s `fuzzer_stats` (`key : value` lines).
-fn read_stats(target: &str, path: &Path) -> Result<Outcome> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let field = |key: &str| -> Option<&str> {
-        text.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k.trim() == key).then(|| v.trim())
-        })
-    };
-    let int = |key: &str| field(key).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    let started = int("start_time");
-    let updated = int("last_update");
-    Ok(Outcome {
-        target: target.to_string(),
-        execs: int("execs_done"),
-        execs_per_sec: field("execs_per_sec")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0),
-        edges_found: int("edges_found"),
-        total_edges: int("total_edges"),
-        corpus: int("corpus_count"),
-        crashes: int("saved_crashes"),
-        hangs: int("saved_hangs"),
-        seconds: updated.saturating_sub(started),
-    })
-}
-
 /// The figures as a table.
 pub fn report(outcomes: &[Outcome]) {
     println!(
-        "\n{:<16} {:>12} {:>9} {:>8} {:>16} {:>7} {:>8} {:>6}",
-        "target", "executions", "exec/s", "seconds", "edges (of map)", "corpus", "crashes", "hangs"
+        "\n{:<16} {:>12} {:>9} {:>9} {:>8} {:>16} {:>7} {:>8} {:>6}",
+        "target",
+        "executions",
+        "exec/s",
+        "instances",
+        "seconds",
+        "edges (of map)",
+        "corpus",
+        "crashes",
+        "hangs"
     );
     for o in outcomes {
         println!(
-            "{:<16} {:>12} {:>9.0} {:>8} {:>16} {:>7} {:>8} {:>6}",
+            "{:<16} {:>12} {:>9.0} {:>9} {:>8} {:>16} {:>7} {:>8} {:>6}",
             o.target,
             o.execs,
             o.execs_per_sec,
+            o.instances,
             o.seconds,
             format!("{} ({})", o.edges_found, o.total_edges),
             o.corpus,
@@ -323,19 +236,17 @@ pub fn report(outcomes: &[Outcome]) {
 pub fn check(root: &Path, outcomes: &[Outcome]) -> Result<()> {
     let mut found = Vec::new();
     for o in outcomes.iter().filter(|o| o.crashes > 0) {
-        let dir = root
-            .join("fuzz/out")
-            .join(&o.target)
-            .join("default/crashes");
-        let inputs: Vec<String> = std::fs::read_dir(&dir)
-            .map(|d| {
+        let out = root.join("fuzz/out").join(&o.target);
+        let inputs: Vec<String> = afl::instance_dirs(&out)
+            .iter()
+            .filter_map(|dir| std::fs::read_dir(dir.join("crashes")).ok())
+            .flat_map(|d| {
                 d.filter_map(|e| e.ok())
                     .map(|e| e.path())
                     .filter(|p| p.file_name().is_some_and(|n| n != "README.txt"))
                     .map(|p| p.display().to_string())
-                    .collect()
             })
-            .unwrap_or_default();
+            .collect();
         found.push(format!("{}: {}", o.target, inputs.join(", ")));
     }
     if !found.is_empty() {

@@ -233,6 +233,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
         execs: None,
         resume: false,
         build: true,
+        jobs: 1,
     };
     let outcomes = crate::fuzz::campaign(&root, &targets, &options)?;
     crate::fuzz::report(&outcomes);
