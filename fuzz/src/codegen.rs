@@ -10,16 +10,16 @@
 //! Properties:
 //! - every generated `.ts` file parses as TypeScript (oxc) and every `.py` file as
 //!   Python (RustPython's parser), without a single diagnostic;
-//! - no upstream text breaks out of its string or comment. The tree is generated again
-//!   with every piece of free text (descriptions, titles, enum and default values,
-//!   patterns) replaced by a plain placeholder (equal texts by equal placeholders, in the
-//!   same order, blank ones kept), and each file must lex into the same code: the same
-//!   tokens, with words and string literals as one class, comments dropped. Text that
-//!   escaped a literal or a comment adds tokens, which a placeholder cannot;
-//! - the same for names (servers, tools, properties): generated again with every
-//!   character of a name that is not `[A-Za-z0-9_$]` replaced by `-` (which leaves every
-//!   identifier derived from it as it was), whenever that keeps the names distinct and in
-//!   the same order;
+//! - no upstream text or name breaks out of its string or comment. The tree is generated
+//!   again from a plain catalog, and each file must lex into the same code: the same
+//!   tokens, with words and string literals as one class, comments dropped. In the plain
+//!   catalog every piece of free text (descriptions, titles, enum and default values,
+//!   patterns) is a placeholder (equal texts by equal placeholders, in the same order,
+//!   blank ones kept), and every character of a name (servers, tools, properties) that is
+//!   not `[A-Za-z0-9_$]` is `-` (which leaves every identifier derived from it as it
+//!   was) whenever that keeps the names distinct and in the same order. Text that escaped
+//!   a literal or a comment adds tokens, which a placeholder or a plain name cannot. (One
+//!   plain catalog for both, not one each: a render is most of an execution);
 //! - rendering holds at most a fixed multiple of the catalog's size.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -103,34 +103,36 @@ pub fn run(data: &[u8]) {
     budget::assert_within("render_tree", peak, size, 64, 1 << 20);
     let shapes = shapes_of(&tree, true);
 
-    // Free text as placeholders.
-    let texts = std::cell::RefCell::new(BTreeSet::new());
-    let collect = |s: &str| {
-        texts.borrow_mut().insert(s.to_string());
+    // One plain catalog: free text as placeholders, and names with their odd characters
+    // as `-` when that keeps them apart and in order (else names as they are). Text or a
+    // name that escaped its literal or comment changes the code's tokens; a placeholder or
+    // a plain name cannot.
+    let (names, texts) = (
+        std::cell::RefCell::new(BTreeSet::new()),
+        std::cell::RefCell::new(BTreeSet::new()),
+    );
+    let collect = |into: &std::cell::RefCell<BTreeSet<String>>, s: &str| {
+        into.borrow_mut().insert(s.to_string());
         s.to_string()
     };
-    catalog_of(&servers, &same, &collect);
+    catalog_of(&servers, &|s| collect(&names, s), &|s| collect(&texts, s));
     let placeholders = Placeholders::new(texts.into_inner());
-    let text_free = catalog_of(&servers, &same, &|s| placeholders.get(s)).expect("same names");
-    let text_free = codebox::codegen::render_tree(&text_free).expect("renders");
-    compare("free text", &tree, &shapes, &text_free);
-
-    // Names with their odd characters as `-`, when that keeps them apart and in order.
-    let names = std::cell::RefCell::new(BTreeSet::new());
-    let collect = |s: &str| {
-        names.borrow_mut().insert(s.to_string());
-        s.to_string()
-    };
-    catalog_of(&servers, &collect, &same);
+    let text = |s: &str| placeholders.get(s);
     let names: Vec<String> = names.into_inner().into_iter().collect();
     let plain: Vec<String> = names.iter().map(|n| plain_name(n)).collect();
-    // Nothing to compare when every name is plain already.
-    if plain != names && plain.windows(2).all(|w| w[0] < w[1]) {
-        if let Some(plain) = catalog_of(&servers, &|s| plain_name(s), &same) {
-            let plain = codebox::codegen::render_tree(&plain).expect("renders");
-            compare("names", &tree, &shapes, &plain);
-        }
-    }
+    let names_plain = plain != names && plain.windows(2).all(|w| w[0] < w[1]);
+    let (what, plain) = match names_plain
+        .then(|| catalog_of(&servers, &|s| plain_name(s), &text))
+        .flatten()
+    {
+        Some(plain) => ("free text or names", plain),
+        None => (
+            "free text",
+            catalog_of(&servers, &same, &text).expect("the same names"),
+        ),
+    };
+    let plain = codebox::codegen::render_tree(&plain).expect("renders");
+    compare(what, &tree, &shapes, &plain);
 }
 
 /// `name` with every character outside `[A-Za-z0-9_$]` as `-`.

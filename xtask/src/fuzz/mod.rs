@@ -21,7 +21,7 @@ pub mod rustc_wrapper;
 pub use afl::Outcome;
 
 const HELP: &str = "\
-cargo xtask fuzz [TARGET...] [--seconds N] [--execs N] [--jobs N] [--resume] [--no-build] [--list]
+cargo xtask fuzz [TARGET...] [--seconds N] [--execs N] [--jobs N] [--resume] [--no-build] [--replay-only] [--list]
 
 Runs the fuzz targets of fuzz/ (all of them when none is named) under AFL++, one after
 the other, each for N seconds (default 60) or until N executions (--execs; whichever
@@ -34,6 +34,8 @@ comes first when both are given). Installs cargo-afl when it is missing.
   --resume      continue the previous campaign in fuzz/out/<target> (each instance from
                 its queue; an instance it did not have starts from the seeds)
   --no-build    use the binaries of the last `cargo afl build`
+  --replay-only build, replay the seeds and regression inputs, and stop (fuzz/out is
+                left as it is)
   --list        print the targets and exit
 ";
 
@@ -58,6 +60,8 @@ pub struct Options {
     pub execs: Option<u64>,
     pub resume: bool,
     pub build: bool,
+    /// Stop after the seeds and regression inputs have been replayed.
+    pub replay_only: bool,
     /// afl-fuzz instances side by side (one per core to give it).
     pub jobs: usize,
 }
@@ -69,6 +73,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
         execs: None,
         resume: false,
         build: true,
+        replay_only: false,
         jobs: 1,
     };
     let mut args = args.iter();
@@ -89,6 +94,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
             }
             Some("--resume") => options.resume = true,
             Some("--no-build") => options.build = false,
+            Some("--replay-only") => options.replay_only = true,
             Some("--list") => {
                 TARGETS.iter().for_each(|t| println!("{t}"));
                 return Ok(());
@@ -133,6 +139,9 @@ pub fn campaign(root: &Path, targets: &[String], options: &Options) -> Result<Ve
     let mut outcomes = Vec::new();
     for target in targets {
         replay(&fuzz, target)?;
+        if options.replay_only {
+            continue;
+        }
         outcomes.push(afl::fuzz(&fuzz, target, &binary(&fuzz, target), options)?);
     }
     Ok(outcomes)

@@ -233,6 +233,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
         execs: None,
         resume: false,
         build: true,
+        replay_only: false,
         jobs: 1,
     };
     let outcomes = crate::fuzz::campaign(&root, &targets, &options)?;
