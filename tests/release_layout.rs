@@ -10,13 +10,14 @@ use std::process::{Command, Output};
 
 use common::*;
 
-/// `<tmp>/bin/codebox`: a hard link to the tested binary where possible, else a copy.
+/// `<tmp>/bin/codebox`: a hard link to the tested binary where possible, else a copy
+/// (rootless: the link is refused for a file of another user).
 fn release_tree() -> (tempfile::TempDir, PathBuf) {
     let t = tempfile::tempdir().unwrap();
     std::fs::create_dir(t.path().join("bin")).unwrap();
     let exe = t.path().join("bin/codebox");
     if std::fs::hard_link(codebox_bin(), &exe).is_err() {
-        std::fs::copy(codebox_bin(), &exe).unwrap();
+        copy_executable(&codebox_bin(), &exe);
     }
     (t, exe)
 }

@@ -103,7 +103,7 @@ impl Readable {
             dir.path().display()
         );
         let staged_bin = dir.path().join("codebox");
-        std::fs::copy(&codebox, &staged_bin).unwrap();
+        common::copy_executable(&codebox, &staged_bin);
         let staged_rootfs = dir.path().join("rootfs");
         let copied = Command::new("cp")
             .arg("-a")

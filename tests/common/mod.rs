@@ -27,6 +27,25 @@ pub fn codebox_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_codebox")))
 }
 
+/// Copies an executable to `to` through `cp`, never through a descriptor of this
+/// process: a test thread that forks while this process holds the copy open for writing
+/// hands that descriptor to its child until the child's exec, and exec of the copy fails
+/// meanwhile with ETXTBSY ("Text file busy"; seen in CI's rootless pass).
+pub fn copy_executable(from: &std::path::Path, to: &std::path::Path) {
+    let status = Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("run cp");
+    assert!(
+        status.success(),
+        "cp {} {}: {status}",
+        from.display(),
+        to.display()
+    );
+}
+
 pub fn rootfs_dir() -> PathBuf {
     std::env::var_os("CODEBOX_ROOTFS")
         .map(PathBuf::from)
