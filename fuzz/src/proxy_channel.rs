@@ -7,7 +7,11 @@
 //! Properties:
 //! - every message the proxy reads as a request is answered once, with its id (`null`
 //!   for one whose id cannot be read), whether it is handled, refused or over a limit;
-//!   notifications get no answer; every answer is a JSON-RPC response;
+//!   notifications get no answer; every answer is a JSON-RPC response. A last line
+//!   without a newline is the exception: the proxy reads it only at EOF, which is the
+//!   program closing fd 3 (or exiting), and aborts the calls still in flight then, since
+//!   nobody will read their answers; such a request gets at most one answer, with its
+//!   id;
 //! - a channel that ends with a malformed line is closed without answering anything that
 //!   was not a request;
 //! - what the report keeps is bounded: output files within their limits and with checked
@@ -175,6 +179,8 @@ fn expect(line: &[u8], max_bytes: usize) -> Expect {
 pub fn run(data: &[u8]) {
     let limits = limits();
     let mut wanted = Vec::new();
+    // Ids of requests that may be answered or not (completed by EOF).
+    let mut optional = Vec::new();
     let mut closed = false;
     // Answers to wait for before the program closes its end: those of whole lines (a
     // last line without a newline is read at the close).
@@ -188,12 +194,11 @@ pub fn run(data: &[u8]) {
     for (i, line) in lines.into_iter().enumerate() {
         match expect(line, limits.max_request_bytes) {
             Expect::Nothing => {}
-            Expect::Answer(id) => {
-                if i < whole {
-                    before_close.push(id.clone());
-                }
+            Expect::Answer(id) if i < whole => {
+                before_close.push(id.clone());
                 wanted.push(Some(id));
             }
+            Expect::Answer(id) => optional.push(id),
             Expect::AtMostOne => wanted.push(None),
             Expect::Close => {
                 closed = true;
@@ -227,6 +232,8 @@ pub fn run(data: &[u8]) {
     for key in &got {
         if let Some(at) = exact.iter().position(|w| w == key) {
             exact.remove(at);
+        } else if let Some(at) = optional.iter().position(|w| w == key) {
+            optional.remove(at);
         } else if any > 0 {
             any -= 1;
         } else {
