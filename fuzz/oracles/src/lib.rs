@@ -13,6 +13,7 @@
 //! so no code under test is compiled in this crate.
 
 pub mod bpf;
+mod memo;
 pub mod python_shape;
 pub mod ts_shape;
 

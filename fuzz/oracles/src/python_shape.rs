@@ -1,8 +1,11 @@
 //! Generated Python: parsed (RustPython), and lexed into the shape the `codegen` target
 //! compares.
 
+use std::cell::RefCell;
+
 use rustpython_parser::{lexer, Mode, Tok};
 
+use crate::memo::{self, Memo};
 use crate::{Class, Piece, Walk};
 
 /// `source` as its tokens: words (keywords too: names may become one) and strings one
@@ -10,7 +13,12 @@ use crate::{Class, Piece, Walk};
 /// `full-lexer` feature drops comments and non-logical newlines). Panics when `parse` is
 /// set and the source is not valid Python.
 pub fn shape(name: &str, source: &str, parse: bool) -> Vec<Piece> {
-    walk(name, source, parse, |c| c.piece())
+    thread_local! {
+        static MEMO: RefCell<Memo> = RefCell::default();
+    }
+    memo::shape(&MEMO, source, parse, |parse| {
+        walk(name, source, parse, |c| c.piece())
+    })
 }
 
 /// The tokens of [`shape`], named: for a failure's message.

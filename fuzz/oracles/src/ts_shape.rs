@@ -8,6 +8,7 @@ use oxc_parser::config::TokensParserConfig;
 use oxc_parser::{Kind, Parser};
 use oxc_span::SourceType;
 
+use crate::memo::{self, Memo};
 use crate::{Class, Piece, Walk};
 
 thread_local! {
@@ -19,7 +20,12 @@ thread_local! {
 /// every other token its kind; comments are not tokens. Panics when `parse` is set and
 /// the source is not valid TypeScript.
 pub fn shape(name: &str, source: &str, parse: bool) -> Vec<Piece> {
-    walk(name, source, parse, |c| c.piece())
+    thread_local! {
+        static MEMO: RefCell<Memo> = RefCell::default();
+    }
+    memo::shape(&MEMO, source, parse, |parse| {
+        walk(name, source, parse, |c| c.piece())
+    })
 }
 
 /// The tokens of [`shape`], named: for a failure's message.
