@@ -115,7 +115,7 @@ pub fn run(data: &[u8]) {
         into.borrow_mut().insert(s.to_string());
         s.to_string()
     };
-    catalog_of(&servers, &|s| collect(&names, s), &|s| collect(&texts, s));
+    strings_of(&servers, &|s| collect(&names, s), &|s| collect(&texts, s));
     let placeholders = Placeholders::new(texts.into_inner());
     let text = |s: &str| placeholders.get(s);
     let names: Vec<String> = names.into_inner().into_iter().collect();
@@ -228,6 +228,23 @@ fn catalog_of(
         });
     }
     Some(catalog)
+}
+
+/// Every name and piece of free text of `servers`, each passed to `name` or `text`: the
+/// strings [`catalog_of`] maps, without building a catalog.
+fn strings_of(servers: &[ServerIn], name: &dyn Fn(&str) -> String, text: &dyn Fn(&str) -> String) {
+    for server in servers {
+        name(&server.name);
+        for tool in &server.tools {
+            name(&tool.name);
+            tool.title.as_deref().map(text);
+            tool.description.as_deref().map(text);
+            schema_gen::map_strings(&tool.input_schema, name, text);
+            if let Some(output) = &tool.output_schema {
+                schema_gen::map_strings(output, name, text);
+            }
+        }
+    }
 }
 
 /// Upstream strings to plain placeholders: equal strings to equal placeholders, in the
