@@ -15,6 +15,7 @@
 //! original JSON key used in the arguments); optional ones default to `None` and are left
 //! out of the call when `None`. `aio.<function>` is each function as a coroutine.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use serde_json::Value;
@@ -63,11 +64,12 @@ fn one(member: impl Into<String>) -> Hint {
 /// The union of hints: flattened, deduplicated, `None` last; `Any` absorbs everything.
 fn union(hints: Vec<Hint>) -> Hint {
     let mut kept: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
     for m in hints.into_iter().flatten() {
         if m == "Any" {
             return any();
         }
-        if !kept.contains(&m) {
+        if seen.insert(m.clone()) {
             kept.push(m);
         }
     }
@@ -105,37 +107,46 @@ fn literal_hint(values: &[&Value]) -> Hint {
     union(vec![members])
 }
 
-/// How many schema nodes one parameter's hint may visit: `$ref`s are expanded inline, so
-/// a schema whose definitions fan out could otherwise take exponential time.
-const HINT_BUDGET: usize = 2_000;
+/// How many schema nodes the hints of one tool's parameters may visit together: `$ref`s
+/// are expanded inline, so a schema whose definitions fan out could otherwise take
+/// exponential time, and every parameter naming such a definition would start again.
+const HINT_NODE_BUDGET: usize = 10_000;
 
-/// Computes type hints for the schemas of one document.
+/// Computes type hints for the schemas of one document, within one budget for them all.
 struct Hinter<'a> {
     document: &'a Value,
     /// The `$ref` targets being expanded, to stop at cycles.
     visiting: Vec<String>,
-    budget: usize,
+    nodes_left: usize,
+    /// Each `enum`/`const` node's hint, by the node's address in `document`: escaping a
+    /// long literal is the dear part of a visit, and `$ref`s reach one node many times.
+    literals: HashMap<*const Value, Hint>,
 }
 
-impl Hinter<'_> {
-    fn new(document: &Value) -> Hinter<'_> {
+impl<'a> Hinter<'a> {
+    fn new(document: &'a Value) -> Hinter<'a> {
         Hinter {
             document,
             visiting: Vec::new(),
-            budget: HINT_BUDGET,
+            nodes_left: HINT_NODE_BUDGET,
+            literals: HashMap::new(),
         }
     }
 
     fn hint(&mut self, schema: &Value, depth: usize) -> Hint {
-        if depth > MAX_DEPTH || self.budget == 0 || !schema.is_object() {
+        if depth > MAX_DEPTH || self.nodes_left == 0 || !schema.is_object() {
             return any();
         }
-        self.budget -= 1;
+        self.nodes_left -= 1;
         if let Some(r) = reference(schema) {
             return self.reference(r, depth);
         }
         if let Some(values) = literal_values(schema) {
-            return literal_hint(&values);
+            return self
+                .literals
+                .entry(std::ptr::from_ref(schema))
+                .or_insert_with(|| literal_hint(&values))
+                .clone();
         }
         let types = effective_types(schema);
         if !types.is_empty() {
@@ -201,22 +212,20 @@ impl Hinter<'_> {
 
 /// The parameters of a tool: required ones first, each group sorted by JSON key.
 pub fn params(input_schema: &Value) -> Vec<Param> {
-    let props = properties(input_schema);
-    let required = required(input_schema);
-    let mut keys: Vec<&str> = props.iter().map(|(k, _)| *k).collect();
-    keys.extend(
-        required
-            .iter()
-            .filter(|r| !props.iter().any(|(k, _)| k == *r)),
-    );
+    // Maps, not scans: a schema may list thousands of properties and required names.
+    let props: HashMap<&str, &Value> = properties(input_schema).into_iter().collect();
+    let required: HashSet<&str> = required(input_schema).into_iter().collect();
+    let mut keys: Vec<&str> = props.keys().copied().collect();
+    keys.extend(required.iter().filter(|r| !props.contains_key(*r)));
     keys.sort();
     let mut namer = Namer::new("_", BODY_NAMES);
     let names = allocate(&mut namer, &keys, |k| py_ident(k, true));
+    let mut hinter = Hinter::new(input_schema);
     let mut params: Vec<Param> = keys
         .iter()
         .zip(names)
         .map(|(key, name)| {
-            let schema = props.iter().find(|(k, _)| k == key).map(|(_, s)| *s);
+            let schema = props.get(key).copied();
             let mut doc = schema.and_then(description).unwrap_or_default().to_string();
             if let Some(default) = schema.and_then(|s| s.get("default")) {
                 doc = format!("{doc} (default: {default})")
@@ -229,7 +238,7 @@ pub fn params(input_schema: &Value) -> Vec<Param> {
                     .to_string();
             }
             Param {
-                hint: schema.map_or_else(any, |s| Hinter::new(input_schema).hint(s, 0)),
+                hint: schema.map_or_else(any, |s| hinter.hint(s, 0)),
                 required: required.contains(key),
                 key: key.to_string(),
                 name,

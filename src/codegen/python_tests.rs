@@ -192,3 +192,78 @@ fn fanning_out_references_stay_cheap() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     assert_eq!(ps[0].hint, ["Any"], "the budget ran out: anything goes");
 }
+
+/// `A0 → list[A1] | dict[str, A1] → … → L`, `L` one long literal: expanded inline, every
+/// parameter naming `A0` reaches `L` 2^12 times.
+fn fanned_out_literal(params: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    defs.insert("L".into(), json!({"enum": ["X".repeat(1000)]}));
+    for i in 0..12 {
+        let next = match i {
+            11 => "#/$defs/L".to_string(),
+            _ => format!("#/$defs/A{}", i + 1),
+        };
+        defs.insert(
+            format!("A{i}"),
+            json!({"anyOf": [
+                {"type": "array", "items": {"$ref": next}},
+                {"type": "object", "additionalProperties": {"$ref": next}}
+            ]}),
+        );
+    }
+    let mut props = serde_json::Map::new();
+    props.insert("a_first".into(), json!({"enum": ["x", "y"]}));
+    for p in 0..params {
+        props.insert(format!("p{p:03}"), json!({"$ref": "#/$defs/A0"}));
+    }
+    json!({"type": "object", "properties": props, "$defs": defs})
+}
+
+#[test]
+fn a_long_literal_behind_fanned_out_references_is_escaped_once_within_one_budget() {
+    let schema = fanned_out_literal(400);
+    let mut hinter = Hinter::new(&schema);
+    let hints: Vec<Hint> = properties(&schema)
+        .iter()
+        .map(|(_, s)| hinter.hint(s, 0))
+        .collect();
+    assert_eq!(
+        hints[0],
+        [r#"Literal["x", "y"]"#],
+        "a parameter before the budget ran out"
+    );
+    assert!(
+        hints[1..].iter().all(|h| h == &any()),
+        "the rest: anything goes"
+    );
+    // The budget is the tool's, not each parameter's: 400 parameters do not get 400.
+    assert_eq!(hinter.nodes_left, 0);
+    // Reached thousands of times, the long literal was escaped once.
+    assert_eq!(hinter.literals.len(), 2, "a_first's and L's");
+    // And the generated code says the same.
+    let ps = params(&schema);
+    assert_eq!(ps.len(), 401);
+    assert!(ps[1..].iter().all(|p| p.hint == ["Any"]));
+}
+
+#[test]
+fn thousands_of_properties_and_required_names_keep_their_order() {
+    let props: serde_json::Map<String, Value> = (0..5000)
+        .map(|i| (format!("k{i:05}"), json!({"type": "string"})))
+        .collect();
+    // Every even property required, twice, and names no property has.
+    let required: Vec<String> = (0..5000)
+        .step_by(2)
+        .flat_map(|i| [format!("k{i:05}"), format!("k{i:05}"), format!("r{i:05}")])
+        .collect();
+    let ps = params(&json!({"properties": props, "required": required}));
+    assert_eq!(ps.len(), 7500);
+    let (req, opt): (Vec<&Param>, Vec<&Param>) = ps.iter().partition(|p| p.required);
+    assert_eq!((req.len(), opt.len()), (5000, 2500));
+    assert!(req.windows(2).all(|w| w[0].key < w[1].key));
+    assert!(opt.windows(2).all(|w| w[0].key < w[1].key));
+    assert_eq!(req[1].key, "k00002");
+    assert_eq!(req[2500].key, "r00000");
+    assert_eq!(req[2500].hint, ["Any"], "required but not a property");
+    assert_eq!(opt[0].key, "k00001");
+}

@@ -109,6 +109,7 @@ pub fn properties(schema: &Value) -> Vec<(&str, &Value)> {
 /// The `required` names that are strings, deduplicated, in order.
 pub fn required(schema: &Value) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for name in schema
         .get("required")
         .and_then(Value::as_array)
@@ -116,7 +117,7 @@ pub fn required(schema: &Value) -> Vec<&str> {
         .flatten()
         .filter_map(Value::as_str)
     {
-        if !out.contains(&name) {
+        if seen.insert(name) {
             out.push(name);
         }
     }

@@ -59,11 +59,12 @@ impl Ty {
 
 fn union(members: Vec<Ty>) -> Ty {
     let mut kept: Vec<Ty> = Vec::new();
+    let mut seen = HashSet::new();
     for m in members {
         if m.text == "unknown" {
             return Ty::unknown();
         }
-        if m.text != "never" && !kept.iter().any(|k| k.text == m.text) {
+        if m.text != "never" && seen.insert(m.text.clone()) {
             kept.push(m);
         }
     }
@@ -83,11 +84,12 @@ fn union(members: Vec<Ty>) -> Ty {
 
 fn intersection(parts: Vec<Ty>) -> Ty {
     let mut kept: Vec<Ty> = Vec::new();
+    let mut seen = HashSet::new();
     for p in parts {
         if p.text == "never" {
             return Ty::atom("never");
         }
-        if p.text != "unknown" && !kept.iter().any(|k| k.text == p.text) {
+        if p.text != "unknown" && seen.insert(p.text.clone()) {
             kept.push(p);
         }
     }
@@ -287,13 +289,16 @@ impl<'a> Conv<'_, 'a> {
     fn members(&mut self, schema: &'a Value, depth: usize, indent: usize) -> (Vec<String>, usize) {
         let props = properties(schema);
         let required = required(schema);
+        // Sets, not scans: a schema may list thousands of properties and required names.
+        let required_set: HashSet<&str> = required.iter().copied().collect();
+        let prop_names: HashSet<&str> = props.iter().map(|(n, _)| *n).collect();
         let compact = self.graph.compact;
         let p = if compact { String::new() } else { pad(indent) };
         let end = if compact { "" } else { ";" };
         let mut out = Vec::new();
         for (name, sub) in &props {
             let t = self.ty(sub, depth + 1, true, indent);
-            let optional = if required.contains(name) { "" } else { "?" };
+            let optional = if required_set.contains(name) { "" } else { "?" };
             let doc = if compact {
                 String::new()
             } else {
@@ -305,10 +310,7 @@ impl<'a> Conv<'_, 'a> {
                 t.text
             ));
         }
-        for name in required
-            .iter()
-            .filter(|r| !props.iter().any(|(n, _)| n == *r))
-        {
+        for name in required.iter().filter(|r| !prop_names.contains(*r)) {
             out.push(format!("{p}{}: unknown{end}", property_key(name)));
         }
         let count = required.len();
