@@ -167,6 +167,28 @@ function tellTheEndOnUnload(sendOutputs) {
   });
 }
 
+// Every run starts with /workspace/out there, so `Deno.writeFileSync("/workspace/out/a.csv",
+// …)` works as written, whatever the workspace; one that cannot take it (read-only, full)
+// is left as it is and the program's own write reports why. Returns whether it made it.
+function makeOutDir() {
+  try {
+    Deno.mkdirSync("/workspace/out");
+    return true;
+  } catch {
+    return false; // there already, or refused
+  }
+}
+
+// A bound host directory keeps no empty out/ it did not have (removing a directory the
+// program filled fails, and it stays).
+function forgetOutDir() {
+  try {
+    Deno.removeSync("/workspace/out");
+  } catch {
+    // filled, or gone
+  }
+}
+
 function forgetMain() {
   try {
     Deno.removeSync(MAIN_PATH);
@@ -222,7 +244,7 @@ const outputsJs = outputs ? await import(new URL("./outputs.js", import.meta.url
 if (session) {
   // A computed specifier: the module graph of a one-shot run does not include it.
   const { runSession } = await import(new URL("./session.js", import.meta.url).href);
-  await runSession({ code, rest, writeFile: writeWorkspaceFile, wantValue, outputs });
+  await runSession({ code, rest, writeFile: writeWorkspaceFile, makeOutDir, wantValue, outputs });
   Deno.exit(0); // not reached: a session ends with the process
 }
 // The last expression's value (value.js), loaded only when asked for (a pooled sandbox
@@ -248,6 +270,11 @@ const sendOutputsOnce = () => {
   outputsJs.sendOutputs(outputs);
 };
 if (ephemeral) tellTheEndOnUnload(sendOutputsOnce);
+// Only a bound host directory outlives a one-shot run: an out/ made here that is still
+// empty goes at the end (at `unload`, or now when the module fails: the process ends
+// with its error, without `unload`).
+const outToForget = makeOutDir() && !ephemeral;
+if (outToForget) globalThis.addEventListener("unload", forgetOutDir);
 try {
   try {
     await import("file://" + MAIN_PATH);
@@ -258,6 +285,9 @@ try {
     Deno.writeFileSync(MAIN_PATH, code, { mode: 0o600 });
     await import("file://" + MAIN_PATH + "?as-written");
   }
+} catch (e) {
+  if (outToForget) forgetOutDir();
+  throw e;
 } finally {
   forgetMain();
 }

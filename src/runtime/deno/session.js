@@ -275,7 +275,7 @@ function writeFiles(files, writeFile) {
 }
 
 /** Runs the session: `code` (bytes) first, then every codebox/run; never returns. */
-export async function runSession({ code, rest, writeFile, wantValue, outputs: spec }) {
+export async function runSession({ code, rest, writeFile, makeOutDir, wantValue, outputs: spec }) {
   // The first run's named outputs are in the record; later runs name their own.
   const outputs = { spec, paths: null, seen: null };
   adopt(rest);
@@ -293,6 +293,7 @@ export async function runSession({ code, rest, writeFile, wantValue, outputs: sp
   });
   let source = new TextDecoder().decode(code);
   for (let run = 1;; run++) {
+    makeOutDir();
     done(await runOne(source, run, scope, wantValue, outputs));
     for (;;) {
       const message = await nextControl();
