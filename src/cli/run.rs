@@ -42,8 +42,8 @@ pub struct RunArgs {
     /// Host directory mounted read-write at /workspace (default: a private tmpfs).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
-    /// Copy a host text file into /workspace before the run, as DEST=SRC (DEST relative to
-    /// /workspace); repeatable.
+    /// Copy a host file (text or binary) into /workspace before the run, as DEST=SRC (DEST
+    /// relative to /workspace); repeatable.
     #[arg(long = "file", value_name = "DEST=SRC", value_parser = parse_file_arg)]
     files: Vec<(String, PathBuf)>,
     /// Print one JSON object with the captured output and how the program ended.
@@ -176,7 +176,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(secrets) = &secrets {
         result.redact_secrets(secrets);
     }
-    report(&result, args.json, timeout)
+    let limits = &request.limits;
+    result.hints = codebox::hints::for_result(
+        &result,
+        &codebox::hints::Context {
+            surface: codebox::hints::Surface::Cli,
+            language: args.language,
+            profile: &profile.name,
+            timeout,
+            max_timeout: None,
+            memory_bytes: limits.memory_bytes,
+            pids: limits.pids,
+            network: profile.network_mode,
+            packages: codebox::hints::Packages::NotHere,
+            kept_interpreter: false,
+        },
+    );
+    report(&result, args.json)
 }
 
 fn parse_file_arg(arg: &str) -> Result<(String, PathBuf), String> {
@@ -227,7 +243,7 @@ fn read_program(args: &RunArgs) -> anyhow::Result<String> {
     })
 }
 
-fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Result<ExitCode> {
+fn report(result: &ExecutionResult, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         super::out::write(format_args!("{}\n", serde_json::to_string(result)?))?;
     } else {
@@ -249,14 +265,9 @@ fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Re
                 eprintln!("codebox: {name} truncated: kept {kept} of {total} bytes");
             }
         }
-        if result.timed_out {
-            eprintln!("codebox: timed out after {timeout:?}; the sandbox was killed");
-        }
-        if result.oom_killed {
-            eprintln!("codebox: out of memory: the sandbox hit its memory limit");
-        }
-        if result.pids_limited {
-            eprintln!("codebox: the sandbox hit its process/thread limit");
+        // The limit met, with its value and flag; the network being off; a missing module.
+        for hint in &result.hints {
+            eprintln!("codebox: {hint}");
         }
         if result.seccomp_violation {
             eprintln!("codebox: killed by the seccomp policy (a system call from a foreign ABI)");
