@@ -105,6 +105,21 @@ fn controlled_egress_through_the_python_sdk() {
     );
 }
 
+/// What a new user meets first: /workspace/out there from the start, and every limit or
+/// refusal named with its value and knob (tests/mcp/first_hour_client.py).
+#[test]
+fn the_first_hour_through_the_python_sdk() {
+    let test = "the_first_hour_through_the_python_sdk";
+    if !upstreams_installed(test) {
+        return;
+    }
+    run_client_script_with(
+        test,
+        "first_hour_client.py",
+        &[upstreams().into_os_string()],
+    );
+}
+
 /// Where `cargo xtask test` installed the upstream MCP servers.
 fn upstreams() -> PathBuf {
     std::env::var_os("CODEBOX_TEST_UPSTREAMS")

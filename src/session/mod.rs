@@ -19,8 +19,11 @@
 //!   sandboxes are killed, its files removed and its descriptor closed, which frees the
 //!   filesystem. `close_session` does the same at once (and says what it could not
 //!   remove, if anything), and shutdown for all.
+//! - An id the server no longer holds is answered with what became of it ([`ended`]):
+//!   closed or expired here (to its owner only), or made by an earlier run of the server.
 
 pub mod disk;
+pub mod ended;
 pub mod keeper;
 
 use std::collections::HashMap;
@@ -41,6 +44,16 @@ pub enum Error {
     /// Also the answer for another client's session: its existence is not revealed.
     #[error("no session {id:?} for this client (it may have expired or been closed); start one with session \"new\"")]
     Unknown { id: String },
+    #[error("session {id:?} was closed {ago} ago (close_session): its interpreter and workspace are gone; start a new one with session \"new\"")]
+    Closed { id: String, ago: String },
+    #[error("session {id:?} expired {ago} ago, after {idle_ttl} unused (the server's session_ttl): its interpreter and workspace are gone; start a new one with session \"new\"")]
+    Expired {
+        id: String,
+        ago: String,
+        idle_ttl: String,
+    },
+    #[error("session {id:?} was opened by an earlier run of this server, which has restarted since (this run started {ago} ago): its interpreter and workspace are gone; start a new one with session \"new\"")]
+    EarlierRun { id: String, ago: String },
     /// An id another replica made (see [`crate::replica`]).
     #[error("{message}")]
     Elsewhere { message: String },
@@ -209,6 +222,8 @@ pub struct Sessions {
     /// This replica's name, which every id it makes starts with (`None`: one server).
     replica: Option<crate::replica::ReplicaName>,
     open: Mutex<HashMap<String, Arc<Session>>>,
+    /// This run's instance mark (in every id) and the sessions ended here.
+    ended: ended::Ended,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -230,6 +245,7 @@ impl Sessions {
             owner_ids,
             replica: None,
             open: Mutex::new(HashMap::new()),
+            ended: ended::Ended::new().map_err(Error::Random)?,
         })
     }
 
@@ -273,7 +289,7 @@ impl Sessions {
         }
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(Error::Random)?;
-        let id = format!("cbx_{}", hex(&raw));
+        let id = self.ended.new_id(&raw);
         let id = match &self.replica {
             Some(replica) => replica.qualify(&id),
             None => id,
@@ -324,7 +340,40 @@ impl Sessions {
                 );
                 Err(Error::Unknown { id: id.to_string() })
             }
-            None => Err(Error::Unknown { id: id.to_string() }),
+            None => Err(self.fate_of(id, owner)),
+        }
+    }
+
+    /// Why `owner` cannot have `id`, which is not open: what became of it, if it is
+    /// theirs to know.
+    fn fate_of(&self, id: &str, owner: &str) -> Error {
+        use ended::{ago_words, Fate, How};
+        let id = id.to_string();
+        // A replica's id on a server that is no replica was never this server's.
+        if self.replica.is_none() && id.contains('.') {
+            return Error::Unknown { id };
+        }
+        match self.ended.fate(&id, owner) {
+            Fate::Ended {
+                how: How::Closed,
+                ago,
+            } => Error::Closed {
+                id,
+                ago: ago_words(ago),
+            },
+            Fate::Ended {
+                how: How::Expired { idle_ttl },
+                ago,
+            } => Error::Expired {
+                id,
+                ago: ago_words(ago),
+                idle_ttl: ago_words(idle_ttl),
+            },
+            Fate::EarlierRun { ago } => Error::EarlierRun {
+                id,
+                ago: ago_words(ago),
+            },
+            Fate::Unknown => Error::Unknown { id },
         }
     }
 
@@ -342,6 +391,7 @@ impl Sessions {
     pub async fn close(&self, id: &str, owner: &str) -> Result<()> {
         let session = self.get(id, owner)?;
         self.open.lock().expect("sessions lock").remove(id);
+        self.ended.record(id, owner, ended::How::Closed);
         self.end(session).await.map_err(Error::Leftover)
     }
 
@@ -373,6 +423,9 @@ impl Sessions {
         let n = expired.len();
         for s in expired {
             tracing::info!(session = short(&s.id), "session expired");
+            let idle_ttl = self.limits.idle_ttl;
+            self.ended
+                .record(&s.id, &s.owner, ended::How::Expired { idle_ttl });
             let _ = self.end(s).await;
         }
         n
@@ -482,7 +535,8 @@ mod tests {
         let a = s.create("alice", vault()).unwrap();
         let b = s.create("alice", vault()).unwrap();
         assert_ne!(a.id(), b.id());
-        assert_eq!(a.id().len(), 4 + 32);
+        // `cbx_`, this run's instance mark and `_`, then 128 random bits.
+        assert_eq!(a.id().len(), 4 + 9 + 32);
         s.get(a.id(), "alice").unwrap();
         let refused = s.get(a.id(), "bob").unwrap_err().to_string();
         let unknown = s.get("cbx_nope", "bob").unwrap_err().to_string();
@@ -500,6 +554,11 @@ mod tests {
         write(&a, "f", b"x").unwrap();
         s.close(a.id(), "alice").await.unwrap();
         assert_eq!(disk::names(a.workspace()).unwrap().len(), 0);
+        // A closed session is told as such to its owner, and unknown to anyone else.
+        let closed = s.get(a.id(), "alice").unwrap_err();
+        assert!(matches!(closed, Error::Closed { .. }), "{closed}");
+        assert!(closed.to_string().contains("was closed"), "{closed}");
+        assert!(matches!(s.get(a.id(), "bob"), Err(Error::Unknown { .. })));
         s.shutdown().await;
         // Nothing of a session is on the host's disk.
         assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
@@ -578,7 +637,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(80)).await;
         assert_eq!(s.sweep().await, 1, "the running session stays");
         assert_eq!(disk::names(a.workspace()).unwrap().len(), 0);
-        assert!(s.get(a.id(), "alice").is_err());
+        let expired = s.get(a.id(), "alice").unwrap_err();
+        assert!(matches!(expired, Error::Expired { .. }), "{expired}");
+        assert!(expired.to_string().contains("session_ttl"), "{expired}");
+        // A second server (a restart) knows the id for an earlier run's.
+        let restarted = sessions(base.path(), Duration::from_millis(50));
+        let earlier = restarted.get(busy.id(), "alice").unwrap_err();
+        assert!(matches!(earlier, Error::EarlierRun { .. }), "{earlier}");
+        assert!(earlier.to_string().contains("restarted"), "{earlier}");
         drop(held);
         s.shutdown().await;
     }
