@@ -60,6 +60,7 @@ mod skill_tools;
 pub mod stdio_guard;
 mod task_glue;
 pub mod tool_set;
+pub mod wrapper_views;
 pub mod wrappers;
 
 use std::collections::BTreeMap;
@@ -177,7 +178,7 @@ struct State {
     upstreams_gate: std::sync::OnceLock<tokio_util::sync::CancellationToken>,
     log_level: std::sync::Mutex<LoggingLevel>,
     backend: Arc<IndexedUpstreams>,
-    wrappers: wrappers::Wrappers,
+    wrappers: Arc<wrappers::Wrappers>,
     rate: Arc<RateLimiter>,
     sessions: Sessions,
     skills: Option<ClientSkills>,
@@ -326,7 +327,7 @@ impl CodeboxServer {
             },
         };
         let backend = Arc::new(IndexedUpstreams::new(upstreams));
-        let wrappers = wrappers::Wrappers::new(std::env::temp_dir());
+        let wrappers = Arc::new(wrappers::Wrappers::new(std::env::temp_dir()));
         let pool = (!settings.pool.is_off()).then(|| {
             let skills = skills.as_ref().and_then(|k: &ClientSkills| k.shared_root());
             let templates = pool_glue::templates(&settings, skills, &wrappers, &backend);
@@ -556,6 +557,12 @@ impl CodeboxServer {
             limit: p.limit.unwrap_or(crate::catalog::DEFAULT_LIMIT),
             cursor: p.cursor,
         };
+        // Right after start-up the servers are still connecting: wait for their first
+        // attempts (bounded by upstream_wait) rather than answer "0 matching tools".
+        self.state
+            .backend
+            .first_attempts(query.server.clone())
+            .await;
         let allowed = &self.state.settings.allowed_tools;
         let mut page = match self
             .state
@@ -608,7 +615,14 @@ impl CodeboxServer {
                 p.name
             )));
         }
-        match self.state.backend.index().get(&p.name) {
+        let mut tool = self.state.backend.index().get(&p.name);
+        if tool.is_none() {
+            // Its server may still be making its first connection (bounded wait).
+            let server = crate::upstream::naming::split(&p.name).map(|(s, _)| s.to_string());
+            self.state.backend.first_attempts(server).await;
+            tool = self.state.backend.index().get(&p.name);
+        }
+        match tool {
             Some(tool) => Ok(self.for_model(CallToolResult::structured(tool))),
             None => Ok(tool_error(format!(
                 "no tool named {:?}; find tools with search_tools",
@@ -622,6 +636,7 @@ impl CodeboxServer {
         description = "Upstream MCP servers: name, status, tool count."
     )]
     async fn list_servers(&self) -> Result<CallToolResult, McpError> {
+        self.state.backend.first_attempts(None).await;
         let (text, servers) = upstream_status::list(self.state.backend.upstreams());
         let mut result = CallToolResult::structured(serde_json::json!({ "servers": servers }));
         result.content = vec![ContentBlock::text(text)];
