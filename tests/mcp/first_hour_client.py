@@ -163,6 +163,29 @@ async def a_name_from_an_earlier_call_hints_at_sessions(s):
 
 
 @case
+async def a_typescript_error_shows_the_programs_own_line(s):
+    # The last expression is rewritten to capture its value; the error shows the line as
+    # written, its column, and none of codebox's own frames.
+    r, sc = await run(s, "const x: number = 1;\nconsole.log(y);", tool="execute_typescript")
+    err = sc["stderr"]
+    assert r.is_error and err.startswith("error: Uncaught (in promise) ReferenceError: y is not defined\n"), err
+    assert "\nconsole.log(y);\n            ^\n" in err and ".codebox-main.ts:2:13" in err, err
+    assert "codebox.value" not in err and "boot.js" not in err, err
+    r, sc = await run(s, "const a = 1; a.b.c", tool="execute_typescript")
+    assert "\nconst a = 1; a.b.c\n                 ^\n" in sc["stderr"] and ":1:18" in sc["stderr"], sc["stderr"]
+    # A syntax error and a missing module: no codebox frame, no import query.
+    for code in ["let s = 1\ns +", "import x from './nope.ts'"]:
+        r, sc = await run(s, code, tool="execute_typescript")
+        assert r.is_error and "boot.js" not in sc["stderr"] and "as-written" not in sc["stderr"], sc["stderr"]
+    # What the program wrote before it failed comes back; what it left pending does not
+    # keep it alive.
+    code = "Deno.writeTextFileSync('/workspace/out/a.txt', 'x');\nsetInterval(() => {}, 100);\nundefinedFn()"
+    r, sc = await run(s, code, tool="execute_typescript", timeout_ms=20000)
+    assert r.is_error and sc["exit_code"] == 1 and not sc["timed_out"], sc
+    assert [f["path"] for f in sc.get("files", [])] == ["out/a.txt"], sc
+
+
+@case
 async def success_has_no_hint(s):
     for tool, code in [("execute_python", "print(1)"), ("execute_typescript", "console.log(1)")]:
         r, sc = await run(s, code, tool=tool)
@@ -204,20 +227,23 @@ async def the_first_calls_meet_the_servers_that_were_still_connecting():
     with tempfile.TemporaryDirectory(prefix="codebox-first-hour-") as tmp:
         os.chmod(tmp, 0o755)
         config = os.path.join(tmp, "mcp.json")
+        go = os.path.join(tmp, "go")
         with open(config, "w") as f:
             json.dump({"mcpServers": {
                 "time": {"command": "/usr/bin/python3", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
                          "env": {"PYTHONPATH": os.path.join(UPSTREAMS, "python")}},
-                "slow": {"command": "/usr/bin/python3", "args": [HOSTILE], "env": {"HOSTILE_DELAY_S": "7"}},
+                "slow": {"command": "/usr/bin/python3", "args": [HOSTILE], "env": {"HOSTILE_START_WHEN": go}},
             }}, f)
         env = server_env()
-        env.update({"CODEBOX_MCP_CONFIG": config, "CODEBOX_POOL_SIZE": "1"})
+        # The waits count from a server's first attempt: room for a loaded machine.
+        env.update({"CODEBOX_MCP_CONFIG": config, "CODEBOX_POOL_SIZE": "1",
+                    "CODEBOX_UPSTREAM_WAIT": "60s", "CODEBOX_UPSTREAM_CONNECT_TIMEOUT": "120s"})
         params = StdioServerParameters(command=CODEBOX, args=["serve"], env=env)
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as s:
                 await s.initialize()
-                # The pool fills while "slow" still sleeps (health never waits).
-                for _ in range(300):
+                # The pool fills while "slow" waits for its go (health never waits).
+                for _ in range(1200):
                     h = (await s.call_tool("health", {})).structured_content
                     pool = h["pool"]["languages"]
                     if pool["python"]["idle"] >= 1 and pool["typescript"]["idle"] >= 1:
@@ -226,6 +252,7 @@ async def the_first_calls_meet_the_servers_that_were_still_connecting():
                 slow = [u for u in h["upstreams"] if u["name"] == "slow"]
                 assert slow and slow[0]["status"] == "connecting", h["upstreams"]
                 assert pool["python"]["idle"] >= 1 and pool["typescript"]["idle"] >= 1, pool
+                open(go, "w").close()
                 r = await s.call_tool("search_tools", {"query": "hostile echo"})
                 names = [t["name"] for t in r.structured_content["tools"]]
                 assert "slow__echo" in names, (names, text_of(r))

@@ -251,10 +251,15 @@ if (session) {
 // loaded it before it was ready).
 const valueJs = wantValue ? await import(new URL("./value.js", import.meta.url).href) : null;
 let main = code;
+// Where the value's rewrite inserted its assignment (errors.js gives positions back).
+let insert = null;
 if (valueJs) {
   const source = new TextDecoder().decode(code);
-  const captured = valueJs.captureLastValue(source).code;
-  if (captured !== source) main = new TextEncoder().encode(captured);
+  const captured = valueJs.captureLastValue(source);
+  if (captured.code !== source) {
+    main = new TextEncoder().encode(captured.code);
+    insert = captured.insert;
+  }
 }
 try {
   Deno.writeFileSync(MAIN_PATH, main, { mode: 0o600 });
@@ -271,10 +276,9 @@ const sendOutputsOnce = () => {
 };
 if (ephemeral) tellTheEndOnUnload(sendOutputsOnce);
 // Only a bound host directory outlives a one-shot run: an out/ made here that is still
-// empty goes at the end (at `unload`, or now when the module fails: the process ends
-// with its error, without `unload`).
-const outToForget = makeOutDir() && !ephemeral;
-if (outToForget) globalThis.addEventListener("unload", forgetOutDir);
+// empty goes at the end (`unload`).
+if (makeOutDir() && !ephemeral) globalThis.addEventListener("unload", forgetOutDir);
+let failed = false;
 try {
   try {
     await import("file://" + MAIN_PATH);
@@ -286,12 +290,19 @@ try {
     await import("file://" + MAIN_PATH + "?as-written");
   }
 } catch (e) {
-  if (outToForget) forgetOutDir();
-  throw e;
+  // Printed as Deno prints an uncaught error, in the program's terms (errors.js): its own
+  // line and columns, not the value's rewrite, and none of codebox's frames. The output
+  // files written before it still go (below), then the run ends as Deno would, status 1.
+  failed = true;
+  const errors = await import(new URL("./errors.js", import.meta.url).href);
+  const source = new TextDecoder().decode(code);
+  errors.rewritten.set("file://" + MAIN_PATH, { source, inserts: insert ? [insert] : [] });
+  errors.rewritten.set("file://" + MAIN_PATH + "?as-written", { source, inserts: [] });
+  errors.writeStderr(errors.formatUncaught(e, true));
 } finally {
   forgetMain();
 }
-const value = valueJs?.takeValue() ?? null;
+const value = failed ? null : (valueJs?.takeValue() ?? null);
 if (value !== null) {
   // Through client.ts's writer: behind any tool call's line still queued, never inside it.
   const { notify } = await import(new URL("./client.ts", import.meta.url).href);
@@ -306,3 +317,6 @@ try {
 } catch {
   // the supervisor is gone
 }
+// A failed program ends here, as Deno ends one whose module threw: nothing it left pending
+// (timers, promises) runs on.
+if (failed) Deno.exit(1);
