@@ -369,6 +369,24 @@ for (const [label, url] of [["unlisted", "https://unlisted.example.com/"], ["pri
             .unwrap_or_else(|| panic!("no line for {label}: {v:#}"));
         assert!(line.contains(reason), "{label}: {line:?} lacks {reason:?}");
     }
+    // One record per refused connection: Deno's question to the proxy about why (see
+    // runtime/deno/egress.js) is none.
+    let hosts: Vec<(&str, &str)> = records(&v)
+        .iter()
+        .map(|r| {
+            (
+                r["host"].as_str().unwrap(),
+                r["reason"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(hosts.len(), 3, "{hosts:?}");
+    assert!(
+        hosts
+            .iter()
+            .all(|(h, why)| !h.is_empty() && !why.contains("request head")),
+        "{hosts:?}"
+    );
 }
 
 /// Without `--allow-host` or a proxy-mode profile nothing changes: no proxy, no

@@ -364,6 +364,12 @@ impl Conn {
     pub fn shared(&self) -> &Shared {
         &self.run.shared
     }
+
+    /// The connection only asked the proxy itself (`/why`, see [`super::why`]): not a
+    /// connection out, so it leaves no record.
+    pub fn asked_the_proxy(&self) {
+        self.recorded.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Serves one client connection; `_slots` (this run's and the process's) are given back
@@ -405,10 +411,8 @@ async fn serve_client(
     drop(work);
     if !conn.recorded.load(Ordering::Relaxed) {
         let mut rec = conn.record(ConnectionKind::Invalid, None);
-        rec.deny(
-            conn.end.get().cloned().unwrap_or_default() + " before a whole request head",
-            None,
-        );
+        let ended = conn.end.get().cloned().unwrap_or_else(|| "closed".into());
+        rec.deny(ended + " before a whole request head", None);
     }
 }
 
