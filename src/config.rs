@@ -317,6 +317,7 @@ impl Config {
         if let Some(network) = &mut self.network {
             network.extra_roots.iter_mut().for_each(under);
         }
+        self.packages.extra_roots.iter_mut().for_each(under);
         // A profile is a name (`default`) or a path to a .toml file.
         if let Some(profile) = &mut self.profile {
             if profile.contains('/') || profile.ends_with(".toml") {
@@ -907,5 +908,22 @@ mod tests {
         let (c, _) = Config::load(None, &env_of(&[("HOME", &h), ("CODEBOX_CONFIG", &e)])).unwrap();
         assert_eq!(c.queue, Some(9));
         assert!(Config::load(Some(Path::new("/nonexistent/c.toml")), &env_of(&[])).is_err());
+    }
+
+    #[test]
+    fn relative_roots_are_relative_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "[network]\nmode = \"none\"\nextra_roots = [\"ca.pem\"]\n[packages]\nextra_roots = [\"mirror/ca.pem\", \"/abs.pem\"]\n",
+        )
+        .unwrap();
+        let (c, _) = Config::load(Some(&file), &env_of(&[])).unwrap();
+        assert_eq!(c.network.unwrap().extra_roots, [dir.path().join("ca.pem")]);
+        assert_eq!(
+            c.packages.extra_roots,
+            [dir.path().join("mirror/ca.pem"), PathBuf::from("/abs.pem")]
+        );
     }
 }

@@ -156,6 +156,9 @@ impl Discovery {
                 mode: Some(NetworkMode::Proxy),
                 allow: hosts.clone(),
                 allow_private,
+                // A private index's CA: the installer's trust bundle (what pip checks
+                // the index against through its tunnel) holds it.
+                extra_roots: section.extra_roots.clone(),
                 ..NetworkSection::default()
             },
             &codebox::config::process_env,

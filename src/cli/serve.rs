@@ -456,8 +456,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             missing.join("; ")
         );
     }
+    // The roots trusted for the sandboxes' egress are trusted for the package index too.
+    let mut packages_section = args.packages.clone();
+    packages_section
+        .extra_roots
+        .extend(profile.network.extra_roots.iter().cloned());
     let packages = super::packages::prepare(
-        &args.packages,
+        &packages_section,
         &rootfs.path,
         args.state_dir.as_deref(),
         (sandbox_ids.host_uid, sandbox_ids.host_gid),
