@@ -27,9 +27,15 @@ pub struct RunArgs {
     /// A file holding the program ("-" for standard input).
     #[arg(value_name = "FILE", required_unless_present = "code")]
     file: Option<PathBuf>,
-    /// Sandbox profile: a shipped one (default, network) or a path to a .toml file.
-    #[arg(long, default_value = "default", value_name = "NAME|PATH")]
-    profile: String,
+    /// codebox.toml to read: its profile, rootfs, root_host_id, state_dir and [network]
+    /// (e.g. extra_roots for a private CA, credentials) apply as in `serve`; flags win
+    /// [default: $CODEBOX_CONFIG, ./codebox.toml, ~/.config/codebox/config.toml].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Sandbox profile: a shipped one (default, network) or a path to a .toml file
+    /// [default: the config's profile, else default].
+    #[arg(long, value_name = "NAME|PATH")]
+    profile: Option<String>,
     /// Wall-clock limit, e.g. 500ms, 30s, 2m (a bare number means seconds) [profile: 30s].
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -56,9 +62,10 @@ pub struct RunArgs {
     /// binary's directory, else a checkout's target/rootfs].
     #[arg(long, value_name = "DIR")]
     rootfs: Option<PathBuf>,
-    /// When run as root: the unprivileged host uid/gid the sandbox user maps to.
-    #[arg(long, default_value_t = DEFAULT_ROOT_HOST_ID)]
-    root_host_id: u32,
+    /// When run as root: the unprivileged host uid/gid the sandbox user maps to
+    /// [default: the config's root_host_id, else 65534].
+    #[arg(long)]
+    root_host_id: Option<u32>,
     /// Let the program reach HOST (a name, `*.domain`, an IP; optional `:port`, default
     /// 80 and 443) over HTTP(S) through codebox's egress proxy; repeatable. Turns on the
     /// profile's proxy mode.
@@ -101,8 +108,27 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let files = read_files(&args.files)?;
-    let Prepared { mut profile, host } =
-        prepare(&args.profile, args.rootfs.as_deref(), args.root_host_id)?;
+    // codebox.toml as `serve` reads it: what applies to one run.
+    let env = &codebox::config::process_env;
+    let (mut config, _) = codebox::config::Config::load(args.config.as_deref(), env)?;
+    config.apply_env(env)?;
+    let profile_name = args
+        .profile
+        .clone()
+        .or(config.profile.clone())
+        .unwrap_or_else(|| "default".into());
+    let rootfs = args.rootfs.clone().or(config.rootfs.clone());
+    let root_host_id = args
+        .root_host_id
+        .or(config.root_host_id)
+        .unwrap_or(DEFAULT_ROOT_HOST_ID);
+    let Prepared { mut profile, host } = prepare(&profile_name, rootfs.as_deref(), root_host_id)?;
+    if let Some(network) = &config.network {
+        profile
+            .set_network(network.clone())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("[network] of the config")?;
+    }
     if args.zygote && args.language != Language::Python {
         bail!("--zygote: only Python sandboxes are forked from a zygote");
     }
@@ -121,6 +147,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let state_dir = args
         .state_dir
         .clone()
+        .or(config.state_dir.clone())
         .or_else(super::egress::default_state_dir);
     let ids = (host.id_mapping.host_uid, host.id_mapping.host_gid);
     let egress = match super::egress::start(&profile, state_dir.as_deref(), ids)? {
