@@ -537,8 +537,8 @@ impl CodeboxServer {
 
     #[tool(
         name = "search_tools",
-        description = "Find upstream tools for execute_* code, best first, with their \
-                       signatures; detail \"full\" adds schemas.",
+        description = "Find upstream tools for execute_* code with signatures, best \
+                       first; detail \"full\" adds schemas.",
         input_schema = schema::search_input_schema()
     )]
     async fn search_tools(
