@@ -136,6 +136,18 @@ fn sandboxed_code_calls_real_upstream_servers() {
     run_client_script_with(test, "upstream_client.py", &[upstreams().into_os_string()]);
 }
 
+/// The wrappers as a new user meets them (tests/mcp/wrappers_client.py): Python's
+/// required arguments by position or name, result values of every shape with their text
+/// and MCP result reachable in Python and TypeScript, both signatures in search_tools.
+#[test]
+fn wrappers_fit_the_language_through_the_python_sdk() {
+    let test = "wrappers_fit_the_language_through_the_python_sdk";
+    if !upstreams_installed(test) {
+        return;
+    }
+    run_client_script_with(test, "wrappers_client.py", &[upstreams().into_os_string()]);
+}
+
 #[test]
 fn pii_skills_sessions_audit_and_rate_limits_through_the_python_sdk() {
     let test = "pii_skills_sessions_audit_and_rate_limits_through_the_python_sdk";

@@ -538,8 +538,8 @@ impl CodeboxServer {
 
     #[tool(
         name = "search_tools",
-        description = "Find upstream tools for execute_* code, best first; detail \"full\" \
-                       adds schemas and signatures.",
+        description = "Find upstream tools for execute_* code with signatures, best \
+                       first; detail \"full\" adds schemas.",
         input_schema = schema::search_input_schema()
     )]
     async fn search_tools(
@@ -580,15 +580,7 @@ impl CodeboxServer {
         }
         text.push('\n');
         for t in &page.tools {
-            text.push_str(t["name"].as_str().unwrap_or(""));
-            if let Some(state) = t.get("server_status").and_then(|s| s.as_str()) {
-                text.push_str(&format!(" (its server is {state})"));
-            }
-            if let Some(d) = t.get("description").and_then(|d| d.as_str()) {
-                text.push_str(": ");
-                text.push_str(d);
-            }
-            text.push('\n');
+            text.push_str(&crate::catalog::text_entry(t));
         }
         let mut value = serde_json::json!({
             "tools": page.tools,
