@@ -7,7 +7,8 @@
 //! the host, which scrapes a pod's address. What it shows is counts and states,
 //! languages, and the configured upstream servers' names; no client, token, session,
 //! code or host name (see [`crate::metrics`]). Its connections are bounded like the MCP
-//! listener's ([`super::http_conn`]: caps, header and idle timeouts).
+//! listener's ([`super::http_conn`]: caps, header and idle timeouts), but it never takes
+//! a PROXY header: `trusted_proxies` is for the MCP listener a balancer forwards to.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -129,6 +130,11 @@ impl MetricsListener {
             "/metrics",
             get(move |headers: HeaderMap| async move { answer(&server, &headers) }),
         );
+        // Scraped directly, never through a balancer: no PROXY header is taken here.
+        let limits = ConnLimits {
+            trusted_proxies: Default::default(),
+            ..limits
+        };
         super::http_conn::serve(self.listener, app, limits, shutdown).await;
     }
 }
