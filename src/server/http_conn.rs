@@ -298,8 +298,12 @@ async fn refusal(
         // From a balancer its header first (it names the client); anything else reads
         // the request as it comes.
         None if trusted => match preamble(&mut tcp, tcp_peer, true, &shared).await {
-            Some(p) => p,
-            None => return,
+            Ok(p) => p,
+            Err(Early::Drop) => return,
+            Err(Early::Refuse(bad)) => {
+                refuse_reading(tcp, Vec::new(), &bad, &shared).await;
+                return;
+            }
         },
         None => Preamble {
             peer: proxy_protocol::Peer {
@@ -311,9 +315,15 @@ async fn refusal(
     };
     let (client, via) = (preamble.peer.client, preamble.peer.via);
     tracing::warn!(%client, via = ?via, status = answer.status, why = answer.body.trim_end(), "connection refused: too many open connections");
+    refuse_reading(tcp, preamble.rest, &answer, &shared).await;
+}
+
+/// [`http_refuse::refuse`], ended early when the server closes. The caller holds a
+/// refusal permit.
+async fn refuse_reading(tcp: TcpStream, head: Vec<u8>, answer: &Answer, shared: &Shared) {
     let bounds = shared.limits.refusal_bounds();
     tokio::select! {
-        _ = http_refuse::refuse(tcp, preamble.rest, &answer, bounds) => {}
+        _ = http_refuse::refuse(tcp, head, answer, bounds) => {}
         _ = shared.closing.cancelled() => {}
     }
 }
@@ -333,16 +343,22 @@ fn refuse_at_once(tcp: TcpStream, answer: &Answer) {
     }
 }
 
+/// Why a connection ends before its request is served.
+enum Early {
+    /// It went away, stayed silent, or the server is closing: drop it.
+    Drop,
+    /// Its PROXY header is bad: answer this (400) after reading its request.
+    Refuse(Answer),
+}
+
 /// The preamble of a connection (a trusted balancer's PROXY header, or the check that an
-/// untrusted peer sent none) within `header_timeout`; `None` when the connection is to
-/// be dropped: it sent a bad header (answered 400 when a refusal slot is free), went
-/// away, stayed silent, or the server is closing.
+/// untrusted peer sent none) within `header_timeout`.
 async fn preamble(
     tcp: &mut TcpStream,
     tcp_peer: SocketAddr,
     trusted: bool,
     shared: &Shared,
-) -> Option<Preamble> {
+) -> Result<Preamble, Early> {
     use proxy_protocol::Error;
     let read = tokio::time::timeout(
         shared.limits.header_timeout,
@@ -350,29 +366,21 @@ async fn preamble(
     );
     let outcome = tokio::select! {
         r = read => r,
-        _ = shared.closing.cancelled() => return None,
+        _ = shared.closing.cancelled() => return Err(Early::Drop),
     };
     match outcome {
-        Ok(Ok(p)) => Some(p),
+        Ok(Ok(p)) => Ok(p),
         Err(_) => {
             tracing::debug!(%tcp_peer, "no PROXY header or request within the header timeout");
-            None
+            Err(Early::Drop)
         }
         Ok(Err(e @ (Error::Truncated { .. } | Error::Read { .. }))) => {
             tracing::debug!(error = %e, "connection ended before its request");
-            None
+            Err(Early::Drop)
         }
         Ok(Err(e)) => {
             tracing::warn!(%tcp_peer, error = %e, "connection refused");
-            if let Ok(_permit) = shared.refusing.clone().try_acquire_owned() {
-                let bounds = shared.limits.refusal_bounds();
-                let answer = Answer::bad_request(&e.to_string());
-                tokio::select! {
-                    _ = http_refuse::refuse(&mut *tcp, Vec::new(), &answer, bounds) => {}
-                    _ = shared.closing.cancelled() => {}
-                }
-            }
-            None
+            Err(Early::Refuse(Answer::bad_request(&e.to_string())))
         }
     }
 }
@@ -386,8 +394,18 @@ async fn connection(
 ) {
     let (total, peer_slot, _alive) = held;
     let trusted = peer_slot.is_none();
-    let Some(pre) = preamble(&mut tcp, tcp_peer, trusted, &shared).await else {
-        return;
+    let pre = match preamble(&mut tcp, tcp_peer, trusted, &shared).await {
+        Ok(p) => p,
+        Err(Early::Drop) => return,
+        Err(Early::Refuse(answer)) => {
+            // Its slots are free while its request is read for the 400.
+            drop((total, peer_slot));
+            match shared.refusing.clone().try_acquire_owned() {
+                Ok(_permit) => refuse_reading(tcp, Vec::new(), &answer, &shared).await,
+                Err(_) => refuse_at_once(tcp, &answer),
+            }
+            return;
+        }
     };
     let (peer, via) = (pre.peer.client, pre.peer.via);
     let _peer_slot = match peer_slot {
