@@ -44,7 +44,8 @@
 //! body_timeout = "30s"            # a request's body must arrive within this
 //! idle_timeout = "60s"            # a connection with no byte either way is closed
 //! max_connections = 256           # open connections, in total
-//! max_connections_per_peer = 64   # open connections from one IPv4 address or IPv6 /64
+//! max_connections_per_peer = 64   # open connections from one client: IPv4 address or IPv6 /64
+//! trusted_proxies = ["10.0.0.0/8"] # balancers sending PROXY protocol v2 (required from them)
 //!
 //! [metrics]
 //! addr = "0.0.0.0:9464"           # GET /metrics without a token (CODEBOX_METRICS_ADDR)
@@ -225,6 +226,12 @@ pub struct HttpConfig {
     pub idle_timeout: Option<String>,
     pub max_connections: Option<usize>,
     pub max_connections_per_peer: Option<usize>,
+    /// Balancers (addresses and networks, `10.0.0.0/8`) that put a PROXY protocol v2
+    /// header before each connection, naming the client: per-client caps and logs then
+    /// use that client. From these addresses the header is required; from any other it
+    /// is refused. Needs bearer tokens (clients behind a balancer are not the local
+    /// user). See [`crate::server::proxy_protocol`].
+    pub trusted_proxies: Option<Vec<String>>,
 }
 
 impl Config {
@@ -526,6 +533,9 @@ impl Config {
             self.http.max_connections_per_peer =
                 Some(num("CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER", v)?);
         }
+        if let Some(v) = env("CODEBOX_HTTP_TRUSTED_PROXIES") {
+            self.http.trusted_proxies = Some(list(v));
+        }
         Ok(())
     }
 
@@ -794,6 +804,21 @@ mod tests {
             .to_string();
         assert!(e.contains("CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER"), "{e}");
         assert!(Config::parse("[http]\nmax_conections = 1\n", Path::new("c")).is_err());
+        let mut c = Config::parse(
+            "[http]\ntrusted_proxies = [\"10.0.0.0/8\"]\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(c.http.trusted_proxies, Some(vec!["10.0.0.0/8".to_string()]));
+        c.apply_env(&env_of(&[(
+            "CODEBOX_HTTP_TRUSTED_PROXIES",
+            "127.0.0.2, fd00::/8",
+        )]))
+        .unwrap();
+        assert_eq!(
+            c.http.trusted_proxies,
+            Some(vec!["127.0.0.2".to_string(), "fd00::/8".to_string()])
+        );
     }
 
     #[test]

@@ -220,6 +220,19 @@ fn replicas_behind_haproxy_through_the_python_sdk() {
     run_client_script_with(test, "replicas_client.py", &[config.into_os_string()]);
 }
 
+/// Behind a balancer: PROXY protocol v2 headers from a trusted address name the clients
+/// the per-peer cap counts (LOCAL health checks count as the balancer), nobody else may
+/// send one, malformed/truncated/oversized/stalled headers are refused with the server
+/// going on, a declared loopback address gains nothing, a client that sent a body over
+/// its cap reads a 503 with Retry-After; and Debian's HAProxy with
+/// deploy/haproxy/codebox.cfg (send-proxy-v2) in front (tests/mcp/balancer_client.py).
+#[test]
+fn behind_a_balancer_caps_count_clients_and_refusals_are_readable() {
+    let test = "behind_a_balancer_caps_count_clients_and_refusals_are_readable";
+    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy/codebox.cfg");
+    run_client_script_with(test, "balancer_client.py", &[config.into_os_string()]);
+}
+
 /// Whether `cargo xtask test` installed the upstream servers (else skip, or fail when strict).
 fn upstreams_installed(test: &str) -> bool {
     let marker =

@@ -408,6 +408,9 @@ fn http_limits(
             None => {}
         }
     }
+    if let Some(list) = &file.trusted_proxies {
+        l.trusted_proxies = codebox::server::proxy_protocol::TrustedProxies::parse(list)?;
+    }
     Ok(l)
 }
 
@@ -417,6 +420,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = args.http {
         if !addr.ip().is_loopback() && args.http_clients.is_empty() {
             bail!("{addr} is not a loopback address: a bearer token is required (set CODEBOX_HTTP_TOKEN)");
+        }
+        if !args.http_limits.trusted_proxies.is_empty() && args.http_clients.is_empty() {
+            bail!("http.trusted_proxies is set: clients reach codebox through a balancer, so a bearer token is required, also on loopback (set CODEBOX_HTTP_TOKEN)");
         }
     }
     let mut profile = Profile::load(&args.profile)?;

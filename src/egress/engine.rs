@@ -37,6 +37,8 @@ pub enum Error {
     Ca(#[from] super::ca::Error),
     #[error(transparent)]
     Tls(#[from] super::tls::Error),
+    #[error(transparent)]
+    Secrets(#[from] super::redact::TooLarge),
 }
 
 /// What [`Egress::new`] needs besides the policy.
@@ -102,7 +104,9 @@ impl Egress {
             ca.as_ref().map(|c| c.cert_pem()),
         )
         .inspect_err(|err| tracing::error!(?err, "egress: cannot write the trust bundle"))?;
-        let secrets = Secrets::new(&policy.secret_values());
+        let secrets = Secrets::new(&policy.secret_values()).inspect_err(|err| {
+            tracing::error!(%err, "egress: cannot build the secrets' matcher");
+        })?;
         Ok(Egress {
             shared: Arc::new(Shared {
                 policy,
