@@ -190,16 +190,30 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         egress,
         zygote: args.zygote,
     };
-    let mut result = match (&secrets, args.json) {
-        (_, true) => execution::execute(&host, &request, &mut codebox::sandbox::Discard)?,
-        (None, false) => execution::execute(&host, &request, &mut Passthrough)?,
+    let executed = match (&secrets, args.json) {
+        (_, true) => execution::execute(&host, &request, &mut codebox::sandbox::Discard),
+        (None, false) => execution::execute(&host, &request, &mut Passthrough),
         (Some(secrets), false) => {
             let mut sink = Redacting::new(secrets);
             let result = execution::execute(&host, &request, &mut sink);
             sink.finish();
-            result?
+            result
         }
     };
+    let mut result = executed.map_err(|e| {
+        let cgroup = matches!(
+            e,
+            execution::Error::Sandbox(codebox::sandbox::Error::Cgroup(_))
+        );
+        if cgroup {
+            anyhow::anyhow!(
+                "{}; `codebox doctor` shows which cgroup controllers this host gives and how to delegate them",
+                codebox::error_chain::error_chain(&e)
+            )
+        } else {
+            anyhow::Error::new(e)
+        }
+    })?;
     if let Some(secrets) = &secrets {
         result.redact_secrets(secrets);
     }

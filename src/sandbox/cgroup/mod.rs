@@ -663,7 +663,8 @@ impl CgroupManager {
         limits.validate()?;
         for controller in limits.controllers() {
             if !self.has(controller) {
-                tracing::error!(%controller, "a limit's controller is not available");
+                // The caller decides what this means (doctor reports it, run fails with it).
+                tracing::debug!(%controller, "a limit's controller is not available");
                 return Err(Error::ControllerUnavailable { controller });
             }
         }
