@@ -120,6 +120,28 @@ fn the_first_hour_through_the_python_sdk() {
     );
 }
 
+/// The README's quick start (its `.mcp.json`, client and tasks blocks) run as written
+/// (tests/mcp/readme_client.py).
+#[test]
+fn the_readme_quick_start_runs_as_written() {
+    let test = "the_readme_quick_start_runs_as_written";
+    if !upstreams_installed(test) {
+        return;
+    }
+    // Beside the scripts when the rootless pass staged them, else the checkout's.
+    let staged = script_dir().join("README.md");
+    let readme = if staged.exists() {
+        staged
+    } else {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md")
+    };
+    run_client_script_with(
+        test,
+        "readme_client.py",
+        &[upstreams().into_os_string(), readme.into_os_string()],
+    );
+}
+
 /// Where `cargo xtask test` installed the upstream MCP servers.
 fn upstreams() -> PathBuf {
     std::env::var_os("CODEBOX_TEST_UPSTREAMS")
