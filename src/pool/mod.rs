@@ -20,9 +20,12 @@
 //!   its ceiling per language, so the sandboxes alive at once are at most the running
 //!   executions (the server's admission limit) plus the pool's ceiling per language.
 //! - What a pooled sandbox binds (`/servers`, `/skills`) and its limits come from a
-//!   [`Template`] per language; a new template (the upstream catalog changed) retires every
-//!   sandbox made from the old one. A request whose spawn spec differs from the template
-//!   (a session's workspace) is not served from the pool.
+//!   [`Template`] per language; a new template retires every sandbox made from the old
+//!   one. What each sandbox gets of its own ([`PerSandbox`]: the server's `/servers` view,
+//!   which follows the upstream catalog while the sandbox waits) is prepared when it is
+//!   started and frozen when it is taken, so a catalog change needs no new template. A
+//!   request whose spawn spec differs from the template (a session's workspace) is not
+//!   served from the pool.
 //! - [`WarmPool::shutdown`] kills every pooled sandbox and waits until the spawner has
 //!   reaped them and removed their cgroups.
 
