@@ -44,6 +44,7 @@ mod prompts;
 mod reachable;
 mod readiness;
 pub mod replica_sessions;
+pub mod sandbox_checks;
 mod upstream_status;
 pub use readiness::Layers;
 mod pool_glue;
@@ -430,11 +431,17 @@ impl CodeboxServer {
         self.conn.vault.get_or_init(|| self.new_vault())
     }
 
-    /// Takes the sandbox checks `serve` started before its runtime existed.
-    pub fn follow_sandbox_checks(&self, pending: crate::doctor::deferred::PendingChecks) {
-        readiness::follow_sandbox_checks(
+    /// Takes the sandbox checks `serve` started before its runtime existed; checkers that
+    /// do not finish are replaced from `source` (see `sandbox_checks.rs`).
+    pub fn follow_sandbox_checks(
+        &self,
+        first: crate::doctor::deferred::PendingChecks,
+        source: Arc<dyn sandbox_checks::CheckerSource>,
+    ) {
+        sandbox_checks::follow(
             self.state.layers.clone(),
-            pending,
+            first,
+            source,
             self.state.settings.profile.name.clone(),
         );
     }
