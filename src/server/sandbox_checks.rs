@@ -120,8 +120,10 @@ async fn run(
             Ok(checker) => {
                 let pid = checker.pid();
                 layers.checker_started(pid.as_raw());
-                let source = source.clone();
-                blocking(Box::new(move || attempt(checker, source.as_ref(), bound))).await
+                // Weak: a server shutting down drops the factory's last handle, which
+                // makes the factory end the checker, which ends this read.
+                let source = Arc::downgrade(&source);
+                blocking(Box::new(move || attempt(checker, &source, bound))).await
             }
             Err(why) => Outcome::Unfinished(format!("no checker could be started: {why}")),
         };
@@ -152,9 +154,17 @@ enum Outcome {
 }
 
 /// Reads one checker's report and has it reaped; blocking.
-fn attempt(checker: PendingChecks, source: &dyn CheckerSource, bound: Duration) -> Outcome {
+fn attempt(
+    checker: PendingChecks,
+    source: &std::sync::Weak<dyn CheckerSource>,
+    bound: Duration,
+) -> Outcome {
     let pid = checker.pid();
-    match checker.read(bound) {
+    let report = checker.read(bound);
+    let Some(source) = source.upgrade() else {
+        return Outcome::Unfinished("the server is stopping".into());
+    };
+    match report {
         Report::Checks(checks) => {
             let how = source.reap(pid, false);
             tracing::debug!(checker = pid.as_raw(), how, "the sandbox checker finished");
