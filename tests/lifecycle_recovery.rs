@@ -120,11 +120,18 @@ fn a_killed_sandbox_checker_is_retried_and_refuses_nothing() {
     server.initialize();
     let mut killed = Vec::new();
     for round in 1..=2u64 {
-        let pid = until_health(&mut server, "a checker runs", |h| {
+        let (pid, h) = until_health(&mut server, "a checker runs", |h| {
             let c = &h["sandbox_checker"];
             let pid = c["pid"].as_i64()? as i32;
-            (c["running"] == true && !killed.contains(&pid)).then_some(pid)
+            (c["running"] == true && !killed.contains(&pid)).then(|| (pid, h.clone()))
         });
+        // Only the test's kills end checkers early.
+        assert_eq!(
+            h["sandbox_checker"]["unfinished"],
+            json!(round - 1),
+            "{h:#}\n{}",
+            server.log()
+        );
         // It is the checker: named so, and a child of the spawner factory (serve's child).
         assert_eq!(
             comm(pid),
