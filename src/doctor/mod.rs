@@ -45,7 +45,12 @@ pub struct Check {
 }
 
 impl Check {
-    fn new(layer: &str, status: Status, detail: impl Into<String>, required: bool) -> Check {
+    pub(crate) fn new(
+        layer: &str,
+        status: Status,
+        detail: impl Into<String>,
+        required: bool,
+    ) -> Check {
         Check {
             layer: layer.to_string(),
             status,

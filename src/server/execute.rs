@@ -282,14 +282,16 @@ impl CodeboxServer {
                 ),
                 Err(e) => {
                     crate::metrics::global().execution_refused(language, Refusal::Workspace);
+                    let answer = match &e {
+                        crate::session::Error::Lost { .. } => e.to_string(),
+                        _ => "the session's workspace cannot be attached (the server log says why); start a new session".into(),
+                    };
                     tracing::error!(
                         session = crate::session::short(session.id()),
                         err = format!("{:#}", anyhow::Error::new(e)),
                         "cannot attach a session's workspace"
                     );
-                    return Ok(tool_error(
-                        "the session's workspace cannot be attached; start a new session".into(),
-                    ));
+                    return Ok(tool_error(answer));
                 }
             },
             None => (None, None),

@@ -46,6 +46,7 @@ pub mod proxy_protocol;
 mod reachable;
 mod readiness;
 pub mod replica_sessions;
+pub mod sandbox_checks;
 mod upstream_status;
 pub use readiness::Layers;
 mod pool_glue;
@@ -433,11 +434,17 @@ impl CodeboxServer {
         self.conn.vault.get_or_init(|| self.new_vault())
     }
 
-    /// Takes the sandbox checks `serve` started before its runtime existed.
-    pub fn follow_sandbox_checks(&self, pending: crate::doctor::deferred::PendingChecks) {
-        readiness::follow_sandbox_checks(
+    /// Takes the sandbox checks `serve` started before its runtime existed; checkers that
+    /// do not finish are replaced from `source` (see `sandbox_checks.rs`).
+    pub fn follow_sandbox_checks(
+        &self,
+        first: crate::doctor::deferred::PendingChecks,
+        source: Arc<dyn sandbox_checks::CheckerSource>,
+    ) {
+        sandbox_checks::follow(
             self.state.layers.clone(),
-            pending,
+            first,
+            source,
             self.state.settings.profile.name.clone(),
         );
     }
