@@ -415,8 +415,16 @@ impl Sessions {
         };
         let limits = &self.limits;
         let (mount, epoch) = self.with_keeper(|keeper, epoch| {
-            let inodes = limits.max_entries.saturating_add(1);
+            // The root and /workspace/out take one inode each beyond the program's own.
+            let inodes = limits.max_entries.saturating_add(2);
             Ok((keeper.create(limits.quota_bytes, inodes)?, epoch))
+        })?;
+        // Every run finds /workspace/out there from the start (the runtimes make it too,
+        // if the program removed it).
+        disk::make_out_dir(mount.as_fd(), self.owner_ids).map_err(|source| Error::Io {
+            doing: "make out/ in",
+            path: PathBuf::from("the session's workspace"),
+            source,
         })?;
         let session = Arc::new(Session {
             id: id.clone(),
@@ -730,9 +738,9 @@ mod tests {
             u.root_changed_ns
         );
         write(&a, "f0", b"").unwrap();
-        // A copy of the mount is the same filesystem.
+        // A copy of the mount is the same filesystem (its ten files and out/).
         let copy = s.mount_for_run(&a).unwrap();
-        assert_eq!(disk::names(copy.as_fd()).unwrap().len(), 10);
+        assert_eq!(disk::names(copy.as_fd()).unwrap().len(), 11);
         s.shutdown().await;
     }
 
@@ -758,8 +766,8 @@ mod tests {
         let copy = s.mount_for_run(&a).unwrap();
         assert_eq!(
             disk::names(copy.as_fd()).unwrap().len(),
-            1,
-            "the session's file"
+            2,
+            "the session's file and out/"
         );
         let after = s.keeper_status();
         assert!(after.alive, "{after:?}");

@@ -275,9 +275,10 @@ const sendOutputsOnce = () => {
   outputsJs.sendOutputs(outputs);
 };
 if (ephemeral) tellTheEndOnUnload(sendOutputsOnce);
-// Only a bound host directory outlives a one-shot run: an out/ made here that is still
-// empty goes at the end (`unload`).
-if (makeOutDir() && !ephemeral) globalThis.addEventListener("unload", forgetOutDir);
+// A workspace that outlives the run and whose output files nobody collects (no OUTPUTS
+// record: `codebox run --workspace DIR`): an out/ made here that is still empty goes at
+// the end (`unload`). A session's workspace keeps it.
+if (makeOutDir() && !ephemeral && !outputs) globalThis.addEventListener("unload", forgetOutDir);
 let failed = false;
 try {
   try {

@@ -389,10 +389,11 @@ def serve(preloaded):
     module.__loader__ = _SourceLoader(source)
     module.__builtins__ = builtins
     sys.modules["__main__"] = module
-    if mode is None and make_out_dir():
-        # A bound host directory (the only one-shot workspace that outlives the run): the
-        # out/ made here goes at exit if it is still empty, after the program's own exit
-        # handlers (registered later, so run earlier).
+    if mode is None and _outputs_spec is None and make_out_dir():
+        # A workspace that outlives the run and whose output files nobody collects (no
+        # OUTPUTS record: `codebox run --workspace DIR`): the out/ made here goes at exit if
+        # it is still empty, after the program's own exit handlers (registered later, so
+        # run earlier). A session's workspace keeps it.
         import atexit
 
         atexit.register(_forget_out_dir)
