@@ -32,6 +32,13 @@ pub struct RunArgs {
     /// [default: $CODEBOX_CONFIG, ./codebox.toml, ~/.config/codebox/config.toml].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// An MCP server configuration (`.mcp.json`, Claude Code's format) whose servers'
+    /// tools the program may call (`from servers.<name> import ...`); repeatable. The run
+    /// then goes through a `codebox serve` started for it (no --workspace, --memory,
+    /// --pids, --output-limit, --allow-host or --zygote: a profile and the config give
+    /// those).
+    #[arg(long = "mcp-config", value_name = "PATH")]
+    mcp_configs: Vec<PathBuf>,
     /// Sandbox profile: a shipped one (default, network) or a path to a .toml file
     /// [default: the config's profile, else default].
     #[arg(long, value_name = "NAME|PATH")]
@@ -108,6 +115,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let files = read_files(&args.files)?;
+    if !args.mcp_configs.is_empty() {
+        return run_with_tools(&args, code, files);
+    }
     // codebox.toml as `serve` reads it: what applies to one run.
     let env = &codebox::config::process_env;
     let (mut config, _) = codebox::config::Config::load(args.config.as_deref(), env)?;
@@ -234,6 +244,40 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
     );
     report(&result, args.json)
+}
+
+/// `--mcp-config`: the run goes through a `codebox serve` of its own (see `run_tools`).
+fn run_with_tools(
+    args: &RunArgs,
+    code: String,
+    files: codebox::runtime::Files,
+) -> anyhow::Result<ExitCode> {
+    let given = [
+        ("--workspace", args.workspace.is_some()),
+        ("--memory", args.memory.is_some()),
+        ("--pids", args.pids.is_some()),
+        ("--output-limit", args.output_limit.is_some()),
+        ("--allow-host", !args.allow_hosts.is_empty()),
+        ("--allow-private", !args.allow_private.is_empty()),
+        ("--zygote", args.zygote),
+    ];
+    for (flag, _) in given.iter().filter(|(_, on)| *on) {
+        if let Some(why) = super::run_tools::refused_with_tools(flag) {
+            bail!("{flag} cannot go with --mcp-config: {why}");
+        }
+    }
+    super::run_tools::run(super::run_tools::ServedRun {
+        language: args.language,
+        code,
+        files,
+        mcp_configs: &args.mcp_configs,
+        config: args.config.as_deref(),
+        profile: args.profile.as_deref(),
+        rootfs: args.rootfs.as_deref(),
+        root_host_id: args.root_host_id,
+        timeout: args.timeout,
+        json: args.json,
+    })
 }
 
 fn parse_file_arg(arg: &str) -> Result<(String, PathBuf), String> {

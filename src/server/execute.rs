@@ -311,6 +311,10 @@ impl CodeboxServer {
             }
         };
 
+        // Right after start-up a server may still be making its first connection: its
+        // tools, and so the typed wrappers at /servers, are not known yet. Wait for it
+        // (bounded by upstream_wait from its first attempt; at once otherwise).
+        s.backend.first_attempts(None).await;
         let wrappers = self.wrapper_dir();
         let skills = match self.skills_dir_for(&client, session.is_some()).await {
             Ok(dir) => dir,
