@@ -7,7 +7,7 @@
 //! (404 for other paths, 405 for other methods), without a token: it is for a Prometheus
 //! inside the cluster or on the host, which scrapes a pod's address, and for the
 //! kubelet's probes, which then need no path through a balancer's PROXY protocol (see
-//! `docs/DEPLOY-KUBERNETES.md`). What it shows is counts and states, languages, and the
+//! `docs/src/operations/kubernetes-deployment.md`). What it shows is counts and states, languages, and the
 //! configured upstream servers' names; no client, token, session, code or host name (see
 //! [`crate::metrics`]). Its connections are bounded like the MCP listener's
 //! ([`super::http_conn`]: caps, header and idle timeouts), but it never takes a PROXY

@@ -10,7 +10,7 @@
 //! joins a cgroup of its own, unshares every namespace again under a nested user
 //! namespace, mounts a fresh `/proc`, `/tmp`, `/dev/shm` and `/workspace`, drops every
 //! capability and applies the profile's full landlock ruleset and seccomp filter — the
-//! same layers a cold sandbox gets, decided here as data (`plan.rs`). `docs/ZYGOTE.md`
+//! same layers a cold sandbox gets, decided here as data (`plan.rs`). `docs/src/backends/zygote.md`
 //! argues what a child shares with the zygote and its siblings and what it does not;
 //! `tests/zygote.rs` checks each claim.
 //!
