@@ -64,6 +64,11 @@ fn docs(inputs: &Inputs, doc: &Path) -> Vec<Item> {
         to: doc.join(Path::new(rel).file_name().expect("a file name")),
         mode: 0o644,
     })
+    .chain(std::iter::once(Item::Tree {
+        // The book's chapters (markdown), which the README's links point into.
+        from: inputs.repo.join("docs/src"),
+        to: doc.join("book"),
+    }))
     .collect()
 }
 
@@ -202,6 +207,7 @@ mod tests {
             assert!(items
                 .iter()
                 .any(|i| i.to().ends_with("doc/codebox/deploy.md")));
+            assert!(items.iter().any(|i| i.to().ends_with("doc/codebox/book")));
         }
     }
 
