@@ -22,7 +22,7 @@ use codebox::ratelimit::RateLimits;
 use codebox::rootfs;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
 use codebox::sandbox::IdMapping;
-use codebox::server::http::{self, HttpOptions};
+use codebox::server::transport::http::{self, HttpOptions};
 use codebox::server::{CodeboxServer, Layers, Settings};
 use codebox::session::SessionLimits;
 use codebox::spawner::factory::Factory;
@@ -133,7 +133,7 @@ struct Resolved {
     http: Option<std::net::SocketAddr>,
     /// HTTP clients and their tokens.
     http_clients: Vec<(String, String)>,
-    http_limits: codebox::server::http_conn::ConnLimits,
+    http_limits: codebox::server::transport::http_conn::ConnLimits,
     /// The plain `/metrics` listener's address.
     metrics: Option<std::net::SocketAddr>,
     allowed_origins: Vec<String>,
@@ -371,8 +371,8 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
 /// Connection caps and timeouts from `[http]` (and CODEBOX_HTTP_*), over the defaults.
 fn http_limits(
     file: &codebox::config::HttpConfig,
-) -> anyhow::Result<codebox::server::http_conn::ConnLimits> {
-    let mut l = codebox::server::http_conn::ConnLimits::default();
+) -> anyhow::Result<codebox::server::transport::http_conn::ConnLimits> {
+    let mut l = codebox::server::transport::http_conn::ConnLimits::default();
     let duration = |key: &str, v: &Option<String>, into: &mut Duration| -> anyhow::Result<()> {
         if let Some(v) = v {
             let d = parse_duration(v).map_err(|e| anyhow::anyhow!("http.{key}: {e}"))?;
@@ -409,7 +409,8 @@ fn http_limits(
         }
     }
     if let Some(list) = &file.trusted_proxies {
-        l.trusted_proxies = codebox::server::proxy_protocol::TrustedProxies::parse(list)?;
+        l.trusted_proxies =
+            codebox::server::transport::proxy_protocol::TrustedProxies::parse(list)?;
     }
     Ok(l)
 }
@@ -599,7 +600,7 @@ async fn start_metrics(
     args: &Resolved,
     done: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    use codebox::server::metrics_glue::MetricsListener;
+    use codebox::server::wiring::metrics::MetricsListener;
     let listener = MetricsListener::bind(addr).await?;
     let bound = listener.bound;
     if !bound.ip().is_loopback() {
@@ -695,7 +696,7 @@ async fn serve_until_done(
                 // Answers already produced are written first (at most ANSWERS_OUT_BOUND,
                 // inside `serving`); then idle connections close at once, and open
                 // streams end with the runtime 1 s later.
-                let bound = codebox::server::http::ANSWERS_OUT_BOUND + Duration::from_secs(1);
+                let bound = codebox::server::transport::http::ANSWERS_OUT_BOUND + Duration::from_secs(1);
                 let _ = tokio::time::timeout(bound, serving).await;
             }
         }
@@ -704,7 +705,7 @@ async fn serve_until_done(
     // Until a client initializes, rmcp's `serve` waits for its `initialize`; a signal then
     // has nothing to drain (no call can have been made) and ends it at once.
     let service = tokio::select! {
-        service = server.clone().serve(codebox::server::stdio_guard::stdio()) => {
+        service = server.clone().serve(codebox::server::transport::stdio_guard::stdio()) => {
             service.context("the MCP session did not start")?
         }
         _ = stopping.cancelled() => {
@@ -833,7 +834,7 @@ mod tests {
         assert_eq!(l.max_connections_per_peer, 3);
         assert_eq!(
             l.body_timeout,
-            codebox::server::http_conn::ConnLimits::default().body_timeout
+            codebox::server::transport::http_conn::ConnLimits::default().body_timeout
         );
         file.idle_timeout = Some("soon".into());
         let e = http_limits(&file).unwrap_err().to_string();

@@ -115,7 +115,7 @@ pub struct Config {
     pub allowed_tools: Option<Vec<String>>,
     /// Which of codebox's own tools `tools/list` offers: `full` (default) or `minimal`
     /// (the execute tools and `search_tools`; see `server::tool_set`).
-    pub tools: Option<crate::server::ToolSet>,
+    pub tools: Option<tool_set::ToolSet>,
     /// Requests (calls, searches, gets, anything) one execution may send to the proxy
     /// (default 1000); past it each gets a limit error.
     pub max_tool_calls: Option<u32>,
@@ -262,7 +262,7 @@ pub struct HttpConfig {
     /// header before each connection, naming the client: per-client caps and logs then
     /// use that client. From these addresses the header is required; from any other it
     /// is refused. Needs bearer tokens (clients behind a balancer are not the local
-    /// user). See [`crate::server::proxy_protocol`].
+    /// user). See [`crate::server::transport::proxy_protocol`].
     pub trusted_proxies: Option<Vec<String>>,
 }
 
@@ -427,13 +427,14 @@ impl Config {
             self.mcp_config = Some(v.into());
         }
         if let Some(v) = env("CODEBOX_TOOLS") {
-            self.tools = Some(v.parse().map_err(
-                |e: crate::server::tool_set::UnknownToolSet| Error::BadEnv {
-                    var: "CODEBOX_TOOLS".into(),
-                    value: v.clone(),
-                    reason: e.to_string(),
-                },
-            )?);
+            self.tools = Some(
+                v.parse()
+                    .map_err(|e: tool_set::UnknownToolSet| Error::BadEnv {
+                        var: "CODEBOX_TOOLS".into(),
+                        value: v.clone(),
+                        reason: e.to_string(),
+                    })?,
+            );
         }
         if let Some(v) = env("CODEBOX_ALLOWED_TOOLS") {
             self.allowed_tools = Some(list(v));
@@ -640,6 +641,7 @@ pub fn process_env(var: &str) -> Option<String> {
 }
 
 pub mod reference;
+pub mod tool_set;
 
 #[cfg(test)]
 mod tests;

@@ -267,7 +267,7 @@ fn tool_settings_from_file_and_environment() {
 
 #[test]
 fn the_tool_set_from_file_and_environment() {
-    use crate::server::ToolSet;
+    use crate::config::tool_set::ToolSet;
     let mut c = Config::parse("tools = \"minimal\"\n", Path::new("c")).unwrap();
     assert_eq!(c.tools, Some(ToolSet::Minimal));
     c.apply_env(&env_of(&[("CODEBOX_TOOLS", "full")])).unwrap();

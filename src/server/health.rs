@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{egress_glue, packages_glue, pool_glue, upstream_status, CodeboxServer};
+use super::{upstream_status, wiring, CodeboxServer};
 use crate::proxy::ToolBackend;
 
 impl CodeboxServer {
@@ -32,7 +32,7 @@ impl CodeboxServer {
             },
             "queue_depth": s.admission.waiting(),
             "concurrency": s.settings.concurrency,
-            "pool": pool_glue::health(s.pool.as_ref()),
+            "pool": wiring::pool::health(s.pool.as_ref()),
             "spawner": s.spawner.status(),
             "sandbox_checker": s.layers.checker_status(),
             "sessions": {
@@ -53,8 +53,8 @@ impl CodeboxServer {
                 "per_minute": s.settings.rate.per_minute.map(|n| n.get()),
                 "concurrent": s.settings.rate.concurrent,
             },
-            "network": egress_glue::health(&s.settings),
-            "packages": packages_glue::health(&s.settings),
+            "network": wiring::egress::health(&s.settings),
+            "packages": wiring::packages::health(&s.settings),
             "pii": s.settings.pii_mode,
             "audit": s.settings.audit.as_ref().map(|a| serde_json::to_value(a.status()).unwrap_or_default()),
             "skills": match &s.skills {

@@ -249,7 +249,7 @@ fn came_up(s: &crate::pool::LanguageStats) -> bool {
 #[derive(Debug, Default)]
 pub struct Listeners {
     peers: Mutex<Vec<Peer<RoleServer>>>,
-    pub subscriptions: super::listen::Subscriptions,
+    pub subscriptions: crate::server::transport::listen::Subscriptions,
 }
 
 /// How long one client may take to accept a notification before it is skipped.
