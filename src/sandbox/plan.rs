@@ -1,7 +1,7 @@
 //! The mount plan: which filesystems the sandbox sees, as data.
 //!
 //! [`MountPlan::for_spec`] decides every mount, in order, before any process exists; the
-//! sandbox init only walks the list (see [`super::mounts::execute`]). Keeping the plan pure
+//! sandbox init only walks the list (see [`crate::sandbox::child::mounts::execute`]). Keeping the plan pure
 //! lets the unit tests check the whole layout without root or namespaces.
 //!
 //! The layout (paths inside the sandbox):
@@ -209,7 +209,7 @@ impl MountPlan {
         match &spec.workspace {
             // A session's own filesystem, already nosuid, nodev, noexec and limited.
             _ if spec.workspace_mount.is_some() => steps.push(MountStep::AttachMount {
-                fd: super::fds::slot::WORKSPACE,
+                fd: crate::sandbox::child::fds::slot::WORKSPACE,
                 target: at("workspace"),
             }),
             Some(dir) => {
@@ -438,7 +438,7 @@ mod tests {
         s.workspace_mount = Some(42);
         let steps = MountPlan::for_spec(&s, LockedFlags::default()).steps;
         assert!(steps.contains(&MountStep::AttachMount {
-            fd: crate::sandbox::fds::slot::WORKSPACE,
+            fd: crate::sandbox::child::fds::slot::WORKSPACE,
             target: "/r/workspace".into()
         }));
         assert!(!steps.iter().any(|st| matches!(st,

@@ -7,9 +7,9 @@
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use super::fds::slot;
 use super::landlock::LandlockStatus;
 use super::plan::MountStep;
+use crate::sandbox::child::fds::slot;
 
 /// The setup stage that failed inside the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

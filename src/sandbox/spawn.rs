@@ -22,14 +22,14 @@ use nix::unistd::Pid;
 use super::cgroup::{CgroupLimits, CgroupManager, SandboxCgroup, TasksFds};
 use super::clone::{clone_into_namespaces, Forked, NAMESPACES};
 use super::error::{Error, Result};
-use super::fds;
-use super::init::{self, ChildFds};
 use super::lifeline;
-use super::netns;
 use super::plan::{LockedFlags, MountPlan};
 use super::report::{self, SetupFailure, Stage, FAILURE_LEN};
 use super::spec::{Limits, NetworkAccess, SandboxSpec};
 use super::{Sandbox, SandboxIo, Watch};
+use crate::sandbox::child::fds;
+use crate::sandbox::child::init::{self, ChildFds};
+use crate::sandbox::child::netns;
 use crate::stopwatch::Stopwatch;
 
 /// Creates a sandbox running `spec.program`; returns once the program has been exec'd.

@@ -40,10 +40,10 @@ pub use plan::{key, ZYGOTE_PROGRAM};
 use pending::Parts;
 
 use super::cgroup::CgroupManager;
-use super::fds::{self, ChannelKind};
 use super::spawn::{cgroup_limits, spawn_with};
 use super::spec::SandboxSpec;
 use super::{Sandbox, SandboxIo, Watch};
+use crate::sandbox::child::fds::{self, ChannelKind};
 use crate::stopwatch::Stopwatch;
 
 /// How long a fork may take until the child's init has reported its pidfd.

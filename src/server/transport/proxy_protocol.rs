@@ -80,7 +80,7 @@ impl TrustedProxies {
         let mut nets = Vec::with_capacity(entries.len());
         for entry in entries.iter().map(|e| e.trim()) {
             let bad = || Error::BadEntry {
-                entry: crate::egress::pattern::clip(entry),
+                entry: crate::egress::rules::pattern::clip(entry),
             };
             let net = match entry.contains('/') {
                 true => IpNet::from_str(entry).map_err(|_| bad())?,

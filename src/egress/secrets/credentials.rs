@@ -5,10 +5,10 @@
 
 use http::{HeaderName, HeaderValue};
 
-use super::config::CredentialSection;
-use super::encodings::MAX_SECRET_BYTES;
-use super::pattern::{Host, Target};
-use super::policy::Error;
+use crate::egress::config::CredentialSection;
+use crate::egress::rules::pattern::{Host, Target};
+use crate::egress::rules::policy::Error;
+use crate::egress::secrets::encodings::MAX_SECRET_BYTES;
 
 type Result<T> = std::result::Result<T, Error>;
 
@@ -98,7 +98,7 @@ pub(crate) fn credential(
     if c.host.contains('*') {
         return Err(invalid(format!(
             "host {:?}: credentials name one exact host (a wildcard would also send the secret to subdomains that serve other people's content)",
-            super::pattern::clip(&c.host)
+            crate::egress::rules::pattern::clip(&c.host)
         )));
     }
     let target = Target::parse_authority(&c.host, Some(0)).map_err(|e| invalid(e.to_string()))?;
@@ -185,7 +185,7 @@ pub(crate) fn credential(
 mod tests {
     use super::*;
     use crate::egress::config::NetworkSection;
-    use crate::egress::policy::EgressPolicy;
+    use crate::egress::rules::policy::EgressPolicy;
 
     fn no_env(_: &str) -> Option<String> {
         None

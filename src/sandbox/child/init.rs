@@ -14,17 +14,17 @@ use std::os::fd::{BorrowedFd, RawFd};
 
 use nix::unistd::{ForkResult, Gid, Uid};
 
-use super::cgroup::TasksFds;
-use super::fds::{self, slot};
-use super::idmap::SANDBOX_ID;
-use super::lifeline;
-use super::mounts;
-use super::netns;
-use super::plan::MountPlan;
-use super::program;
-use super::report::{self, caps_io, check, errno_result, errors_fd, ProgramStatus, Stage};
-use super::spec::{NetworkAccess, SandboxSpec};
-use super::syscalls::Linux;
+use crate::sandbox::cgroup::TasksFds;
+use crate::sandbox::child::fds::{self, slot};
+use crate::sandbox::child::mounts;
+use crate::sandbox::child::netns;
+use crate::sandbox::child::program;
+use crate::sandbox::child::syscalls::Linux;
+use crate::sandbox::idmap::SANDBOX_ID;
+use crate::sandbox::lifeline;
+use crate::sandbox::plan::MountPlan;
+use crate::sandbox::report::{self, caps_io, check, errno_result, errors_fd, ProgramStatus, Stage};
+use crate::sandbox::spec::{NetworkAccess, SandboxSpec};
 
 /// The child's ends of the pipes and socketpair, as inherited from the parent.
 #[derive(Debug, Clone, Copy)]

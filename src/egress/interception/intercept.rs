@@ -5,7 +5,7 @@
 //! 502 on the CONNECT. Then it answers 200, completes the program's TLS handshake with a
 //! leaf certificate for the host issued by the codebox CA (HTTP/1.1 only), and serves each
 //! request with hyper: the request goes to the CONNECT target whatever its `Host` or
-//! absolute URL says, with the credentials set ([`super::forward`]), and the response comes
+//! absolute URL says, with the credentials set ([`crate::egress::forward`]), and the response comes
 //! back with every secret redacted. A kept-alive upstream connection that closed is
 //! reopened to the same checked address.
 
@@ -24,18 +24,18 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use super::connect;
-use super::engine::Conn;
-use super::forward::{
+use crate::egress::connect;
+use crate::egress::engine::Conn;
+use crate::egress::forward::{
     prepare_request, prepare_response, refusal_response, send_upstream, ProxyBody,
 };
-use super::head::{write_refusal, Prefixed, Refusal};
-use super::limits::{human_duration, Metered};
-use super::pattern::Target;
-use super::policy::Credential;
-use super::record::PendingRecord;
-use super::tls;
-use super::tunnel::ESTABLISHED;
+use crate::egress::head::{write_refusal, Prefixed, Refusal};
+use crate::egress::interception::tls;
+use crate::egress::limits::{human_duration, Metered};
+use crate::egress::record::PendingRecord;
+use crate::egress::rules::pattern::Target;
+use crate::egress::rules::policy::Credential;
+use crate::egress::tunnel::ESTABLISHED;
 
 /// The largest response head accepted from an upstream.
 pub const MAX_UPSTREAM_HEAD: usize = 256 << 10;

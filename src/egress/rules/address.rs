@@ -147,7 +147,7 @@ impl PrivateRule {
     /// `fd00::/8`, `[fd00::/8]:443`.
     pub fn parse(text: &str) -> Result<PrivateRule, Error> {
         let bad = |why| Error::BadRule {
-            text: super::pattern::clip(text),
+            text: crate::egress::rules::pattern::clip(text),
             why,
         };
         let (addr, port) = if let Some(rest) = text.strip_prefix('[') {

@@ -17,9 +17,9 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
-use super::forward::ProxyBody;
-use super::head::Refusal;
-use super::pattern::{Host, Target};
+use crate::egress::forward::ProxyBody;
+use crate::egress::head::Refusal;
+use crate::egress::rules::pattern::{Host, Target};
 
 /// The name the proxy answers for itself.
 pub const WHY_HOST: &str = "egress.codebox.invalid";

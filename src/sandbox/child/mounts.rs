@@ -10,8 +10,8 @@ use std::path::Path;
 
 use nix::mount::MsFlags;
 
-use super::plan::{MountPlan, MountStep};
-use super::syscalls::Syscalls;
+use crate::sandbox::child::syscalls::Syscalls;
+use crate::sandbox::plan::{MountPlan, MountStep};
 
 /// Runs every step in order; on failure returns the index of the failed step.
 pub fn execute(plan: &MountPlan, sys: &dyn Syscalls) -> Result<(), (usize, io::Error)> {
@@ -81,10 +81,10 @@ fn execute_step(step: &MountStep, sys: &dyn Syscalls) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::child::syscalls::Recorder;
     use crate::sandbox::idmap::IdMapping;
     use crate::sandbox::plan::LockedFlags;
     use crate::sandbox::spec::{Limits, Program, SandboxSpec};
-    use crate::sandbox::syscalls::Recorder;
 
     fn plan() -> MountPlan {
         let spec = SandboxSpec {

@@ -6,9 +6,9 @@
 
 use nix::sys::resource::{setrlimit, Resource};
 
-use super::fds::{self, slot, PROGRAM_CHANNEL_FD};
-use super::report::{self, caps_io, check, errno_result, errors_fd, Stage};
-use super::spec::SandboxSpec;
+use crate::sandbox::child::fds::{self, slot, PROGRAM_CHANNEL_FD};
+use crate::sandbox::report::{self, caps_io, check, errno_result, errors_fd, Stage};
+use crate::sandbox::spec::SandboxSpec;
 
 /// Runs the program. Called in the child of the init's fork; never returns.
 pub fn run(spec: &SandboxSpec) -> ! {
@@ -85,11 +85,11 @@ pub fn run(spec: &SandboxSpec) -> ! {
 
     // 8. Landlock: filesystem, TCP and scope restrictions, reported to the supervisor.
     if let Some(mode) = spec.policy.landlock {
-        match super::landlock::restrict_self(mode, spec.policy.network) {
+        match crate::sandbox::landlock::restrict_self(mode, spec.policy.network) {
             Ok(status) => report::info(errors_fd(), report::Info::Landlock(status)),
-            Err(_) if mode == super::landlock::LandlockMode::BestEffort => report::info(
+            Err(_) if mode == crate::sandbox::landlock::LandlockMode::BestEffort => report::info(
                 errors_fd(),
-                report::Info::Landlock(super::landlock::LandlockStatus::NotEnforced),
+                report::Info::Landlock(crate::sandbox::landlock::LandlockStatus::NotEnforced),
             ),
             Err(_) => report::fail(errors_fd(), Stage::Landlock, 0, libc::EPERM),
         }

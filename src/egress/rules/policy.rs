@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::address::{self, PrivateRule};
-use super::config::NetworkSection;
-use super::credentials::credential;
-pub(crate) use super::credentials::{Credential, Inject};
-use super::pattern::{Host, HostPattern, Target};
+use crate::egress::config::NetworkSection;
+use crate::egress::rules::address::{self, PrivateRule};
+use crate::egress::rules::pattern::{Host, HostPattern, Target};
+use crate::egress::secrets::credentials::credential;
+pub(crate) use crate::egress::secrets::credentials::{Credential, Inject};
 use crate::units::{parse_duration, parse_size};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -165,8 +165,8 @@ impl EgressPolicy {
             let cred = credential(c, i, env)?;
             let as_pattern = HostPattern {
                 host: match &cred.host {
-                    Host::Name(n) => super::pattern::HostMatch::Exact(n.clone()),
-                    Host::Ip(ip) => super::pattern::HostMatch::Ip(*ip),
+                    Host::Name(n) => crate::egress::rules::pattern::HostMatch::Exact(n.clone()),
+                    Host::Ip(ip) => crate::egress::rules::pattern::HostMatch::Ip(*ip),
                 },
                 port: cred.port,
             };
@@ -182,12 +182,12 @@ impl EgressPolicy {
             .iter()
             .flat_map(|c| c.secrets.iter().map(String::len))
             .sum();
-        if secret_bytes > super::encodings::MAX_ALL_SECRETS_BYTES {
+        if secret_bytes > crate::egress::secrets::encodings::MAX_ALL_SECRETS_BYTES {
             return Err(Error::Invalid {
                 field: "credentials".into(),
                 reason: format!(
                     "the secrets are {secret_bytes} bytes in all (with the Bearer header values and query wire forms), more than {} (responses are searched for each in every encoding)",
-                    super::encodings::MAX_ALL_SECRETS_BYTES
+                    crate::egress::secrets::encodings::MAX_ALL_SECRETS_BYTES
                 ),
             });
         }
@@ -213,7 +213,7 @@ impl EgressPolicy {
             })?;
             if !self.allow.iter().any(|a| a.overlaps(&p)) {
                 return Err(Error::OutsideAllowlist {
-                    pattern: super::pattern::clip(text),
+                    pattern: crate::egress::rules::pattern::clip(text),
                 });
             }
             list.push(p);

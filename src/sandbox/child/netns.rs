@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn a_listener_travels_and_keeps_listening() {
-        let (a, b) = super::super::fds::socketpair().unwrap();
+        let (a, b) = crate::sandbox::child::fds::socketpair().unwrap();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         send_fd(a.as_raw_fd(), listener.as_raw_fd()).unwrap();
@@ -200,7 +200,7 @@ mod tests {
 
     #[test]
     fn a_message_without_a_descriptor_is_an_error() {
-        let (a, b) = super::super::fds::socketpair().unwrap();
+        let (a, b) = crate::sandbox::child::fds::socketpair().unwrap();
         nix::unistd::write(&a, b"L").unwrap();
         let err = receive_fd(b.as_fd()).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);

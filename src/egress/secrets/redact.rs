@@ -2,7 +2,7 @@
 //!
 //! Every occurrence of every secret, raw or in any form an echoing host writes it in
 //! (percent-encoded with any characters kept, either hex case, `+` for a space; JSON and
-//! HTML escapes: [`super::encodings`]), becomes `[REDACTED]`, also when it straddles chunk
+//! HTML escapes: [`crate::egress::secrets::encodings`]), becomes `[REDACTED]`, also when it straddles chunk
 //! boundaries: the redactor holds back the last `longest - 1` bytes of each chunk (the
 //! longest text a secret's pattern can match) until the next one shows whether they start
 //! a secret. Matching is leftmost, longest secret first at a position (a secret that
@@ -51,7 +51,7 @@ impl Secrets {
         values.dedup();
         let longest = values
             .iter()
-            .map(|v| super::encodings::longest_match(v.as_bytes()))
+            .map(|v| crate::egress::secrets::encodings::longest_match(v.as_bytes()))
             .max()
             .unwrap_or(0);
         if values.is_empty() {
@@ -62,7 +62,7 @@ impl Secrets {
         }
         let alternatives: Vec<String> = values
             .iter()
-            .map(|v| super::encodings::pattern(v.as_bytes()))
+            .map(|v| crate::egress::secrets::encodings::pattern(v.as_bytes()))
             .collect();
         let pattern = regex::bytes::RegexBuilder::new(&alternatives.join("|"))
             .unicode(false)
@@ -276,7 +276,7 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..10_000 {
             out.extend_from_slice(&r.push(b"&#x61;&#x6"));
-            assert!(r.held.len() < 2 * super::super::encodings::MAX_FORM_LEN);
+            assert!(r.held.len() < 2 * crate::egress::secrets::encodings::MAX_FORM_LEN);
         }
         out.extend_from_slice(&r.finish());
         assert_eq!(out, b"&#x61;&#x6".repeat(10_000));
