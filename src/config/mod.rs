@@ -262,7 +262,7 @@ pub struct HttpConfig {
     /// header before each connection, naming the client: per-client caps and logs then
     /// use that client. From these addresses the header is required; from any other it
     /// is refused. Needs bearer tokens (clients behind a balancer are not the local
-    /// user). See [`crate::server::transport::proxy_protocol`].
+    /// user).
     pub trusted_proxies: Option<Vec<String>>,
 }
 
