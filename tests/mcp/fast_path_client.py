@@ -189,6 +189,57 @@ async def output_files_and_values_come_with_the_early_end(s):
     assert sc["stdout"] == "later\n" and [f["path"] for f in sc.get("files", [])] == ["out/b.txt"], sc
 
 
+@case
+async def hostile_programs_end_as_they_did(s):
+    # An interval that never stops keeps the run going until its timeout.
+    r, sc = await warm(s, "typescript", "setInterval(() => {}, 5);\nconsole.log('started')", timeout_ms=1500)
+    assert (sc["stdout"], sc["timed_out"], sc["exit_code"]) == ("started\n", True, None), sc
+    # A never-settling awaited promise: Deno's own error, as before; an unawaited one is
+    # nothing pending.
+    sc = await ts(s, "console.log('before');\nawait new Promise(() => {});\nconsole.log('after')")
+    assert (sc["stdout"], sc["exit_code"], sc["timed_out"]) == ("before\n", 1, False), sc
+    assert "Top-level await promise never resolved" in sc["stderr"], sc
+    sc = await ts(s, "new Promise(() => {});\nconsole.log('done')")
+    assert (sc["stdout"], sc["exit_code"]) == ("done\n", 0) and sc["runtime"]["end"] == "settled", sc
+    # A timer scheduled from an exit or unload listener never runs (as in Deno and Node);
+    # one from a load listener does.
+    sc = await ts(s, "import process from 'node:process';\n"
+                     "process.on('exit', () => { setTimeout(() => console.log('timer ran'), 10); console.log('in exit'); });\n"
+                     "console.log('main')")
+    assert (sc["stdout"], sc["exit_code"]) == ("main\nin exit\n", 0), sc
+    sc = await ts(s, "addEventListener('unload', () => { setTimeout(() => console.log('timer ran'), 10); console.log('in unload'); });\n"
+                     "console.log('main')")
+    assert (sc["stdout"], sc["exit_code"]) == ("main\nin unload\n", 0), sc
+    sc = await ts(s, "addEventListener('load', () => { setTimeout(() => console.log('timer ran'), 10); console.log('in load'); });\n"
+                     "console.log('main')")
+    assert sc["stdout"] == "main\nin load\ntimer ran\n", sc
+    # A fake `process` neither loads Node nor holds the end back.
+    sc = await ts(s, "globalThis.process = { listenerCount: () => 1, on() {} };\nconsole.log('main')")
+    assert (sc["stdout"], sc["runtime"]) == ("main\n", {"layers": [], "end": "settled"}), sc
+    # Deno's internals the end reads were taken before the program ran: faking them
+    # changes nothing (the event loop test is read-only; the Node mark only delays).
+    sc = await ts(s, "Deno[Deno.internal].dispatchProcessExitEvent = () => {};\n"
+                     "setTimeout(() => console.log('later'), 30);\nconsole.log('main')")
+    assert (sc["stdout"], sc["exit_code"]) == ("main\nlater\n", 0), sc
+    # A program that hides its unload listener from the global's method loses only the
+    # output that listener writes after the end; the run still ends.
+    sc = await ts(s, "globalThis.addEventListener = () => {};\n"
+                     "EventTarget.prototype.addEventListener.call(globalThis, 'unload', () => console.log('unload'));\n"
+                     "console.log('main')")
+    assert (sc["stdout"], sc["exit_code"]) == ("main\n", 0), sc
+    # The program's own `codebox/exit` line only makes its own result: it claims a layer
+    # and an early end, and still runs into its timeout.
+    r, sc = await warm(s, "typescript",
+                       "const l = new TextEncoder().encode('{\"jsonrpc\":\"2.0\",\"method\":\"codebox/exit\",\"params\":{\"status\":0,\"layers\":[\"x\"],\"end\":\"settled\"}}\\n');\n"
+                       "const c = Deno.dlopen('libc.so.6', { write: { parameters: ['i32', 'buffer', 'usize'], result: 'isize' } });\n"
+                       "c.symbols.write(3, l, BigInt(l.length));\nconsole.log('main');\nwhile (true) {}", timeout_ms=1500)
+    assert (sc["stdout"], sc["timed_out"], sc["exit_code"]) == ("main\n", True, None), sc
+    assert sc["runtime"] == {"layers": ["x"], "end": "settled"}, sc
+    # The server is still there and the next warm run is on the fast path.
+    sc = await ts(s, "console.log(1)")
+    assert (sc["stdout"], sc["runtime"]) == ("1\n", {"layers": [], "end": "settled"}), sc
+
+
 async def main():
     passed, failed = await cases_over_stdio(CODEBOX, None, CASES)
     print(f"{passed} passed, {failed} failed")
