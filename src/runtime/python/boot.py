@@ -139,6 +139,17 @@ _last_value = object()
 # The most characters of a value's repr sent; the supervisor cuts it to the result's
 # output budget.
 MAX_VALUE_CHARS = 200_000
+# The optional layers a run may load, each a cost the fast path does not pay, and the
+# modules that show one loaded: matplotlib's backend (codebox_mpl loads Agg's). Reported
+# in `codebox/exit` when the run loaded them (src/runtime/exit.rs).
+_LAYERS = (("matplotlib-backend", ("codebox_mpl", "matplotlib.backends.backend_agg")),)
+# The layers loaded before the code arrived (a pooled interpreter's preload).
+_layers_before = ()
+
+
+def _loaded_layers():
+    modules = sys.modules
+    return [name for name, marks in _LAYERS if any(m in modules for m in marks)]
 
 
 def make_out_dir():
@@ -381,9 +392,11 @@ def prepare(preload_always=False):
 
 def serve(preloaded):
     """Announces ready, receives the boot frame on fd 3 and runs the program."""
+    global _layers_before
     module = type(sys)("__main__")
     _announce_ready()
     source, mode, rest, written = _receive()
+    _layers_before = _loaded_layers()
     if preloaded:
         _unshadow(preloaded, written)
     module.__loader__ = _SourceLoader(source)
@@ -473,17 +486,23 @@ def _quick_exit(status):
 def _tell_the_end(status):
     """Closes stdout and stderr and sends `codebox/exit` on fd 3: the supervisor answers
     then, and the kernel's teardown of this process (milliseconds once numpy and pandas
-    are loaded) happens off the request path. Only when no thread is inside a call on
-    fd 3 (a line must not be interleaved with another), and without blocking."""
+    are loaded) happens off the request path; with the optional layers the run loaded.
+    Only when no thread is inside a call on fd 3 (a line must not be interleaved with
+    another), and without blocking."""
     codebox = sys.modules.get("codebox")
     lock = getattr(getattr(codebox, "_channel", None), "_wlock", None)
     try:
         if lock is not None and not lock.acquire(blocking=False):
             return
+        layers = ",".join('"%s"' % n for n in _loaded_layers() if n not in _layers_before)
         posix.close(1)
         posix.close(2)
         posix.set_blocking(3, False)
-        posix.write(3, b'{"jsonrpc":"2.0","method":"codebox/exit","params":{"status":%d}}\n' % status)
+        posix.write(
+            3,
+            b'{"jsonrpc":"2.0","method":"codebox/exit","params":{"status":%d,"layers":[%s]}}\n'
+            % (status, layers.encode()),
+        )
     except Exception:
         pass
 

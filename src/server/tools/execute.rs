@@ -430,6 +430,7 @@ impl CodeboxServer {
         result.zygote = ran.zygote;
         result.tool_channel_error = ran.tools.channel_error;
         result.value = ran.tools.value;
+        result.runtime = ran.tools.runtime;
         let out_files = ran.tools.out_files;
         result.network = ran.network;
         if let Some(layer) = &layer {
