@@ -16,8 +16,9 @@
 //! harness in the budget's profile, runs it, and compares. `--update` writes the measured
 //! medians into the file instead (for a deliberate change; the diff shows it).
 //!
-//! Budgets so far: `warm_python_call` (`benches/warm_call_instructions.rs`). A new one (the
-//! cold CLI, say) is a harness that prints the line, and an entry in the file.
+//! Budgets so far: `warm_python_call` (`benches/warm_call_instructions.rs`) and `cold_cli`
+//! (`benches/cold_cli_instructions.rs`: `codebox run python -c pass` up to its sandbox's
+//! clone). A new one is a harness that prints the line, and an entry in the file.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -314,15 +315,24 @@ mod tests {
     }
 
     #[test]
-    fn the_committed_budgets_parse() {
-        let b = load(&budgets_path(&crate::test::workspace_root())).unwrap();
-        let warm = b
-            .budget
-            .iter()
-            .find(|b| b.name == "warm_python_call")
-            .unwrap();
-        assert_eq!(warm.harness, "warm_call_instructions");
-        assert!(warm.margin_percent > 0 && warm.instructions > 0);
+    fn the_committed_budgets_parse_and_name_bench_targets() {
+        let root = crate::test::workspace_root();
+        let b = load(&budgets_path(&root)).unwrap();
+        let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        for x in &b.budget {
+            assert!(x.margin_percent > 0 && x.instructions > 0, "{x:?}");
+            assert!(
+                cargo.contains(&format!(
+                    "[[bench]]\nname = {:?}\nharness = false",
+                    x.harness
+                )),
+                "{} names the harness {}, which is no harness = false bench of Cargo.toml",
+                x.name,
+                x.harness
+            );
+        }
+        assert!(b.budget.iter().any(|b| b.name == "warm_python_call"));
+        assert!(b.budget.iter().any(|b| b.name == "cold_cli"));
     }
 
     #[test]
