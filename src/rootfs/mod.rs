@@ -263,4 +263,4 @@ fn verify_full(root: &Path, stamp_dir: Option<&Path>) -> Result<Rootfs> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -7,12 +7,12 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 /// A tiny rootfs with a valid manifest, removed whatever its modes when dropped.
-struct Tree {
+pub(crate) struct Tree {
     dir: tempfile::TempDir,
 }
 
 impl Tree {
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 }
@@ -188,7 +188,7 @@ fn missing_manifest_is_a_clear_error() {
 }
 
 /// A sealed tree with a stamp, and that stamp's directory.
-fn stamped_sealed_tree() -> (Tree, tempfile::TempDir) {
+pub(crate) fn stamped_sealed_tree() -> (Tree, tempfile::TempDir) {
     let t = tree(true);
     let stamps = tempfile::tempdir().unwrap();
     assert_eq!(

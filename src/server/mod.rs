@@ -46,6 +46,7 @@ pub mod proxy_protocol;
 mod reachable;
 mod readiness;
 pub mod replica_sessions;
+pub mod rootfs_watch;
 pub mod sandbox_checks;
 mod upstream_status;
 pub use readiness::Layers;
@@ -493,6 +494,21 @@ impl CodeboxServer {
             first,
             source,
             self.state.settings.profile.name.clone(),
+        );
+    }
+
+    /// Re-checks `rootfs` (as `serve` verified it) in the background and refuses
+    /// executions once it changed (see `rootfs_watch.rs`).
+    pub fn watch_rootfs(
+        &self,
+        rootfs: crate::rootfs::Rootfs,
+        stamp_dir: Option<std::path::PathBuf>,
+    ) {
+        rootfs_watch::start(
+            self.state.layers.rootfs.clone(),
+            rootfs,
+            stamp_dir,
+            rootfs_watch::interval(),
         );
     }
 
