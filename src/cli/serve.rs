@@ -474,6 +474,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.state_dir.as_deref(),
         (sandbox_ids.host_uid, sandbox_ids.host_gid),
     )?;
+    let watched_rootfs = rootfs.clone();
     let mut host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     host.python_preload = args.preload.clone();
     host.zygote = args.zygote;
@@ -567,6 +568,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             gate.cancel();
         });
         server.follow_sandbox_checks(sandbox_checks, checker_source);
+        server.watch_rootfs(watched_rootfs, rootfs::default_stamp_dir());
         // Up until the end, so a scrape sees the drain (`codebox_draining`).
         let metrics_done = CancellationToken::new();
         let metrics = match args.metrics {

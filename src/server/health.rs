@@ -35,6 +35,7 @@ impl CodeboxServer {
             "pool": wiring::pool::health(s.pool.as_ref()),
             "spawner": s.spawner.status(),
             "sandbox_checker": s.layers.checker_status(),
+            "rootfs": s.layers.rootfs.status(),
             "sessions": {
                 "keeper": s.sessions.keeper_status(),
                 "open": open_sessions,

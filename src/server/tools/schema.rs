@@ -198,7 +198,7 @@ mod tests {
             serde_json::to_value(schemars::schema_for!(crate::server::ExecuteParams)).unwrap();
         let mut ours: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
         let mut theirs: Vec<&String> = derived["properties"].as_object().unwrap().keys().collect();
-        // `network` is listed only by servers in proxy mode (egress_glue::describe_network).
+        // `network` is listed only by servers in proxy mode (wiring::egress::describe_network).
         theirs.retain(|k| *k != "network");
         ours.sort();
         theirs.sort();

@@ -5,7 +5,7 @@
 //!
 //! `execute.rs` makes one gate per execution ([`CodeboxServer::approval_gate`]) and puts it
 //! in the call's `Checked`; from there the proxy session (`ProxySession::set_approval`)
-//! and the egress run (`egress_glue::serve`) take it. Nothing reaches them through
+//! and the egress run (`wiring::egress::serve`) take it. Nothing reaches them through
 //! globals.
 
 use std::sync::Arc;

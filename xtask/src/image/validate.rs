@@ -47,9 +47,7 @@ struct Scratch(PathBuf);
 impl Scratch {
     fn new() -> Result<Scratch> {
         let d = std::env::temp_dir().join(format!("codebox-image-check-{}", std::process::id()));
-        if d.exists() {
-            std::fs::remove_dir_all(&d)?;
-        }
+        crate::rootfs::seal::remove_tree(&d)?;
         std::fs::create_dir_all(&d)?;
         Ok(Scratch(d))
     }
@@ -57,7 +55,8 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+        // The image's rootfs is sealed (xtask/src/rootfs/seal.rs).
+        if let Err(e) = crate::rootfs::seal::remove_tree(&self.0) {
             eprintln!("cannot remove {}: {e}", self.0.display());
         }
     }

@@ -9,6 +9,8 @@
 //! - [`plan`]: every rootfs path and what it should be, decided before writing anything;
 //! - [`sync`]: make the output match the plan, copying only what changed;
 //! - [`state`]: hash and `.pyc` caches kept between runs, so a no-op rebuild reads little;
+//! - [`seal`]: no write bit anywhere in the built tree (codebox checks a sealed tree in
+//!   O(1) per run), directories opened only while written;
 //! - [`manifest`]: read the tree back, check permissions, write `.manifest`;
 //! - [`glob`]: `*`/`?` wildcards for the recipe and `ld.so.conf`.
 
@@ -21,6 +23,7 @@ mod manifest;
 mod plan;
 mod python;
 mod recipe;
+pub mod seal;
 mod state;
 mod sync;
 pub mod wheels;
@@ -44,8 +47,10 @@ Build codebox's minimal root filesystem from rootfs/recipe.toml: Debian's CPytho
 ([python] packages from binary wheels, [deno] packages in a Deno cache), pip for the
 package installer, the shared libraries all of them load, a minimal /etc, the codebox
 runtime files (src/runtime) and empty mount points, listed with modes, sizes and SHA-256
-in DIR/.manifest. A rebuild copies only what changed and removes what the recipe no
-longer has.
+in DIR/.manifest. The tree is sealed: no write bit anywhere (directories 0555, files
+0444 or 0555), so codebox checks it in O(1) per run; remove it as a user other than
+root with `chmod -R u+w DIR && rm -rf DIR`. A rebuild copies only what changed and
+removes what the recipe no longer has.
 
 Options:
   --out DIR    where to build (default: $CODEBOX_ROOTFS, else target/rootfs)
@@ -239,6 +244,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
     let mut state = State::load(&state_path);
     let stats = sync::sync(&plan, &out, &mut state)?;
     let compiled = python::compile(&py, &out, &modules, &mut state)?;
+    let resealed = seal::seal(&out, &plan)?;
     let lines = manifest::scan(&out, &plan, &mut state)?;
     let written = manifest::write(&out, &manifest::render(&lines))?;
     state.retain(|p| plan.get(p).is_some());
@@ -271,12 +277,13 @@ pub fn run(args: &[OsString]) -> Result<()> {
         },
     );
     println!(
-        "  copied {} ({:.1} MiB), unchanged {}, removed {}, compiled {} .pyc, hashed {}{}{}; manifest {}; {:.2}s",
+        "  copied {} ({:.1} MiB), unchanged {}, removed {}, compiled {} .pyc, sealed {}, hashed {}{}{}; manifest {}; {:.2}s",
         stats.copied,
         mib(stats.copied_bytes),
         stats.unchanged,
         stats.removed,
         compiled,
+        resealed,
         state.hashed,
         if deno.installed { ", installed deno with pip" } else { "" },
         match (installer.installed || packages.installed, deno_cache.installed) {
