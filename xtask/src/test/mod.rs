@@ -161,6 +161,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
     step("Kubernetes manifests and the balancer config");
     kubernetes::run(&root)?;
 
+    step("the book: configuration reference current, built, every internal link checked");
+    crate::docs::build(&root, true)?;
+
     let before_tests = leaks::Snapshot::take();
 
     step("cargo test (as the current user)");
