@@ -56,8 +56,9 @@ print("cgroup", sorted(set(l.split(":", 2)[2] for l in open("/proc/self/cgroup")
     let out = v["stdout"].as_str().unwrap();
     assert!(out.contains("pids [1, 2] ppid 1\n"), "{out}");
     assert!(out.contains("reachable []\n"), "{out}");
+    // /workspace holds only the out/ every run starts with (boot.py's make_out_dir).
     assert!(
-        out.contains("scratch [] [] []\n"),
+        out.contains("scratch [] [] ['out']\n"),
         "the zygote's own scratch (matplotlib's cache in its /tmp) must not show: {out}"
     );
     assert!(

@@ -196,7 +196,7 @@ fn spawn_one(
         }
     };
     let fork = match spec.pooled {
-        true => zygotes.start_fork(id, &built, host.cgroups.as_ref()),
+        true => zygotes.start_fork(id, &built, host.cgroups.as_ref(), true),
         false => None,
     };
     if let Some(fork) = fork {

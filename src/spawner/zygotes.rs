@@ -72,6 +72,7 @@ impl Zygotes {
         id: u64,
         spec: &SandboxSpec,
         cgroups: Option<&CgroupManager>,
+        warm_up: bool,
     ) -> Option<PendingFork> {
         if !self.enabled {
             return None;
@@ -92,7 +93,7 @@ impl Zygotes {
         if !entry.zygote.is_ready() {
             return None;
         }
-        match entry.zygote.start_fork(spec, cgroups) {
+        match entry.zygote.start_fork(spec, cgroups, warm_up) {
             Ok(pending) => {
                 entry.children.insert(id);
                 entry.last_used = Instant::now();

@@ -10,7 +10,8 @@
 //! - [`sync`]: make the output match the plan, copying only what changed;
 //! - [`state`]: hash and `.pyc` caches kept between runs, so a no-op rebuild reads little;
 //! - [`manifest`]: read the tree back, check permissions, write `.manifest`;
-//! - [`glob`]: `*`/`?` wildcards for the recipe and `ld.so.conf`.
+//! - [`glob`]: `*`/`?` wildcards for the recipe and `ld.so.conf`;
+//! - [`native`]: codebox's own C programs (`[[native]]`), compiled with the host's compiler.
 
 mod deno;
 mod deno_cache;
@@ -18,6 +19,7 @@ mod elf;
 mod glob;
 mod ldso;
 mod manifest;
+mod native;
 mod plan;
 mod python;
 mod recipe;
@@ -43,7 +45,8 @@ Build codebox's minimal root filesystem from rootfs/recipe.toml: Debian's CPytho
 (/usr/bin/python3) with its standard library byte-compiled, Deno, the package sets
 ([python] packages from binary wheels, [deno] packages in a Deno cache), pip for the
 package installer, the shared libraries all of them load, a minimal /etc, the codebox
-runtime files (src/runtime) and empty mount points, listed with modes, sizes and SHA-256
+runtime files (src/runtime; its C programs compiled with the host's C compiler, `cc` or
+$CC) and empty mount points, listed with modes, sizes and SHA-256
 in DIR/.manifest. A rebuild copies only what changed and removes what the recipe no
 longer has.
 
@@ -219,6 +222,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
         &staged_include,
         true,
     )?;
+    for (to, built) in native::build(&root, &build_dir, &recipe.native)? {
+        plan.file(&to, &built)?;
+    }
     let not_stamp = |rel: &str, _is_dir: bool| !rel.starts_with(".codebox-");
     plan.tree(&deno_cache.dir, &recipe.deno.cache_dir, &not_stamp, false)?;
     let mut compile = recipe.python.compile.clone();
