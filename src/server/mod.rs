@@ -159,6 +159,53 @@ pub struct Settings {
     pub approval: Arc<crate::approval::ApprovalPolicy>,
 }
 
+impl Settings {
+    /// What `codebox serve` runs with when nothing is configured, for `profile` (whose
+    /// network mode must not be proxy: that needs the egress proxy `serve` starts) and
+    /// sandboxes owned by `sandbox_ids` on the host. For harnesses that build a server in
+    /// their own process (`benches/warm_call_instructions.rs`); `serve` resolves each
+    /// field from its configuration.
+    pub fn defaults(profile: Profile, sandbox_ids: (u32, u32)) -> anyhow::Result<Settings> {
+        let network = match profile.network_mode {
+            crate::egress::NetworkMode::None => crate::spawner::wire::SpawnNetwork::None,
+            crate::egress::NetworkMode::Loopback => crate::spawner::wire::SpawnNetwork::Loopback,
+            mode => anyhow::bail!(
+                "a profile in {mode:?} mode needs the egress proxy of `codebox serve`"
+            ),
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(Settings {
+            profile,
+            concurrency: cores * 2,
+            pool: crate::pool::Bounds::new(2, 8, Duration::from_secs(60))?,
+            queue: 32,
+            max_timeout: Duration::from_secs(300),
+            max_files_bytes: crate::runtime::MAX_FILES_BYTES,
+            allowed_tools: AllowList::all(),
+            proxy_limits: ProxyLimits::default(),
+            pii_mode: PiiMode::Off,
+            pii_detector: Arc::new(Detector::new(&[])?),
+            rate: RateLimits::default(),
+            sessions: SessionLimits::default(),
+            replica: None,
+            sessions_base: std::env::temp_dir(),
+            sandbox_ids,
+            skills_dir: None,
+            skills_shared: None,
+            audit: None,
+            rootfs_manifest_sha256: None,
+            network,
+            egress: None,
+            packages: None,
+            output_budget: crate::output::Budget::default(),
+            tools: ToolSet::default(),
+            kept_output: crate::output::KeptLimits::default(),
+            tasks: crate::tasks::TaskSettings::default(),
+            approval: Arc::new(crate::approval::ApprovalPolicy::default()),
+        })
+    }
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     run: AtomicU64,
@@ -487,6 +534,13 @@ impl CodeboxServer {
     /// Execute calls not yet answered (they may still wait for admission).
     pub fn unanswered(&self) -> usize {
         self.state.in_flight.load(Ordering::SeqCst)
+    }
+    /// Whether nothing runs and the warm pool (if any) is full with nothing starting: the
+    /// state a harness measuring one call at a time waits for (`benches/warm_call_instructions.rs`).
+    pub fn settled(&self) -> bool {
+        self.running() == 0
+            && self.unanswered() == 0
+            && self.state.pool.as_ref().is_none_or(WarmPool::is_full)
     }
 
     /// Ends every session (killing live interpreters, removing workspaces) and empties

@@ -15,6 +15,7 @@ mod bench_throughput;
 mod dist;
 mod fuzz;
 mod image;
+mod instructions;
 mod rootfs;
 mod test;
 
@@ -40,6 +41,9 @@ Commands:
                     latency, warm starts, and a leak check
   bench-sdk         tool-call latency as the official Python MCP SDK sees it over stdio:
                     over the client's floor, warm and in bursts, next to mcp-run-python
+                    and code-executor-mcp
+  instructions      instruction budgets of the hot paths under valgrind's callgrind
+                    (benches/instruction_budgets.toml); fails when one is over
 
 Run `cargo xtask <command> --help` for a command's options.
 ";
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
         Some("bench-throughput") => bench_throughput::run(&rest),
         Some("bench-datasets") => bench_datasets::run(&rest),
         Some("bench-sdk") => bench_sdk::run(&rest),
+        Some("instructions") => instructions::run(&rest),
         Some("check-kubernetes") => test::check_kubernetes(&rest),
         // `test`, `ci` and `bench` are dispatched here, each to its own module.
         None | Some("help" | "-h" | "--help") => {

@@ -33,6 +33,9 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/bin/skopeo", "skopeo"),
     ("/usr/bin/umoci", "umoci"),
     ("/usr/sbin/runc", "runc"),
+    // callgrind counts the instructions of the hot paths against their budgets
+    // (`cargo xtask instructions`, benches/instruction_budgets.toml).
+    ("/usr/bin/valgrind", "valgrind"),
 ];
 
 pub fn is_root() -> bool {

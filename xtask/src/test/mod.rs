@@ -4,7 +4,8 @@
 //! 2. the rootfs (`cargo xtask rootfs`)
 //! 3. `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`, then the
 //!    Kubernetes manifests and the balancer config (`kubernetes.rs`, about 10 s)
-//! 4. `cargo test --workspace` as the current user, strict (no feature may be skipped)
+//! 4. `cargo test --workspace` as the current user, strict (no feature may be skipped);
+//!    then the instruction budgets of the hot paths under callgrind (`instructions.rs`)
 //! 5. the MCP conformance suite against `codebox serve --http`, with its baseline
 //! 6. as root: the integration tests again as an unprivileged user (rootless mode)
 //! 7. the release (`release.rs`): `cargo xtask dist` of the debug binary, the tarball
@@ -169,6 +170,10 @@ pub fn run(args: &[OsString]) -> Result<()> {
         .env("CODEBOX_TEST_PYDEPS", &pydeps)
         .env("CODEBOX_TEST_UPSTREAMS", &upstreams);
     run_checked(&mut test, "cargo test")?;
+
+    step("instruction budgets of the hot paths (callgrind)");
+    // Strict: a harness that cannot run here fails the step, as a test would.
+    crate::instructions::check(&root, &rootfs, &[], false, true)?;
 
     step("escape and isolation suites on sandboxes forked from the Python zygote");
     let mut forked = cargo_command(&root, &["test", "--test", "escapes", "--test", "isolation"]);
