@@ -236,3 +236,63 @@ fn tracing_the_zygote_changes_nothing_for_the_program() {
         "the listing's own fd is 4: {v:#}"
     );
 }
+
+#[test]
+fn a_pooled_sandbox_s_rehearsal_leaves_nothing_behind() {
+    if !zygote_on("a_pooled_sandbox_s_rehearsal_leaves_nothing_behind") {
+        return;
+    }
+    // A pooled sandbox rehearses a whole one-shot call (boot.rehearse) before it says
+    // ready; a sandbox forked for `codebox run --zygote` does not. The program must find
+    // the same world in both: its own globals only, fds 0-3 (plus the listing's own), the
+    // real stdout and stderr, no `_`, an empty /workspace/out, boot.py's state as a fresh
+    // serve has it.
+    let probe = r#"
+names = sorted(globals())
+import builtins, os, sys
+boot = sys.modules["_codebox_boot"]
+print("globals", names)
+print("main", sys.modules["__main__"].__dict__ is globals())
+print("fds", sorted(os.listdir("/proc/self/fd")))
+print("std", [os.readlink("/proc/self/fd/%d" % fd).split(":")[0] for fd in (1, 2)])
+print("underscore", hasattr(builtins, "_"))
+print("workspace", os.listdir("/workspace"), os.listdir("/workspace/out"))
+print("boot", boot.CHANNEL_FD, boot._last_value is not None and not hasattr(builtins, "_"))
+print("streams", sys.stdout.fileno(), sys.stderr.fileno(), sys.stdout.line_buffering)
+print("exc", sys.exc_info(), hasattr(sys, "last_exc"), hasattr(sys, "last_value"))
+import linecache
+print("lines", [f for f in linecache.cache if f.startswith("/codebox") or f.startswith("<")])
+"#;
+    let warm = forked(probe);
+    let cold = run_json("python", probe, &[]);
+    assert_eq!(cold["zygote"], true, "{cold:#}");
+    assert_eq!(
+        warm["stdout"], cold["stdout"],
+        "warm {warm:#}\ncold {cold:#}"
+    );
+    let out = warm["stdout"].as_str().unwrap();
+    for line in [
+        "globals ['__builtins__', '__doc__', '__loader__', '__name__', '__package__', '__spec__']\n",
+        "main True\n",
+        "fds ['0', '1', '2', '3', '4']\n",
+        "std ['pipe', 'pipe']\n",
+        "underscore False\n",
+        "workspace ['out'] []\n",
+        "boot 3 True\n",
+        "exc (None, None, None) False False\n",
+        "lines []\n",
+    ] {
+        assert!(out.contains(line), "expected {line:?} in {out}");
+    }
+    // The rest of the request the rehearsal parsed is the real one's: the value of the
+    // last expression and the output files.
+    let v = run_warm(
+        "python",
+        "open('/workspace/out/made.txt', 'w').write('x')\n6 * 7",
+    );
+    assert_eq!(v["zygote"], true, "{v:#}");
+    assert_eq!(v["exit_code"], 0, "{v:#}");
+    let text = v.to_string();
+    assert!(text.contains("made.txt"), "no output file: {v:#}");
+    assert!(text.contains("42"), "no value: {v:#}");
+}

@@ -172,23 +172,15 @@ def _reseed():
 
 
 def _warm_up(boot):
-    """Runs a throwaway program through boot.py's path (compile, exec, print) before the
-    child announces ready, in a pooled sandbox (one the pool keeps waiting): the pages that
-    path writes (reference counts all over the interpreter) are copied from the zygote's
-    now, while the sandbox waits, instead of on the request's path. Its output goes
-    nowhere."""
-    import io
-
-    real = sys.stdout
-    sys.stdout = io.StringIO()
+    """A pooled sandbox (one the pool keeps waiting) rehearses a one-shot call before it
+    says ready (boot.rehearse: receive, run `print(...)`, value, output files, on a socket
+    pair and /dev/null): the pages that path writes are copied from the zygote's now,
+    while the sandbox waits, instead of on the request's path. A failure only leaves the
+    copying to the request."""
     try:
-        boot.run_program("print(1, 'x', [2.5], {'k': None})\n", "<warm-up>", {"__name__": "__warm_up__"})
-    except Exception:
+        boot.rehearse()
+    except BaseException:
         pass
-    finally:
-        sys.stdout = real
-    real.write("")
-    real.flush()
 
 
 if __name__ == "__main__":
