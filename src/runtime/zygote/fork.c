@@ -610,6 +610,15 @@ static int parse(const unsigned char *p, size_t len, int nfds)
     return p == end ? 0 : -1;
 }
 
+/* The parser alone, for tests (tests/zygote.rs feeds it truncated and hostile requests
+ * from a buffer that ends at an unreadable page): 0 when the loop would take the `len`
+ * bytes at `p` with `nfds` descriptors, -1 when it would refuse them. Writes job.req
+ * only, which the next request overwrites. */
+int codebox_zygote_check_request(const unsigned char *p, size_t len, int nfds)
+{
+    return parse(p, len, nfds);
+}
+
 /* Makes one child (see the top of this file). Returns CHILD | flags << 8 in the program
  * process, 0 in the zygote. */
 static long fork_one(void)

@@ -92,14 +92,26 @@ static __attribute__((noreturn)) void finish(i32 kind, i32 value)
         sys(SYS_exit_group, 0, 0, 0);
 }
 
+/* pid 1 could not set itself up: the program must not run without it (its death ends
+ * the namespace anyway; the program is killed first so the status says so). */
+static __attribute__((noreturn)) void give_up(void)
+{
+    sys(SYS_kill, PROGRAM_PID, SIGKILL, 0);
+    finish(2, SIGKILL);
+}
+
 void zinit_main(void)
 {
     /* The program (same uid) must not trace this process or read its memory. */
-    sys6(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
+    if (sys6(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0, 0) != 0)
+        give_up();
     /* SIGCHLD through a signalfd: the mask came blocked from the zygote; say so anyway. */
     u64 chld = 1UL << (SIGCHLD - 1);
-    sys6(SYS_rt_sigprocmask, 0 /* SIG_BLOCK */, (i64)&chld, 0, 8, 0, 0);
+    if (sys6(SYS_rt_sigprocmask, 0 /* SIG_BLOCK */, (i64)&chld, 0, 8, 0, 0) != 0)
+        give_up();
     i32 sfd = (i32)sys6(SYS_signalfd4, -1, (i64)&chld, 8, SFD_NONBLOCK | SFD_CLOEXEC, 0, 0);
+    if (sfd < 0)
+        give_up();
     i32 control = CONTROL_FD;
     i64 deadline = now_ms() + IDLE_LIFETIME_MS;
     for (;;) {
