@@ -389,34 +389,26 @@ fn every_layer_of_a_cold_sandbox_is_in_force_in_a_forked_one() {
     if cold["landlock"] == "fully_enforced" {
         assert!(expected.contains("signal to pid 1 1\n"), "{expected}");
     }
-    // Every namespace is the child's own: none is shared with another sandbox (two
-    // children of one zygote), with the zygote (which both would then share), or with
-    // this process.
-    let ours: Vec<String> = ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup"]
-        .iter()
-        .map(|n| {
-            std::fs::read_link(format!("/proc/self/ns/{n}"))
-                .unwrap()
-                .display()
-                .to_string()
-        })
-        .collect();
-    let a = ns_line(warm[0]["stdout"].as_str().unwrap());
-    let b = ns_line(warm[1]["stdout"].as_str().unwrap());
-    let c = ns_line(cli["stdout"].as_str().unwrap());
-    assert_eq!(a.len(), 7, "{a:?}");
-    for i in 0..7 {
-        assert_ne!(a[i], b[i], "two forked sandboxes share a namespace");
-        assert_ne!(
-            a[i], ours[i],
-            "a forked sandbox shares this process's namespace"
-        );
-        assert_ne!(
-            c[i], ours[i],
-            "a forked sandbox shares this process's namespace"
-        );
+    // No namespace is this process's. (That none is the zygote's is checked from the host
+    // on a running child: a_running_forked_sandbox_has_its_own_cgroups_and_namespaces.
+    // Two children in turn may show the same identity: the first one's namespaces are
+    // freed and their inode numbers reused.)
+    let ours = NAMESPACES.map(|n| {
+        std::fs::read_link(format!("/proc/self/ns/{n}"))
+            .unwrap()
+            .display()
+            .to_string()
+    });
+    for v in [&cli, &warm[0], &warm[1]] {
+        let theirs = ns_line(v["stdout"].as_str().unwrap());
+        assert_eq!(theirs.len(), 7, "{theirs:?}");
+        for (a, b) in theirs.iter().zip(&ours) {
+            assert_ne!(a, b, "a forked sandbox shares this process's namespace");
+        }
     }
 }
+
+const NAMESPACES: [&str; 7] = ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup"];
 
 /// `/proc/<pid>/cgroup` as (controllers, path) pairs.
 fn cgroups_of(pid: i32) -> Vec<(String, String)> {
@@ -442,8 +434,8 @@ fn parent_of(pid: i32) -> i32 {
 }
 
 #[test]
-fn a_forked_sandbox_runs_in_its_execution_s_cgroups_not_the_zygote_s() {
-    if !zygote_on("a_forked_sandbox_runs_in_its_execution_s_cgroups_not_the_zygote_s") {
+fn a_running_forked_sandbox_has_its_own_cgroups_and_namespaces() {
+    if !zygote_on("a_running_forked_sandbox_has_its_own_cgroups_and_namespaces") {
         return;
     }
     // The program names itself (its command line is the zygote's) and waits until this
@@ -480,7 +472,7 @@ fn a_forked_sandbox_runs_in_its_execution_s_cgroups_not_the_zygote_s() {
             if forked && checked.is_none() {
                 // Checked after the program is released, so a failure cannot keep the
                 // call waiting.
-                checked = Some(check_cgroups(pid));
+                checked = Some(check_namespaces(pid).and_then(|()| check_cgroups(pid)));
             }
             if released.insert(pid) {
                 let limit = libc::rlimit {
@@ -509,6 +501,27 @@ fn a_forked_sandbox_runs_in_its_execution_s_cgroups_not_the_zygote_s() {
 
 /// What the forked program `pid` lowers its RLIMIT_MSGQUEUE to when it may end.
 const RELEASE: u64 = 4321;
+
+/// None of the forked program `pid`'s namespaces is its zygote's (whose are readable
+/// only by root: the zygote is not dumpable).
+fn check_namespaces(pid: i32) -> Result<(), String> {
+    let zygote = parent_of(parent_of(pid));
+    for n in NAMESPACES {
+        let mine = std::fs::read_link(format!("/proc/{pid}/ns/{n}"))
+            .map_err(|e| format!("the program's {n} namespace: {e}"))?;
+        let Ok(its_zygote) = std::fs::read_link(format!("/proc/{zygote}/ns/{n}")) else {
+            println!("SKIP the zygote's namespaces: only root reads a non-dumpable process's");
+            return Ok(());
+        };
+        if mine == its_zygote {
+            return Err(format!(
+                "the forked program shares the zygote's {}",
+                mine.display()
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// The forked program `pid` is in its execution's memory and pids cgroups, not in its
 /// zygote's.
