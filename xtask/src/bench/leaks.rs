@@ -22,6 +22,9 @@ pub struct Snapshot {
     pub server_fds: usize,
     /// Open fds of the whole tree (the spawner keeps one set per sandbox).
     pub tree_fds: usize,
+    /// The server's resident memory (KiB): shown, not checked (an allocator keeps what
+    /// a load made it take).
+    pub server_rss_kib: usize,
 }
 
 impl Snapshot {
@@ -36,6 +39,7 @@ impl Snapshot {
                 .unwrap_or(0),
             server_fds: fd_count(server_pid),
             tree_fds: processes.iter().map(|(p, _)| fd_count(*p)).sum(),
+            server_rss_kib: rss_kib(server_pid),
             processes,
         }
     }
@@ -67,7 +71,23 @@ impl Snapshot {
         for ((name, b), (_, a)) in self.figures().iter().zip(after.figures()) {
             println!("{name:34} {b:>8} {a:>8}");
         }
+        println!(
+            "{:34} {:>8} {:>8}  (shown, not checked)",
+            "server RSS (KiB)", self.server_rss_kib, after.server_rss_kib
+        );
     }
+}
+
+/// VmRSS of `pid` in KiB (0 when it cannot be read).
+fn rss_kib(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// Which of these processes still run (same pid and start time).
@@ -158,6 +178,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn this_process_has_a_resident_size() {
+        assert!(rss_kib(std::process::id()) > 0);
+        assert_eq!(rss_kib(u32::MAX), 0);
+    }
+
+    #[test]
     fn this_process_is_its_own_tree() {
         let me = std::process::id();
         let tree = process_tree(me);
@@ -174,10 +200,12 @@ mod tests {
             mounts: 20,
             server_fds: 10,
             tree_fds: 30,
+            server_rss_kib: 1000,
         };
         let mut after = before.clone();
         after.processes.pop();
         after.cgroups_all = 9;
+        after.server_rss_kib = 2000;
         assert!(before.grown(&after).is_empty());
         after.server_fds = 11;
         assert_eq!(before.grown(&after), vec!["server fds: 10 -> 11"]);
