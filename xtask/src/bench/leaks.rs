@@ -25,6 +25,11 @@ pub struct Snapshot {
     /// The server's resident memory (KiB): shown, not checked (an allocator keeps what
     /// a load made it take).
     pub server_rss_kib: usize,
+    /// CPU time (ms) of the tree: user and system time of every process in it, plus what
+    /// each has reaped (a sandbox, once waited for, counts in its reaper's). The difference
+    /// between two snapshots is what the server and its sandboxes cost in between,
+    /// whatever else the machine runs.
+    pub tree_cpu_ms: u64,
 }
 
 impl Snapshot {
@@ -40,6 +45,7 @@ impl Snapshot {
             server_fds: fd_count(server_pid),
             tree_fds: processes.iter().map(|(p, _)| fd_count(*p)).sum(),
             server_rss_kib: rss_kib(server_pid),
+            tree_cpu_ms: processes.iter().map(|(p, _)| cpu_ms(*p)).sum(),
             processes,
         }
     }
@@ -76,6 +82,26 @@ impl Snapshot {
             "server RSS (KiB)", self.server_rss_kib, after.server_rss_kib
         );
     }
+}
+
+/// utime + stime + cutime + cstime of `pid`, in ms (0 when it cannot be read).
+fn cpu_ms(pid: u32) -> u64 {
+    // SAFETY: sysconf takes an integer and returns one.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    let Some((_, rest)) = text.rsplit_once(')') else {
+        return 0;
+    };
+    // After the command: state is field 3; utime..cstime are fields 14-17.
+    let sum: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    sum * 1000 / ticks
 }
 
 /// VmRSS of `pid` in KiB (0 when it cannot be read).
@@ -178,8 +204,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_process_has_a_resident_size() {
+    fn this_process_has_a_resident_size_and_cpu_time() {
         assert!(rss_kib(std::process::id()) > 0);
+        // Work until the kernel has counted a tick of it (a bounded number of steps).
+        let mut x = 1u64;
+        let counted = (0..100_000).any(|_| {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+            }
+            cpu_ms(std::process::id()) > 0
+        });
+        assert!(counted, "no CPU time counted ({x})");
         assert_eq!(rss_kib(u32::MAX), 0);
     }
 
@@ -201,6 +236,7 @@ mod tests {
             server_fds: 10,
             tree_fds: 30,
             server_rss_kib: 1000,
+            tree_cpu_ms: 10,
         };
         let mut after = before.clone();
         after.processes.pop();
