@@ -163,6 +163,11 @@ fn the_zygote_maps_no_shared_writable_memory() {
                 String::from_utf8_lossy(&c).contains("/opt/codebox/python/zygote.py")
             })
         })
+        // This test binary's own server's (not another codebox's on the host).
+        .filter(|p| {
+            let pid = p.file_name().and_then(|n| n.to_str()?.parse().ok());
+            pid.is_some_and(descends_from_this_process)
+        })
         .map(|p| p.display().to_string())
         .collect();
     assert!(!zygotes.is_empty(), "no zygote process found");
@@ -188,6 +193,39 @@ fn the_zygote_maps_no_shared_writable_memory() {
     } else {
         println!("SKIP the_zygote_maps_no_shared_writable_memory: only root reads a non-dumpable process's maps");
     }
+    // Each child's C1 makes the memory it shares with the zygote dumpable for a moment
+    // (to write its id maps): the zygote must still not be. A non-dumpable process's
+    // /proc entries belong to root (its user namespace maps no root), a dumpable one's to
+    // its own user.
+    let mut zygotes_checked = 0;
+    for z in &zygotes {
+        // A forked program (dumpable: its /proc/self is its own) has the zygote's command
+        // line too; its parent is its sandbox's codebox-zinit.
+        let pid: i32 = z.trim_start_matches("/proc/").parse().unwrap();
+        let parent = std::fs::read(format!("/proc/{}/cmdline", parent_of(pid))).unwrap_or_default();
+        if parent.starts_with(b"codebox-zinit") {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("{z}/status")) else {
+            continue;
+        };
+        let uid: u32 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        let Ok(meta) = std::fs::metadata(format!("{z}/status")) else {
+            continue;
+        };
+        use std::os::unix::fs::MetadataExt;
+        assert_ne!(
+            meta.uid(),
+            uid,
+            "{z} is dumpable: its /proc entries are its user's"
+        );
+        zygotes_checked += 1;
+    }
+    assert!(zygotes_checked > 0, "no zygote checked among {zygotes:?}");
 }
 
 #[test]
@@ -421,6 +459,22 @@ fn cgroups_of(pid: i32) -> Vec<(String, String)> {
             Some((parts.next()?.to_string(), parts.next()?.to_string()))
         })
         .collect()
+}
+
+/// Whether `pid` is a descendant of this test process.
+fn descends_from_this_process(pid: i32) -> bool {
+    let me = std::process::id() as i32;
+    let mut p = pid;
+    for _ in 0..64 {
+        p = parent_of(p);
+        if p == me {
+            return true;
+        }
+        if p <= 1 {
+            return false;
+        }
+    }
+    false
 }
 
 fn parent_of(pid: i32) -> i32 {

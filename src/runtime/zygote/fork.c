@@ -789,6 +789,11 @@ long codebox_zygote_serve(int control)
             if (r != 0)
                 return r; /* the program process, set up (its descriptors are 0-4 only:
                            * this loop's, closed there, may be reused by those) */
+            /* C1 made the memory it shares with this process dumpable for its id maps and
+             * set it back, unless it failed in between: whatever happened there, the
+             * zygote stays non-dumpable or stops. */
+            if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+                goto out;
         } else if (job.nfds > 3) {
             /* Not what the spawner sends: refused on its errors pipe. */
             record(job.fds[3], ZygoteFork, 2, EINVAL);
