@@ -446,6 +446,93 @@ def serve(preloaded):
     sys.exit(status)
 
 
+# What a one-shot execute call's frame looks like (src/runtime/boot.rs: EPHEMERAL, OUTPUTS
+# with the default limits, VALUE, CODE), for `rehearse`.
+def _record(kind, payload=b""):
+    return b"%s %d\n%s" % (kind, len(payload), payload)
+
+
+REHEARSAL_FRAME = (_record(b"EPHEMERAL") + _record(b"OUTPUTS", b"50 16777216\n")
+                   + _record(b"VALUE") + _record(b"CODE", b"print(1, 'x', [2.5], {'k': None})\n"))
+
+
+def rehearse(frame=REHEARSAL_FRAME):
+    """Runs `frame` through the request path, receive to output files, as `serve` would
+    (the real stdout and stderr objects, pointed at /dev/null; a socket pair in place of
+    fd 3), without the exit. In a sandbox forked from the zygote (zygote.py's warm-up of a
+    pooled one) this copies, while the sandbox waits for its code, the pages that path
+    writes: reference counts, allocator pools, buffers. Leaves nothing behind: this
+    module's state, __main__ and builtins._ are put back, /workspace/out goes if it made
+    it, and the descriptors are restored and closed (tests/zygote.rs checks)."""
+    global CHANNEL_FD, _want_value, _outputs_spec, _last_value
+    import socket
+
+    saved = (CHANNEL_FD, _want_value, _outputs_spec, _last_value)
+    saved_main = sys.modules.get("__main__")
+    had_underscore = hasattr(builtins, "_")
+    had_out = _exists(OUT_DIR)
+    ours, theirs = socket.socketpair()
+    try:
+        saved_fds = (posix.dup(1), posix.dup(2))
+        try:
+            null = posix.open("/dev/null", posix.O_WRONLY | posix.O_CLOEXEC)
+            try:
+                theirs.sendall(frame)
+                for target in (1, 2):
+                    posix.dup2(null, target)
+                CHANNEL_FD = ours.fileno()
+                _rehearse_call()
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except Exception:
+                        pass
+                for target, fd in zip((1, 2), saved_fds):
+                    posix.dup2(fd, target)
+                posix.close(null)
+        finally:
+            for fd in saved_fds:
+                posix.close(fd)
+    finally:
+        ours.close()
+        theirs.close()
+        CHANNEL_FD, _want_value, _outputs_spec, _last_value = saved
+        if saved_main is None:
+            sys.modules.pop("__main__", None)
+        else:
+            sys.modules["__main__"] = saved_main
+        if not had_underscore:
+            builtins.__dict__.pop("_", None)
+        if not had_out:
+            _forget_out_dir()
+
+
+def _rehearse_call():
+    """`serve`'s path for the frame on CHANNEL_FD, up to the output files."""
+    source, _mode, _rest, _written = _receive()
+    module = type(sys)("__main__")
+    module.__loader__ = _SourceLoader(source)
+    module.__builtins__ = builtins
+    sys.modules["__main__"] = module
+    try:
+        run_program(source, MAIN_FILENAME, module.__dict__)
+    except BaseException as exc:
+        print_program_exception(exc, MAIN_FILENAME)
+    capture_figures()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    send_outputs()
+
+
+def _exists(path):
+    try:
+        posix.lstat(path)
+    except OSError:
+        return False
+    return True
+
+
 def _exit_status(exc):
     """The status Python gives a SystemExit (printing a non-integer code, as it does)."""
     code = exc.code

@@ -12,11 +12,11 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::unistd::Pid;
 
 use super::super::cgroup::SandboxCgroup;
-use crate::sandbox::child::fds;
 use super::super::report::{self, FAILURE_LEN};
 use super::super::spawn::setup_error;
 use super::super::{lifeline, Reaper, Sandbox, SandboxIo, Watch};
 use super::{Error, Result};
+use crate::sandbox::child::fds;
 use crate::stopwatch::Stopwatch;
 
 /// The parent's ends of the child's descriptors, until the child's pidfd makes them a

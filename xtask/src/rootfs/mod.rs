@@ -12,7 +12,8 @@
 //! - [`seal`]: no write bit anywhere in the built tree (codebox checks a sealed tree in
 //!   O(1) per run), directories opened only while written;
 //! - [`manifest`]: read the tree back, check permissions, write `.manifest`;
-//! - [`glob`]: `*`/`?` wildcards for the recipe and `ld.so.conf`.
+//! - [`glob`]: `*`/`?` wildcards for the recipe and `ld.so.conf`;
+//! - [`native`]: codebox's own C programs (`[[native]]`), compiled with the host's compiler.
 
 mod deno;
 mod deno_cache;
@@ -20,6 +21,7 @@ mod elf;
 mod glob;
 mod ldso;
 mod manifest;
+mod native;
 mod plan;
 mod python;
 mod recipe;
@@ -46,11 +48,11 @@ Build codebox's minimal root filesystem from rootfs/recipe.toml: Debian's CPytho
 (/usr/bin/python3) with its standard library byte-compiled, Deno, the package sets
 ([python] packages from binary wheels, [deno] packages in a Deno cache), pip for the
 package installer, the shared libraries all of them load, a minimal /etc, the codebox
-runtime files (src/runtime) and empty mount points, listed with modes, sizes and SHA-256
-in DIR/.manifest. The tree is sealed: no write bit anywhere (directories 0555, files
-0444 or 0555), so codebox checks it in O(1) per run; remove it as a user other than
-root with `chmod -R u+w DIR && rm -rf DIR`. A rebuild copies only what changed and
-removes what the recipe no longer has.
+runtime files (src/runtime; its C programs compiled with the host's C compiler, `cc` or
+$CC) and empty mount points, listed with modes, sizes and SHA-256 in DIR/.manifest. The
+tree is sealed: no write bit anywhere (directories 0555, files 0444 or 0555), so codebox
+checks it in O(1) per run; remove it as a user other than root with `chmod -R u+w DIR &&
+rm -rf DIR`. A rebuild copies only what changed and removes what the recipe no longer has.
 
 Options:
   --out DIR    where to build (default: $CODEBOX_ROOTFS, else target/rootfs)
@@ -224,6 +226,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
         &staged_include,
         true,
     )?;
+    for (to, built) in native::build(&root, &build_dir, &recipe.native)? {
+        plan.file(&to, &built)?;
+    }
     let not_stamp = |rel: &str, _is_dir: bool| !rel.starts_with(".codebox-");
     plan.tree(&deno_cache.dir, &recipe.deno.cache_dir, &not_stamp, false)?;
     let mut compile = recipe.python.compile.clone();
