@@ -14,6 +14,7 @@ mod bench_sdk;
 mod bench_throughput;
 mod dist;
 mod fuzz;
+mod guest;
 mod image;
 mod rootfs;
 mod test;
@@ -23,6 +24,8 @@ cargo xtask <command> [options]
 
 Commands:
   rootfs            build the sandbox's root filesystem (target/rootfs)
+  guest             the microVM backend's guest (kernel, initramfs, erofs rootfs image)
+                    and the jailed VMM's root directory (target/guest)
   test              everything CI runs: rootfs, lints, all tests as root and rootless
   dist              a relocatable release (target/packages): tarball with the stripped binary
                     and the rootfs, a Debian package; checked unpacked with `env -i`
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
     {
         Some("rootfs") => rootfs::run(&rest),
         Some("test") => test::run(&rest),
+        Some("guest") => guest::run(&rest),
         Some("dist") => dist::run(&rest),
         Some("fuzz") => fuzz::run(&rest),
         Some("image") => image::run(&rest),
