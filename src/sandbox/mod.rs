@@ -39,6 +39,7 @@ use nix::unistd::Pid;
 
 pub use cgroup::{CgroupManager, CgroupStats};
 pub use error::{Error, Result};
+pub use fds::slot::INHERITED as FIRST_INHERITED_FD;
 pub use fds::{set_nonblocking, PROGRAM_CHANNEL_FD};
 pub use idmap::IdMapping;
 pub use landlock::{LandlockMode, LandlockStatus};
