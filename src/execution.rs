@@ -73,6 +73,9 @@ impl std::fmt::Debug for EgressForRun {
 #[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct ExecutionResult {
     pub language: Language,
+    /// Which backend ran it: `namespace` (fresh namespaces on the host kernel) or
+    /// `microvm` (the same sandbox inside a QEMU microVM).
+    pub backend: crate::microvm::Backend,
     pub stdout: String,
     pub stderr: String,
     /// The repr of the program's last expression, as a REPL shows it (`codebox serve`;
@@ -545,6 +548,7 @@ pub fn result_from(
     ExecutionResult {
         start: None,
         zygote: false,
+        backend: crate::microvm::Backend::Namespace,
         language,
         stdout: outcome.stdout.text("stdout"),
         stderr: outcome.stderr.text("stderr"),

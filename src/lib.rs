@@ -16,6 +16,8 @@
 //! - [`server`]: the MCP server (rmcp): execute_python, execute_typescript, health
 //! - [`spawner`]: the single-threaded process that creates sandboxes for the async server
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
+//! - [`microvm`]: the microVM backend: the same sandbox inside a jailed QEMU, the guest
+//!   init, warm clones
 //! - [`egress`]: the egress proxy of `proxy` network mode: host allowlist, SSRF checks,
 //!   credentials added at the boundary (TLS interception by a per-installation CA),
 //!   limits and a record of every connection
@@ -58,6 +60,7 @@ pub mod error_chain;
 pub mod execution;
 pub mod line_reader;
 pub mod metrics;
+pub mod microvm;
 pub mod output;
 pub mod packages;
 pub mod pii;

@@ -78,6 +78,14 @@ pub struct RunArgs {
     /// root and without --allow-host.
     #[arg(long)]
     zygote: bool,
+    /// Where the sandbox runs: `namespace` (fresh namespaces on this kernel) or
+    /// `microvm` (the same sandbox inside a jailed QEMU microVM) [profile: namespace].
+    #[arg(long, value_name = "BACKEND")]
+    backend: Option<codebox::microvm::Backend>,
+    /// The microVM guest tree (`cargo xtask guest`) [default: $CODEBOX_GUEST, else next
+    /// to the binary, else a checkout's target/guest].
+    #[arg(long, value_name = "DIR")]
+    guest: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -163,6 +171,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         egress,
         zygote: args.zygote,
     };
+    if args.backend == Some(codebox::microvm::Backend::Microvm) {
+        return run_microvm(&args, &host, &request, timeout);
+    }
     let mut result = match (&secrets, args.json) {
         (_, true) => execution::execute(&host, &request, &mut codebox::sandbox::Discard)?,
         (None, false) => execution::execute(&host, &request, &mut Passthrough)?,
@@ -175,6 +186,28 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(secrets) = &secrets {
         result.redact_secrets(secrets);
+    }
+    report(&result, args.json, timeout)
+}
+
+/// The run on the microVM backend: the same request, in a fresh jailed VM.
+fn run_microvm(
+    args: &RunArgs,
+    host: &codebox::execution::Host,
+    request: &ExecutionRequest,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    use codebox::microvm;
+    let dir = microvm::image::locate(args.guest.as_deref())?;
+    let image = microvm::image::load(&dir)?;
+    let accel = microvm::qemu::Accel::Tcg;
+    let (result, ending) = if args.json {
+        microvm::run::execute(host, &image, accel, request, &mut codebox::sandbox::Discard)?
+    } else {
+        microvm::run::execute(host, &image, accel, request, &mut Passthrough)?
+    };
+    if !ending.end.is_normal() {
+        eprintln!("codebox: {}", ending.end.describe());
     }
     report(&result, args.json, timeout)
 }

@@ -443,6 +443,7 @@ mod tests {
     fn result(stdout: &str, stderr: &str) -> ExecutionResult {
         ExecutionResult {
             language: Language::Python,
+            backend: crate::microvm::Backend::Namespace,
             stdout: stdout.into(),
             stderr: stderr.into(),
             value: None,

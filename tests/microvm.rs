@@ -1,0 +1,210 @@
+//! The microVM backend end to end, under TCG on this machine: the real `codebox` binary,
+//! the real guest tree (`cargo xtask guest`), jailed QEMU.
+//!
+//! One test at a time (harness = false): each cold VM is seconds of emulated CPU, and the
+//! first test spawns a sandbox in this process, which must be single-threaded. Every test
+//! prints what it cost (`cost:` lines), so the suite's share of CI time stays visible.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use common::*;
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde_json::Value;
+
+fn guest_dir() -> PathBuf {
+    std::env::var_os("CODEBOX_GUEST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/guest"))
+}
+
+/// The GNU build ID of an ELF file: its note is near the start of the file.
+fn file_build_id(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = vec![0u8; 1 << 20];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    // namesz 4, descsz 20, type NT_GNU_BUILD_ID (3), "GNU\0"
+    let pattern = [4u8, 0, 0, 0, 20, 0, 0, 0, 3, 0, 0, 0, b'G', b'N', b'U', 0];
+    let at = head[..n].windows(16).position(|w| w == pattern)? + 16;
+    Some(
+        head.get(at..at + 20)?
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
+}
+
+/// Whether microVM tests can run here; prints the reason when they cannot.
+fn microvm_available(test: &str) -> bool {
+    if !sandbox_available(test) {
+        return false;
+    }
+    let guest = guest_dir();
+    let reason = match std::fs::read_to_string(guest.join("guest.toml")) {
+        Err(_) => Some(format!(
+            "no guest tree at {} (run `cargo xtask guest`)",
+            guest.display()
+        )),
+        Ok(text) => {
+            let want = file_build_id(&codebox_bin());
+            match want {
+                Some(id) if text.contains(&format!("init_build_id = \"{id}\"")) => None,
+                _ => Some(format!(
+                    "the guest at {} was built for another codebox binary (run `cargo xtask guest`)",
+                    guest.display()
+                )),
+            }
+        }
+    };
+    match reason {
+        None => true,
+        Some(r) if strict() => panic!("{test}: required feature missing: {r}"),
+        Some(r) => {
+            eprintln!("SKIP {test}: {r}");
+            false
+        }
+    }
+}
+
+/// `codebox run --json` of `code` on `backend`, with extra arguments.
+fn run_json(backend: &str, language: &str, code: &str, extra: &[&str]) -> Value {
+    let out = Command::new(codebox_bin())
+        .args(["run", "--json", "--backend", backend, language, "-c", code])
+        .args(extra)
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .env("CODEBOX_GUEST", guest_dir())
+        .output()
+        .expect("run codebox");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{backend}: not JSON ({e}): {text}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn cost(test: &str, started: Instant, vms: usize) {
+    println!(
+        "cost: {test}: {:.1} s, {vms} VM(s)",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A program inherits the descriptors its spec names, at 13, 14, ..., and nothing else
+/// (the jailed VMM's sockets reach QEMU this way).
+fn inherited_descriptors_reach_the_program() -> Result<(), Failed> {
+    use codebox::sandbox::{self, Discard, IdMapping, Limits, Program, SandboxSpec};
+    if !sandbox_available("inherited_descriptors_reach_the_program") {
+        return Ok(());
+    }
+    let (r1, w1) = nix::unistd::pipe().unwrap();
+    let (r2, w2) = nix::unistd::pipe().unwrap();
+    let mut program = Program::new(
+        "/usr/bin/python3",
+        &[
+            "python3",
+            "-S",
+            "-c",
+            "import os; os.write(13, b'one'); os.write(14, b'two'); \
+             print(sorted(int(f) for f in os.listdir('/proc/self/fd')))",
+        ],
+        &[("PATH", "/usr/bin")],
+        "/",
+    )
+    .unwrap();
+    program.inherit = vec![
+        std::os::fd::AsRawFd::as_raw_fd(&w1),
+        std::os::fd::AsRawFd::as_raw_fd(&w2),
+    ];
+    let spec = SandboxSpec {
+        rootfs: rootfs_dir(),
+        workspace: None,
+        workspace_mount: None,
+        servers: None,
+        skills: None,
+        trust: None,
+        packages: None,
+        program,
+        limits: Limits::default(),
+        id_mapping: IdMapping::for_current_process(sandbox::idmap::DEFAULT_ROOT_HOST_ID),
+        hostname: "codebox".into(),
+        policy: sandbox::SecurityPolicy::default_profile().unwrap(),
+    };
+    let cgroups = sandbox::CgroupManager::discover_host().ok();
+    let sb = sandbox::spawn(&spec, cgroups.as_ref()).map_err(|e| format!("{e:#}"))?;
+    drop((w1, w2));
+    let outcome = sb
+        .run_to_completion(&[], &spec.limits, &mut Discard)
+        .map_err(|e| format!("{e:#}"))?;
+    let read = |fd: std::os::fd::OwnedFd| {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).unwrap();
+        s
+    };
+    assert_eq!(read(r1), "one");
+    assert_eq!(read(r2), "two");
+    let listed = String::from_utf8_lossy(&outcome.stdout.bytes).to_string();
+    // 0-2, fd 3, the two inherited, and the directory listing itself.
+    assert_eq!(listed.trim(), "[0, 1, 2, 3, 4, 13, 14]", "{listed}");
+    Ok(())
+}
+
+/// The same programs print the same and end the same on both backends.
+fn both_backends_agree() -> Result<(), Failed> {
+    if !microvm_available("both_backends_agree") {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let cases: &[(&str, &str)] = &[
+        (
+            "python",
+            "import sys\nprint(1)\nprint('é ∑ 🙂', file=sys.stderr)\nsys.exit(3)",
+        ),
+        ("python", "raise ValueError('boom')"),
+        (
+            "python",
+            "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)",
+        ),
+        (
+            "typescript",
+            "console.log(1 + 1); console.error('err'); Deno.exit(4);",
+        ),
+    ];
+    let mut vms = 0;
+    for (language, code) in cases {
+        let ns = run_json("namespace", language, code, &[]);
+        let vm = run_json("microvm", language, code, &[]);
+        vms += 1;
+        assert_eq!(ns["backend"], "namespace");
+        assert_eq!(vm["backend"], "microvm", "{vm:#}");
+        for key in ["stdout", "stderr", "exit_code", "signal", "timed_out"] {
+            assert_eq!(
+                ns[key], vm[key],
+                "{language} {code:?}: {key}\n{ns:#}\n{vm:#}"
+            );
+        }
+        // Landlock in the guest: its kernel (6.1) has ABI 3, so no TCP rules and no
+        // scopes: partially enforced, and said so.
+        assert_eq!(vm["landlock"], "partially_enforced", "{vm:#}");
+    }
+    cost("both_backends_agree", started, vms);
+    Ok(())
+}
+
+fn main() {
+    let mut args = Arguments::from_args();
+    // One VM at a time: each is CPU-bound under TCG.
+    args.test_threads = Some(1);
+    let tests = vec![
+        Trial::test(
+            "inherited_descriptors_reach_the_program",
+            inherited_descriptors_reach_the_program,
+        ),
+        Trial::test("both_backends_agree", both_backends_agree),
+    ];
+    libtest_mimic::run(&args, tests).exit();
+}
