@@ -81,6 +81,11 @@ pub type Result<T> = std::result::Result<T, Error>;
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub profile: Option<String>,
+    /// Where sandboxes run: `namespace` or `microvm`; replaces the profile's `backend`.
+    pub backend: Option<crate::microvm::Backend>,
+    /// The microVM guest tree (`cargo xtask guest`; default: next to the binary, or a
+    /// checkout's `target/guest`).
+    pub guest: Option<PathBuf>,
     pub rootfs: Option<PathBuf>,
     pub concurrency: Option<usize>,
     /// Sandboxes kept started and waiting, per language, at least (0: no warm pool).
@@ -300,6 +305,7 @@ impl Config {
         };
         for p in [
             &mut self.rootfs,
+            &mut self.guest,
             &mut self.mcp_config,
             &mut self.skills_dir,
             &mut self.skills_shared,
@@ -345,6 +351,13 @@ impl Config {
         };
         if let Some(v) = env("CODEBOX_PROFILE") {
             self.profile = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_BACKEND") {
+            self.backend = Some(v.trim().parse().map_err(|reason| Error::BadEnv {
+                var: "CODEBOX_BACKEND".into(),
+                value: v.clone(),
+                reason,
+            })?);
         }
         if let Some(v) = env("CODEBOX_ROOTFS") {
             self.rootfs = Some(v.into());
@@ -612,6 +625,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 2, column 15:"), "{e}");
+    }
+
+    #[test]
+    fn the_backend_and_guest_come_from_the_file_or_the_environment() {
+        use crate::microvm::Backend;
+        let mut c = Config::parse(
+            "backend = \"microvm\"\nguest = \"g\"\n",
+            Path::new("/etc/c/codebox.toml"),
+        )
+        .unwrap();
+        c.resolve_paths(Path::new("/etc/c"));
+        assert_eq!(c.backend, Some(Backend::Microvm));
+        assert_eq!(c.guest.as_deref(), Some(Path::new("/etc/c/g")));
+        c.apply_env(&env_of(&[("CODEBOX_BACKEND", "namespace")]))
+            .unwrap();
+        assert_eq!(c.backend, Some(Backend::Namespace));
+        let err = c
+            .apply_env(&env_of(&[("CODEBOX_BACKEND", "firecracker")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("namespace or microvm"), "{err}");
+        assert!(Config::parse("backend = \"kvm\"\n", Path::new("c.toml")).is_err());
     }
 
     #[test]

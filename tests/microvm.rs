@@ -195,6 +195,62 @@ fn both_backends_agree() -> Result<(), Failed> {
     Ok(())
 }
 
+/// `codebox doctor` says which accelerator a microVM gets here, and why.
+fn doctor_names_the_accelerator_and_why() -> Result<(), Failed> {
+    if !microvm_available("doctor_names_the_accelerator_and_why") {
+        return Ok(());
+    }
+    let out = Command::new(codebox_bin())
+        .args(["doctor", "--json"])
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .env("CODEBOX_GUEST", guest_dir())
+        .output()
+        .expect("run codebox doctor");
+    let report: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    let line = |layer: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["layer"] == layer)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {layer} line: {report:#}"))
+    };
+    assert_eq!(line("microvm guest")["status"], "ok", "{report:#}");
+    let accel = line("microvm accelerator");
+    let detail = accel["detail"].as_str().unwrap();
+    let kvm = detail.starts_with("kvm: a probe booted the guest");
+    let tcg = detail.starts_with("tcg: ") && detail.len() > 20;
+    assert!(kvm || tcg, "{accel:#}");
+    if std::path::Path::new("/dev/kvm").exists() && tcg {
+        // Why not KVM is said, not assumed.
+        assert!(
+            detail.contains("/dev/kvm") || detail.contains("asked for"),
+            "{accel:#}"
+        );
+    }
+    Ok(())
+}
+
+/// `codebox serve` refuses the microVM backend plainly until its pool and sessions run
+/// microVMs, rather than serve namespace sandboxes under that name.
+fn serve_refuses_the_microvm_backend() -> Result<(), Failed> {
+    if !sandbox_available("serve_refuses_the_microvm_backend") {
+        return Ok(());
+    }
+    let out = Command::new(codebox_bin())
+        .arg("serve")
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .env("CODEBOX_BACKEND", "microvm")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run codebox serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("backend microvm"), "{err}");
+    Ok(())
+}
+
 fn main() {
     let mut args = Arguments::from_args();
     // One VM at a time: each is CPU-bound under TCG.
@@ -205,6 +261,14 @@ fn main() {
             inherited_descriptors_reach_the_program,
         ),
         Trial::test("both_backends_agree", both_backends_agree),
+        Trial::test(
+            "doctor_names_the_accelerator_and_why",
+            doctor_names_the_accelerator_and_why,
+        ),
+        Trial::test(
+            "serve_refuses_the_microvm_backend",
+            serve_refuses_the_microvm_backend,
+        ),
     ];
     libtest_mimic::run(&args, tests).exit();
 }

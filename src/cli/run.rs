@@ -86,6 +86,10 @@ pub struct RunArgs {
     /// to the binary, else a checkout's target/guest].
     #[arg(long, value_name = "DIR")]
     guest: Option<PathBuf>,
+    /// The microVM's accelerator: `auto` (KVM if a probe boots the guest under it, cached
+    /// per host boot; else TCG), `kvm` or `tcg`.
+    #[arg(long, default_value = "auto", value_name = "ACCEL")]
+    accel: codebox::microvm::accel::AccelMode,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -171,7 +175,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         egress,
         zygote: args.zygote,
     };
-    if args.backend == Some(codebox::microvm::Backend::Microvm) {
+    if args.backend.unwrap_or(profile.backend) == codebox::microvm::Backend::Microvm {
         return run_microvm(&args, &host, &request, timeout);
     }
     let mut result = match (&secrets, args.json) {
@@ -200,7 +204,14 @@ fn run_microvm(
     use codebox::microvm;
     let dir = microvm::image::locate(args.guest.as_deref())?;
     let image = microvm::image::load(&dir)?;
-    let accel = microvm::qemu::Accel::Tcg;
+    let choice = microvm::accel::choose(
+        host,
+        &image,
+        args.accel,
+        codebox::rootfs::default_stamp_dir().as_deref(),
+    )?;
+    tracing::debug!(accel = choice.accel.name(), reason = %choice.reason, "microVM accelerator");
+    let accel = choice.accel;
     let (result, ending) = if args.json {
         microvm::run::execute(host, &image, accel, request, &mut codebox::sandbox::Discard)?
     } else {

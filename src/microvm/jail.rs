@@ -6,8 +6,8 @@
 //!   namespace has no interface up and the filter allows no socket (no network at all);
 //! - root: `target/guest` read-only (QEMU, its libraries and firmware, the kernel, the
 //!   initramfs and the rootfs image: nothing else of the host), a private `/dev` with
-//!   null, zero, full, random and urandom only (KVM is not used on this path: see
-//!   `accel.rs`), a fresh `/proc`, small private tmpfs for `/tmp` and `/dev/shm`;
+//!   null, zero, full, random and urandom, and `kvm` only when KVM is used (`accel.rs`),
+//!   a fresh `/proc`, small private tmpfs for `/tmp` and `/dev/shm`;
 //! - its own cgroup: memory = guest RAM + [`VMM_OVERHEAD_MIB`], tasks, CPU = vCPUs + one
 //!   core for QEMU's own threads;
 //! - no capabilities, `no_new_privs`, landlock (read-only everywhere but its tmpfs), the
@@ -94,6 +94,34 @@ pub struct JailLimits {
     pub lifetime: Duration,
 }
 
+/// The host ids of a KVM jail: as root, the unprivileged uid with `/dev/kvm`'s group when
+/// that group may read and write it (supplementary groups are cleared in a root-made
+/// sandbox, so the group must be the primary one); rootless, the user's own ids.
+pub fn kvm_ids(ids: crate::sandbox::IdMapping) -> crate::sandbox::IdMapping {
+    use std::os::unix::fs::MetadataExt;
+    if !ids.privileged {
+        return ids;
+    }
+    match std::fs::metadata("/dev/kvm") {
+        Ok(m) if m.gid() != 0 && m.mode() & 0o060 == 0o060 => crate::sandbox::IdMapping {
+            host_gid: m.gid(),
+            ..ids
+        },
+        _ => ids,
+    }
+}
+
+/// The supplementary groups the jail keeps: none when made by root, the user's own
+/// rootless.
+pub fn own_groups(ids: crate::sandbox::IdMapping) -> Vec<u32> {
+    if ids.privileged {
+        return Vec::new();
+    }
+    nix::unistd::getgroups()
+        .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+        .unwrap_or_default()
+}
+
 /// The sandbox spec of the VMM: see the module documentation.
 pub fn spec(
     host: &Host,
@@ -133,6 +161,9 @@ pub fn spec(
     );
     spec.rootfs = guest_dir.to_path_buf();
     spec.hostname = "codebox-vmm".into();
+    if machine.accel == Accel::Kvm {
+        spec.id_mapping = kvm_ids(spec.id_mapping);
+    }
     Ok(spec)
 }
 
@@ -144,11 +175,6 @@ pub fn launch(
     ram: Option<&OwnedFd>,
     limits: &JailLimits,
 ) -> Result<Jailed, Error> {
-    if machine.accel == Accel::Kvm {
-        return Err(Error::Unsupported(
-            "KVM in the jail needs /dev/kvm in its /dev, which this build does not bind yet".into(),
-        ));
-    }
     let (sockets, theirs) = socket_pairs().map_err(|source| Error::Io {
         doing: "creating the VM's sockets",
         source,
@@ -175,7 +201,13 @@ pub fn launch(
         }
     }
     let spec = spec(host, guest_dir, &machine, inherit)?;
-    let sandbox = sandbox::spawn(&spec, host.cgroups.as_ref()).map_err(Error::Sandbox)?;
+    // /dev/kvm only when KVM is used; landlock lets QEMU open it (`VMM_DEVICES`).
+    let devices: &[&str] = match machine.accel {
+        Accel::Kvm => &["kvm"],
+        Accel::Tcg => &[],
+    };
+    let sandbox = sandbox::spawn_with_devices(&spec, host.cgroups.as_ref(), devices)
+        .map_err(Error::Sandbox)?;
     if let Err(e) = sandbox.watch.arm(limits.lifetime) {
         tracing::warn!(?e, "arming the VMM jail's deadline failed");
     }

@@ -21,6 +21,7 @@
 //! - [`pump`]: port → pipe relays with fixed buffers and announced byte counts
 //! - [`vm`]: boot handshake, start, the driver, how a VM ended
 //! - [`run`]: one execution on a fresh VM (`codebox run --backend microvm`)
+//! - [`accel`]: KVM when a probe boots the guest under it, else TCG; and why (`doctor`)
 //! - [`tsc`]: the host's TSC frequency, which a TCG guest cannot calibrate on microvm
 //! - [`guest`]: the guest init (runs inside the VM)
 //! - [`build_id`]: this binary's GNU build ID
@@ -47,6 +48,7 @@
 //! its own flow control. The control port carries bounded frames only (`wire.rs`); each
 //! stream's end is announced there with its byte count.
 
+pub mod accel;
 pub mod build_id;
 pub mod guest;
 pub mod image;

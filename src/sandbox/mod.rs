@@ -44,7 +44,7 @@ pub use fds::{set_nonblocking, PROGRAM_CHANNEL_FD};
 pub use idmap::IdMapping;
 pub use landlock::{LandlockMode, LandlockStatus};
 pub use report::ProgramStatus;
-pub use spawn::{cgroup_limits, spawn};
+pub use spawn::{cgroup_limits, spawn, spawn_with_devices};
 pub use spec::{Limits, NetworkAccess, Program, SandboxSpec, SecurityPolicy};
 pub use supervise::{Captured, Discard, Outcome, OutputSink};
 
