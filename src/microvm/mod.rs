@@ -57,6 +57,7 @@ pub mod pump;
 pub mod qemu;
 pub mod qmp;
 pub mod run;
+pub mod template;
 pub mod tsc;
 pub mod vm;
 pub mod wire;

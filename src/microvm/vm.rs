@@ -130,10 +130,10 @@ pub struct VmEnding {
     pub qemu_stderr: String,
 }
 
-/// A booted VM whose guest init waits for `Start`.
+/// A booted VM whose guest init waits for `Start` (or a clone being restored).
 pub struct Vm {
-    jailed: Jailed,
-    qmp: Qmp,
+    pub(super) jailed: Jailed,
+    pub(super) qmp: Qmp,
     control: UnixStream,
     reader: FrameReader,
     console: SharedTail,
@@ -195,13 +195,9 @@ async fn read_message(
     }
 }
 
-/// QMP, then the guest init's `Hello`, within `limit` of `launched`.
-pub async fn boot(
-    mut jailed: Jailed,
-    expected_build_id: &str,
-    launched: Instant,
-    limit: Duration,
-) -> Result<Vm, Error> {
+/// Takes the jail's console and stderr into tails, negotiates QMP and opens the control
+/// port; the guest may not be up yet (a clone is not even running).
+pub(super) async fn connect(mut jailed: Jailed, launched: Instant) -> Result<Vm, Error> {
     let console = SharedTail::default();
     let qemu_stderr = SharedTail::default();
     let take = |fd: &mut OwnedFd| -> std::io::Result<OwnedFd> {
@@ -225,28 +221,78 @@ pub async fn boot(
         .control
         .try_clone()
         .map_err(io_err("duplicating the control socket"))?;
-    let with_context = |e: Error, console: &SharedTail, stderr: &SharedTail| Error::Boot {
-        reason: e.to_string(),
-        console: console.lock().expect("tail").text(),
-        qemu_stderr: stderr.lock().expect("tail").text(),
+    let qmp = match Qmp::connect(qmp_fd).await {
+        Ok(q) => q,
+        Err(e) => {
+            // QEMU usually says why on its stderr before it closes QMP.
+            tokio::task::yield_now().await;
+            return Err(Error::Boot {
+                reason: Error::Qmp(e).to_string(),
+                console: console.lock().expect("tail").text(),
+                qemu_stderr: qemu_stderr.lock().expect("tail").text(),
+            });
+        }
     };
-    let handshake = async {
-        let qmp = Qmp::connect(qmp_fd).await.map_err(Error::Qmp)?;
-        let mut control = tokio_stream(control_fd).map_err(io_err("the control socket"))?;
-        let mut reader = FrameReader::default();
-        let hello = read_message(&mut control, &mut reader).await?;
-        Ok::<_, Error>((qmp, control, reader, hello))
+    let control = tokio_stream(control_fd).map_err(io_err("the control socket"))?;
+    Ok(Vm {
+        jailed,
+        qmp,
+        control,
+        reader: FrameReader::default(),
+        console,
+        qemu_stderr,
+        boot_time: launched.elapsed(),
+    })
+}
+
+impl Vm {
+    /// A boot failure with the console's and QEMU's last words.
+    pub(super) fn failure(&self, e: Error) -> Error {
+        Error::Boot {
+            reason: e.to_string(),
+            console: self.console.lock().expect("tail").text(),
+            qemu_stderr: self.qemu_stderr.lock().expect("tail").text(),
+        }
+    }
+
+    /// Reads one control message.
+    pub(super) async fn message(&mut self) -> Result<GuestMessage, Error> {
+        read_message(&mut self.control, &mut self.reader).await
+    }
+
+    /// Writes one control message.
+    pub(super) async fn send(&mut self, m: &HostMessage) -> Result<(), Error> {
+        self.control
+            .write_all(&wire::encode(m))
+            .await
+            .map_err(io_err("writing to the control port"))
+    }
+}
+
+/// QMP, then the guest init's `Hello`, within `limit` of `launched`.
+pub async fn boot(
+    jailed: Jailed,
+    expected_build_id: &str,
+    launched: Instant,
+    limit: Duration,
+) -> Result<Vm, Error> {
+    let left = limit.saturating_sub(launched.elapsed());
+    let mut vm = match tokio::time::timeout(left, connect(jailed, launched)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::VmGone(format!(
+                "QEMU did not answer QMP within {limit:?}"
+            )))
+        }
     };
     let left = limit.saturating_sub(launched.elapsed());
-    let (qmp, control, reader, hello) = match tokio::time::timeout(left, handshake).await {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => return Err(with_context(e, &console, &qemu_stderr)),
+    let hello = match tokio::time::timeout(left, vm.message()).await {
+        Ok(Ok(m)) => m,
+        Ok(Err(e)) => return Err(vm.failure(e)),
         Err(_) => {
-            return Err(with_context(
-                Error::VmGone(format!("the guest did not come up within {limit:?}")),
-                &console,
-                &qemu_stderr,
-            ))
+            return Err(vm.failure(Error::VmGone(format!(
+                "the guest did not come up within {limit:?}"
+            ))))
         }
     };
     match hello {
@@ -257,23 +303,10 @@ pub async fn boot(
                 host: expected_build_id.to_string(),
             })
         }
-        other => {
-            return Err(with_context(
-                Error::Protocol(format!("expected Hello, got {other:?}")),
-                &console,
-                &qemu_stderr,
-            ))
-        }
+        other => return Err(vm.failure(Error::Protocol(format!("expected Hello, got {other:?}")))),
     }
-    Ok(Vm {
-        jailed,
-        qmp,
-        control,
-        reader,
-        console,
-        qemu_stderr,
-        boot_time: launched.elapsed(),
-    })
+    vm.boot_time = launched.elapsed();
+    Ok(vm)
 }
 
 /// Asks a VM's driver to kill it; clonable, idempotent.
@@ -369,6 +402,7 @@ impl Vm {
                 spec: Box::new(spec),
                 time_ns,
                 seed,
+                template: false,
             }))
             .await
             .map_err(io_err("writing to the control port"))?;
@@ -387,7 +421,7 @@ impl Vm {
     }
 
     /// Hands the streams upward and starts the driver.
-    fn drive(
+    pub(super) fn drive(
         self,
         landlock: Option<LandlockStatus>,
         lifetime: Duration,
@@ -613,13 +647,15 @@ impl Driver {
                 }
                 let (io, watch) = sb.into_parts();
                 drop(io);
-                match tokio::task::spawn_blocking(move || watch.finish()).await {
-                    Ok(Ok(ending)) => ending.cgroup,
-                    Ok(Err(e)) => {
+                // On this thread (a killed QEMU is reaped at once): a blocking-pool thread
+                // would make a single-threaded caller multi-threaded, and jails are
+                // cloned only from single-threaded processes.
+                match watch.finish() {
+                    Ok(ending) => ending.cgroup,
+                    Err(e) => {
                         tracing::warn!(?e, "finishing the VMM jail failed");
                         None
                     }
-                    Err(_) => None,
                 }
             }
             None => None,

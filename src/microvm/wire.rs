@@ -65,7 +65,13 @@ pub enum HostMessage {
         spec: Box<RunSpec>,
         time_ns: u64,
         seed: String,
+        /// A template's sandbox: its deadline is armed by `Resume` in each clone, not now.
+        #[serde(default)]
+        template: bool,
     },
+    /// This guest is a clone restored from a template: set the clock, mix in the seed
+    /// and reseed the kernel's generator, arm the program's deadline; answer `Resumed`.
+    Resume { time_ns: u64, seed: String },
     /// The host closed its side of fd 3: the program reads end of file after what is
     /// still on the way.
     Eof { stream: Stream, bytes: u64 },
@@ -80,6 +86,8 @@ pub enum GuestMessage {
     Hello { build_id: String },
     /// The program was exec'd.
     Started { landlock: Option<LandlockStatus> },
+    /// A clone has its own clock and entropy now.
+    Resumed,
     /// A stream ended after `bytes` bytes on its port.
     Eof { stream: Stream, bytes: u64 },
     /// The program ended (or the sandbox was killed: `status` is `None`); the guest's
@@ -182,6 +190,11 @@ mod tests {
                 spec: Box::new(spec()),
                 time_ns: 1,
                 seed: "00".repeat(64),
+                template: false,
+            },
+            HostMessage::Resume {
+                time_ns: 2,
+                seed: "11".repeat(64),
             },
             HostMessage::Eof {
                 stream: Stream::Channel,

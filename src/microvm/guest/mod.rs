@@ -16,8 +16,9 @@
 //!    says `partially_enforced`), seccomp;
 //! 8. relay its stdout, stderr and fd 3 to their ports (`relay.rs`) until it has ended;
 //!    send each stream's end and `Exited` with its status and cgroup figures;
-//! 9. wait: the host ends the VM (a guest that powered itself off could lose what it
-//!    wrote last, still in the port's queue).
+//! 9. back to 5's wait for `Start`: the host ends the VM (a guest that powered itself
+//!    off could lose what it wrote last, still in the port's queue), or, for a template
+//!    of the kernel stage, snapshots it here after a warm-up run.
 //!
 //! Any failure is reported as `Failed` when the control port is open, then the init
 //! waits the same way; the host's deadline ends the VM either way.
@@ -107,25 +108,31 @@ fn main(control_out: &mut Option<File>) -> anyhow::Result<()> {
         loaded,
         clock.summary()
     );
-    let (spec, time_ns, seed) = match read_message(&mut ports.control)? {
-        HostMessage::Start {
-            spec,
-            time_ns,
-            seed,
-        } => (spec, time_ns, seed),
-        other => anyhow::bail!("expected Start, got {other:?}"),
-    };
-    // 6.
-    system::set_clock(time_ns).context("setting the clock")?;
-    system::reseed(&seed).context("reseeding the kernel's entropy")?;
-    // 7.
     let host = guest_host()?;
-    let (program, policy, limits) = sandbox_parts(spec.as_ref())?;
-    let sandbox_spec = host.spec(program, None, &limits, &policy);
-    let sandbox = crate::sandbox::spawn(&sandbox_spec, host.cgroups.as_ref())
-        .context("starting the sandbox")?;
-    // 8.
-    relay::run(sandbox, &limits, &mut ports)
+    // One sandbox per Start. A VM normally runs one and is ended by the host after its
+    // Exited; a kernel-stage template runs a warm-up program first and is snapshot here,
+    // waiting for the Start each of its clones gets.
+    loop {
+        let (spec, time_ns, seed, template) = match read_message(&mut ports.control)? {
+            HostMessage::Start {
+                spec,
+                time_ns,
+                seed,
+                template,
+            } => (spec, time_ns, seed, template),
+            other => anyhow::bail!("expected Start, got {other:?}"),
+        };
+        // 6.
+        system::set_clock(time_ns).context("setting the clock")?;
+        system::reseed(&seed).context("reseeding the kernel's entropy")?;
+        // 7.
+        let (program, policy, limits) = sandbox_parts(spec.as_ref())?;
+        let sandbox_spec = host.spec(program, None, &limits, &policy);
+        let sandbox = crate::sandbox::spawn(&sandbox_spec, host.cgroups.as_ref())
+            .context("starting the sandbox")?;
+        // 8.
+        relay::run(sandbox, &limits, &mut ports, template)?;
+    }
 }
 
 /// Reads one whole control message (blocking).

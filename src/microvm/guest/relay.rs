@@ -113,7 +113,7 @@ fn borrow(fd: RawFd) -> BorrowedFd<'static> {
 }
 
 /// Relays until the sandbox has ended; reports the ending on the control port.
-pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports) -> Result<()> {
+pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports, template: bool) -> Result<()> {
     let (io, watch) = sandbox.into_parts();
     for fd in [
         io.stdout.as_fd(),
@@ -126,9 +126,15 @@ pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports) -> Result<()> {
     ] {
         set_nonblocking(fd, true).context("making the relay's descriptors non-blocking")?;
     }
-    // The program's own deadline, in the guest too (the host's is the one that counts).
-    if let Err(e) = watch.arm(crate::sandbox::lifeline::run_deadline(limits.timeout)) {
-        eprintln!("codebox guest-init: arming the deadline failed: {e}");
+    // The program's own deadline, in the guest too (the host's is the one that counts);
+    // a template's is armed in each clone, when it resumes.
+    let arm = |watch: &crate::sandbox::Watch| {
+        if let Err(e) = watch.arm(crate::sandbox::lifeline::run_deadline(limits.timeout)) {
+            eprintln!("codebox guest-init: arming the deadline failed: {e}");
+        }
+    };
+    if !template {
+        arm(&watch);
     }
     let mut control_out: Vec<u8> = wire::encode(&GuestMessage::Started {
         landlock: io.landlock,
@@ -267,6 +273,14 @@ pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports) -> Result<()> {
                                     }),
                                 ) => {
                                     down_limit = Some(bytes);
+                                }
+                                (_, Some(HostMessage::Resume { time_ns, seed })) => {
+                                    // Before the program runs again with the host's
+                                    // bytes: its clock and the kernel's entropy.
+                                    super::system::set_clock(time_ns)?;
+                                    super::system::reseed(&seed)?;
+                                    arm(&watch);
+                                    control_out.extend(wire::encode(&GuestMessage::Resumed));
                                 }
                                 (_, Some(other)) => {
                                     eprintln!("codebox guest-init: ignoring {other:?}");
