@@ -309,7 +309,12 @@ fn with_template<T>(
         let w = warm.as_mut().unwrap();
         if !w.templates.contains_key(&(lang, stage)) {
             let profile = codebox::profile::Profile::load("default").unwrap();
-            let spec = run::run_spec(language(lang), &profile.limits, &profile.policy).unwrap();
+            let mut spec =
+                run::run_spec(language(lang), &profile.limits, &profile.policy).unwrap();
+            if lang == "python" && stage == Stage::Interpreter {
+                // Seeded while the template waits: what the boot frame must reseed.
+                spec.env.push(format!("{}=random,numpy", codebox::runtime::PRELOAD_ENV));
+            }
             let started = Instant::now();
             let (jailed, ram) = template::launch(&w.host, &w.image, Accel::Tcg, &spec).unwrap();
             let t = w
@@ -433,10 +438,16 @@ fn interpreter_stage_clones_share_only_what_is_documented() -> Result<(), Failed
         return Ok(());
     }
     let started = Instant::now();
-    let [a, b] = two_clones("python", Stage::Interpreter, PY, 4);
+    // random and numpy were imported (and seeded) in the template, before the snapshot.
+    let code = format!("{PY}\nimport numpy\nprint(numpy.random.random())");
+    let [a, b] = two_clones("python", Stage::Interpreter, &code, 5);
     for (i, what) in ["os.urandom", "random", "uuid4"].iter().enumerate() {
         assert_ne!(a[i], b[i], "two clones share {what}: {a:?} / {b:?}");
     }
+    assert_ne!(
+        a[4], b[4],
+        "two clones share numpy's global generator: {a:?} / {b:?}"
+    );
     assert_eq!(a[3], b[3], "the hash seed is shared, as documented");
     let [a, b] = two_clones("typescript", Stage::Interpreter, TS, 3);
     assert_ne!(a[0], b[0], "crypto.getRandomValues: {a:?} / {b:?}");
