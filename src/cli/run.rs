@@ -218,7 +218,20 @@ fn run_microvm(
         microvm::run::execute(host, &image, accel, request, &mut Passthrough)?
     };
     if !ending.end.is_normal() {
-        eprintln!("codebox: {}", ending.end.describe());
+        // The sandbox's infrastructure failed, not the program: no result to report.
+        let last: Vec<&str> = ending
+            .console
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        bail!(
+            "the microVM ended: {}{}",
+            ending.end.describe(),
+            match last.len() {
+                0 => String::new(),
+                n => format!(" (console: {})", last[n.saturating_sub(3)..].join(" | ")),
+            }
+        );
     }
     report(&result, args.json, timeout)
 }

@@ -501,6 +501,42 @@ impl Vm {
     }
 }
 
+/// What the driver does on a QMP event of a running VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OnEvent {
+    Nothing,
+    /// The VM stopped (an internal error, a guest panic, an I/O error, or someone's
+    /// `stop`): QEMU is alive but the guest is not running; `query-status` says why.
+    AskStatus,
+    /// The guest reset or shut down (with `-no-reboot` QEMU then exits).
+    Ended,
+}
+
+pub(super) fn on_event(name: &str) -> OnEvent {
+    match name {
+        "STOP" | "GUEST_PANICKED" | "BLOCK_IO_ERROR" => OnEvent::AskStatus,
+        "SHUTDOWN" | "RESET" => OnEvent::Ended,
+        _ => OnEvent::Nothing,
+    }
+}
+
+/// A `query-status` answer that ends the VM: anything but running.
+pub(super) fn on_status(status: &str) -> Option<VmEnd> {
+    (status != "running").then(|| VmEnd::VmmStopped {
+        status: status.to_string(),
+    })
+}
+
+/// A VMM that died or stopped with its cgroup's OOM kill recorded filled its memory.
+pub(super) fn with_vmm_figures(end: VmEnd, vmm: Option<&CgroupStats>) -> VmEnd {
+    match end {
+        VmEnd::VmmExited | VmEnd::VmmStopped { .. } if vmm.is_some_and(|c| c.oom_killed) => {
+            VmEnd::VmmOutOfMemory
+        }
+        other => other,
+    }
+}
+
 struct Driver {
     sandbox: Option<sandbox::Sandbox>,
     qmp: Qmp,
@@ -580,16 +616,15 @@ impl Driver {
                         }
                     }
                 }
-                event = self.qmp.next_event() => match event {
-                    None => break VmEnd::VmmExited,
-                    Some(e) if e.name == "STOP" || e.name == "GUEST_PANICKED" => {
+                event = self.qmp.next_event() => match event.map(|e| on_event(&e.name)) {
+                    None | Some(OnEvent::Ended) => break VmEnd::VmmExited,
+                    Some(OnEvent::AskStatus) => {
                         let s = self.qmp.status().await.unwrap_or_else(|e| e.to_string());
-                        if s != "running" {
-                            break VmEnd::VmmStopped { status: s };
+                        if let Some(end) = on_status(&s) {
+                            break end;
                         }
                     }
-                    Some(e) if e.name == "SHUTDOWN" || e.name == "RESET" => break VmEnd::VmmExited,
-                    Some(_) => {}
+                    Some(OnEvent::Nothing) => {}
                 },
                 n = self.control.read(&mut buf[..want]) => {
                     let n = match n {
@@ -660,14 +695,7 @@ impl Driver {
             }
             None => None,
         };
-        let end = match end {
-            VmEnd::VmmExited | VmEnd::VmmStopped { .. }
-                if vmm_cgroup.as_ref().is_some_and(|c| c.oom_killed) =>
-            {
-                VmEnd::VmmOutOfMemory
-            }
-            other => other,
-        };
+        let end = with_vmm_figures(end, vmm_cgroup.as_ref());
         if !end.is_normal() {
             tracing::warn!(end = %end.describe(), "the microVM ended abnormally");
         }
@@ -680,5 +708,53 @@ impl Driver {
             qemu_stderr: self.qemu_stderr.lock().expect("tail").text(),
         };
         let _ = report.send(ending);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vmm_that_pauses_is_asked_why_and_ended() {
+        assert_eq!(on_event("STOP"), OnEvent::AskStatus);
+        assert_eq!(on_event("GUEST_PANICKED"), OnEvent::AskStatus);
+        assert_eq!(on_event("SHUTDOWN"), OnEvent::Ended);
+        assert_eq!(on_event("RTC_CHANGE"), OnEvent::Nothing);
+        // KVM's emulation failure leaves QEMU alive, paused, in internal-error.
+        assert_eq!(
+            on_status("internal-error"),
+            Some(VmEnd::VmmStopped {
+                status: "internal-error".into()
+            })
+        );
+        assert_eq!(on_status("running"), None);
+    }
+
+    #[test]
+    fn a_vmm_killed_by_its_cgroup_filled_its_memory() {
+        let oom = CgroupStats {
+            oom_killed: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            with_vmm_figures(VmEnd::VmmExited, Some(&oom)),
+            VmEnd::VmmOutOfMemory
+        );
+        assert_eq!(
+            with_vmm_figures(VmEnd::VmmExited, Some(&CgroupStats::default())),
+            VmEnd::VmmExited
+        );
+        // A VM killed on request stays that, whatever its cgroup says.
+        assert_eq!(with_vmm_figures(VmEnd::Killed, Some(&oom)), VmEnd::Killed);
+    }
+
+    #[test]
+    fn tails_keep_the_last_bytes() {
+        let mut t = Tail::default();
+        t.push(&vec![b'a'; CONSOLE_TAIL]);
+        t.push(b"end");
+        assert_eq!(t.text().len(), CONSOLE_TAIL);
+        assert!(t.text().ends_with("aend"));
     }
 }
