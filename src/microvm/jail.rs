@@ -219,3 +219,83 @@ pub fn launch(
         machine,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::microvm::qemu::PortFds;
+
+    fn machine(accel: Accel) -> Machine {
+        Machine {
+            accel,
+            memory_mib: 704,
+            vcpus: 1,
+            tb_size_mib: TB_SIZE_MIB,
+            ram: Ram::Anonymous,
+            incoming: false,
+            tsc_khz: None,
+            fds: PortFds {
+                qmp: 3,
+                control: 13,
+                stdout: 14,
+                stderr: 15,
+                channel: 16,
+            },
+        }
+    }
+
+    fn host() -> Host {
+        let rootfs = crate::rootfs::Rootfs {
+            path: "/r".into(),
+            manifest_sha256: String::new(),
+            entries: 0,
+            verification: crate::rootfs::Verification::Full,
+        };
+        Host {
+            rootfs,
+            id_mapping: crate::sandbox::IdMapping::rootless(1000, 1000),
+            cgroups: None,
+            python_preload: None,
+            zygote: false,
+        }
+    }
+
+    #[test]
+    fn the_vmm_policy_compiles_and_refuses_every_socket() {
+        let f = vmm_filter().unwrap();
+        assert_eq!(f.policy(), "vmm");
+        let json: serde_json::Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/policies/seccomp/vmm.json"
+        )))
+        .unwrap();
+        let socket_rules: Vec<&serde_json::Value> = json["eperm"]["filter"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["syscall"] == "socket")
+            .collect();
+        assert_eq!(socket_rules.len(), 1);
+        assert!(socket_rules[0].get("args").is_none(), "unconditional");
+    }
+
+    #[test]
+    fn the_jail_is_a_sandbox_of_the_guest_tree_with_its_limits() {
+        let m = machine(Accel::Tcg);
+        let s = spec(&host(), std::path::Path::new("/g"), &m, vec![7, 8]).unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.rootfs, std::path::Path::new("/g"));
+        assert_eq!(s.hostname, "codebox-vmm");
+        assert_eq!(s.program.inherit, [7, 8]);
+        assert_eq!(s.program.path.to_str().unwrap(), super::super::qemu::QEMU);
+        assert!(s.program.argv.iter().any(|a| a.to_str() == Ok("-sandbox")));
+        assert_eq!(
+            s.limits.memory_bytes,
+            Some((704 + VMM_OVERHEAD_MIB) * 1024 * 1024)
+        );
+        assert_eq!(s.limits.cpu_millicores, Some(2000));
+        assert_eq!(s.policy.network, NetworkAccess::None);
+        assert_eq!(s.policy.seccomp.as_ref().unwrap().policy(), "vmm");
+        assert!(s.workspace.is_none() && s.servers.is_none() && s.packages.is_none());
+    }
+}
