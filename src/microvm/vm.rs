@@ -648,6 +648,11 @@ impl Driver {
                                 }
                                 let _ = self.limits[i].send(Some(bytes));
                             }
+                            GuestMessage::Exited { .. } if exited => {
+                                break VmEnd::ProtocolViolation {
+                                    reason: "the program ended twice".into(),
+                                };
+                            }
                             GuestMessage::Exited { status: s, cgroup } => {
                                 status = s;
                                 guest_cgroup = cgroup;
