@@ -41,6 +41,37 @@ fn memory_kib(pid: i32) -> (u64, u64) {
     )
 }
 
+/// The mappings of a process holding the most private memory: (KiB, what).
+fn top_private(pid: i32, n: usize) -> Vec<(u64, String)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut out: Vec<(u64, String)> = Vec::new();
+    let mut name = String::new();
+    let mut private = 0;
+    for line in text.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            if private > 0 {
+                out.push((private, name.clone()));
+            }
+            let f: Vec<&str> = line.split_whitespace().collect();
+            name = format!("{} {}", f[0], f.get(5).copied().unwrap_or("[anon]"));
+            private = 0;
+        } else if first == "Private_Clean:" || first == "Private_Dirty:" {
+            private += line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    if private > 0 {
+        out.push((private, name));
+    }
+    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.truncate(n);
+    out
+}
+
 /// The QEMU of a jail: the only child of its init.
 fn qemu_pid(init: i32) -> i32 {
     let children =
@@ -189,6 +220,11 @@ fn main() {
             ));
         }
         println!("  4 idle clones (QEMU each):{line}");
+        if let Some((_, pid)) = idle.first() {
+            for (kib, what) in top_private(*pid, 5) {
+                println!("    private {kib} KiB in {what}");
+            }
+        }
         for (mut sb, _) in idle {
             sb.kill();
             rt.block_on(sb.ended());
