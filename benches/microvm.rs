@@ -67,7 +67,7 @@ fn top_private(pid: i32, n: usize) -> Vec<(u64, String)> {
     if private > 0 {
         out.push((private, name));
     }
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|m| std::cmp::Reverse(m.0));
     out.truncate(n);
     out
 }

@@ -139,6 +139,7 @@ fn runtime_cold_and_warm(
     let template = Template {
         spec: spec(language),
         hold: None,
+        per_sandbox: None,
     };
     let pool = rt.block_on(async {
         WarmPool::new(

@@ -160,6 +160,10 @@ pub struct ExecutionResult {
     /// Output files past the count returned.
     #[serde(skip_serializing_if = "crate::execution::is_zero")]
     pub files_omitted: u64,
+    /// What the result says besides how the run ended: the limit it met with its value and
+    /// knob, the likely cause of a common error ([`crate::hints`]); one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -167,6 +171,49 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl ExecutionResult {
+    /// A result with nothing in it: no output, no status, nothing hit (for tests and for
+    /// building one field by field).
+    pub fn blank(language: Language) -> ExecutionResult {
+        ExecutionResult {
+            language,
+            backend: crate::microvm::Backend::Namespace,
+            stdout: String::new(),
+            stderr: String::new(),
+            value: None,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            stdout_total_bytes: 0,
+            stderr_total_bytes: 0,
+            duration_ms: 0.0,
+            landlock: None,
+            seccomp_violation: false,
+            oom_killed: false,
+            pids_limited: false,
+            peak_memory_bytes: None,
+            cpu_ms: None,
+            workspace_files: None,
+            workspace_files_truncated: false,
+            tool_calls: Vec::new(),
+            tool_calls_dropped: None,
+            packages: None,
+            network: None,
+            tool_channel_error: None,
+            start: None,
+            zygote: false,
+            session: None,
+            workspace_usage: None,
+            workspace_quota_exceeded: false,
+            output: None,
+            files: Vec::new(),
+            files_skipped: Vec::new(),
+            files_omitted: 0,
+            hints: Vec::new(),
+        }
+    }
+
     /// How the run ended, in words: `exit 0`, `killed by signal 9 (SIGKILL)`, ...; never
     /// a made-up status when there is none.
     pub fn ending(&self) -> String {
@@ -556,6 +603,7 @@ pub fn result_from(
         files: Vec::new(),
         files_skipped: Vec::new(),
         files_omitted: 0,
+        hints: Vec::new(),
         exit_code: outcome.exit_code(),
         signal: outcome.signal(),
         timed_out: outcome.timed_out,

@@ -16,6 +16,8 @@
 //! - [`server`]: the MCP server (rmcp): execute_python, execute_typescript, health
 //! - [`spawner`]: the single-threaded process that creates sandboxes for the async server
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
+//! - [`hints`]: what a failed result says besides how it ended: the limit met with its
+//!   value and knob, the network being off, a missing package, a name from an earlier call
 //! - [`microvm`]: the microVM backend: the same sandbox inside a jailed QEMU, the guest
 //!   init, warm clones
 //! - [`egress`]: the egress proxy of `proxy` network mode: host allowlist, SSRF checks,
@@ -58,6 +60,7 @@ pub mod doctor;
 pub mod egress;
 pub mod error_chain;
 pub mod execution;
+pub mod hints;
 pub mod line_reader;
 pub mod metrics;
 pub mod microvm;

@@ -34,6 +34,17 @@ fn hostile_tools() -> Vec<Value> {
                    "__proto__": {"type": "string"},
                    "_args": {"type": "string"},
                    "x\"\"\"*/": {"enum": ["a\"\"\"", "*/", "\\", 1, null]}}}}),
+        // Required names in an order of their own, names that become the same Python
+        // name, keywords, body names, a nullable one and one no property declares: the
+        // positional order is `required`'s, each position sends its own key.
+        json!({"name": "swap", "inputSchema": {"type": "object",
+                   "required": ["b-a", "a.b", "class", "from", "_args", "undeclared", "b-a"],
+                   "properties": {
+                       "a.b": {"type": "integer"}, "b-a": {"type": "integer"},
+                       "a_b": {"type": "integer"}, "b_a": {"type": "string"},
+                       "class": {"type": "string"}, "from": {"type": "string"},
+                       "_args": {"type": ["string", "null"]}}}}),
+        many_parameters(),
         json!({"name": "index", "inputSchema": {"type": "object", "properties": {}}}),
         json!({"name": "delete", "inputSchema": {"type": "object", "properties": {
                    "anything": true, "nothing": false}}}),
@@ -64,6 +75,18 @@ fn hostile_tools() -> Vec<Value> {
                                 "$defs": {"Out": {"type": "object", "properties": {
                                     "next": {"$ref": "#"}}}}}}),
     ]
+}
+
+/// 300 required parameters (listed in reverse order) and 300 optional ones: past
+/// Python's old limit of 255 arguments.
+fn many_parameters() -> Value {
+    let mut properties = serde_json::Map::new();
+    for i in 0..600 {
+        properties.insert(format!("p{i:03}"), json!({"type": "integer"}));
+    }
+    let required: Vec<String> = (0..300).rev().map(|i| format!("p{i:03}")).collect();
+    json!({"name": "many", "inputSchema": {"type": "object", "properties": properties,
+                                           "required": required}})
 }
 
 /// Configured servers whose tools are not known (connecting, or failed): a name that
@@ -167,8 +190,8 @@ fn every_tool_gets_a_typescript_and_a_python_wrapper() {
         "{edge}"
     );
     let py = fs::read_to_string(out.join("filesystem/__init__.py")).unwrap();
-    assert!(py.contains("\ndef read_text_file(*, path: str, head: float | None = None, tail: float | None = None) -> Any:\n")
-        || py.contains("\ndef read_text_file(\n    *,\n    path: str,\n"), "{py}");
+    assert!(py.contains("\ndef read_text_file(path: str, *, head: float | None = None, tail: float | None = None) -> Any:\n")
+        || py.contains("\ndef read_text_file(\n    path: str,\n    *,\n"), "{py}");
 }
 
 #[test]
@@ -279,7 +302,11 @@ for module_name in servers.__all__:
     for name in module.__all__:
         fn = getattr(module, name)
         sig = inspect.signature(fn)
-        assert all(p.kind is p.KEYWORD_ONLY for p in sig.parameters.values()), (name, sig)
+        # Required parameters (no default) by position or name, then optional ones by name.
+        kinds = [(p.default is p.empty, p.kind) for p in sig.parameters.values()]
+        assert kinds == sorted(kinds, key=lambda k: not k[0]), (name, sig)
+        assert all(k is (inspect.Parameter.POSITIONAL_OR_KEYWORD if req else inspect.Parameter.KEYWORD_ONLY)
+                   for req, k in kinds), (name, sig)
         typing.get_type_hints(fn)
         assert "Calls the tool" in fn.__doc__, name
         count += 1
@@ -293,26 +320,32 @@ from servers import edge_case
 
 def sig(fn):
     s = inspect.signature(fn)
-    params = [f"{n}: {p.annotation}" + (" = None" if p.default is None else "") for n, p in s.parameters.items()]
+    params = []
+    for n, p in s.parameters.items():
+        if p.kind is p.KEYWORD_ONLY and "*" not in params:
+            params.append("*")
+        params.append(f"{n}: {p.annotation}" + (" = None" if p.default is None else ""))
     return "(" + ", ".join(params) + f") -> {s.return_annotation}"
 
 expected = {
-    read_text_file: "(path: str, head: float | None = None, tail: float | None = None) -> Any",
-    convert_time: "(source_timezone: str, target_timezone: str, time: str) -> Any",
+    read_text_file: "(path: str, *, head: float | None = None, tail: float | None = None) -> Any",
+    convert_time: "(source_timezone: str, time: str, target_timezone: str) -> Any",
     get_sum: "(a: float, b: float) -> Any",
     read_graph: "() -> Any",
     # (annotations are unparsed from the AST: string literals come back in single quotes)
-    get_annotated_message: "(messageType: Literal['error', 'success', 'debug'], includeImage: bool | None = None) -> Any",
-    edge_case.weird_names: "(from_: str, __proto__: str | None = None, _args_2: str | None = None, "
+    get_annotated_message: "(messageType: Literal['error', 'success', 'debug'], *, includeImage: bool | None = None) -> Any",
+    edge_case.weird_names: "(from_: str, *, __proto__: str | None = None, _args_2: str | None = None, "
         "class_: bool | None = None, max_results_2: int | None = None, max_results: int | None = None, "
         "x_____: Literal['a\"\"\"', '*/', '\\\\', 1] | None = None) -> Any",
+    edge_case.swap: "(b_a_2: int, a_b_2: int, class_: str, from_: str, _args_2: str | None, undeclared: Any, "
+        "*, a_b: int | None = None, b_a: str | None = None) -> Any",
 }
 for fn, want in expected.items():
     assert sig(fn) == want, (fn.__name__, sig(fn), want)
 
-def last_call(fn, **kwargs):
+def last_call(fn, *args, **kwargs):
     codebox.calls.clear()
-    result = fn(**kwargs)
+    result = fn(*args, **kwargs)
     assert result == "result", result
     assert len(codebox.calls) == 1, codebox.calls
     return codebox.calls[0]
@@ -327,11 +360,35 @@ assert last_call(edge_case.class_) == ("edge_case__class", {})
 assert last_call(edge_case.index) == ("edge_case__index", {})
 assert last_call(edge_case.delete, anything=[1]) == ("edge_case__delete", {"anything": [1]})
 assert 'Ends */ here """ and \\ then' in edge_case.weird_names.__doc__, edge_case.weird_names.__doc__
-try:
-    read_text_file("/a")
-    raise AssertionError("positional arguments accepted")
-except TypeError:
-    pass
+# Required arguments by position or by name; optional ones only by name.
+assert last_call(read_text_file, "/a") == ("filesystem__read_text_file", {"path": "/a"})
+assert last_call(read_text_file, "/a", tail=2) == ("filesystem__read_text_file", {"path": "/a", "tail": 2})
+assert last_call(convert_time, "UTC", "12:00", "Asia/Tokyo") == ("time__convert_time",
+    {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})
+assert last_call(convert_time, "UTC", target_timezone="Asia/Tokyo", time="12:00")[1]["time"] == "12:00"
+def type_error(call):
+    try:
+        call()
+    except TypeError as e:
+        return str(e)
+    raise AssertionError("no TypeError")
+assert type_error(lambda: read_text_file("/a", 3)) == "read_text_file() takes 1 positional argument but 2 were given"
+assert type_error(lambda: read_text_file()) == "read_text_file() missing 1 required positional argument: 'path'"
+assert type_error(lambda: convert_time("UTC", time="1")) == "convert_time() missing 1 required positional argument: 'target_timezone'"
+assert type_error(lambda: read_text_file("/a", path="/b")) == "read_text_file() got multiple values for argument 'path'"
+assert "unexpected keyword argument 'nope'" in type_error(lambda: read_text_file("/a", nope=1))
+# Names that collide, keywords, body names: each position sends its own key.
+assert last_call(edge_case.swap, 1, 2, "c", "f", None, [6], b_a="s") == ("edge_case__swap",
+    {"b-a": 1, "a.b": 2, "class": "c", "from": "f", "_args": None, "undeclared": [6], "b_a": "s"})
+assert last_call(edge_case.swap, undeclared=6, _args_2="x", from_="f", class_="c", a_b_2=2, b_a_2=1)[1] == {
+    "b-a": 1, "a.b": 2, "class": "c", "from": "f", "_args": "x", "undeclared": 6}
+assert type_error(lambda: edge_case.swap(1, 2, "c", "f", None)) == "swap() missing 1 required positional argument: 'undeclared'"
+# 300 required parameters by position in the order of `required` (p299 first), 300 by name.
+many = list(inspect.signature(edge_case.many).parameters)
+assert many[:3] == ["p299", "p298", "p297"] and many[299] == "p000" and many[300] == "p300" and len(many) == 600, many[:5]
+sent = last_call(edge_case.many, *range(300), p599=-1)[1]
+assert sent == {**{"p%03d" % (299 - i): i for i in range(300)}, "p599": -1}, sent
+assert "missing 1 required positional argument: 'p000'" in type_error(lambda: edge_case.many(*range(299)))
 
 # Servers whose tools were not known: any name is a function that calls by name.
 from servers.not_ready import some_tool, aio as not_ready_aio
@@ -342,6 +399,17 @@ async def via_aio():
     return await not_ready_aio.other(b=2)
 codebox.to_thread = lambda f, /, *a, **k: asyncio.sleep(0, f(*a, **k))
 assert asyncio.run(via_aio()) == "result" and codebox.calls == [("not_ready__other", {"b": 2})], codebox.calls
+# The coroutine forms take the same arguments, and say so.
+codebox.calls.clear()
+assert asyncio.run(edge_case.aio.swap(1, 2, "c", "f", None, 6)) == "result", codebox.calls
+assert codebox.calls == [("edge_case__swap", {"b-a": 1, "a.b": 2, "class": "c", "from": "f", "_args": None, "undeclared": 6})], codebox.calls
+codebox.calls.clear()
+from servers.filesystem import aio as fs_aio
+assert asyncio.run(fs_aio.read_text_file("/a", head=1)) == "result" and codebox.calls == [("filesystem__read_text_file", {"path": "/a", "head": 1})]
+assert str(inspect.signature(fs_aio.read_text_file)) == str(inspect.signature(read_text_file))
+assert "missing 1 required positional argument: 'path'" in type_error(lambda: asyncio.run(fs_aio.read_text_file()))
+# A server whose tools were not known cannot know their parameters' order.
+assert "keyword arguments only" in type_error(lambda: some_tool(1)), type_error(lambda: some_tool(1))
 keyword = importlib.import_module("servers.class_")
 assert last_call(keyword.anything) == ("class__anything", {})
 assert "not connected" not in keyword.__doc__ and "were not known" in keyword.__doc__, keyword.__doc__

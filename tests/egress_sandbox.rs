@@ -369,6 +369,82 @@ for (const [label, url] of [["unlisted", "https://unlisted.example.com/"], ["pri
             .unwrap_or_else(|| panic!("no line for {label}: {v:#}"));
         assert!(line.contains(reason), "{label}: {line:?} lacks {reason:?}");
     }
+    // One record per refused connection: Deno's question to the proxy about why (see
+    // runtime/deno/egress.js) is none.
+    let hosts: Vec<(&str, &str)> = records(&v)
+        .iter()
+        .map(|r| {
+            (
+                r["host"].as_str().unwrap(),
+                r["reason"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(hosts.len(), 3, "{hosts:?}");
+    assert!(
+        hosts
+            .iter()
+            .all(|(h, why)| !h.is_empty() && !why.contains("request head")),
+        "{hosts:?}"
+    );
+}
+
+/// `codebox run` reads codebox.toml as `serve` does: its `[network]` (here: proxy mode, a
+/// private CA in extra_roots, a credential) and `state_dir` apply, whether the file is
+/// named with `--config`, `$CODEBOX_CONFIG`, or found as `./codebox.toml`.
+#[test]
+fn the_cli_reads_codebox_toml_for_the_network_and_its_private_ca() {
+    if !sandbox_available("the_cli_reads_codebox_toml_for_the_network_and_its_private_ca") {
+        return;
+    }
+    let w = &world();
+    let profile = std::fs::read_to_string(w.dir.path().join("proxy.toml")).unwrap();
+    let network = &profile[profile.find("[network]").unwrap()..];
+    let config = w.dir.path().join("codebox.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{}\"\n{network}",
+            w.dir.path().join("state-config").display()
+        ),
+    )
+    .unwrap();
+    let code = format!(
+        "import urllib.request\nprint(urllib.request.urlopen('https://localhost:{}/ok').read().decode())",
+        w.api.port()
+    );
+    for how in ["--config", "CODEBOX_CONFIG", "cwd"] {
+        let mut cmd = Command::new(codebox_bin());
+        cmd.arg("run").arg("--json");
+        match how {
+            "--config" => {
+                cmd.arg("--config").arg(&config);
+            }
+            "CODEBOX_CONFIG" => {
+                cmd.env("CODEBOX_CONFIG", &config);
+            }
+            _ => {
+                cmd.current_dir(w.dir.path());
+            }
+        }
+        let out = cmd
+            .args(["python", "-c", &code])
+            .env("CODEBOX_ROOTFS", rootfs_dir())
+            .env("CODEBOX_TEST_API_KEY", secret())
+            .env_remove("CODEBOX_STATE_DIR")
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{how}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(v["exit_code"], 0, "{how}: {v:#}");
+        let record = record_for(&v, "localhost", w.api.port());
+        assert_eq!(record["allowed"], true, "{how}: {record}");
+        assert_eq!(record["credential_added"], true, "{how}: {record}");
+        assert!(
+            w.dir.path().join("state-config/egress-trust").is_dir(),
+            "{how}: the config's state_dir"
+        );
+    }
 }
 
 /// Without `--allow-host` or a proxy-mode profile nothing changes: no proxy, no

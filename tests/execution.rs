@@ -500,7 +500,29 @@ fn as_root_a_workspace_is_writable_through_an_idmapped_mount() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
-        err.contains("belongs to root") && err.contains("chown -R 65534:65534"),
+        err.contains("is owned by 0:0 (root's user and group)")
+            && err.contains("chown -R 65534:65534"),
+        "{err}"
+    );
+    // An unprivileged owner in root's group: refused too, and the group is what is named.
+    std::os::unix::fs::chown(rooted.path(), Some(4242), Some(0)).unwrap();
+    let out = std::process::Command::new(codebox_bin())
+        .args([
+            "run",
+            "--workspace",
+            rooted.path().to_str().unwrap(),
+            "python",
+            "-c",
+            "1",
+        ])
+        .env("CODEBOX_ROOTFS", rootfs_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("is owned by 4242:0 (gid 0 is root's group)")
+            && !err.contains("belongs to root"),
         "{err}"
     );
 }

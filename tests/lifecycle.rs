@@ -11,230 +11,21 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use common::sandbox_available;
+use common::serve_stdio::{
+    children_of, is_error_with, remove_left_cgroups, sandbox_cgroups, sandbox_processes, sigkill,
+    wait_until, Server, DEATH_BOUND,
+};
 
 /// The tests here each start servers with their own sandboxes; one at a time keeps the
 /// machine (and the counts) calm.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// Generous bound for "dies promptly".
-const DEATH_BOUND: Duration = Duration::from_secs(15);
-
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    answers: mpsc::Receiver<Value>,
-    pending: HashMap<u64, Value>,
-    next_id: u64,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let mut child = Command::new(common::codebox_bin())
-            .arg("serve")
-            .args(extra)
-            .env("CODEBOX_ROOTFS", common::rootfs_dir())
-            .env("RUST_LOG", "codebox=info")
-            // A directory without `.mcp.json`: no upstream servers.
-            .current_dir(common::rootfs_dir())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("codebox serve starts");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let (tx, answers) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if v.get("id").is_some() && tx.send(v).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut err = child.stderr.take().expect("stderr");
-        let log = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                log.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let stdin = child.stdin.take();
-        let mut server = Server {
-            child,
-            stdin,
-            answers,
-            pending: HashMap::new(),
-            next_id: 0,
-            stderr,
-        };
-        let id = server.send(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "codebox-lifecycle-tests", "version": "0"}}),
-        );
-        server.answer(id, Duration::from_secs(60));
-        server.notify("notifications/initialized");
-        server
-    }
-
-    fn write(&mut self, msg: &Value) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{msg}").expect("write to codebox serve");
-        stdin.flush().expect("flush");
-    }
-
-    fn notify(&mut self, method: &str) {
-        self.write(&json!({"jsonrpc": "2.0", "method": method}));
-    }
-
-    /// Sends a request; its answer is collected by [`Self::answer`].
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
-    }
-
-    fn try_answer(&mut self, id: u64, within: Duration) -> Option<Value> {
-        let until = Instant::now() + within;
-        loop {
-            if let Some(v) = self.pending.remove(&id) {
-                return Some(v);
-            }
-            let left = until.checked_duration_since(Instant::now())?;
-            match self.answers.recv_timeout(left) {
-                Ok(v) => {
-                    let got = v["id"].as_u64().unwrap_or_default();
-                    self.pending.insert(got, v);
-                }
-                Err(_) => return None,
-            }
-        }
-    }
-
-    fn answer(&mut self, id: u64, within: Duration) -> Value {
-        self.try_answer(id, within)
-            .unwrap_or_else(|| panic!("no answer to request {id} within {within:?}"))
-    }
-
-    fn execute(&mut self, code: &str, timeout_ms: u64) -> u64 {
-        self.send(
-            "tools/call",
-            json!({"name": "execute_python",
-                   "arguments": {"code": code, "timeout_ms": timeout_ms}}),
-        )
-    }
-
-    fn health(&mut self) -> Value {
-        let id = self.send("tools/call", json!({"name": "health", "arguments": {}}));
-        let r = self.answer(id, Duration::from_secs(30));
-        r["result"]["structuredContent"].clone()
-    }
-
-    fn until_pool_ready(&mut self) {
-        let until = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < until {
-            let h = self.health();
-            let python = &h["pool"]["languages"]["python"];
-            if python["idle"].as_u64().unwrap_or(0) >= 1 {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the pool never got a ready python sandbox");
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn spawner_pid(&mut self) -> i32 {
-        let h = self.health();
-        h["spawner"]["pid"]
-            .as_i64()
-            .expect("health names the spawner") as i32
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Waits for the server to exit, up to `within`; its exit status.
-    fn exited_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let until = Instant::now() + within;
-        while Instant::now() < until {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn sigkill(pid: i32) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("SIGKILL");
-}
-
-/// Sandbox cgroups of the server `owner` (below this process's own cgroups), by path.
-fn sandbox_cgroups(owner: i32) -> BTreeSet<String> {
-    common::sandbox_cgroups(|pid| pid == owner)
-        .into_iter()
-        .collect()
-}
-
-/// Host pids of the live processes in the server's sandboxes (by their cgroup).
-fn sandbox_processes(owner: i32) -> Vec<i32> {
-    let marker = format!("/codebox-{owner}-");
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        // A zombie is dead: its reaping is up to whichever process inherited it (the
-        // host's init, for an orphaned sandbox init), which may take its time.
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')));
-        if let Ok(cg) = std::fs::read_to_string(entry.path().join("cgroup")) {
-            if cg.contains(&marker) && !zombie {
-                found.push(pid);
-            }
-        }
-    }
-    found
-}
 
 /// Live processes of the server's sandboxes that have used over 0.7 s of CPU: the
 /// spinning loops (an interpreter starting up for the pool uses far less).
@@ -345,14 +136,6 @@ fn describe(pids: &BTreeSet<i32>) -> String {
     out
 }
 
-fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let until = Instant::now() + within;
-    while !ok() {
-        assert!(Instant::now() < until, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 const SPIN: &str = "while True: pass";
 
 /// One pooled spinner with a 5 s timeout and one cold one with a long timeout; returns
@@ -366,13 +149,6 @@ fn start_spinners(server: &mut Server) -> (u64, u64, BTreeSet<i32>) {
     let cold = server.execute(SPIN, 300_000);
     let spinners = until_spinning(server.pid(), 2, "two sandboxes spin");
     (pooled, cold, spinners)
-}
-
-fn is_error_with(answer: &Value, words: &str) -> bool {
-    answer["result"]["isError"] == json!(true)
-        && answer["result"]["content"][0]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains(words))
 }
 
 #[test]
@@ -677,26 +453,6 @@ fn a_killed_cli_takes_its_sandbox_along() {
     remove_left_cgroups(owner);
 }
 
-/// Pids whose parent is `pid`.
-fn children_of(pid: i32) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
-        if ppid == Some(pid) {
-            found.push(child);
-        }
-    }
-    found
-}
-
 #[test]
 fn sandboxes_die_with_their_spawner_on_their_own() {
     if !sandbox_available("sandboxes_die_with_their_spawner_on_their_own") {
@@ -738,16 +494,6 @@ fn sandboxes_die_with_their_spawner_on_their_own() {
     drop(server.stdin.take());
     assert!(server.exited_within(Duration::from_secs(30)).is_some());
     assert_eq!(sandbox_cgroups(owner), BTreeSet::new());
-}
-
-/// Removes the (empty) sandbox cgroups a killed `owner` left, waiting for them to empty.
-fn remove_left_cgroups(owner: i32) {
-    wait_until("the left cgroups can be removed", DEATH_BOUND, || {
-        for dir in sandbox_cgroups(owner) {
-            let _ = std::fs::remove_dir(&dir);
-        }
-        sandbox_cgroups(owner).is_empty()
-    });
 }
 
 /// A one-shot run ends when the runtime says so on fd 3 (`codebox/exit`, once stdout and

@@ -105,6 +105,43 @@ fn controlled_egress_through_the_python_sdk() {
     );
 }
 
+/// What a new user meets first: /workspace/out there from the start, and every limit or
+/// refusal named with its value and knob (tests/mcp/first_hour_client.py).
+#[test]
+fn the_first_hour_through_the_python_sdk() {
+    let test = "the_first_hour_through_the_python_sdk";
+    if !upstreams_installed(test) {
+        return;
+    }
+    run_client_script_with(
+        test,
+        "first_hour_client.py",
+        &[upstreams().into_os_string()],
+    );
+}
+
+/// The README's quick start (its `.mcp.json`, client and tasks blocks) run as written
+/// (tests/mcp/readme_client.py).
+#[test]
+fn the_readme_quick_start_runs_as_written() {
+    let test = "the_readme_quick_start_runs_as_written";
+    if !upstreams_installed(test) {
+        return;
+    }
+    // Beside the scripts when the rootless pass staged them, else the checkout's.
+    let staged = script_dir().join("README.md");
+    let readme = if staged.exists() {
+        staged
+    } else {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md")
+    };
+    run_client_script_with(
+        test,
+        "readme_client.py",
+        &[upstreams().into_os_string(), readme.into_os_string()],
+    );
+}
+
 /// Where `cargo xtask test` installed the upstream MCP servers.
 fn upstreams() -> PathBuf {
     std::env::var_os("CODEBOX_TEST_UPSTREAMS")
@@ -119,6 +156,18 @@ fn sandboxed_code_calls_real_upstream_servers() {
         return;
     }
     run_client_script_with(test, "upstream_client.py", &[upstreams().into_os_string()]);
+}
+
+/// The wrappers as a new user meets them (tests/mcp/wrappers_client.py): Python's
+/// required arguments by position or name, result values of every shape with their text
+/// and MCP result reachable in Python and TypeScript, both signatures in search_tools.
+#[test]
+fn wrappers_fit_the_language_through_the_python_sdk() {
+    let test = "wrappers_fit_the_language_through_the_python_sdk";
+    if !upstreams_installed(test) {
+        return;
+    }
+    run_client_script_with(test, "wrappers_client.py", &[upstreams().into_os_string()]);
 }
 
 #[test]
@@ -191,6 +240,19 @@ fn replicas_behind_haproxy_through_the_python_sdk() {
     }
     let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy/codebox.cfg");
     run_client_script_with(test, "replicas_client.py", &[config.into_os_string()]);
+}
+
+/// Behind a balancer: PROXY protocol v2 headers from a trusted address name the clients
+/// the per-peer cap counts (LOCAL health checks count as the balancer), nobody else may
+/// send one, malformed/truncated/oversized/stalled headers are refused with the server
+/// going on, a declared loopback address gains nothing, a client that sent a body over
+/// its cap reads a 503 with Retry-After; and Debian's HAProxy with
+/// deploy/haproxy/codebox.cfg (send-proxy-v2) in front (tests/mcp/balancer_client.py).
+#[test]
+fn behind_a_balancer_caps_count_clients_and_refusals_are_readable() {
+    let test = "behind_a_balancer_caps_count_clients_and_refusals_are_readable";
+    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy/codebox.cfg");
+    run_client_script_with(test, "balancer_client.py", &[config.into_os_string()]);
 }
 
 /// Whether `cargo xtask test` installed the upstream servers (else skip, or fail when strict).

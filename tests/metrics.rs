@@ -544,15 +544,29 @@ fn series_stay_bounded_and_bad_requests_get_clear_answers() {
     let r = http(mcp, "POST", "/metrics", &[("Authorization", &bearer)]).unwrap();
     assert_eq!(r.status, 405, "{}", r.body);
 
-    // The plain listener: /metrics only, GET only, no token needed; huge headers refused.
+    // The plain listener: /metrics and the probes, GET only, no token needed; huge
+    // headers refused. /readyz says its status only, whatever the token.
     assert_eq!(http(metrics, "GET", "/metrics", &[]).unwrap().status, 200);
+    let r = http(metrics, "GET", "/healthz", &[]).unwrap();
+    assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
+    for headers in [&[][..], &[("Authorization", bearer.as_str())][..]] {
+        let r = http(metrics, "GET", "/readyz", headers).unwrap();
+        assert!(r.status == 200 || r.status == 503, "{}", r.status);
+        let value: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(
+            value.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["draining", "ready"],
+            "{value}"
+        );
+    }
+    assert_eq!(http(metrics, "POST", "/readyz", &[]).unwrap().status, 405);
     assert_eq!(http(metrics, "POST", "/metrics", &[]).unwrap().status, 405);
     assert_eq!(
         http(metrics, "DELETE", "/metrics", &[]).unwrap().status,
         405
     );
     assert_eq!(http(metrics, "GET", "/mcp", &[]).unwrap().status, 404);
-    assert_eq!(http(metrics, "GET", "/readyz", &[]).unwrap().status, 404);
+    assert_eq!(http(metrics, "GET", "/health", &[]).unwrap().status, 404);
     let huge = "x".repeat(1 << 20);
     let r = http(metrics, "GET", "/metrics", &[("X-Filler", &huge)]);
     assert!(

@@ -88,6 +88,7 @@ fn pool(size: usize, languages: &[Language]) -> WarmPool {
                 Template {
                     spec: spec(*l),
                     hold: None,
+                    per_sandbox: None,
                 },
             )
         })
@@ -460,6 +461,7 @@ fn new_template_retires_old_sandboxes() -> Result<(), Failed> {
             Template {
                 spec: new_spec.clone(),
                 hold: None,
+                per_sandbox: None,
             },
         );
         // The old spec no longer fits; the new one is served by new sandboxes.
@@ -549,6 +551,7 @@ fn adaptive(floor: usize, ceiling: usize, shrink_after: Duration, language: Lang
         Template {
             spec: spec(language),
             hold: None,
+            per_sandbox: None,
         },
     )]
     .into_iter()

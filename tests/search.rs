@@ -121,7 +121,7 @@ fn each_detail_level_has_exactly_its_fields() {
         (Detail::Name, &["name"]),
         (
             Detail::Summary,
-            &["name", "server", "description", "typescript"],
+            &["name", "server", "description", "typescript", "python"],
         ),
         (
             Detail::Full,
@@ -182,6 +182,11 @@ fn summaries_and_definitions_of_a_real_tool() {
         "function readTextFile(input: { head?: number; path: string; tail?: number }): \
          Promise<{ content: string }>"
     );
+    assert_eq!(
+        t["python"],
+        "def read_text_file(path: str, *, head: float | None = None, \
+         tail: float | None = None) -> Any"
+    );
     for t in &index
         .search(
             &SearchQuery {
@@ -197,14 +202,30 @@ fn summaries_and_definitions_of_a_real_tool() {
         assert!(d.chars().count() <= 200 && !d.contains('\n'), "{d}");
         let ts = t["typescript"].as_str().unwrap();
         assert!(ts.starts_with("function ") && !ts.contains('\n'), "{ts}");
+        let py = t["python"].as_str().unwrap();
+        assert!(
+            py.starts_with("def ") && py.ends_with(") -> Any") && !py.contains('\n'),
+            "{py}"
+        );
     }
+    // Required parameters by position, in the order of the schema's `required`.
+    let page = index.search(&query("convert time"), &all).unwrap();
+    let convert = page
+        .tools
+        .iter()
+        .find(|t| t["name"] == "time__convert_time")
+        .unwrap();
+    assert_eq!(
+        convert["python"],
+        "def convert_time(source_timezone: str, time: str, target_timezone: str) -> Any"
+    );
 
     let full = index.get("filesystem__read_text_file").unwrap();
     assert_eq!(full["tool"], "read_text_file");
     assert_eq!(full["server"], "filesystem");
     assert_eq!(
         full["python"],
-        "def read_text_file(*, path: str, head: float | None = None, \
+        "def read_text_file(path: str, *, head: float | None = None, \
          tail: float | None = None) -> Any"
     );
     let ts = full["typescript"].as_str().unwrap();
@@ -214,7 +235,7 @@ fn summaries_and_definitions_of_a_real_tool() {
     ));
     assert_eq!(
         full["example"]["python"],
-        "from servers.filesystem import read_text_file\nread_text_file(path=\"...\")"
+        "from servers.filesystem import read_text_file\nread_text_file(\"...\")"
     );
     assert_eq!(
         full["example"]["typescript"],

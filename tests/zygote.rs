@@ -1,4 +1,4 @@
-//! Sandboxes forked from the Python zygote (`sandbox::zygote`): what docs/ZYGOTE.md
+//! Sandboxes forked from the Python zygote (`sandbox::zygote`): what docs/src/backends/zygote.md
 //! claims a child cannot see or reach, tried from inside children of one server's
 //! zygote. (`cargo xtask test` also runs the whole escape and isolation suites on
 //! zygote-born sandboxes, as root and rootless: `CODEBOX_TEST_ZYGOTE=1`.)

@@ -5,7 +5,7 @@
 //! string enum values (0.5); parameters are the input schema's properties plus those of
 //! nested objects and array items, two levels down.
 //!
-//! A tool's summary (first sentence, one-line TypeScript signature) and its full
+//! A tool's summary (first sentence, one-line TypeScript and Python signatures) and its full
 //! definition are rendered when first returned and kept, so building stays proportional
 //! to the text indexed and a repeated page costs only the scoring.
 
@@ -18,7 +18,7 @@ use crate::catalog::bm25::{Bm25, Builder, Field, B};
 use crate::catalog::cursor::{query_hash, Cursor};
 use crate::catalog::tokenize::{self, for_each_term};
 use crate::catalog::{render, Detail, Result, SearchError, SearchPage, SearchQuery, MAX_LIMIT};
-use crate::codegen::{describe, tool_names, ToolNames};
+use crate::codegen::{tool_names, ToolNames};
 use crate::upstream::catalog::{Catalog, CatalogTool};
 
 /// The fields of a tool's document, by index: name, title, server, description,
@@ -265,11 +265,7 @@ impl SearchIndex {
             Detail::Name => render::name(&e.tool),
             Detail::Summary => e
                 .summary
-                .get_or_init(|| {
-                    let description = render::summary_description(&e.tool);
-                    let typescript = describe::ts_signature_line(&e.tool, &e.names);
-                    render::summary(&e.tool, &description, &typescript)
-                })
+                .get_or_init(|| render::summary(&e.tool, &e.names))
                 .clone(),
             Detail::Full => self.full(doc).clone(),
         }

@@ -273,7 +273,7 @@ fn detail_levels_have_exactly_their_fields() {
     assert_eq!(keys(Detail::Name), ["name"]);
     assert_eq!(
         keys(Detail::Summary),
-        ["description", "name", "server", "typescript"]
+        ["description", "name", "python", "server", "typescript"]
     );
     assert_eq!(
         keys(Detail::Full),
@@ -298,7 +298,32 @@ fn detail_levels_have_exactly_their_fields() {
         top["typescript"],
         "function readFile(input: { path: string }): Promise<unknown>"
     );
+    assert_eq!(top["python"], "def read_file(path: str) -> Any");
     assert_eq!(top["description"], "Read a file as text.");
+    assert_eq!(
+        crate::catalog::text_entry(top),
+        "fs__read_file: Read a file as text.\n  \
+         ts: function readFile(input: { path: string }): Promise<unknown>\n  \
+         py: def read_file(path: str) -> Any\n"
+    );
+    let q = SearchQuery {
+        detail: Detail::Full,
+        ..query("read file")
+    };
+    let full = &index.search(&q, &all).unwrap().tools[0];
+    let text = crate::catalog::text_entry(full);
+    assert!(
+        text.starts_with("fs__read_file: Read a file as text.\n  ts: /** The arguments of `readFile`. */\n    export interface ReadFileInput {\n"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("\n    export function readFile(input: ReadFileInput): Promise<unknown>;\n  py: def read_file(path: str) -> Any\n"),
+        "{text}"
+    );
+    assert_eq!(
+        crate::catalog::text_entry(&json!({"name": "a__b", "server_status": "reconnecting"})),
+        "a__b (its server is reconnecting)\n"
+    );
     assert_eq!(top["server"], "fs");
 }
 
@@ -322,10 +347,10 @@ fn get_returns_the_full_definition_with_examples() {
             "typescript"
         ]
     );
-    assert_eq!(t["python"], "def read_file(*, path: str) -> Any");
+    assert_eq!(t["python"], "def read_file(path: str) -> Any");
     assert_eq!(
         t["example"],
-        json!({"python": "from servers.fs import read_file\nread_file(path=\"...\")",
+        json!({"python": "from servers.fs import read_file\nread_file(\"...\")",
                "typescript": "import { readFile } from \"/servers/fs/index.ts\";\nawait readFile({ path: \"...\" });"})
     );
     assert!(t["typescript"]

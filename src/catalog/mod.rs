@@ -9,7 +9,8 @@
 //!   server, description, parameter names, parameter descriptions and enum values ×0.5),
 //!   filters (server, the caller's allowlist) and pages
 //! - [`render`]: a tool at the detail asked for ([`Detail`]), with the signatures of its
-//!   generated wrappers from [`codegen::describe`](crate::codegen::describe)
+//!   generated wrappers from [`codegen::describe`](crate::codegen::describe), and as
+//!   the text of a search answer ([`text_entry`])
 //! - [`cursor`]: opaque page cursors bound to the catalog version and the query
 //! - [`synthetic`]: made-up catalogs of any size for benchmarks and tests
 //!
@@ -26,6 +27,7 @@ pub mod tokenize;
 use std::str::FromStr;
 
 pub use index::SearchIndex;
+pub use render::text_entry;
 
 /// Most results one page may hold.
 pub const MAX_LIMIT: usize = 100;
@@ -37,8 +39,8 @@ pub const DEFAULT_LIMIT: usize = 10;
 pub enum Detail {
     /// `{name}`.
     Name,
-    /// `{name, server, description, typescript}`: the description's first sentence and
-    /// the TypeScript signature on one line.
+    /// `{name, server, description, typescript, python}`: the description's first
+    /// sentence and the TypeScript and Python signatures, each on one line.
     Summary,
     /// `{name, server, tool, title, description, input_schema, output_schema, typescript,
     /// python}`: the schemas, the TypeScript declarations and the Python signature.

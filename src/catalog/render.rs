@@ -1,8 +1,9 @@
 //! A tool as a search result, at each [`Detail`](crate::catalog::Detail):
 //!
 //! - name: `{name}`
-//! - summary: `{name, server, description, typescript}`: the first sentence of the
-//!   description (≤ [`SUMMARY_CHARS`]) and the one-line TypeScript signature
+//! - summary: `{name, server, description, typescript, python}`: the first sentence of
+//!   the description (≤ [`SUMMARY_CHARS`]), the one-line TypeScript signature and the
+//!   Python `def` line
 //! - full: `{name, server, tool, title, description, input_schema, output_schema,
 //!   typescript, python}`: TypeScript declarations and the Python `def` line
 //! - [`SearchIndex::get`](crate::catalog::SearchIndex::get): full plus
@@ -22,12 +23,13 @@ pub fn name(tool: &CatalogTool) -> Value {
     json!({ "name": tool.name })
 }
 
-pub fn summary(tool: &CatalogTool, description: &str, typescript: &str) -> Value {
+pub fn summary(tool: &CatalogTool, names: &ToolNames) -> Value {
     json!({
         "name": tool.name,
         "server": tool.server,
-        "description": description,
-        "typescript": typescript,
+        "description": summary_description(tool),
+        "typescript": describe::ts_signature_line(tool, names),
+        "python": describe::py_def_line(tool, names),
     })
 }
 
@@ -43,6 +45,37 @@ pub fn full(tool: &CatalogTool, names: &ToolNames) -> Value {
         "typescript": describe::ts_declaration(tool, names),
         "python": describe::py_def_line(tool, names),
     })
+}
+
+/// One tool of a search page as the answer's text shows it: its name (and its server's
+/// state when marked), the description, then the signatures its detail level has, one
+/// language a line (a multi-line declaration's further lines indented):
+///
+/// ```text
+/// filesystem__read_text_file: Read the complete contents of a file as text.
+///   ts: function readTextFile(input: { path: string; head?: number }): Promise<{ content: string }>
+///   py: def read_text_file(path: str, *, head: float | None = None) -> Any
+/// ```
+pub fn text_entry(tool: &Value) -> String {
+    let mut text = tool["name"].as_str().unwrap_or_default().to_string();
+    if let Some(state) = tool.get("server_status").and_then(Value::as_str) {
+        text.push_str(&format!(" (its server is {state})"));
+    }
+    if let Some(d) = tool.get("description").and_then(Value::as_str) {
+        text.push_str(": ");
+        text.push_str(d);
+    }
+    text.push('\n');
+    for (key, label) in [("typescript", "ts"), ("python", "py")] {
+        if let Some(signature) = tool.get(key).and_then(Value::as_str) {
+            text.push_str("  ");
+            text.push_str(label);
+            text.push_str(": ");
+            text.push_str(&signature.trim_end().replace('\n', "\n    "));
+            text.push('\n');
+        }
+    }
+    text
 }
 
 /// `full` with an example call in each language.

@@ -11,6 +11,7 @@ mod packages;
 mod passthrough;
 mod prepare;
 mod run;
+mod run_tools;
 mod serve;
 mod setup_cgroups;
 mod tools;

@@ -117,17 +117,32 @@ impl Discovery {
     /// The sources and the installer's own egress proxy (those hosts only).
     fn run(self) -> anyhow::Result<(Sources, Egress)> {
         let section = &self.section;
-        let (default_index, default_files) = pip_defaults(&self.rootfs);
+        let mut missing = std::collections::BTreeMap::new();
+        let (default_index, default_files) = match section.python_index {
+            Some(_) => (None, None),
+            None => pip_defaults(&self.rootfs).unwrap_or_else(|why| {
+                missing.insert("python_index".to_string(), why);
+                (None, None)
+            }),
+        };
         let python_index = section.python_index.clone().or(default_index);
         let python_files = match (&section.python_files, &section.python_index) {
             (Some(f), _) => f.clone(),
             (None, None) => default_files.into_iter().collect(),
             (None, Some(_)) => Vec::new(),
         };
+        let npm = match &section.npm_registry {
+            Some(url) => Some(url.clone()),
+            None => npm_registry().unwrap_or_else(|why| {
+                missing.insert("npm_registry".to_string(), why);
+                None
+            }),
+        };
         let sources = Sources {
             python_index,
-            npm_registry: section.npm_registry.clone().or_else(npm_registry),
+            npm_registry: npm,
             jsr_registry: section.jsr_registry.clone(),
+            missing,
         };
         let mut hosts = Vec::new();
         for url in [
@@ -156,6 +171,9 @@ impl Discovery {
                 mode: Some(NetworkMode::Proxy),
                 allow: hosts.clone(),
                 allow_private,
+                // A private index's CA: the installer's trust bundle (what pip checks
+                // the index against through its tunnel) holds it.
+                extra_roots: section.extra_roots.clone(),
                 ..NetworkSection::default()
             },
             &codebox::config::process_env,
@@ -258,30 +276,75 @@ fn host_rule(url: &str) -> Option<String> {
 }
 
 /// The index and file host of the rootfs's own pip (its built-in defaults), asked of it
-/// on the host: the rootfs holds the very pip the installer runs.
-fn pip_defaults(rootfs: &Path) -> (Option<String>, Option<String>) {
+/// on the host: the rootfs holds the very pip the installer runs. `Err`: why it could not
+/// be asked.
+fn pip_defaults(rootfs: &Path) -> Result<(Option<String>, Option<String>), String> {
     let dir = rootfs.join(INSTALLER_DIR);
     let code = format!(
         "import sys; sys.path.insert(0, {:?}); from pip._internal.models.index import PyPI; \
          print(PyPI.simple_url); print('https://' + PyPI.file_storage_domain)",
         dir.display().to_string()
     );
-    let mut python = Command::new("/usr/bin/python3");
-    python.args(["-I", "-S", "-c", &code]);
-    let out = output_within(python, ASK_BOUND);
+    let out = ask("the rootfs's pip for its default index", || {
+        let mut python = Command::new("/usr/bin/python3");
+        python.args(["-I", "-S", "-c", &code]);
+        python
+    });
     match out {
         Ok(o) if o.status.success() => {
             let text = String::from_utf8_lossy(&o.stdout);
             let mut lines = text.lines().map(|l| l.trim().to_string());
-            (lines.next(), lines.next())
+            Ok((lines.next(), lines.next()))
         }
         other => {
+            let why = match other {
+                Ok(o) => format!(
+                    "asking the rootfs's pip for its default index failed ({}): {}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                Err(why) => why,
+            };
             tracing::warn!(
-                ?other,
+                why,
                 "cannot read the rootfs pip's default index; set [packages] python_index"
             );
-            (None, None)
+            Err(why)
         }
+    }
+}
+
+/// Attempts at asking a tool for a default when it dies by a signal (killed, crashed):
+/// such an end says nothing about the answer.
+const ASK_ATTEMPTS: u32 = 3;
+
+/// Runs the command `make` builds (see [`output_within`]); one that dies by a signal is
+/// asked again, [`ASK_ATTEMPTS`] times in all with a short back-off, one WARN line each.
+/// `Err`: why there is no answer, naming `what` was asked.
+fn ask(what: &str, make: impl Fn() -> Command) -> Result<std::process::Output, String> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let out =
+            output_within(make(), ASK_BOUND).map_err(|e| format!("asking {what} failed: {e}"))?;
+        let Some(signal) = out.status.signal() else {
+            return Ok(out);
+        };
+        let signal = nix::sys::signal::Signal::try_from(signal)
+            .map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_string());
+        if attempt >= ASK_ATTEMPTS {
+            return Err(format!(
+                "asking {what} was ended by {signal} {attempt} times in a row"
+            ));
+        }
+        tracing::warn!(
+            what,
+            signal,
+            attempt,
+            "a tool asked for a default was ended by a signal; asking again"
+        );
+        std::thread::sleep(Duration::from_millis(200 * u64::from(attempt)));
     }
 }
 
@@ -345,19 +408,22 @@ fn output_within(mut cmd: Command, bound: Duration) -> std::io::Result<std::proc
     })
 }
 
-/// The host npm's registry (`npm config get registry`), if npm is there.
-fn npm_registry() -> Option<String> {
-    let mut npm = Command::new("npm");
-    npm.args(["config", "get", "registry"]);
-    let out = match output_within(npm, ASK_BOUND) {
-        Ok(out) => out,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot ask npm for its registry; set [packages] npm_registry");
-            return None;
-        }
-    };
+/// The host npm's registry (`npm config get registry`): `Ok(None)` when npm answers
+/// without one, `Err` when it cannot be asked (not installed, killed again and again).
+fn npm_registry() -> Result<Option<String>, String> {
+    let out = ask("the host's npm for its registry", || {
+        let mut npm = Command::new("npm");
+        npm.args(["config", "get", "registry"]);
+        npm
+    })
+    .inspect_err(|why| {
+        tracing::warn!(
+            why,
+            "cannot ask npm for its registry; set [packages] npm_registry"
+        )
+    })?;
     let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && url.starts_with("http")).then_some(url)
+    Ok((out.status.success() && url.starts_with("http")).then_some(url))
 }
 
 #[cfg(test)]
@@ -381,6 +447,38 @@ mod tests {
         let out = output_within(echo, Duration::from_secs(10)).unwrap();
         assert!(out.status.success());
         assert_eq!(out.stdout, b"answer\n");
+    }
+
+    /// A tool killed while it is asked (an operator's `kill`, the OOM killer) is asked
+    /// again; one killed every time is a clear error naming the tool and the signal.
+    #[test]
+    fn a_tool_killed_while_asked_is_asked_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("asked");
+        // Killed by SIGKILL on the first attempt, answers on the second.
+        let script = format!(
+            "if [ -e {m} ]; then echo answer; else touch {m}; kill -KILL $$; fi",
+            m = marker.display()
+        );
+        let out = ask("a test tool", || {
+            let mut sh = Command::new("/bin/sh");
+            sh.args(["-c", &script]);
+            sh
+        })
+        .unwrap();
+        assert_eq!(out.stdout, b"answer\n");
+        let why = ask("a test tool", || {
+            let mut sh = Command::new("/bin/sh");
+            sh.args(["-c", "kill -KILL $$"]);
+            sh
+        })
+        .unwrap_err();
+        assert!(
+            why.contains("a test tool") && why.contains("SIGKILL") && why.contains("3 times"),
+            "{why}"
+        );
+        let why = ask("a missing tool", || Command::new("/nonexistent/tool")).unwrap_err();
+        assert!(why.contains("a missing tool"), "{why}");
     }
 
     #[test]

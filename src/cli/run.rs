@@ -27,9 +27,22 @@ pub struct RunArgs {
     /// A file holding the program ("-" for standard input).
     #[arg(value_name = "FILE", required_unless_present = "code")]
     file: Option<PathBuf>,
-    /// Sandbox profile: a shipped one (default, network) or a path to a .toml file.
-    #[arg(long, default_value = "default", value_name = "NAME|PATH")]
-    profile: String,
+    /// codebox.toml to read: its profile, rootfs, root_host_id, state_dir and [network]
+    /// (e.g. extra_roots for a private CA, credentials) apply as in `serve`; flags win
+    /// [default: $CODEBOX_CONFIG, ./codebox.toml, ~/.config/codebox/config.toml].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// An MCP server configuration (`.mcp.json`, Claude Code's format) whose servers'
+    /// tools the program may call (`from servers.<name> import ...`); repeatable. The run
+    /// then goes through a `codebox serve` started for it (no --workspace, --memory,
+    /// --pids, --output-limit, --allow-host or --zygote: a profile and the config give
+    /// those).
+    #[arg(long = "mcp-config", value_name = "PATH")]
+    mcp_configs: Vec<PathBuf>,
+    /// Sandbox profile: a shipped one (default, network) or a path to a .toml file
+    /// [default: the config's profile, else default].
+    #[arg(long, value_name = "NAME|PATH")]
+    profile: Option<String>,
     /// Wall-clock limit, e.g. 500ms, 30s, 2m (a bare number means seconds) [profile: 30s].
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -42,8 +55,8 @@ pub struct RunArgs {
     /// Host directory mounted read-write at /workspace (default: a private tmpfs).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
-    /// Copy a host text file into /workspace before the run, as DEST=SRC (DEST relative to
-    /// /workspace); repeatable.
+    /// Copy a host file (text or binary) into /workspace before the run, as DEST=SRC (DEST
+    /// relative to /workspace); repeatable.
     #[arg(long = "file", value_name = "DEST=SRC", value_parser = parse_file_arg)]
     files: Vec<(String, PathBuf)>,
     /// Print one JSON object with the captured output and how the program ended.
@@ -56,9 +69,10 @@ pub struct RunArgs {
     /// binary's directory, else a checkout's target/rootfs].
     #[arg(long, value_name = "DIR")]
     rootfs: Option<PathBuf>,
-    /// When run as root: the unprivileged host uid/gid the sandbox user maps to.
-    #[arg(long, default_value_t = DEFAULT_ROOT_HOST_ID)]
-    root_host_id: u32,
+    /// When run as root: the unprivileged host uid/gid the sandbox user maps to
+    /// [default: the config's root_host_id, else 65534].
+    #[arg(long)]
+    root_host_id: Option<u32>,
     /// Let the program reach HOST (a name, `*.domain`, an IP; optional `:port`, default
     /// 80 and 443) over HTTP(S) through codebox's egress proxy; repeatable. Turns on the
     /// profile's proxy mode.
@@ -113,8 +127,30 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let files = read_files(&args.files)?;
-    let Prepared { mut profile, host } =
-        prepare(&args.profile, args.rootfs.as_deref(), args.root_host_id)?;
+    if !args.mcp_configs.is_empty() {
+        return run_with_tools(&args, code, files);
+    }
+    // codebox.toml as `serve` reads it: what applies to one run.
+    let env = &codebox::config::process_env;
+    let (mut config, _) = codebox::config::Config::load(args.config.as_deref(), env)?;
+    config.apply_env(env)?;
+    let profile_name = args
+        .profile
+        .clone()
+        .or(config.profile.clone())
+        .unwrap_or_else(|| "default".into());
+    let rootfs = args.rootfs.clone().or(config.rootfs.clone());
+    let root_host_id = args
+        .root_host_id
+        .or(config.root_host_id)
+        .unwrap_or(DEFAULT_ROOT_HOST_ID);
+    let Prepared { mut profile, host } = prepare(&profile_name, rootfs.as_deref(), root_host_id)?;
+    if let Some(network) = &config.network {
+        profile
+            .set_network(network.clone())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("[network] of the config")?;
+    }
     if args.zygote && args.language != Language::Python {
         bail!("--zygote: only Python sandboxes are forked from a zygote");
     }
@@ -133,6 +169,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let state_dir = args
         .state_dir
         .clone()
+        .or(config.state_dir.clone())
         .or_else(super::egress::default_state_dir);
     let ids = (host.id_mapping.host_uid, host.id_mapping.host_gid);
     let egress = match super::egress::start(&profile, state_dir.as_deref(), ids)? {
@@ -175,32 +212,98 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         egress,
         zygote: args.zygote,
     };
-    if args.backend.unwrap_or(profile.backend) == codebox::microvm::Backend::Microvm {
-        return run_microvm(&args, &host, &request, timeout);
-    }
-    let mut result = match (&secrets, args.json) {
-        (_, true) => execution::execute(&host, &request, &mut codebox::sandbox::Discard)?,
-        (None, false) => execution::execute(&host, &request, &mut Passthrough)?,
-        (Some(secrets), false) => {
-            let mut sink = Redacting::new(secrets);
-            let result = execution::execute(&host, &request, &mut sink);
-            sink.finish();
-            result?
+    let microvm = args.backend.unwrap_or(profile.backend) == codebox::microvm::Backend::Microvm;
+    let mut result = if microvm {
+        run_microvm(&args, &host, &request)?
+    } else {
+        let executed = match (&secrets, args.json) {
+            (_, true) => execution::execute(&host, &request, &mut codebox::sandbox::Discard),
+            (None, false) => execution::execute(&host, &request, &mut Passthrough),
+            (Some(secrets), false) => {
+                let mut sink = Redacting::new(secrets);
+                let result = execution::execute(&host, &request, &mut sink);
+                sink.finish();
+                result
+            }
+        };
+        executed.map_err(|e| {
+        let cgroup = matches!(
+            e,
+            execution::Error::Sandbox(codebox::sandbox::Error::Cgroup(_))
+        );
+        if cgroup {
+            anyhow::anyhow!(
+                "{}; `codebox doctor` shows which cgroup controllers this host gives and how to delegate them",
+                codebox::error_chain::error_chain(&e)
+            )
+        } else {
+            anyhow::Error::new(e)
         }
+    })?
     };
     if let Some(secrets) = &secrets {
         result.redact_secrets(secrets);
     }
-    report(&result, args.json, timeout)
+    let limits = &request.limits;
+    result.hints = codebox::hints::for_result(
+        &result,
+        &codebox::hints::Context {
+            surface: codebox::hints::Surface::Cli,
+            language: args.language,
+            profile: &profile.name,
+            timeout,
+            max_timeout: None,
+            memory_bytes: limits.memory_bytes,
+            pids: limits.pids,
+            network: profile.network_mode,
+            packages: codebox::hints::Packages::NotHere,
+            kept_interpreter: false,
+        },
+    );
+    report(&result, args.json)
 }
 
-/// The run on the microVM backend: the same request, in a fresh jailed VM.
+/// `--mcp-config`: the run goes through a `codebox serve` of its own (see `run_tools`).
+fn run_with_tools(
+    args: &RunArgs,
+    code: String,
+    files: codebox::runtime::Files,
+) -> anyhow::Result<ExitCode> {
+    let given = [
+        ("--workspace", args.workspace.is_some()),
+        ("--memory", args.memory.is_some()),
+        ("--pids", args.pids.is_some()),
+        ("--output-limit", args.output_limit.is_some()),
+        ("--allow-host", !args.allow_hosts.is_empty()),
+        ("--allow-private", !args.allow_private.is_empty()),
+        ("--zygote", args.zygote),
+    ];
+    for (flag, _) in given.iter().filter(|(_, on)| *on) {
+        if let Some(why) = super::run_tools::refused_with_tools(flag) {
+            bail!("{flag} cannot go with --mcp-config: {why}");
+        }
+    }
+    super::run_tools::run(super::run_tools::ServedRun {
+        language: args.language,
+        code,
+        files,
+        mcp_configs: &args.mcp_configs,
+        config: args.config.as_deref(),
+        profile: args.profile.as_deref(),
+        rootfs: args.rootfs.as_deref(),
+        root_host_id: args.root_host_id,
+        timeout: args.timeout,
+        json: args.json,
+    })
+}
+
+/// The run on the microVM backend: the same request, in a fresh jailed VM; its result
+/// gets the same hints and report as the namespace backend's.
 fn run_microvm(
     args: &RunArgs,
     host: &codebox::execution::Host,
     request: &ExecutionRequest,
-    timeout: Duration,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<ExecutionResult> {
     use codebox::microvm;
     let dir = microvm::image::locate(args.guest.as_deref())?;
     let image = microvm::image::load(&dir)?;
@@ -233,7 +336,7 @@ fn run_microvm(
             }
         );
     }
-    report(&result, args.json, timeout)
+    Ok(result)
 }
 
 fn parse_file_arg(arg: &str) -> Result<(String, PathBuf), String> {
@@ -284,7 +387,7 @@ fn read_program(args: &RunArgs) -> anyhow::Result<String> {
     })
 }
 
-fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Result<ExitCode> {
+fn report(result: &ExecutionResult, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         super::out::write(format_args!("{}\n", serde_json::to_string(result)?))?;
     } else {
@@ -306,14 +409,9 @@ fn report(result: &ExecutionResult, json: bool, timeout: Duration) -> anyhow::Re
                 eprintln!("codebox: {name} truncated: kept {kept} of {total} bytes");
             }
         }
-        if result.timed_out {
-            eprintln!("codebox: timed out after {timeout:?}; the sandbox was killed");
-        }
-        if result.oom_killed {
-            eprintln!("codebox: out of memory: the sandbox hit its memory limit");
-        }
-        if result.pids_limited {
-            eprintln!("codebox: the sandbox hit its process/thread limit");
+        // The limit met, with its value and flag; the network being off; a missing module.
+        for hint in &result.hints {
+            eprintln!("codebox: {hint}");
         }
         if result.seccomp_violation {
             eprintln!("codebox: killed by the seccomp policy (a system call from a foreign ABI)");

@@ -411,6 +411,9 @@ fn http_limits(
             None => {}
         }
     }
+    if let Some(list) = &file.trusted_proxies {
+        l.trusted_proxies = codebox::server::proxy_protocol::TrustedProxies::parse(list)?;
+    }
     Ok(l)
 }
 
@@ -420,6 +423,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = args.http {
         if !addr.ip().is_loopback() && args.http_clients.is_empty() {
             bail!("{addr} is not a loopback address: a bearer token is required (set CODEBOX_HTTP_TOKEN)");
+        }
+        if !args.http_limits.trusted_proxies.is_empty() && args.http_clients.is_empty() {
+            bail!("http.trusted_proxies is set: clients reach codebox through a balancer, so a bearer token is required, also on loopback (set CODEBOX_HTTP_TOKEN)");
         }
     }
     let mut profile = Profile::load(&args.profile)?;
@@ -465,8 +471,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             missing.join("; ")
         );
     }
+    // The roots trusted for the sandboxes' egress are trusted for the package index too.
+    let mut packages_section = args.packages.clone();
+    packages_section
+        .extra_roots
+        .extend(profile.network.extra_roots.iter().cloned());
     let packages = super::packages::prepare(
-        &args.packages,
+        &packages_section,
         &rootfs.path,
         args.state_dir.as_deref(),
         (sandbox_ids.host_uid, sandbox_ids.host_gid),
@@ -474,12 +485,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     host.python_preload = args.preload.clone();
     host.zygote = args.zygote;
-    // SAFETY: no thread exists yet: the tokio runtime is built below, after the forks.
-    let sandbox_checks = unsafe { doctor::deferred::start(&host, &profile) }
-        .context("cannot fork the sandbox checker")?;
     // SAFETY: no thread exists yet: the tokio runtime is built below, after the fork.
-    let factory = std::sync::Arc::new(unsafe { Factory::start(&host) }?);
-    // The factory forks the spawners, this first one included (see spawner/factory.rs).
+    let factory = std::sync::Arc::new(unsafe { Factory::start(&host, &profile) }?);
+    // The factory forks the sandbox checkers and the spawners, these first ones included
+    // (see spawner/factory.rs).
+    let sandbox_checks = factory
+        .start_checks()
+        .context("cannot fork the sandbox checker")?;
     let first = factory.fork_spawner(None)?;
     tracing::info!(spawner = first.pid.as_raw(), factory = factory.pid().as_raw(), profile = %profile.name, "spawner started");
     let factory_pid = factory.pid();
@@ -535,6 +547,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?;
     let drain = args.drain_timeout;
     rt.block_on(async move {
+        // First of all: from here on SIGINT/SIGTERM are this process's to handle, at any
+        // moment (also before a client initialized).
+        let signals = StopSignals::install()?;
+        let checker_source: std::sync::Arc<dyn codebox::server::sandbox_checks::CheckerSource> =
+            factory.clone();
         let client = SpawnerClient::with_factory(first, factory)?;
         settings.packages = packages.map(|p| p.start(client.clone(), &settings.profile));
         // Upstreams connect in the background: the server answers at once. They start
@@ -557,14 +574,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tokio::time::sleep(UPSTREAMS_START_BOUND).await;
             gate.cancel();
         });
-        server.follow_sandbox_checks(sandbox_checks);
+        server.follow_sandbox_checks(sandbox_checks, checker_source);
         // Up until the end, so a scrape sees the drain (`codebox_draining`).
         let metrics_done = CancellationToken::new();
         let metrics = match args.metrics {
             Some(addr) => Some(start_metrics(&server, addr, &args, metrics_done.clone()).await?),
             None => None,
         };
-        let result = serve_until_done(server.clone(), args, drain).await;
+        let result = serve_until_done(server.clone(), args, drain, signals).await;
         metrics_done.cancel();
         if let Some(listener) = metrics {
             let _ = tokio::time::timeout(Duration::from_secs(1), listener).await;
@@ -617,13 +634,14 @@ async fn serve_until_done(
     server: CodeboxServer,
     args: Resolved,
     drain: Duration,
+    signals: StopSignals,
 ) -> anyhow::Result<()> {
     // Fires on SIGINT/SIGTERM: stop taking work, drain, then stop.
     let stopping = CancellationToken::new();
     tokio::spawn({
         let stopping = stopping.clone();
         async move {
-            shutdown_signal().await;
+            signals.received().await;
             tracing::info!("shutting down: draining running executions");
             stopping.cancel();
         }
@@ -692,11 +710,17 @@ async fn serve_until_done(
         }
         return anyhow::Ok(());
     }
-    let service = server
-        .clone()
-        .serve(codebox::server::stdio_guard::stdio())
-        .await
-        .context("the MCP session did not start")?;
+    // Until a client initializes, rmcp's `serve` waits for its `initialize`; a signal then
+    // has nothing to drain (no call can have been made) and ends it at once.
+    let service = tokio::select! {
+        service = server.clone().serve(codebox::server::stdio_guard::stdio()) => {
+            service.context("the MCP session did not start")?
+        }
+        _ = stopping.cancelled() => {
+            tracing::info!("stopped before a client initialized");
+            return Ok(());
+        }
+    };
     let cancel = service.cancellation_token();
     tokio::select! {
         r = service.waiting() => {
@@ -707,13 +731,27 @@ async fn serve_until_done(
     Ok(())
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGINT and SIGTERM, caught from the moment they are installed (a signal that arrives
+/// before anyone waits is kept for [`StopSignals::received`]).
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> anyhow::Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
+    }
+
+    async fn received(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 

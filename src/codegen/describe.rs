@@ -5,9 +5,9 @@
 //! ```text
 //! ts_signature_line  function readTextFile(input: { path: string; head?: number }): Promise<{ content: string }>
 //! ts_declaration     export interface ReadTextFileInput { .. }  export function readTextFile(input: ReadTextFileInput): Promise<..>;
-//! py_def_line        def read_text_file(*, path: str, head: float | None = None) -> Any
+//! py_def_line        def read_text_file(path: str, *, head: float | None = None) -> Any
 //! example_python     from servers.filesystem import read_text_file
-//!                    read_text_file(path="...")
+//!                    read_text_file("...")
 //! example_typescript import { readTextFile } from "/servers/filesystem/index.ts";
 //!                    await readTextFile({ path: "..." });
 //! ```
@@ -139,12 +139,18 @@ fn ts_literal(value: &Value) -> String {
     }
 }
 
-/// An import and a call with the required parameters, in Python.
+/// An import and a call with the required parameters, in Python: a single one by
+/// position (`read_text_file("...")`), several by name, which reads better than a row of
+/// placeholders.
 pub fn example_python(tool: &CatalogTool, names: &ToolNames) -> String {
-    let args: Vec<String> = required_args(tool)
-        .iter()
-        .map(|(_, name, value)| format!("{name}={}", py_literal(value)))
-        .collect();
+    let required = required_args(tool);
+    let args: Vec<String> = match required.as_slice() {
+        [(_, _, value)] => vec![py_literal(value)],
+        _ => required
+            .iter()
+            .map(|(_, name, value)| format!("{name}={}", py_literal(value)))
+            .collect(),
+    };
     format!(
         "from servers.{} import {f}\n{f}({})",
         names.py_module,

@@ -59,7 +59,7 @@ fn signatures_of_a_simple_tool() {
     );
     assert_eq!(
         py_def_line(&t, &n),
-        "def read_text_file(*, path: str, head: float | None = None) -> Any"
+        "def read_text_file(path: str, *, head: float | None = None) -> Any"
     );
     let decl = ts_declaration(&t, &n);
     assert!(
@@ -95,7 +95,7 @@ fn examples_use_required_parameters_with_placeholders() {
     let n = names_of(std::slice::from_ref(&t), "filesystem__read_text_file");
     assert_eq!(
         example_python(&t, &n),
-        "from servers.filesystem import read_text_file\nread_text_file(path=\"...\")"
+        "from servers.filesystem import read_text_file\nread_text_file(\"...\")"
     );
     assert_eq!(
         example_typescript(&t, &n),
@@ -124,14 +124,14 @@ fn examples_use_required_parameters_with_placeholders() {
     assert_eq!(
         example_python(&t, &n),
         "from servers.my_server import do_it\n\
-         do_it(any=None, either=\"...\", flag=False, from_=\"...\", list=[], \
-         max_results=0, mode=\"fast\", n=0, node={}, obj={})"
+         do_it(max_results=0, n=0, flag=False, list=[], obj={}, mode=\"fast\", node={}, \
+         either=\"...\", any=None, from_=\"...\")"
     );
     assert_eq!(
         example_typescript(&t, &n),
         "import { doIt } from \"/servers/my_server/index.ts\";\n\
-         await doIt({ any: null, either: \"...\", flag: false, from: \"...\", list: [], \
-         \"max-results\": 0, mode: \"fast\", n: 0, node: {}, obj: {} });"
+         await doIt({ \"max-results\": 0, n: 0, flag: false, list: [], obj: {}, \
+         mode: \"fast\", node: {}, either: \"...\", any: null, from: \"...\" });"
     );
 }
 

@@ -2,7 +2,7 @@
 //! function per tool.
 //!
 //! ```python
-//! def read_text_file(*, path: str, head: float | None = None, tail: float | None = None) -> Any:
+//! def read_text_file(path: str, *, head: float | None = None, tail: float | None = None) -> Any:
 //!     """Read the complete contents of a file ..."""
 //!     _args = {"path": path}
 //!     if head is not None:
@@ -11,9 +11,16 @@
 //!     return _codebox.call_tool("filesystem__read_text_file", _args)
 //! ```
 //!
-//! Parameters are keyword-only, named after the schema's properties (sanitised, with the
-//! original JSON key used in the arguments); optional ones default to `None` and are left
-//! out of the call when `None`. `aio.<function>` is each function as a coroutine.
+//! Parameters are named after the schema's properties (sanitised, with the original JSON
+//! key used in the arguments). The required ones come first, positional-or-keyword, in
+//! the order of the schema's `required` list (the one order a schema keeps: JSON objects,
+//! and so `properties`, have none), then a required name no property declares, where the
+//! list has it; the optional ones follow `*`, keyword-only and sorted by key, default to
+//! `None` and are left out of the call when `None`. So `read_text_file("/a")` and
+//! `read_text_file(path="/a")` both work, and leaving a required argument out is
+//! Python's own `TypeError` naming it. Names are chosen over the keys in sorted order,
+//! so a name never depends on where its key stands in `required`. `aio.<function>` is
+//! each function as a coroutine, taking the same arguments.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -37,7 +44,8 @@ const BODY_NAMES: &[&str] = &["_codebox", "_args"];
 /// Lines longer than this put one parameter per line.
 const LINE: usize = 88;
 
-/// One keyword-only parameter of a tool function.
+/// One parameter of a tool function: positional-or-keyword when required, else
+/// keyword-only.
 #[derive(Debug, PartialEq)]
 pub struct Param {
     /// The Python name.
@@ -210,13 +218,20 @@ impl<'a> Hinter<'a> {
     }
 }
 
-/// The parameters of a tool: required ones first, each group sorted by JSON key.
+/// The parameters of a tool: the required ones in the order of `required`, then the
+/// optional ones sorted by JSON key. Names and hints are worked out over the keys in
+/// sorted order, so neither depends on that order.
 pub fn params(input_schema: &Value) -> Vec<Param> {
     // Maps, not scans: a schema may list thousands of properties and required names.
     let props: HashMap<&str, &Value> = properties(input_schema).into_iter().collect();
-    let required: HashSet<&str> = required(input_schema).into_iter().collect();
+    let required_order = required(input_schema);
+    let required: HashMap<&str, usize> = required_order
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (*r, i))
+        .collect();
     let mut keys: Vec<&str> = props.keys().copied().collect();
-    keys.extend(required.iter().filter(|r| !props.contains_key(*r)));
+    keys.extend(required_order.iter().filter(|r| !props.contains_key(*r)));
     keys.sort();
     let mut namer = Namer::new("_", BODY_NAMES);
     let names = allocate(&mut namer, &keys, |k| py_ident(k, true));
@@ -239,14 +254,15 @@ pub fn params(input_schema: &Value) -> Vec<Param> {
             }
             Param {
                 hint: schema.map_or_else(any, |s| hinter.hint(s, 0)),
-                required: required.contains(key),
+                required: required.contains_key(key),
                 key: key.to_string(),
                 name,
                 doc,
             }
         })
         .collect();
-    params.sort_by_key(|p| !p.required);
+    // Stable: the optional ones keep their sorted order.
+    params.sort_by_key(|p| required.get(p.key.as_str()).copied().unwrap_or(usize::MAX));
     params
 }
 
@@ -267,18 +283,27 @@ fn rendered_params(params: &[Param]) -> Vec<String> {
         .collect()
 }
 
+/// The parameter list: required parameters, then `*` and the optional ones.
+fn parameter_list(params: &[Param]) -> Vec<String> {
+    let rendered = rendered_params(params);
+    let required = params.iter().take_while(|p| p.required).count();
+    let mut out = rendered[..required].to_vec();
+    if required < rendered.len() {
+        out.push("*".to_string());
+        out.extend_from_slice(&rendered[required..]);
+    }
+    out
+}
+
 /// The function's signature line(s), `def ...:` included.
 pub fn signature(function: &str, params: &[Param]) -> String {
-    let rendered = rendered_params(params);
-    if rendered.is_empty() {
-        return format!("def {function}() -> Any:");
-    }
-    let one_line = format!("def {function}(*, {}) -> Any:", rendered.join(", "));
-    if one_line.len() <= LINE {
+    let list = parameter_list(params);
+    let one_line = format!("def {function}({}) -> Any:", list.join(", "));
+    if one_line.len() <= LINE || list.is_empty() {
         return one_line;
     }
-    let mut out = format!("def {function}(\n    *,\n");
-    for r in rendered {
+    let mut out = format!("def {function}(\n");
+    for r in list {
         let _ = writeln!(out, "    {r},");
     }
     out.push_str(") -> Any:");
@@ -286,14 +311,10 @@ pub fn signature(function: &str, params: &[Param]) -> String {
 }
 
 /// The signature of `tool`'s function on one line, without the colon, for summaries:
-/// `def read_text_file(*, path: str, head: float | None = None) -> Any`.
+/// `def read_text_file(path: str, *, head: float | None = None) -> Any`.
 pub fn def_line(tool: &CatalogTool, function: &str) -> String {
-    let rendered = rendered_params(&params(&tool.input_schema));
-    if rendered.is_empty() {
-        format!("def {function}() -> Any")
-    } else {
-        format!("def {function}(*, {}) -> Any", rendered.join(", "))
-    }
+    let list = parameter_list(&params(&tool.input_schema));
+    format!("def {function}({}) -> Any", list.join(", "))
 }
 
 fn docstring(tool: &CatalogTool, params: &[Param]) -> String {
@@ -399,19 +420,21 @@ const ASYNC_FORMS: &str = r#"
 
 
 class _Aio:
-    """The functions of this module as coroutines: `await aio.<function>(...)`, so
-    `asyncio.gather(aio.a(...), aio.b(...))` runs the calls at once."""
+    """The functions of this module as coroutines taking the same arguments:
+    `await aio.<function>(...)`, so `asyncio.gather(aio.a(...), aio.b(...))` runs the
+    calls at once."""
 
     def __getattr__(self, name):
         function = globals().get(name) if name in __all__ else None
         if function is None:
             raise AttributeError(name)
 
-        async def call(**kwargs):
-            return await _codebox.to_thread(function, **kwargs)
+        async def call(*args, **kwargs):
+            return await _codebox.to_thread(function, *args, **kwargs)
 
         call.__name__ = name
         call.__doc__ = function.__doc__
+        call.__wrapped__ = function
         return call
 
     def __dir__(self):
@@ -443,7 +466,12 @@ pub fn unknown_server_module(server: &str, ident: &str) -> String {
 const UNKNOWN_SERVER_BODY: &str = r#"
 
 def _tool(name):
-    def call(**arguments):
+    def call(*args, **arguments):
+        if args:
+            raise TypeError(
+                "%s() takes keyword arguments only: the server's tools were not known when "
+                "this sandbox started, so the order of their parameters is not either" % name
+            )
         return _codebox.call_tool(_PREFIX + name, arguments)
 
     call.__name__ = name
@@ -459,8 +487,8 @@ class _Aio:
             raise AttributeError(name)
         function = _tool(name)
 
-        async def call(**kwargs):
-            return await _codebox.to_thread(function, **kwargs)
+        async def call(*args, **kwargs):
+            return await _codebox.to_thread(function, *args, **kwargs)
 
         call.__name__ = name
         return call
@@ -479,8 +507,10 @@ def __getattr__(name):
 pub fn package_init(servers: &[(String, String, usize)]) -> String {
     let mut doc = String::from(
         "Typed functions for the tools of the upstream MCP servers, generated by codebox.\n\n\
-         Import a server's module and call its tools with keyword arguments:\n\n    \
-         from servers.filesystem import read_text_file\n\nServers:\n",
+         Import a server's module and call its tools: required arguments by position or \
+         by name, optional ones by name:\n\n    \
+         from servers.filesystem import read_text_file\n    \
+         read_text_file(\"/data/a.txt\", head=10)\n\nServers:\n",
     );
     for (module, server, count) in servers {
         let _ = writeln!(

@@ -105,7 +105,7 @@ fn parameters_are_sanitised_and_ordered() {
     assert_eq!(ps[0].doc, "Start (sent as \"from\")");
     assert_eq!(
         signature("f", &ps),
-        "def f(\n    *,\n    from_: str,\n    undeclared: Any,\n    __proto__: str | None = None,\n    \
+        "def f(\n    from_: str,\n    undeclared: Any,\n    *,\n    __proto__: str | None = None,\n    \
          _args_2: str | None = None,\n    _codebox_2: Any = None,\n    class_: str | None = None,\n    \
          max_results_2: int | None = None,\n    max_results: int | None = None,\n) -> Any:"
     );
@@ -120,7 +120,72 @@ fn signatures() {
     );
     assert_eq!(
         signature("f", &ps),
-        "def f(*, b: str, a: str | None = None) -> Any:"
+        "def f(b: str, *, a: str | None = None) -> Any:"
+    );
+    let ps = params(&json!({"properties": {"a": {"type": "string"}}, "required": ["a"]}));
+    assert_eq!(signature("f", &ps), "def f(a: str) -> Any:");
+    let ps = params(&json!({"properties": {"a": {"type": "string"}}}));
+    assert_eq!(
+        signature("f", &ps),
+        "def f(*, a: str | None = None) -> Any:"
+    );
+}
+
+/// Required parameters take the order of `required`, whatever their names become; the
+/// names themselves do not depend on that order.
+#[test]
+fn required_parameters_in_the_order_of_required() {
+    let schema = |required: Value| {
+        json!({"properties": {
+            "a-b": {"type": "string"}, "a.b": {"type": "integer"}, "a_b": {"type": "boolean"},
+            "zeta": {"type": ["string", "null"]}, "opt": {}, "class": {"type": "string"}},
+            "required": required})
+    };
+    let order = |ps: &[Param]| -> Vec<(String, String, bool)> {
+        ps.iter()
+            .map(|p| (p.name.clone(), p.key.clone(), p.required))
+            .collect()
+    };
+    let ps = params(&schema(json!([
+        "zeta", "a.b", "class", "a-b", "missing", "zeta", 3
+    ])));
+    let row = |n: &str, k: &str, r: bool| (n.to_string(), k.to_string(), r);
+    assert_eq!(
+        order(&ps),
+        [
+            row("zeta", "zeta", true),
+            row("a_b_3", "a.b", true),
+            row("class_", "class", true),
+            row("a_b_2", "a-b", true),
+            row("missing", "missing", true),
+            row("a_b", "a_b", false),
+            row("opt", "opt", false),
+        ]
+    );
+    assert_eq!(
+        ps[0].hint,
+        ["str", "None"],
+        "required and nullable: no default"
+    );
+    assert_eq!(
+        signature("f", &ps),
+        "def f(\n    zeta: str | None,\n    a_b_3: int,\n    class_: str,\n    a_b_2: str,\n    \
+         missing: Any,\n    *,\n    a_b: bool | None = None,\n    opt: Any = None,\n) -> Any:"
+    );
+    // Another order of `required`: the same names for the same keys.
+    let again = params(&schema(json!(["a-b", "a.b", "zeta"])));
+    let names: std::collections::HashMap<String, String> = again
+        .iter()
+        .map(|p| (p.key.clone(), p.name.clone()))
+        .collect();
+    for p in &ps {
+        if let Some(name) = names.get(&p.key) {
+            assert_eq!(name, &p.name, "{}", p.key);
+        }
+    }
+    assert_eq!(
+        again.iter().map(|p| p.key.as_str()).collect::<Vec<_>>(),
+        ["a-b", "a.b", "zeta", "a_b", "class", "opt"]
     );
 }
 
@@ -133,7 +198,7 @@ fn function_body_maps_names_back_and_omits_none() {
     );
     let text = function(&t, "do_it");
     assert!(text.starts_with(
-        "def do_it(*, q: str, max_results: int | None = None) -> Any:\n    \"\"\"Search.\n\n    Args:\n"
+        "def do_it(q: str, *, max_results: int | None = None) -> Any:\n    \"\"\"Search.\n\n    Args:\n"
     ), "{text}");
     assert!(text.ends_with(
         "    _args = {\"q\": q}\n    if max_results is not None:\n        \
@@ -260,10 +325,15 @@ fn thousands_of_properties_and_required_names_keep_their_order() {
     assert_eq!(ps.len(), 7500);
     let (req, opt): (Vec<&Param>, Vec<&Param>) = ps.iter().partition(|p| p.required);
     assert_eq!((req.len(), opt.len()), (5000, 2500));
-    assert!(req.windows(2).all(|w| w[0].key < w[1].key));
+    // Required ones in the order of `required` (first mentions), optional ones sorted.
+    let listed: Vec<String> = (0..5000)
+        .step_by(2)
+        .flat_map(|i| [format!("k{i:05}"), format!("r{i:05}")])
+        .collect();
+    assert!(req.iter().map(|p| &p.key).eq(listed.iter()));
     assert!(opt.windows(2).all(|w| w[0].key < w[1].key));
-    assert_eq!(req[1].key, "k00002");
-    assert_eq!(req[2500].key, "r00000");
-    assert_eq!(req[2500].hint, ["Any"], "required but not a property");
+    assert_eq!(req[1].key, "r00000");
+    assert_eq!(req[2].key, "k00002");
+    assert_eq!(req[1].hint, ["Any"], "required but not a property");
     assert_eq!(opt[0].key, "k00001");
 }

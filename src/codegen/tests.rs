@@ -92,7 +92,7 @@ fn writes_the_layout_with_readable_modes() {
     let index = fs::read_to_string(out.join("weather/index.ts")).unwrap();
     assert!(index.contains("export { getWeather } from \"./get_weather.ts\";\n"));
     let py = fs::read_to_string(out.join("weather/__init__.py")).unwrap();
-    assert!(py.contains("def get_weather(*, path: str) -> Any:\n"));
+    assert!(py.contains("def get_weather(path: str) -> Any:\n"));
 }
 
 #[test]

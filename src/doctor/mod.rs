@@ -46,7 +46,12 @@ pub struct Check {
 }
 
 impl Check {
-    fn new(layer: &str, status: Status, detail: impl Into<String>, required: bool) -> Check {
+    pub(crate) fn new(
+        layer: &str,
+        status: Status,
+        detail: impl Into<String>,
+        required: bool,
+    ) -> Check {
         Check {
             layer: layer.to_string(),
             status,
@@ -503,7 +508,7 @@ fn proxy_sandbox_check(host: &Host, profile: &Profile, port: u16) -> Check {
     let mut sb = match sandbox::spawn(&spec, host.cgroups.as_ref()) {
         Ok(sb) => sb,
         Err(e) => {
-            return Check::new(LAYER, Status::Missing, e.to_string(), true)
+            return Check::new(LAYER, Status::Missing, setup_failure(&e), true)
                 .fix("see the layers above; run with -v for the failing setup step")
         }
     };
@@ -548,7 +553,7 @@ fn proxy_sandbox_check(host: &Host, profile: &Profile, port: u16) -> Check {
             format!("unexpected: {}", stdout.trim().replace('\n', "; ")),
             true,
         )
-        .fix("a kernel ≥ 6.7 with landlock; see `codebox doctor` as root and rootless")
+        .fix("a kernel ≥ 6.7 with landlock TCP rules (ABI ≥ 4), as root and rootless")
     }
 }
 
@@ -609,7 +614,43 @@ fn runtime_check(lang: Language, host: &Host, profile: &Profile) -> Check {
             true,
         )
         .fix("rebuild the rootfs with `cargo xtask rootfs`"),
-        Err(e) => Check::new(layer, Status::Missing, e.to_string(), true)
+        Err(e) => Check::new(layer, Status::Missing, setup_failure(&e), true)
             .fix("see the layers above; run with -v for the failing setup step"),
+    }
+}
+
+/// A sandbox that could not be set up, with its causes, in doctor's own words.
+fn setup_failure(e: &dyn std::error::Error) -> String {
+    crate::error_chain::error_chain(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::cgroup::{Controller, Error as CgroupError};
+
+    /// Doctor's own lines never send the reader to `codebox doctor`, and name the cause.
+    #[test]
+    fn a_sandbox_that_cannot_be_set_up_is_explained_without_sending_to_doctor() {
+        for cause in [
+            CgroupError::ControllerUnavailable {
+                controller: Controller::Memory,
+            },
+            CgroupError::NoHierarchy,
+        ] {
+            let e = execution::Error::Sandbox(crate::sandbox::Error::Cgroup(cause));
+            let text = setup_failure(&e);
+            assert!(
+                text.starts_with("cannot set up the sandbox's cgroup: "),
+                "{text}"
+            );
+            assert!(!text.contains("codebox doctor"), "{text}");
+        }
+        let memory = setup_failure(&crate::sandbox::Error::Cgroup(
+            CgroupError::ControllerUnavailable {
+                controller: Controller::Memory,
+            },
+        ));
+        assert!(memory.contains("memory controller"), "{memory}");
     }
 }

@@ -6,6 +6,7 @@
 use http::{HeaderName, HeaderValue};
 
 use super::config::CredentialSection;
+use super::encodings::MAX_SECRET_BYTES;
 use super::pattern::{Host, Target};
 use super::policy::Error;
 
@@ -107,6 +108,10 @@ pub(crate) fn credential(
             .map_err(|e| invalid(e.to_string()))?;
         match v {
             Some(s) if s.is_empty() => Err(invalid(format!("{key}: the secret is empty"))),
+            Some(s) if s.len() > MAX_SECRET_BYTES => Err(invalid(format!(
+                "{key}: the secret is {} bytes, more than {MAX_SECRET_BYTES} (responses are searched for it in every encoding)",
+                s.len()
+            ))),
             other => Ok(other),
         }
     };
@@ -316,5 +321,40 @@ mod tests {
             ..Default::default()
         })
         .contains("empty"));
+        assert!(bad(CredentialSection {
+            host: "api.example.com".into(),
+            bearer: Some("x".repeat(MAX_SECRET_BYTES + 1)),
+            ..Default::default()
+        })
+        .contains("more than 4096"));
+        ok(CredentialSection {
+            host: "api.example.com".into(),
+            bearer: Some("x".repeat(MAX_SECRET_BYTES)),
+            ..Default::default()
+        });
+    }
+
+    #[test]
+    fn all_secrets_together_are_bounded() {
+        let mut s = NetworkSection {
+            allow: vec!["*.example.org".into()],
+            ..Default::default()
+        };
+        // Four bearer tokens of 2,100 bytes: 4 x (2,100 + "Bearer " 2,107) > 16 KiB.
+        for i in 0..4 {
+            s.credentials.push(CredentialSection {
+                host: format!("h{i}.example.org"),
+                bearer: Some(format!("{i}{}", "t".repeat(2099))),
+                ..Default::default()
+            });
+        }
+        let e = EgressPolicy::from_section(&s, &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("16384"), "{e}");
+        s.credentials.pop();
+        let p = EgressPolicy::from_section(&s, &no_env).unwrap();
+        // What the bound allows builds.
+        crate::egress::Secrets::new(&p.secret_values()).unwrap();
     }
 }

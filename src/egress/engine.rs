@@ -37,6 +37,8 @@ pub enum Error {
     Ca(#[from] super::ca::Error),
     #[error(transparent)]
     Tls(#[from] super::tls::Error),
+    #[error(transparent)]
+    Secrets(#[from] super::redact::TooLarge),
 }
 
 /// What [`Egress::new`] needs besides the policy.
@@ -102,7 +104,9 @@ impl Egress {
             ca.as_ref().map(|c| c.cert_pem()),
         )
         .inspect_err(|err| tracing::error!(?err, "egress: cannot write the trust bundle"))?;
-        let secrets = Secrets::new(&policy.secret_values());
+        let secrets = Secrets::new(&policy.secret_values()).inspect_err(|err| {
+            tracing::error!(%err, "egress: cannot build the secrets' matcher");
+        })?;
         Ok(Egress {
             shared: Arc::new(Shared {
                 policy,
@@ -364,6 +368,12 @@ impl Conn {
     pub fn shared(&self) -> &Shared {
         &self.run.shared
     }
+
+    /// The connection only asked the proxy itself (`/why`, see [`super::why`]): not a
+    /// connection out, so it leaves no record.
+    pub fn asked_the_proxy(&self) {
+        self.recorded.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Serves one client connection; `_slots` (this run's and the process's) are given back
@@ -405,10 +415,8 @@ async fn serve_client(
     drop(work);
     if !conn.recorded.load(Ordering::Relaxed) {
         let mut rec = conn.record(ConnectionKind::Invalid, None);
-        rec.deny(
-            conn.end.get().cloned().unwrap_or_default() + " before a whole request head",
-            None,
-        );
+        let ended = conn.end.get().cloned().unwrap_or_else(|| "closed".into());
+        rec.deny(ended + " before a whole request head", None);
     }
 }
 

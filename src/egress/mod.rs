@@ -61,6 +61,7 @@ mod ca;
 pub mod config;
 mod connect;
 mod credentials;
+mod encodings;
 mod engine;
 mod forward;
 pub mod head;

@@ -69,6 +69,7 @@ impl Plain {
     async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
         let target = match target_of(&req) {
             Ok(t) if super::why::is_why_host(&t) => {
+                self.conn.asked_the_proxy();
                 return super::why::answer(&self.conn.run.refusals, req.uri());
             }
             Ok(t) => t,

@@ -178,6 +178,19 @@ impl EgressPolicy {
             }
             credentials.push(cred);
         }
+        let secret_bytes: usize = credentials
+            .iter()
+            .flat_map(|c| c.secrets.iter().map(String::len))
+            .sum();
+        if secret_bytes > super::encodings::MAX_ALL_SECRETS_BYTES {
+            return Err(Error::Invalid {
+                field: "credentials".into(),
+                reason: format!(
+                    "the secrets are {secret_bytes} bytes in all (with the Bearer header values and query wire forms), more than {} (responses are searched for each in every encoding)",
+                    super::encodings::MAX_ALL_SECRETS_BYTES
+                ),
+            });
+        }
         Ok(EgressPolicy {
             allow,
             deny,

@@ -1,10 +1,13 @@
 //! Streaming redaction of secret values in responses from hosts with credentials.
 //!
-//! Every occurrence of every secret becomes `[REDACTED]`, also when it straddles chunk
-//! boundaries: the redactor holds back the last `longest - 1` bytes of each chunk until
-//! the next one shows whether they start a secret. Matching is leftmost, longest secret
-//! first at a position (a secret that extends another is redacted whole), in linear time
-//! (the regex crate over escaped literals).
+//! Every occurrence of every secret, raw or in any form an echoing host writes it in
+//! (percent-encoded with any characters kept, either hex case, `+` for a space; JSON and
+//! HTML escapes: [`super::encodings`]), becomes `[REDACTED]`, also when it straddles chunk
+//! boundaries: the redactor holds back the last `longest - 1` bytes of each chunk (the
+//! longest text a secret's pattern can match) until the next one shows whether they start
+//! a secret. Matching is leftmost, longest secret first at a position (a secret that
+//! extends another is redacted whole), in time linear in the text (the regex crate: finite
+//! automata, no backtracking) and memory bounded by the held-back bytes.
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderValue;
@@ -14,12 +17,22 @@ pub const REDACTED: &str = "[REDACTED]";
 
 /// The secrets to find; cheap to clone. Its `Debug` shows no value (a regex's `Debug`
 /// prints its pattern: here, the secrets).
+///
+/// One automaton, ASCII case-insensitive: header names arrive lower-cased (hyper), and a
+/// secret written in another case is redacted too (a false positive needs a text equal
+/// to a secret but for case).
 #[derive(Clone)]
 pub struct Secrets {
     pattern: Option<regex::bytes::Regex>,
-    /// The same, ASCII case-insensitive: for header names, which hyper lower-cases.
-    folded: Option<regex::bytes::Regex>,
     longest: usize,
+}
+
+/// The secrets are too large to match in every form (the policy's bounds prevent it).
+#[derive(Debug, thiserror::Error)]
+#[error("the credentials' secrets ({bytes} bytes in all) are too large to match in every encoding: {why}")]
+pub struct TooLarge {
+    pub bytes: usize,
+    pub why: String,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -32,26 +45,46 @@ impl std::fmt::Debug for Secrets {
 }
 
 impl Secrets {
-    pub fn new(values: &[String]) -> Secrets {
+    pub fn new(values: &[String]) -> Result<Secrets, TooLarge> {
         let mut values: Vec<&String> = values.iter().filter(|v| !v.is_empty()).collect();
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
-        let longest = values.first().map_or(0, |v| v.len());
-        let alternatives: Vec<String> = values.iter().map(|v| regex::escape(v)).collect();
-        let build = |case_insensitive: bool| {
-            (!values.is_empty()).then(|| {
-                regex::bytes::RegexBuilder::new(&alternatives.join("|"))
-                    .unicode(false)
-                    .case_insensitive(case_insensitive)
-                    .size_limit(64 << 20)
-                    .build()
-                    .expect("escaped literals always compile")
-            })
-        };
-        Secrets {
-            pattern: build(false),
-            folded: build(true),
+        let longest = values
+            .iter()
+            .map(|v| super::encodings::longest_match(v.as_bytes()))
+            .max()
+            .unwrap_or(0);
+        if values.is_empty() {
+            return Ok(Secrets {
+                pattern: None,
+                longest,
+            });
+        }
+        let alternatives: Vec<String> = values
+            .iter()
+            .map(|v| super::encodings::pattern(v.as_bytes()))
+            .collect();
+        let pattern = regex::bytes::RegexBuilder::new(&alternatives.join("|"))
+            .unicode(false)
+            .case_insensitive(true)
+            .size_limit(64 << 20)
+            .dfa_size_limit(16 << 20)
+            .build()
+            .map_err(|e| TooLarge {
+                bytes: values.iter().map(|v| v.len()).sum(),
+                why: e.to_string(),
+            })?;
+        Ok(Secrets {
+            pattern: Some(pattern),
             longest,
+        })
+    }
+
+    /// No secrets at all.
+    pub fn none() -> Secrets {
+        Secrets {
+            pattern: None,
+            longest: 0,
         }
     }
 
@@ -67,10 +100,10 @@ impl Secrets {
         }
     }
 
-    /// Whether `text` holds a secret in any ASCII case (a header name: hyper lower-cases
-    /// them, and a name cannot take `[REDACTED]`, so such a header is dropped whole).
+    /// Whether `text` holds a secret (a header name: a name cannot take `[REDACTED]`, so
+    /// such a header is dropped whole).
     pub fn in_any_case(&self, text: &[u8]) -> bool {
-        self.folded.as_ref().is_some_and(|p| p.is_match(text))
+        self.pattern.as_ref().is_some_and(|p| p.is_match(text))
     }
 
     /// A header value with every secret replaced.
@@ -148,7 +181,7 @@ mod tests {
 
     fn run(secrets: &[&str], chunks: &[&str]) -> String {
         let s: Vec<String> = secrets.iter().map(|s| s.to_string()).collect();
-        let mut r = Redactor::new(Secrets::new(&s));
+        let mut r = Redactor::new(Secrets::new(&s).unwrap());
         let mut out = Vec::new();
         for c in chunks {
             out.extend_from_slice(&r.push(c.as_bytes()));
@@ -207,8 +240,51 @@ mod tests {
     }
 
     #[test]
+    fn encoded_forms_are_redacted_at_every_split_point() {
+        let secrets = ["t/k+n=1", "Bearer t/k+n=1"];
+        for echoed in [
+            "t%2Fk%2Bn%3D1",
+            "t%2fk%2bn%3d1",
+            "t/k%2Bn%3D1",
+            "Bearer%20t%2Fk%2Bn%3D1",
+            "Bearer+t/k%2Bn%3D1",
+            "t\\/k+n=1",
+            "Bearer\\u0020t\\u002fk+n=1",
+            "Bearer&#x20;t&#47;k&#x2b;n&#61;1",
+        ] {
+            let text = format!("head {echoed} mid {echoed} tail");
+            let expected = "head [REDACTED] mid [REDACTED] tail";
+            for i in 0..=text.len() {
+                let got = run(&secrets, &[&text[..i], &text[i..]]);
+                assert_eq!(got, expected, "{echoed} split at {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn near_misses_pass_unchanged() {
+        let text = "t%2Fk%2Bn%3D2 t%2Fk%2Bn%3 t/k n=1 t%2Gk+n=1 t/k+n=";
+        for i in 0..=text.len() {
+            assert_eq!(run(&["t/k+n=1"], &[&text[..i], &text[i..]]), text);
+        }
+    }
+
+    #[test]
+    fn held_back_bytes_are_bounded_by_the_longest_encoding() {
+        let s = Secrets::new(&["ab".to_string()]).unwrap();
+        let mut r = Redactor::new(s);
+        let mut out = Vec::new();
+        for _ in 0..10_000 {
+            out.extend_from_slice(&r.push(b"&#x61;&#x6"));
+            assert!(r.held.len() < 2 * super::super::encodings::MAX_FORM_LEN);
+        }
+        out.extend_from_slice(&r.finish());
+        assert_eq!(out, b"&#x61;&#x6".repeat(10_000));
+    }
+
+    #[test]
     fn debug_output_holds_no_secret() {
-        let s = Secrets::new(&["tok-debug-123".to_string()]);
+        let s = Secrets::new(&["tok-debug-123".to_string()]).unwrap();
         let r = Redactor::new(s.clone());
         for text in [format!("{s:?}"), format!("{r:?}")] {
             assert!(!text.contains("tok"), "{text}");
@@ -217,14 +293,19 @@ mod tests {
 
     #[test]
     fn headers() {
-        let s = Secrets::new(&["tok123".to_string()]);
+        let s = Secrets::new(&["tok123".to_string()]).unwrap();
         let v = HeaderValue::from_static("echo: Bearer tok123");
         assert_eq!(s.redact_header(&v), "echo: Bearer [REDACTED]");
         let plain = HeaderValue::from_static("text/plain");
         assert_eq!(s.redact_header(&plain), "text/plain");
-        let t = Secrets::new(&["Tok-ABC".to_string()]);
+        let t = Secrets::new(&["Tok-ABC".to_string()]).unwrap();
         assert!(t.in_any_case(b"x-tok-abc-echo"));
         assert!(!t.in_any_case(b"x-tok-abd"));
-        assert!(!Secrets::new(&[]).in_any_case(b"anything"));
+        assert!(!Secrets::new(&[]).unwrap().in_any_case(b"anything"));
+        // Encoded, in a value and (lower-cased by hyper) in a name.
+        let u = Secrets::new(&["Tok/ABC".to_string()]).unwrap();
+        let v = HeaderValue::from_static("next=%2Fx%3Ft%3DTok%2FABC");
+        assert_eq!(u.redact_header(&v), "next=%2Fx%3Ft%3D[REDACTED]");
+        assert!(u.in_any_case(b"x-tok%2fabc"));
     }
 }

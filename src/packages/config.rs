@@ -15,7 +15,7 @@ pub enum Error {
 }
 
 /// The section as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PackagesSection {
     /// Packages on request (`packages`, and a TypeScript program's `npm:`/`jsr:`
@@ -35,6 +35,11 @@ pub struct PackagesSection {
     /// Non-public addresses of a private index or registry (as `[network] allow_private`).
     #[serde(default)]
     pub allow_private: Vec<String>,
+    /// CA certificates (PEM files) the installer trusts for the index and registries
+    /// besides the system's, e.g. a private mirror's; `[network] extra_roots` are trusted
+    /// too.
+    #[serde(default)]
+    pub extra_roots: Vec<PathBuf>,
     /// Package names (globs with `*`) that may be asked for; empty: any.
     #[serde(default)]
     pub allow: Vec<String>,

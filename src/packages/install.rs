@@ -26,6 +26,9 @@ pub struct Sources {
     pub python_index: Option<String>,
     pub npm_registry: Option<String>,
     pub jsr_registry: Option<String>,
+    /// Why a source that is not configured has no default either, by its key
+    /// (`python_index`, `npm_registry`): the tool that would have said could not be asked.
+    pub missing: std::collections::BTreeMap<String, String>,
 }
 
 /// Why a set cannot be had, in words the model can act on.
@@ -253,10 +256,13 @@ impl Installer {
                 Language::TypeScript => (&sources.npm_registry, "npm_registry"),
             };
             if source.is_none() {
-                return Err(InstallError::new(
-                    Some(&spec.text),
-                    format!("this server has no {key} configured ([packages] in codebox.toml)"),
-                ));
+                let reason = match sources.missing.get(key) {
+                    Some(why) => format!(
+                        "this server has no {key}: none is configured and {why}; set {key} in [packages] of codebox.toml, or restart codebox to ask again"
+                    ),
+                    None => format!("this server has no {key} configured ([packages] in codebox.toml)"),
+                };
+                return Err(InstallError::new(Some(&spec.text), reason));
             }
         }
         Ok(())
@@ -571,6 +577,38 @@ mod tests {
             assert!(e.contains(why), "{e}");
             assert!(inst.sources().is_err_and(|e| e.contains(why)));
         }
+    }
+
+    /// A default that could not be asked (its tool was killed every time) is named in the
+    /// refusal, with what to do; an unconfigured one without such a story is as before.
+    #[test]
+    fn a_source_whose_tool_could_not_be_asked_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let store = LayerStore::open(dir.path(), Limits::default(), me).unwrap();
+        let names = NamePolicy::new(&[], &[]).unwrap();
+        let mut sources = Sources::default();
+        sources.missing.insert(
+            "python_index".into(),
+            "asking the rootfs's pip for its default index was ended by SIGKILL 3 times in a row"
+                .into(),
+        );
+        let inst = Installer::new(store, names, sources, fake("", 0));
+        let e = inst.check(&set(&["six"])).unwrap_err().to_string();
+        assert!(
+            e.contains("SIGKILL 3 times")
+                && e.contains("set python_index")
+                && e.contains("restart"),
+            "{e}"
+        );
+        let ts = PackageSet::parse(Language::TypeScript, &["npm:left-pad".into()], "")
+            .unwrap()
+            .unwrap();
+        let e = inst.check(&ts).unwrap_err().to_string();
+        assert!(e.contains("no npm_registry configured"), "{e}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,9 +20,12 @@
 //!   its ceiling per language, so the sandboxes alive at once are at most the running
 //!   executions (the server's admission limit) plus the pool's ceiling per language.
 //! - What a pooled sandbox binds (`/servers`, `/skills`) and its limits come from a
-//!   [`Template`] per language; a new template (the upstream catalog changed) retires every
-//!   sandbox made from the old one. A request whose spawn spec differs from the template
-//!   (a session's workspace) is not served from the pool.
+//!   [`Template`] per language; a new template retires every sandbox made from the old
+//!   one. What each sandbox gets of its own ([`PerSandbox`]: the server's `/servers` view,
+//!   which follows the upstream catalog while the sandbox waits) is prepared when it is
+//!   started and frozen when it is taken, so a catalog change needs no new template. A
+//!   request whose spawn spec differs from the template (a session's workspace) is not
+//!   served from the pool.
 //! - [`WarmPool::shutdown`] kills every pooled sandbox and waits until the spawner has
 //!   reaped them and removed their cgroups.
 
@@ -56,6 +59,24 @@ pub struct Template {
     /// Kept alive as long as a sandbox made from this template lives (the generated
     /// `/servers` tree bound into it).
     pub hold: Option<Arc<dyn Any + Send + Sync>>,
+    /// What each sandbox gets of its own: its `spec.servers` is then its own, and a
+    /// request fits whatever `/servers` it names (the sandbox's follows the catalog).
+    pub per_sandbox: Option<Arc<dyn PerSandbox>>,
+}
+
+/// What each pooled sandbox of a template gets of its own when it is started — a
+/// `/servers` view that follows the upstream catalog while the sandbox waits — and what
+/// stops following when an execution takes it (before its code is sent).
+pub trait PerSandbox: Send + Sync {
+    /// Sets `spec`'s own parts for one sandbox (file work: called on the blocking pool);
+    /// what it returns lives as long as the sandbox.
+    fn prepare(&self, spec: &mut SpawnSpec) -> Result<Box<dyn Own>, String>;
+}
+
+/// One pooled sandbox's own part.
+pub trait Own: Send + Sync {
+    /// Stops following: the sandbox was handed out.
+    fn freeze(&self);
 }
 
 /// A sandbox from the pool: ready, waiting for its boot frame on fd 3.
@@ -63,6 +84,8 @@ pub struct Warm {
     pub sandbox: RemoteSandbox,
     /// What its template held (must live as long as the sandbox).
     pub hold: Option<Arc<dyn Any + Send + Sync>>,
+    /// Its own part ([`PerSandbox`]), frozen when it is handed out.
+    own: Option<Box<dyn Own>>,
     /// Wakes the refill when the sandbox is gone (see [`REFILL_DELAY`]).
     refill: Option<RefillOnDrop>,
 }
@@ -76,6 +99,7 @@ impl Warm {
             self.sandbox,
             WarmGuard {
                 _hold: self.hold,
+                _own: self.own,
                 _refill: self.refill,
             },
         )
@@ -85,6 +109,7 @@ impl Warm {
 /// Kept until a pooled sandbox that was handed out is gone (see [`Warm::into_parts`]).
 pub struct WarmGuard {
     _hold: Option<Arc<dyn Any + Send + Sync>>,
+    _own: Option<Box<dyn Own>>,
     _refill: Option<RefillOnDrop>,
 }
 
@@ -278,7 +303,7 @@ impl WarmPool {
                     && st
                         .templates
                         .get(&language)
-                        .is_some_and(|t| same_sandbox(&t.spec, spec));
+                        .is_some_and(|t| same_sandbox(&t.spec, spec, t.per_sandbox.is_some()));
                 let shelf = st.shelves.get_mut(&language)?;
                 let now = Instant::now();
                 if fits && !arrived {
@@ -311,6 +336,11 @@ impl WarmPool {
                 continue;
             }
             if let Ok(mut warm) = rx.await {
+                // From here on the sandbox's own parts stay as they are: its program
+                // never sees its /servers change.
+                if let Some(own) = &warm.own {
+                    own.freeze();
+                }
                 warm.refill = Some(RefillOnDrop(Arc::downgrade(&self.inner)));
                 if at_once {
                     self.inner.wake.notify_one();
@@ -434,8 +464,9 @@ impl Inner {
 }
 
 /// Whether a sandbox made for `pooled` can run a request for `asked`: everything fixed at
-/// spawn time is equal (the timeout is not: it counts from the code's delivery).
-fn same_sandbox(pooled: &SpawnSpec, asked: &SpawnSpec) -> bool {
+/// spawn time is equal (the timeout is not: it counts from the code's delivery; nor is
+/// `/servers` when each sandbox has its own, which follows the catalog).
+fn same_sandbox(pooled: &SpawnSpec, asked: &SpawnSpec, own_servers: bool) -> bool {
     let mut asked_limits = asked.limits.clone();
     asked_limits.timeout = pooled.limits.timeout;
     pooled.language == asked.language
@@ -443,7 +474,7 @@ fn same_sandbox(pooled: &SpawnSpec, asked: &SpawnSpec) -> bool {
         && pooled.limits == asked_limits
         && pooled.workspace == asked.workspace
         && asked.workspace_mount.is_none()
-        && pooled.servers == asked.servers
+        && (own_servers || pooled.servers == asked.servers)
         && pooled.skills == asked.skills
         && pooled.network == asked.network
         && pooled.packages == asked.packages
@@ -474,7 +505,10 @@ mod tests {
         let pooled = spec();
         let mut asked = spec();
         asked.limits.timeout = Duration::from_millis(5);
-        assert!(same_sandbox(&pooled, &asked), "the timeout is the caller's");
+        assert!(
+            same_sandbox(&pooled, &asked, false),
+            "the timeout is the caller's"
+        );
         for change in [
             |s: &mut SpawnSpec| s.language = Language::TypeScript,
             |s: &mut SpawnSpec| s.profile = "strict".into(),
@@ -490,7 +524,13 @@ mod tests {
         ] {
             let mut asked = spec();
             change(&mut asked);
-            assert!(!same_sandbox(&pooled, &asked), "{asked:?}");
+            assert!(!same_sandbox(&pooled, &asked, false), "{asked:?}");
         }
+        // A pool whose sandboxes have /servers views of their own serves any tree.
+        let mut asked = spec();
+        asked.servers = Some("/tmp/codebox-servers-1/v4".into());
+        assert!(same_sandbox(&pooled, &asked, true));
+        asked.skills = Some("/var/lib/codebox/skills".into());
+        assert!(!same_sandbox(&pooled, &asked, true));
     }
 }

@@ -107,9 +107,23 @@ fn failures(pool: &Inner) -> u64 {
 /// if the pool still wants it (open, same template); otherwise kills it.
 async fn start_one(pool: Arc<Inner>, language: Language, template: Template, generation: u64) {
     let started = std::time::Instant::now();
+    let mut own = None;
     let made = async {
         let mut spec = template.spec.clone();
         spec.pooled = true;
+        if let Some(per_sandbox) = template.per_sandbox.clone() {
+            let (prepared, made) = tokio::task::spawn_blocking(move || {
+                let made = per_sandbox.prepare(&mut spec);
+                (spec, made)
+            })
+            .await
+            .map_err(|_| crate::spawner::Error::Protocol("preparing a pooled sandbox panicked"))?;
+            spec = prepared;
+            own = Some(made.map_err(|why| {
+                tracing::error!(%language, %why, "preparing a pooled sandbox failed");
+                crate::spawner::Error::Protocol("preparing a pooled sandbox failed")
+            })?);
+        }
         let mut sandbox = pool.spawner.spawn(spec).await?;
         match tokio::time::timeout(READY_TIMEOUT, sandbox.wait_ready()).await {
             Ok(Ok(())) => Ok(sandbox),
@@ -164,6 +178,7 @@ async fn start_one(pool: Arc<Inner>, language: Language, template: Template, gen
             let warm = Warm {
                 sandbox,
                 hold: template.hold,
+                own,
                 refill: None,
             };
             let holder = tokio::spawn(holder::hold(

@@ -244,8 +244,10 @@ impl ProxySession {
     }
 
     /// `tools/search`: over the tools this execution may call.
-    pub(super) fn search(&self, params: Value) -> Result<Vec<u8>, RpcError> {
+    pub(super) async fn search(&self, params: Value) -> Result<Vec<u8>, RpcError> {
         let query = search_query(&params).map_err(|m| err(code::INVALID_PARAMS, m))?;
+        // A server still making its first connection is waited for (bounded).
+        self.backend.first_attempts(query.server.clone()).await;
         let page = self
             .backend
             .index()
@@ -257,7 +259,7 @@ impl ProxySession {
     }
 
     /// `tools/get`: one tool's full definition.
-    pub(super) fn get(&self, params: Value) -> Result<Vec<u8>, RpcError> {
+    pub(super) async fn get(&self, params: Value) -> Result<Vec<u8>, RpcError> {
         let name = params
             .get("name")
             .and_then(Value::as_str)
@@ -265,11 +267,14 @@ impl ProxySession {
         if !self.allows(name) {
             return Err(denied(name));
         }
-        let tool = self
-            .backend
-            .index()
-            .get(name)
-            .ok_or_else(|| unknown(name))?;
+        let mut tool = self.backend.index().get(name);
+        if tool.is_none() {
+            // Its server may still be making its first connection (bounded wait).
+            let server = crate::upstream::naming::split(name).map(|(s, _)| s.to_string());
+            self.backend.first_attempts(server).await;
+            tool = self.backend.index().get(name);
+        }
+        let tool = tool.ok_or_else(|| unknown(name))?;
         Ok(serde_json::to_vec(&tool).expect("JSON values serialise"))
     }
 }

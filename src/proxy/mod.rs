@@ -162,6 +162,16 @@ pub trait ToolBackend: Send + Sync + 'static {
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
         timeout: Duration,
     ) -> Pin<Box<dyn Future<Output = Result<CallToolResult, CallError>> + Send + 'static>>;
+    /// Done when no server (of `server`, else every one) is still making its first
+    /// connection, within the backend's own bound: a search or a lookup then sees the
+    /// tools of a server that came up meanwhile. At once by default.
+    fn first_attempts(
+        &self,
+        server: Option<String>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        let _ = server;
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// A call that got no result; the message goes back to the sandboxed code.

@@ -688,8 +688,8 @@ impl ProxySession {
     async fn handle(&self, id: &str, method: &str, params: Value) -> Vec<u8> {
         let result = match method {
             "tools/call" => self.call(params).await,
-            "tools/search" => self.search(params),
-            "tools/get" => self.get(params),
+            "tools/search" => self.search(params).await,
+            "tools/get" => self.get(params).await,
             other => match OwnMethod::from_wire(other) {
                 Some(own) => self.own(own, params).await,
                 None => Err(err(

@@ -71,6 +71,14 @@ impl ToolBackend for IndexedUpstreams {
                 .map_err(call_error)
         })
     }
+
+    fn first_attempts(
+        &self,
+        server: Option<String>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        let upstreams = self.upstreams.clone();
+        Box::pin(async move { upstreams.wait_first_attempts(server.as_deref()).await })
+    }
 }
 
 /// An upstream call's error as the proxy takes it.

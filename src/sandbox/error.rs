@@ -65,7 +65,7 @@ pub enum Error {
     InvalidSpec(String),
     #[error("the profile sets memory/pids/cpu limits but no cgroup is available to enforce them; run as root, or give codebox a delegated cgroup (see README: rootless service)")]
     NoCgroups,
-    #[error("cgroup setup failed; `codebox doctor` shows which controllers this host gives")]
+    #[error("cannot set up the sandbox's cgroup")]
     Cgroup(#[from] super::cgroup::Error),
 }
 

@@ -24,12 +24,20 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "--workspace {path} belongs to root: as root codebox maps the sandbox user onto the \
-         directory's owner to let it write, and files it made set-user-id there would be \
-         root's; fix: give the directory to an unprivileged user (`chown -R {host_id}:{host_id} \
-         {path}`, or your own user) or run codebox as an unprivileged user"
+        "--workspace {path} is owned by {uid}:{gid} ({which}): as root codebox \
+         maps the sandbox user onto the directory's owner and group to let it write, and files \
+         it made set-user-id or set-group-id there would be root's; fix: give the directory to \
+         an unprivileged user and group (`chown -R {host_id}:{host_id} {path}`, or your own) or \
+         run codebox as an unprivileged user"
     )]
-    RootOwned { path: PathBuf, host_id: u32 },
+    RootOwned {
+        path: PathBuf,
+        uid: u32,
+        gid: u32,
+        /// Which of the two is root's, in words.
+        which: &'static str,
+        host_id: u32,
+    },
     #[error(
         "--workspace {path}: as root the sandbox user is host uid {host_id}, and an idmapped \
          mount of the directory (which would let it write there) is not possible on this \
@@ -63,9 +71,18 @@ pub fn workspace_mount(dir: &Path, host_id: u32) -> Result<Option<OwnedFd>, Erro
     }
     // The program may chmod what it owns, set-user-id bits included (nosuid guards only
     // this mount): mapped onto root, that would plant root's set-user-id files on the host.
-    if meta.uid() == 0 || meta.gid() == 0 {
+    let which = match (meta.uid() == 0, meta.gid() == 0) {
+        (true, true) => Some("root's user and group"),
+        (true, false) => Some("uid 0 is root"),
+        (false, true) => Some("gid 0 is root's group"),
+        (false, false) => None,
+    };
+    if let Some(which) = which {
         return Err(Error::RootOwned {
             path: dir.to_path_buf(),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            which,
             host_id,
         });
     }

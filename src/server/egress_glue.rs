@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted_everywhere_a_result_carries_text() {
-        let secrets = Secrets::new(&["s3cr3t-token".to_string()]);
+        let secrets = Secrets::new(&["s3cr3t-token".to_string()]).unwrap();
         let mut r = result("got s3cr3t-token back\n");
         r.stderr = "Bearer s3cr3t-token".into();
         r.tool_channel_error = Some("s3cr3t-token".into());
@@ -210,7 +210,7 @@ mod tests {
         assert!(r.stdout.contains(crate::egress::REDACTED), "{}", r.stdout);
         // Nothing configured: nothing touched.
         let mut r = result("plain");
-        r.redact_secrets(&Secrets::new(&[]));
+        r.redact_secrets(&Secrets::none());
         assert_eq!(r.stdout, "plain");
     }
 

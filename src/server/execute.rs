@@ -282,14 +282,16 @@ impl CodeboxServer {
                 ),
                 Err(e) => {
                     crate::metrics::global().execution_refused(language, Refusal::Workspace);
+                    let answer = match &e {
+                        crate::session::Error::Lost { .. } => e.to_string(),
+                        _ => "the session's workspace cannot be attached (the server log says why); start a new session".into(),
+                    };
                     tracing::error!(
                         session = crate::session::short(session.id()),
                         err = format!("{:#}", anyhow::Error::new(e)),
                         "cannot attach a session's workspace"
                     );
-                    return Ok(tool_error(
-                        "the session's workspace cannot be attached; start a new session".into(),
-                    ));
+                    return Ok(tool_error(answer));
                 }
             },
             None => (None, None),
@@ -309,6 +311,10 @@ impl CodeboxServer {
             }
         };
 
+        // Right after start-up a server may still be making its first connection: its
+        // tools, and so the typed wrappers at /servers, are not known yet. Wait for it
+        // (bounded by upstream_wait from its first attempt; at once otherwise).
+        s.backend.first_attempts(None).await;
         let wrappers = self.wrapper_dir();
         let skills = match self.skills_dir_for(&client, session.is_some()).await {
             Ok(dir) => dir,
@@ -448,6 +454,8 @@ impl CodeboxServer {
         if let Some(v) = &redact {
             tokenize_result(v, &mut result);
         }
+        // From the whole (tokenized) stderr, before the output budget cuts it.
+        result.hints = self.hints_for(language, &c.limits, keep_alive, &result);
         // One id for what the store keeps of this execution: cut streams and files.
         // A replica's ids carry its name, so a balancer routes their reads (`Mcp-Name`).
         let kept_id = match self.replica() {
@@ -764,6 +772,35 @@ impl CodeboxServer {
 
 /// The `outputs` of a call, checked like file paths: at most [`runtime::boot::MAX_FILES`],
 /// each named once.
+impl CodeboxServer {
+    /// The result's hints ([`crate::hints`]) with this server's knobs.
+    fn hints_for(
+        &self,
+        language: Language,
+        limits: &crate::sandbox::Limits,
+        kept_interpreter: bool,
+        result: &ExecutionResult,
+    ) -> Vec<String> {
+        let settings = &self.state.settings;
+        let cx = crate::hints::Context {
+            surface: crate::hints::Surface::Mcp,
+            language,
+            profile: &settings.profile.name,
+            timeout: limits.timeout,
+            max_timeout: Some(settings.max_timeout),
+            memory_bytes: limits.memory_bytes,
+            pids: limits.pids,
+            network: settings.network.mode(),
+            packages: match settings.packages {
+                Some(_) => crate::hints::Packages::OnRequest,
+                None => crate::hints::Packages::Off,
+            },
+            kept_interpreter,
+        };
+        crate::hints::for_result(result, &cx)
+    }
+}
+
 fn checked_outputs(asked: &[String]) -> Result<Vec<String>, String> {
     if asked.len() > runtime::boot::MAX_FILES {
         return Err(format!(

@@ -34,7 +34,9 @@ impl CodeboxServer {
             "concurrency": s.settings.concurrency,
             "pool": pool_glue::health(s.pool.as_ref()),
             "spawner": s.spawner.status(),
+            "sandbox_checker": s.layers.checker_status(),
             "sessions": {
+                "keeper": s.sessions.keeper_status(),
                 "open": open_sessions,
                 "live_interpreters": live_interpreters,
                 "idle_ttl_s": s.settings.sessions.idle_ttl.as_secs(),

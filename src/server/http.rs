@@ -29,7 +29,9 @@
 //!   request's id when readable), one over 16 MiB 413, one that does not arrive within
 //!   the body timeout 408. Bodies are parsed (here, then by rmcp) under one budget of
 //!   estimated parse memory, [`PARSE_BUDGET`]: a request waits while others use it.
-//! - Connections (caps, header and idle timeouts) are [`super::http_conn`]'s.
+//! - Connections (caps, header and idle timeouts, PROXY headers from trusted balancers)
+//!   are [`super::http_conn`]'s. The client address a balancer declares only counts
+//!   connections and names them in logs: nothing here depends on the peer's address.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -54,6 +56,8 @@ pub enum Error {
         "{addr} is not a loopback address: a bearer token is required (set CODEBOX_HTTP_TOKEN)"
     )]
     TokenRequired { addr: SocketAddr },
+    #[error("http.trusted_proxies is set: clients reach codebox through a balancer, so a bearer token is required, also on loopback (set CODEBOX_HTTP_TOKEN)")]
+    TokenRequiredBehindBalancer,
     #[error("cannot listen on {addr}")]
     Bind {
         addr: SocketAddr,
@@ -95,6 +99,11 @@ pub async fn serve(
 ) -> Result<(), Error> {
     if !options.addr.ip().is_loopback() && options.clients.is_empty() {
         return Err(Error::TokenRequired { addr: options.addr });
+    }
+    // Tokenless HTTP is for the local user; behind a balancer the caller is anyone the
+    // balancer serves, whatever address its PROXY header declares.
+    if !options.limits.trusted_proxies.is_empty() && options.clients.is_empty() {
+        return Err(Error::TokenRequiredBehindBalancer);
     }
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await

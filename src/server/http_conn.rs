@@ -7,19 +7,29 @@
 //! builder in our own loop:
 //!
 //! - at most [`ConnLimits::max_connections`] open at once, and
-//!   [`ConnLimits::max_connections_per_peer`] from one peer (an IPv4 address, plain or
-//!   IPv4-mapped, or an IPv6 /64: see [`peer_key`]); a connection over
-//!   either cap is answered `503` at once (best effort, without reading it) and closed;
-//! - its request headers must be complete within [`ConnLimits::header_timeout`]
-//!   (hyper's header-read timeout: a deadline, so trickling does not extend it). hyper
-//!   starts it whenever it waits for a request, so a kept-alive connection waiting for
-//!   its next request is closed after it too (HTTP clients keep idle connections for
-//!   less: httpx 5 s);
+//!   [`ConnLimits::max_connections_per_peer`] from one client (an IPv4 address, plain or
+//!   IPv4-mapped, or an IPv6 /64: see [`peer_key`]). Behind a balancer listed in
+//!   [`ConnLimits::trusted_proxies`] the client is the one its PROXY protocol v2 header
+//!   names ([`super::proxy_protocol`]), so the cap counts the balancer's clients, not the
+//!   balancer; from any other address a PROXY header is refused. A connection over
+//!   either cap is refused by [`super::http_refuse`]: its request is read (bounded) and
+//!   answered `503` with `Retry-After`, so the client reads the answer instead of a
+//!   broken pipe; it holds no connection slot meanwhile, and at most
+//!   [`http_refuse::MAX_REFUSING`] are read at once (past that: a `503` written at once);
+//! - its request headers (and before them a trusted balancer's PROXY header) must be
+//!   complete within [`ConnLimits::header_timeout`] (hyper's header-read timeout: a
+//!   deadline, so trickling does not extend it). hyper starts it whenever it waits for
+//!   a request, so a kept-alive connection waiting for its next request is closed after
+//!   it too (HTTP clients keep idle connections for less: httpx 5 s);
 //! - a request body must be complete within [`ConnLimits::body_timeout`] (enforced where
 //!   the body is read, in `http.rs`: `408` with a JSON-RPC error);
 //! - a connection on which no byte moves either way for [`ConnLimits::idle_timeout`] is
 //!   closed. A running execution's SSE stream is not idle: rmcp sends a keep-alive
 //!   comment at least every `idle_timeout / 2` (see [`ConnLimits::sse_keep_alive`]).
+//!
+//! A connection from an untrusted address takes its per-client slot at once; one from a
+//! trusted balancer after its header (a balancer is trusted to send it at once: while it
+//! has not, the connection counts against `max_connections` only).
 //!
 //! On shutdown the loop stops accepting and every connection is closed gracefully
 //! (hyper finishes the response in flight); the caller decides how long to wait.
@@ -36,7 +46,11 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+use super::http_refuse::{self, Answer};
+use super::proxy_protocol::{self, Preamble, TrustedProxies};
 
 /// Bounds on HTTP connections (`[http]` in the config file). The total stays well under
 /// the usual 1024 open files, which the sandboxes need too; an MCP client keeps about
@@ -48,6 +62,9 @@ pub struct ConnLimits {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub max_connections_per_peer: usize,
+    /// Balancers whose PROXY protocol v2 header names the client (required from them,
+    /// refused from anyone else); none by default.
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Default for ConnLimits {
@@ -58,6 +75,7 @@ impl Default for ConnLimits {
             idle_timeout: Duration::from_secs(60),
             max_connections: 256,
             max_connections_per_peer: 64,
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }
@@ -68,25 +86,44 @@ impl ConnLimits {
     pub fn sse_keep_alive(&self) -> Duration {
         (self.idle_timeout / 2).min(Duration::from_secs(15))
     }
+
+    fn refusal_bounds(&self) -> http_refuse::Bounds {
+        http_refuse::Bounds {
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+        }
+    }
 }
 
-/// Open connections per peer address, and in total.
+/// Open connections per client address, and in total.
 #[derive(Default)]
 struct Counts {
     total: usize,
     per_peer: HashMap<IpAddr, usize>,
 }
 
-/// A connection's place in [`Counts`], given back when it closes.
-struct Slot {
+fn lock(counts: &Mutex<Counts>) -> std::sync::MutexGuard<'_, Counts> {
+    counts.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A connection's place in the total, given back when it closes.
+struct TotalSlot(Arc<Mutex<Counts>>);
+
+impl Drop for TotalSlot {
+    fn drop(&mut self) {
+        lock(&self.0).total -= 1;
+    }
+}
+
+/// A connection's place among its client's, given back when it closes.
+struct PeerSlot {
     counts: Arc<Mutex<Counts>>,
     peer: IpAddr,
 }
 
-impl Drop for Slot {
+impl Drop for PeerSlot {
     fn drop(&mut self) {
-        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        c.total -= 1;
+        let mut c = lock(&self.counts);
         if let Some(n) = c.per_peer.get_mut(&self.peer) {
             *n -= 1;
             if *n == 0 {
@@ -110,26 +147,39 @@ fn peer_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// A slot for a new connection from `peer`, or why there is none.
-fn admit(
-    counts: &Arc<Mutex<Counts>>,
-    peer: IpAddr,
-    limits: &ConnLimits,
-) -> Result<Slot, &'static str> {
-    let mut c = counts.lock().unwrap_or_else(|e| e.into_inner());
+/// A place in the total, if there is one.
+fn admit_total(counts: &Arc<Mutex<Counts>>, limits: &ConnLimits) -> Option<TotalSlot> {
+    let mut c = lock(counts);
     if c.total >= limits.max_connections {
-        return Err("max_connections");
+        return None;
     }
+    c.total += 1;
+    Some(TotalSlot(counts.clone()))
+}
+
+/// A place among the connections of the client `ip`, if there is one.
+fn admit_peer(counts: &Arc<Mutex<Counts>>, ip: IpAddr, limits: &ConnLimits) -> Option<PeerSlot> {
+    let peer = peer_key(ip);
+    let mut c = lock(counts);
     let n = c.per_peer.entry(peer).or_insert(0);
     if *n >= limits.max_connections_per_peer {
-        return Err("max_connections_per_peer");
+        return None;
     }
     *n += 1;
-    c.total += 1;
-    Ok(Slot {
+    Some(PeerSlot {
         counts: counts.clone(),
         peer,
     })
+}
+
+/// What every connection task shares.
+struct Shared {
+    app: axum::Router,
+    limits: ConnLimits,
+    counts: Arc<Mutex<Counts>>,
+    /// Refusals that read their request ([`http_refuse::MAX_REFUSING`]).
+    refusing: Arc<Semaphore>,
+    closing: CancellationToken,
 }
 
 /// Accepts and serves connections with `app` until `shutdown` resolves, then closes them
@@ -140,8 +190,13 @@ pub async fn serve(
     limits: ConnLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let counts = Arc::new(Mutex::new(Counts::default()));
-    let closing = CancellationToken::new();
+    let shared = Arc::new(Shared {
+        app,
+        limits,
+        counts: Arc::default(),
+        refusing: Arc::new(Semaphore::new(http_refuse::MAX_REFUSING)),
+        closing: CancellationToken::new(),
+    });
     // Every connection task holds a sender; all are gone when `recv` sees the end.
     let (alive, mut all_gone) = tokio::sync::mpsc::channel::<()>(1);
     tokio::pin!(shutdown);
@@ -158,72 +213,231 @@ pub async fn serve(
                 }
             },
         };
-        let slot = match admit(&counts, peer_key(peer.ip()), &limits) {
-            Ok(slot) => slot,
-            Err(cap) => {
-                tracing::warn!(%peer, cap, "connection refused: too many open connections");
-                refuse(tcp);
-                continue;
-            }
-        };
         // TCP_NODELAY: a response is written in small pieces (headers, SSE events); with
         // Nagle's algorithm the second one waits for the client's delayed ACK, which cost
         // every call on a kept-alive connection ~40 ms.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
+        let trusted = shared.limits.trusted_proxies.contains(peer.ip());
+        let Some(total) = admit_total(&shared.counts, &shared.limits) else {
+            over_cap(tcp, peer, trusted, None, "max_connections", &shared);
+            continue;
+        };
+        // From a balancer the client is known only once its header is read.
+        let peer_slot = match trusted {
+            true => None,
+            false => match admit_peer(&shared.counts, peer.ip(), &shared.limits) {
+                Some(slot) => Some(slot),
+                None => {
+                    drop(total);
+                    over_cap(tcp, peer, false, None, "max_connections_per_peer", &shared);
+                    continue;
+                }
+            },
+        };
         tokio::spawn(connection(
             tcp,
             peer,
-            app.clone(),
-            limits.clone(),
-            closing.clone(),
-            (slot, alive.clone()),
+            shared.clone(),
+            (total, peer_slot, alive.clone()),
         ));
     }
     drop(listener);
-    closing.cancel();
+    shared.closing.cancel();
     drop(alive);
     let _ = all_gone.recv().await;
 }
 
-/// A best-effort `503` to a connection over a cap, without waiting on the client.
-fn refuse(tcp: TcpStream) {
-    const BODY: &str = "too many open connections\n";
-    let answer = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-type: text/plain\r\n\
-         content-length: {}\r\nretry-after: 1\r\n\r\n{BODY}",
-        BODY.len()
-    );
+/// Refuses a connection over `cap`: reads its request and answers 503 on a task of its
+/// own when a refusal slot is free, else answers at once. `known`: its preamble, when
+/// already read.
+fn over_cap(
+    tcp: TcpStream,
+    tcp_peer: SocketAddr,
+    trusted: bool,
+    known: Option<Preamble>,
+    cap: &'static str,
+    shared: &Arc<Shared>,
+) {
+    let limit = match cap {
+        "max_connections" => shared.limits.max_connections,
+        _ => shared.limits.max_connections_per_peer,
+    };
+    let answer = Answer::over_cap(cap, limit);
+    let Ok(permit) = shared.refusing.clone().try_acquire_owned() else {
+        let client = known.as_ref().map_or(tcp_peer, |p| p.peer.client);
+        tracing::warn!(%client, cap, "connection refused at once: too many open connections, and too many refusals under way to read its request");
+        refuse_at_once(tcp, &answer);
+        return;
+    };
+    tokio::spawn(refusal(
+        tcp,
+        tcp_peer,
+        trusted,
+        known,
+        answer,
+        shared.clone(),
+        permit,
+    ));
+}
+
+/// Reads the preamble (if not `known`) and the request of a refused connection, then
+/// answers it ([`http_refuse::refuse`]); ends early on shutdown.
+async fn refusal(
+    mut tcp: TcpStream,
+    tcp_peer: SocketAddr,
+    trusted: bool,
+    known: Option<Preamble>,
+    answer: Answer,
+    shared: Arc<Shared>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let preamble = match known {
+        Some(p) => p,
+        // From a balancer its header first (it names the client); anything else reads
+        // the request as it comes.
+        None if trusted => match preamble(&mut tcp, tcp_peer, true, &shared).await {
+            Ok(p) => p,
+            Err(Early::Drop) => return,
+            Err(Early::Refuse(bad)) => {
+                refuse_reading(tcp, Vec::new(), &bad, &shared).await;
+                return;
+            }
+        },
+        None => Preamble {
+            peer: proxy_protocol::Peer {
+                client: tcp_peer,
+                via: None,
+            },
+            rest: Vec::new(),
+        },
+    };
+    let (client, via) = (preamble.peer.client, preamble.peer.via);
+    tracing::warn!(%client, via = ?via, status = answer.status, why = answer.body.trim_end(), "connection refused: too many open connections");
+    refuse_reading(tcp, preamble.rest, &answer, &shared).await;
+}
+
+/// [`http_refuse::refuse`], ended early when the server closes. The caller holds a
+/// refusal permit.
+async fn refuse_reading(tcp: TcpStream, head: Vec<u8>, answer: &Answer, shared: &Shared) {
+    let bounds = shared.limits.refusal_bounds();
+    tokio::select! {
+        _ = http_refuse::refuse(tcp, head, answer, bounds) => {}
+        _ = shared.closing.cancelled() => {}
+    }
+}
+
+/// A `503` to a connection over a cap, without reading it (best effort: the client may
+/// see a reset instead). Only when [`http_refuse::MAX_REFUSING`] refusals are under way.
+fn refuse_at_once(tcp: TcpStream, answer: &Answer) {
     // A write on the socket itself: tokio's `try_write` answers WouldBlock until its
-    // reactor has seen the new socket writable, and the 503 would be lost. The send
+    // reactor has seen the new socket writable, and the answer would be lost. The send
     // buffer of a connection just accepted has room for this; it never blocks
     // (the socket is non-blocking).
     match tcp.into_std() {
         Ok(mut std) => {
-            let _ = std::io::Write::write(&mut std, answer.as_bytes());
+            let _ = std::io::Write::write(&mut std, &answer.to_bytes());
         }
         Err(e) => tracing::debug!(error = %e, "cannot answer a refused connection"),
     }
 }
 
+/// Why a connection ends before its request is served.
+enum Early {
+    /// It went away, stayed silent, or the server is closing: drop it.
+    Drop,
+    /// Its PROXY header is bad: answer this (400) after reading its request.
+    Refuse(Answer),
+}
+
+/// The preamble of a connection (a trusted balancer's PROXY header, or the check that an
+/// untrusted peer sent none) within `header_timeout`.
+async fn preamble(
+    tcp: &mut TcpStream,
+    tcp_peer: SocketAddr,
+    trusted: bool,
+    shared: &Shared,
+) -> Result<Preamble, Early> {
+    use proxy_protocol::Error;
+    let read = tokio::time::timeout(
+        shared.limits.header_timeout,
+        proxy_protocol::read_preamble(tcp, tcp_peer, trusted),
+    );
+    let outcome = tokio::select! {
+        r = read => r,
+        _ = shared.closing.cancelled() => return Err(Early::Drop),
+    };
+    match outcome {
+        Ok(Ok(p)) => Ok(p),
+        Err(_) => {
+            tracing::debug!(%tcp_peer, "no PROXY header or request within the header timeout");
+            Err(Early::Drop)
+        }
+        Ok(Err(e @ (Error::Truncated { .. } | Error::Read { .. }))) => {
+            tracing::debug!(error = %e, "connection ended before its request");
+            Err(Early::Drop)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(%tcp_peer, error = %e, "connection refused");
+            Err(Early::Refuse(Answer::bad_request(&e.to_string())))
+        }
+    }
+}
+
 /// Serves one connection until it ends, goes idle, or the server closes.
 async fn connection(
-    tcp: TcpStream,
-    peer: SocketAddr,
-    app: axum::Router,
-    limits: ConnLimits,
-    closing: CancellationToken,
-    _held: (Slot, tokio::sync::mpsc::Sender<()>),
+    mut tcp: TcpStream,
+    tcp_peer: SocketAddr,
+    shared: Arc<Shared>,
+    held: (TotalSlot, Option<PeerSlot>, tokio::sync::mpsc::Sender<()>),
 ) {
+    let (total, peer_slot, _alive) = held;
+    let trusted = peer_slot.is_none();
+    let pre = match preamble(&mut tcp, tcp_peer, trusted, &shared).await {
+        Ok(p) => p,
+        Err(Early::Drop) => return,
+        Err(Early::Refuse(answer)) => {
+            // Its slots are free while its request is read for the 400.
+            drop((total, peer_slot));
+            match shared.refusing.clone().try_acquire_owned() {
+                Ok(_permit) => refuse_reading(tcp, Vec::new(), &answer, &shared).await,
+                Err(_) => refuse_at_once(tcp, &answer),
+            }
+            return;
+        }
+    };
+    let (peer, via) = (pre.peer.client, pre.peer.via);
+    let _peer_slot = match peer_slot {
+        Some(slot) => slot,
+        None => match admit_peer(&shared.counts, peer.ip(), &shared.limits) {
+            Some(slot) => slot,
+            None => {
+                drop(total);
+                over_cap(
+                    tcp,
+                    tcp_peer,
+                    true,
+                    Some(pre),
+                    "max_connections_per_peer",
+                    &shared,
+                );
+                return;
+            }
+        },
+    };
+    let _total = total;
+    let limits = &shared.limits;
     let started = Instant::now();
     let activity = Arc::new(AtomicU64::new(0));
     let io = TokioIo::new(Tracked {
         inner: tcp,
+        prefix: pre.rest,
+        prefix_at: 0,
         started,
         activity: activity.clone(),
     });
-    let service = hyper_util::service::TowerToHyperService::new(app);
+    let service = hyper_util::service::TowerToHyperService::new(shared.app.clone());
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -238,18 +452,18 @@ async fn connection(
         tokio::select! {
             done = conn.as_mut() => {
                 if let Err(e) = done {
-                    tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+                    tracing::debug!(%peer, via = ?via, error = %e, "HTTP connection ended with an error");
                 }
                 return;
             }
-            _ = closing.cancelled(), if !graceful => {
+            _ = shared.closing.cancelled(), if !graceful => {
                 graceful = true;
                 conn.as_mut().graceful_shutdown();
             }
             _ = tick.tick() => {
                 let last = Duration::from_millis(activity.load(Ordering::Relaxed));
                 if started.elapsed().saturating_sub(last) >= limits.idle_timeout {
-                    tracing::info!(%peer, idle_s = limits.idle_timeout.as_secs_f64(), "closing an idle HTTP connection");
+                    tracing::info!(%peer, via = ?via, idle_s = limits.idle_timeout.as_secs_f64(), "closing an idle HTTP connection");
                     return;
                 }
             }
@@ -257,9 +471,12 @@ async fn connection(
     }
 }
 
-/// A TCP stream that notes when a byte last moved either way.
+/// A TCP stream that notes when a byte last moved either way; its first bytes read
+/// are `prefix` (what the preamble check read of the request).
 struct Tracked {
     inner: TcpStream,
+    prefix: Vec<u8>,
+    prefix_at: usize,
     started: Instant,
     /// Milliseconds after `started` of the last read or write.
     activity: Arc<AtomicU64>,
@@ -278,6 +495,18 @@ impl AsyncRead for Tracked {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if self.prefix_at < self.prefix.len() {
+            let n = buf.remaining().min(self.prefix.len() - self.prefix_at);
+            let at = self.prefix_at;
+            buf.put_slice(&self.prefix[at..at + n]);
+            self.prefix_at += n;
+            if self.prefix_at == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.prefix_at = 0;
+            }
+            self.touch();
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
@@ -329,6 +558,17 @@ impl AsyncWrite for Tracked {
 mod tests {
     use super::*;
 
+    /// Both caps, as the accept loop takes them: the total first, then the client's.
+    fn admit(
+        counts: &Arc<Mutex<Counts>>,
+        peer: IpAddr,
+        limits: &ConnLimits,
+    ) -> Result<(TotalSlot, PeerSlot), &'static str> {
+        let total = admit_total(counts, limits).ok_or("max_connections")?;
+        let slot = admit_peer(counts, peer, limits).ok_or("max_connections_per_peer")?;
+        Ok((total, slot))
+    }
+
     #[test]
     fn caps_count_per_peer_and_in_total_and_free_on_drop() {
         let counts = Arc::new(Mutex::new(Counts::default()));
@@ -349,6 +589,7 @@ mod tests {
         assert_eq!(admit(&counts, b, &limits).err(), Some("max_connections"));
         drop(a1);
         let _b2 = admit(&counts, b, &limits).unwrap();
+        assert_eq!(lock(&counts).total, 3);
     }
 
     #[test]
@@ -358,20 +599,20 @@ mod tests {
             max_connections_per_peer: 2,
             ..ConnLimits::default()
         };
-        let key = |s: &str| peer_key(s.parse().unwrap());
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         // IPv4 and the same address IPv4-mapped (a dual-stack listener's form).
-        let _a = admit(&counts, key("192.0.2.7"), &limits).unwrap();
-        let _b = admit(&counts, key("::ffff:192.0.2.7"), &limits).unwrap();
-        assert!(admit(&counts, key("::ffff:c000:207"), &limits).is_err());
+        let _a = admit(&counts, ip("192.0.2.7"), &limits).unwrap();
+        let _b = admit(&counts, ip("::ffff:192.0.2.7"), &limits).unwrap();
+        assert!(admit(&counts, ip("::ffff:c000:207"), &limits).is_err());
         // Addresses of one IPv6 /64 are one peer; another /64 is another.
-        let _c = admit(&counts, key("2001:db8:1:2::1"), &limits).unwrap();
-        let _d = admit(&counts, key("2001:db8:1:2:ffff::9"), &limits).unwrap();
+        let _c = admit(&counts, ip("2001:db8:1:2::1"), &limits).unwrap();
+        let _d = admit(&counts, ip("2001:db8:1:2:ffff::9"), &limits).unwrap();
         assert_eq!(
-            admit(&counts, key("2001:db8:1:2:abcd:1:2:3"), &limits).err(),
+            admit(&counts, ip("2001:db8:1:2:abcd:1:2:3"), &limits).err(),
             Some("max_connections_per_peer")
         );
-        let _e = admit(&counts, key("2001:db8:1:3::1"), &limits).unwrap();
-        assert_eq!(key("::1"), key("::1"));
+        let _e = admit(&counts, ip("2001:db8:1:3::1"), &limits).unwrap();
+        assert_eq!(peer_key(ip("::1")), peer_key(ip("::1")));
     }
 
     /// Reads until the server closes; `None` if it is still open after `secs`.
@@ -402,6 +643,7 @@ mod tests {
             idle_timeout: Duration::from_millis(800),
             max_connections: 3,
             max_connections_per_peer: 2,
+            ..ConnLimits::default()
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve(listener, app, limits, async {
@@ -415,16 +657,17 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(closed_within(&mut trickle, 10).await.is_some());
-        // A second peer cannot exceed its own cap; its third connection gets 503.
+        // A second peer cannot exceed its own cap; its third connection gets 503, after
+        // its request was read.
         let mut a = TcpStream::connect(addr).await.unwrap();
         let _b = TcpStream::connect(addr).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut c = TcpStream::connect(addr).await.unwrap();
-        let answer = closed_within(&mut c, 5).await.expect("refused at once");
-        assert!(
-            answer.is_empty() || answer.starts_with(b"HTTP/1.1 503"),
-            "{answer:?}"
-        );
+        c.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello")
+            .await
+            .unwrap();
+        let answer = closed_within(&mut c, 5).await.expect("refused");
+        assert!(answer.starts_with(b"HTTP/1.1 503"), "{answer:?}");
         // A served request works, then the connection is idle and closed.
         a.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await

@@ -2,12 +2,16 @@
 //! from the same sources as `health`), the answer, and the plain listener of `--metrics
 //! ADDR`.
 //!
-//! The plain listener serves `GET /metrics` and nothing else (404 for other paths, 405
-//! for other methods), without a token: it is for a Prometheus inside the cluster or on
-//! the host, which scrapes a pod's address. What it shows is counts and states,
-//! languages, and the configured upstream servers' names; no client, token, session,
-//! code or host name (see [`crate::metrics`]). Its connections are bounded like the MCP
-//! listener's ([`super::http_conn`]: caps, header and idle timeouts).
+//! The plain listener serves `GET /metrics`, `GET /healthz` and `GET /readyz` (status and
+//! `{"ready", "draining"}` only, as anyone gets it on the MCP listener) and nothing else
+//! (404 for other paths, 405 for other methods), without a token: it is for a Prometheus
+//! inside the cluster or on the host, which scrapes a pod's address, and for the
+//! kubelet's probes, which then need no path through a balancer's PROXY protocol (see
+//! `docs/src/operations/kubernetes-deployment.md`). What it shows is counts and states, languages, and the
+//! configured upstream servers' names; no client, token, session, code or host name (see
+//! [`crate::metrics`]). Its connections are bounded like the MCP listener's
+//! ([`super::http_conn`]: caps, header and idle timeouts), but it never takes a PROXY
+//! header: `trusted_proxies` is for the MCP listener a balancer forwards to.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -125,10 +129,30 @@ impl MetricsListener {
         limits: ConnLimits,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) {
-        let app = Router::new().route(
-            "/metrics",
-            get(move |headers: HeaderMap| async move { answer(&server, &headers) }),
-        );
+        let ready = server.clone();
+        let app = Router::new()
+            .route(
+                "/metrics",
+                get(move |headers: HeaderMap| async move { answer(&server, &headers) }),
+            )
+            .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
+            .route(
+                "/readyz",
+                get(move || async move {
+                    let (ok, value) = ready.readiness();
+                    let status = match ok {
+                        true => StatusCode::OK,
+                        false => StatusCode::SERVICE_UNAVAILABLE,
+                    };
+                    let minimal = serde_json::json!({"ready": ok, "draining": value["draining"]});
+                    (status, axum::Json(minimal))
+                }),
+            );
+        // Scraped and probed directly, never through a balancer.
+        let limits = ConnLimits {
+            trusted_proxies: Default::default(),
+            ..limits
+        };
         super::http_conn::serve(self.listener, app, limits, shutdown).await;
     }
 }

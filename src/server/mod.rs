@@ -32,6 +32,7 @@ mod health;
 pub mod http;
 mod http_answers;
 pub mod http_conn;
+mod http_refuse;
 mod input_rounds;
 pub mod input_route;
 mod listen;
@@ -41,9 +42,11 @@ mod out_files_glue;
 mod output_glue;
 pub mod packages_glue;
 mod prompts;
+pub mod proxy_protocol;
 mod reachable;
 mod readiness;
 pub mod replica_sessions;
+pub mod sandbox_checks;
 mod upstream_status;
 pub use readiness::Layers;
 mod pool_glue;
@@ -60,6 +63,7 @@ mod skill_tools;
 pub mod stdio_guard;
 mod task_glue;
 pub mod tool_set;
+pub mod wrapper_views;
 pub mod wrappers;
 
 use std::collections::BTreeMap;
@@ -177,7 +181,7 @@ struct State {
     upstreams_gate: std::sync::OnceLock<tokio_util::sync::CancellationToken>,
     log_level: std::sync::Mutex<LoggingLevel>,
     backend: Arc<IndexedUpstreams>,
-    wrappers: wrappers::Wrappers,
+    wrappers: Arc<wrappers::Wrappers>,
     rate: Arc<RateLimiter>,
     sessions: Sessions,
     skills: Option<ClientSkills>,
@@ -326,7 +330,7 @@ impl CodeboxServer {
             },
         };
         let backend = Arc::new(IndexedUpstreams::new(upstreams));
-        let wrappers = wrappers::Wrappers::new(std::env::temp_dir());
+        let wrappers = Arc::new(wrappers::Wrappers::new(std::env::temp_dir()));
         let pool = (!settings.pool.is_off()).then(|| {
             let skills = skills.as_ref().and_then(|k: &ClientSkills| k.shared_root());
             let templates = pool_glue::templates(&settings, skills, &wrappers, &backend);
@@ -430,11 +434,17 @@ impl CodeboxServer {
         self.conn.vault.get_or_init(|| self.new_vault())
     }
 
-    /// Takes the sandbox checks `serve` started before its runtime existed.
-    pub fn follow_sandbox_checks(&self, pending: crate::doctor::deferred::PendingChecks) {
-        readiness::follow_sandbox_checks(
+    /// Takes the sandbox checks `serve` started before its runtime existed; checkers that
+    /// do not finish are replaced from `source` (see `sandbox_checks.rs`).
+    pub fn follow_sandbox_checks(
+        &self,
+        first: crate::doctor::deferred::PendingChecks,
+        source: Arc<dyn sandbox_checks::CheckerSource>,
+    ) {
+        sandbox_checks::follow(
             self.state.layers.clone(),
-            pending,
+            first,
+            source,
             self.state.settings.profile.name.clone(),
         );
     }
@@ -537,8 +547,8 @@ impl CodeboxServer {
 
     #[tool(
         name = "search_tools",
-        description = "Find upstream tools for execute_* code, best first; detail \"full\" \
-                       adds schemas and signatures.",
+        description = "Find upstream tools for execute_* code with signatures, best \
+                       first; detail \"full\" adds schemas.",
         input_schema = schema::search_input_schema()
     )]
     async fn search_tools(
@@ -556,6 +566,12 @@ impl CodeboxServer {
             limit: p.limit.unwrap_or(crate::catalog::DEFAULT_LIMIT),
             cursor: p.cursor,
         };
+        // Right after start-up the servers are still connecting: wait for their first
+        // attempts (bounded by upstream_wait) rather than answer "0 matching tools".
+        self.state
+            .backend
+            .first_attempts(query.server.clone())
+            .await;
         let allowed = &self.state.settings.allowed_tools;
         let mut page = match self
             .state
@@ -573,15 +589,7 @@ impl CodeboxServer {
         }
         text.push('\n');
         for t in &page.tools {
-            text.push_str(t["name"].as_str().unwrap_or(""));
-            if let Some(state) = t.get("server_status").and_then(|s| s.as_str()) {
-                text.push_str(&format!(" (its server is {state})"));
-            }
-            if let Some(d) = t.get("description").and_then(|d| d.as_str()) {
-                text.push_str(": ");
-                text.push_str(d);
-            }
-            text.push('\n');
+            text.push_str(&crate::catalog::text_entry(t));
         }
         let mut value = serde_json::json!({
             "tools": page.tools,
@@ -608,7 +616,14 @@ impl CodeboxServer {
                 p.name
             )));
         }
-        match self.state.backend.index().get(&p.name) {
+        let mut tool = self.state.backend.index().get(&p.name);
+        if tool.is_none() {
+            // Its server may still be making its first connection (bounded wait).
+            let server = crate::upstream::naming::split(&p.name).map(|(s, _)| s.to_string());
+            self.state.backend.first_attempts(server).await;
+            tool = self.state.backend.index().get(&p.name);
+        }
+        match tool {
             Some(tool) => Ok(self.for_model(CallToolResult::structured(tool))),
             None => Ok(tool_error(format!(
                 "no tool named {:?}; find tools with search_tools",
@@ -622,6 +637,7 @@ impl CodeboxServer {
         description = "Upstream MCP servers: name, status, tool count."
     )]
     async fn list_servers(&self) -> Result<CallToolResult, McpError> {
+        self.state.backend.first_attempts(None).await;
         let (text, servers) = upstream_status::list(self.state.backend.upstreams());
         let mut result = CallToolResult::structured(serde_json::json!({ "servers": servers }));
         result.content = vec![ContentBlock::text(text)];

@@ -76,6 +76,8 @@ pub(super) fn health(settings: &super::Settings) -> serde_json::Value {
             "python_index": s.python_index,
             "npm_registry": s.npm_registry,
             "jsr_registry": s.jsr_registry,
+            // Defaults that could not be asked (their tool was killed): why.
+            "missing": s.missing,
         }),
         Ok(None) => serde_json::json!("being found"),
         Err(why) => serde_json::json!({ "error": why }),

@@ -1,35 +1,39 @@
-//! The server's warm pool: its templates (the profile's limits, the current `/servers`
-//! tree, the shared skills directory: a client with skills of its own binds its own view
-//! and so starts a cold sandbox, see `crate::skills::ClientSkills`), kept current as the upstream catalog changes, and its
-//! figures in `health`.
+//! The server's warm pool: its templates (the profile's limits, the shared skills
+//! directory: a client with skills of its own binds its own view and so starts a cold
+//! sandbox, see `crate::skills::ClientSkills`), each pooled sandbox's own `/servers` view,
+//! kept current as the upstream catalog changes, and its figures in `health`.
 //!
 //! The wrapper tree of a new catalog is generated here, in the background, as soon as the
-//! catalog changes: the pool refills with sandboxes that bind the new tree, and executions
-//! find it generated instead of generating it on their request path.
+//! catalog changes, and the idle pooled sandboxes' views are brought up to it
+//! ([`super::wrapper_views`]): the pool keeps its sandboxes (a catalog change used to
+//! retire them all, so the calls right after the upstreams came up ran cold), and
+//! executions find the tree generated instead of generating it on their request path.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use super::{wrappers, State};
-use crate::pool::{Template, WarmPool};
+use super::{wrapper_views, wrappers, State};
+use crate::pool::{Own, PerSandbox, Template, WarmPool};
 use crate::proxy::{IndexedUpstreams, ToolBackend};
 use crate::runtime::Language;
 use crate::spawner::SpawnSpec;
 
 /// What a sandbox of `language` binds and is limited by when it serves a call without a
-/// session (the calls a pooled sandbox can serve).
+/// session (the calls a pooled sandbox can serve). With upstream servers configured, each
+/// sandbox gets a `/servers` view of its own from `views`.
 pub(super) fn template(
     state_settings: &super::Settings,
     skills: Option<&std::path::Path>,
     language: Language,
-    servers: Option<Arc<wrappers::WrapperDir>>,
+    views: Option<Arc<ServersViews>>,
 ) -> Template {
     let spec = SpawnSpec {
         language,
         profile: state_settings.profile.source.clone(),
         limits: state_settings.profile.limits.clone(),
         workspace: None,
-        servers: servers.as_ref().map(|w| w.path().to_path_buf()),
+        // Each sandbox's own view, set when it is started (none without upstreams).
+        servers: None,
         skills: skills.map(|p| p.to_path_buf()),
         workspace_mount: None,
         network: Some(state_settings.network.clone()),
@@ -38,21 +42,29 @@ pub(super) fn template(
     };
     Template {
         spec,
-        hold: servers.map(|w| w as Arc<dyn std::any::Any + Send + Sync>),
+        hold: None,
+        per_sandbox: views.map(|v| v as Arc<dyn PerSandbox>),
     }
 }
 
-/// The templates of both languages for the catalog as it is now.
+/// The templates of both languages.
 pub(super) fn templates(
     settings: &super::Settings,
     skills: Option<&std::path::Path>,
-    wrappers: &wrappers::Wrappers,
-    backend: &IndexedUpstreams,
+    wrappers: &Arc<wrappers::Wrappers>,
+    backend: &Arc<IndexedUpstreams>,
 ) -> HashMap<Language, Template> {
-    let servers = current_wrappers(wrappers, backend);
+    // No server configured: nothing to bind at /servers, ever (the configuration is
+    // read once).
+    let views = current_wrappers(wrappers, backend).map(|_| {
+        Arc::new(ServersViews {
+            wrappers: wrappers.clone(),
+            backend: backend.clone(),
+        })
+    });
     Language::ALL
         .into_iter()
-        .map(|l| (l, template(settings, skills, l, servers.clone())))
+        .map(|l| (l, template(settings, skills, l, views.clone())))
         .collect()
 }
 
@@ -70,8 +82,57 @@ pub(super) fn current_wrappers(
     }
 }
 
+/// Gives each pooled sandbox a `/servers` view of the current tree.
+pub(super) struct ServersViews {
+    wrappers: Arc<wrappers::Wrappers>,
+    backend: Arc<IndexedUpstreams>,
+}
+
+impl PerSandbox for ServersViews {
+    fn prepare(&self, spec: &mut SpawnSpec) -> Result<Box<dyn Own>, String> {
+        let tree = current_wrappers(&self.wrappers, &self.backend)
+            .ok_or("the tool wrappers could not be generated")?;
+        let view = self
+            .wrappers
+            .views()
+            .view(&tree)
+            .map_err(|e| crate::error_chain::error_chain(&e))?;
+        spec.servers = Some(view.path().to_path_buf());
+        Ok(Box::new(ViewOwn {
+            view,
+            wrappers: self.wrappers.clone(),
+            backend: self.backend.clone(),
+        }))
+    }
+}
+
+/// A pooled sandbox's `/servers` view.
+struct ViewOwn {
+    view: Arc<wrapper_views::View>,
+    wrappers: Arc<wrappers::Wrappers>,
+    backend: Arc<IndexedUpstreams>,
+}
+
+impl Own for ViewOwn {
+    /// Brought to the current catalog first: the call that takes the sandbox may come
+    /// right after a change, before the follower updated this view (a version check
+    /// when it did).
+    fn freeze(&self) {
+        if let Some(tree) = current_wrappers(&self.wrappers, &self.backend) {
+            if let Err(e) = self.wrappers.views().update(&self.view, &tree) {
+                tracing::warn!(
+                    err = crate::error_chain::error_chain(&e),
+                    "a pooled sandbox's /servers could not be brought up to date; it runs with the tools it had"
+                );
+            }
+        }
+        self.view.freeze();
+    }
+}
+
 /// Follows the upstream catalog: on every change, generates the new wrapper tree (on the
-/// blocking pool) and gives the pool new templates. Ends with the server.
+/// blocking pool) and brings the idle pooled sandboxes' views up to it. Ends with the
+/// server.
 pub(super) fn follow_catalog(state: Weak<State>) {
     let Some(s) = state.upgrade() else { return };
     let mut changes = s.backend.upstreams().subscribe();
@@ -80,19 +141,22 @@ pub(super) fn follow_catalog(state: Weak<State>) {
         while changes.changed().await.is_ok() {
             let Some(s) = state.upgrade() else { return };
             let refreshed = tokio::task::spawn_blocking(move || {
-                let skills = s.skills.as_ref().and_then(|k| k.shared_root());
-                let templates = templates(&s.settings, skills, &s.wrappers, &s.backend);
-                if let Some(pool) = &s.pool {
-                    for (language, template) in templates {
-                        pool.set_template(language, template);
-                    }
+                if let Some(tree) = current_wrappers(&s.wrappers, &s.backend) {
+                    let started = std::time::Instant::now();
+                    let updated = s.wrappers.views().follow(&tree);
+                    tracing::debug!(
+                        version = tree.version,
+                        updated,
+                        elapsed_us = started.elapsed().as_micros() as u64,
+                        "pooled sandboxes' /servers brought up to date"
+                    );
                 }
                 // The wrappers are resources: clients list them again.
                 s.listeners.resources_changed();
             })
             .await;
             if let Err(e) = refreshed {
-                tracing::error!(error = %e, "refreshing the pool's templates failed");
+                tracing::error!(error = %e, "following the upstream catalog failed");
             }
         }
     });

@@ -224,9 +224,11 @@ fn guide(
     t.push('\n');
     if python {
         t.push_str(
-            "Python: functions take keyword arguments and return the tool's result:\n\
+            "Python: functions take the required arguments by position or name, optional \
+             ones by name, and return the tool's result (its structured value, parsed JSON or \
+             text; `.text` has the text it came with):\n\
              \x20   from servers.<module> import <function>\n\
-             \x20   rows = <function>(arg=...)\n",
+             \x20   rows = <function>(required, option=...)\n",
         );
     }
     if typescript {
@@ -436,6 +438,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("from servers.<module> import <function>"), "{t}");
+        assert!(t.contains("<function>(required, option=...)"), "{t}");
         assert!(t.contains("await <function>({ arg: ... })"), "{t}");
         assert!(!t.contains("Tools of"), "{t}");
     }
@@ -449,7 +452,7 @@ mod tests {
         assert!(t.contains("Tools of files (2):"), "{t}");
         assert!(t.contains("- read_text_file: Does read_text_file."), "{t}");
         assert!(
-            t.contains("from servers.files import read_text_file\nread_text_file(path="),
+            t.contains("from servers.files import read_text_file\nread_text_file(\"...\")"),
             "{t}"
         );
         assert!(!t.contains("index.ts"), "{t}");

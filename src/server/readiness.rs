@@ -1,8 +1,10 @@
 //! What the server knows about itself while it comes up, and who hears when it changes.
 //!
 //! `serve` answers as soon as its own tools exist; three things finish after that:
-//! - the sandbox checks (`doctor::deferred`): until they are in, `health` says so; a
-//!   required layer found missing refuses every execution with the doctor's words;
+//! - the sandbox checks (`doctor::deferred`, followed by `sandbox_checks.rs`): until they
+//!   are in, `health` says so; a checker that did not finish is retried and says nothing
+//!   about the host; a required layer a finished checker found missing refuses every
+//!   execution with the doctor's words;
 //! - the warm pool's first fill;
 //! - the upstream servers, each connecting in the background.
 //!
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use rmcp::service::{Peer, RoleServer};
 
-use crate::doctor::{self, Check};
+use crate::doctor::Check;
 use crate::pool::WarmPool;
 use crate::runtime::Language;
 use crate::upstream::{ServerState, Upstreams};
@@ -32,14 +34,39 @@ pub struct Layers {
 struct LayersState {
     checks: Vec<Check>,
     sandbox_checks: SandboxChecks,
+    checker: CheckerStatus,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum SandboxChecks {
     Pending,
+    /// No checker has finished yet and the last one did not: why, and what happens next.
+    /// Executions are not refused for it.
+    Unfinished(String),
     Passed,
     /// A required layer is missing: why, in one line.
     Failed(String),
+}
+
+/// What `health` says about the sandbox checker processes (`sandbox_checker`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CheckerStatus {
+    /// The current (or last) checker's pid.
+    pub pid: Option<i32>,
+    /// Whether a checker runs now.
+    pub running: bool,
+    /// Checkers started.
+    pub attempts: u32,
+    /// Checkers that did not finish (killed, crashed, timed out, unreadable report).
+    pub unfinished: u32,
+    /// Why the last one did not finish.
+    pub last_reason: Option<String>,
+    /// When (seconds since the Unix epoch).
+    pub last_unix: Option<u64>,
+    /// When the next checker starts, while one is scheduled.
+    pub next_attempt_unix: Option<u64>,
+    /// Why no checker can be started any more (the spawner factory is gone), if so.
+    pub cannot_retry: Option<String>,
 }
 
 impl Layers {
@@ -53,8 +80,74 @@ impl Layers {
                 } else {
                     SandboxChecks::Passed
                 },
+                checker: CheckerStatus::default(),
             }),
         }
+    }
+
+    /// A checker started.
+    pub fn checker_started(&self, pid: i32) {
+        let mut s = lock(&self.inner);
+        s.checker.pid = Some(pid);
+        s.checker.running = true;
+        s.checker.attempts += 1;
+        s.checker.next_attempt_unix = None;
+    }
+
+    /// A checker did not finish (`reason`); the next starts after `retry_in`, or never
+    /// (`cannot_retry` says why). One WARN line per event; an ERROR line once the quick
+    /// attempts are over (`escalate`) or no checker can be started any more.
+    pub fn checker_unfinished(
+        &self,
+        reason: String,
+        retry_in: Duration,
+        escalate: bool,
+        cannot_retry: Option<String>,
+    ) {
+        let mut s = lock(&self.inner);
+        let c = &mut s.checker;
+        c.running = false;
+        c.unfinished += 1;
+        c.last_reason = Some(reason.clone());
+        c.last_unix = unix_now();
+        let (attempts, unfinished) = (c.attempts, c.unfinished);
+        let what_next = match &cannot_retry {
+            Some(why) => format!("they cannot be re-run: {why}; restart codebox"),
+            None => {
+                c.next_attempt_unix = unix_now().map(|t| t + retry_in.as_secs());
+                format!("next attempt in {} s", retry_in.as_secs().max(1))
+            }
+        };
+        c.cannot_retry = cannot_retry.clone();
+        s.sandbox_checks = SandboxChecks::Unfinished(format!(
+            "the sandbox checks did not finish ({reason}; {unfinished} of {attempts} attempts); {what_next}; executions are not refused for it"
+        ));
+        drop(s);
+        tracing::warn!(
+            reason,
+            attempts,
+            retry_in_s = retry_in.as_secs(),
+            "a sandbox checker did not finish; retrying"
+        );
+        if let Some(why) = cannot_retry {
+            tracing::error!(
+                why,
+                attempts,
+                "the sandbox checks did not finish and cannot be re-run; restart codebox"
+            );
+        } else if escalate {
+            tracing::error!(
+                attempts,
+                retry_in_s = retry_in.as_secs(),
+                reason,
+                "the sandbox checks keep not finishing; trying again less often (executions are not refused for it; see health.sandbox_checker)"
+            );
+        }
+    }
+
+    /// The checker's state, for `health`.
+    pub fn checker_status(&self) -> CheckerStatus {
+        lock(&self.inner).checker.clone()
     }
 
     /// The sandbox checks are in.
@@ -66,6 +159,8 @@ impl Layers {
             .collect();
         let mut s = lock(&self.inner);
         s.checks.extend(checks);
+        s.checker.running = false;
+        s.checker.next_attempt_unix = None;
         s.sandbox_checks = if missing.is_empty() {
             tracing::info!("sandbox checks passed");
             SandboxChecks::Passed
@@ -94,6 +189,7 @@ impl Layers {
     fn sandbox_checks(&self) -> serde_json::Value {
         match &lock(&self.inner).sandbox_checks {
             SandboxChecks::Pending => serde_json::json!("pending"),
+            SandboxChecks::Unfinished(why) => serde_json::json!({"unfinished": why}),
             SandboxChecks::Passed => serde_json::json!("passed"),
             SandboxChecks::Failed(why) => serde_json::json!({"failed": why}),
         }
@@ -102,20 +198,6 @@ impl Layers {
     fn passed(&self) -> bool {
         lock(&self.inner).sandbox_checks == SandboxChecks::Passed
     }
-}
-
-/// Takes the deferred sandbox checks once they are done (on the blocking pool).
-pub fn follow_sandbox_checks(
-    layers: std::sync::Arc<Layers>,
-    pending: doctor::deferred::PendingChecks,
-    profile: String,
-) {
-    tokio::spawn(async move {
-        match tokio::task::spawn_blocking(move || pending.wait()).await {
-            Ok(checks) => layers.add(checks, &profile),
-            Err(e) => tracing::error!(error = %e, "waiting for the sandbox checks failed"),
-        }
-    });
 }
 
 /// Whether the server is ready, and the state of each part: `/readyz` and
@@ -205,6 +287,13 @@ impl Listeners {
             });
         }
     }
+}
+
+fn unix_now() -> Option<u64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

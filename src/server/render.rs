@@ -243,9 +243,15 @@ fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
     result
 }
 
-/// The short text: how it ended, stdout, a truncation note, stderr.
+/// The short text: how it ended, the hints (before stderr, whose tracebacks may run to
+/// kilobytes), stdout, a truncation note, stderr.
 fn text_of(r: &ExecutionResult) -> String {
     let mut text = format!("{} in {:.0} ms\n", r.ending(), r.duration_ms);
+    for hint in &r.hints {
+        text.push_str("hint: ");
+        text.push_str(hint);
+        text.push('\n');
+    }
     if !r.stdout.is_empty() {
         text.push_str(&r.stdout);
         if !r.stdout.ends_with('\n') {
@@ -442,41 +448,13 @@ mod tests {
 
     fn result(stdout: &str, stderr: &str) -> ExecutionResult {
         ExecutionResult {
-            language: Language::Python,
-            backend: crate::microvm::Backend::Namespace,
             stdout: stdout.into(),
             stderr: stderr.into(),
-            value: None,
             exit_code: Some(0),
-            files: Vec::new(),
-            files_skipped: Vec::new(),
-            files_omitted: 0,
-            signal: None,
-            timed_out: false,
-            stdout_truncated: false,
-            stderr_truncated: false,
             stdout_total_bytes: stdout.len() as u64,
             stderr_total_bytes: stderr.len() as u64,
             duration_ms: 1.0,
-            landlock: None,
-            seccomp_violation: false,
-            oom_killed: false,
-            pids_limited: false,
-            peak_memory_bytes: None,
-            cpu_ms: None,
-            workspace_files: None,
-            workspace_files_truncated: false,
-            tool_calls: Vec::new(),
-            tool_calls_dropped: None,
-            tool_channel_error: None,
-            network: None,
-            packages: None,
-            start: None,
-            zygote: false,
-            session: None,
-            workspace_usage: None,
-            workspace_quota_exceeded: false,
-            output: None,
+            ..ExecutionResult::blank(Language::Python)
         }
     }
 

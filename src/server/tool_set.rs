@@ -20,7 +20,17 @@ use rmcp::ErrorData as McpError;
 use super::CodeboxServer;
 
 /// The `tools` setting.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolSet {
     /// Every tool.

@@ -16,7 +16,7 @@ use crate::codegen;
 use crate::upstream::catalog::Catalog;
 
 /// Name prefix of the directories: `codebox-servers-<pid>-<random>`.
-const PREFIX: &str = "codebox-servers-";
+pub(super) const PREFIX: &str = "codebox-servers-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -43,11 +43,13 @@ impl WrapperDir {
     }
 }
 
-/// The current wrappers, regenerated when the catalog version moves.
+/// The current wrappers, regenerated when the catalog version moves, and the pooled
+/// sandboxes' views of them ([`super::wrapper_views`]).
 #[derive(Debug)]
 pub struct Wrappers {
     base: PathBuf,
     current: Mutex<Option<Arc<WrapperDir>>>,
+    views: super::wrapper_views::Views,
 }
 
 impl Wrappers {
@@ -56,9 +58,15 @@ impl Wrappers {
     pub fn new(base: PathBuf) -> Wrappers {
         crate::tempdirs::remove_of_dead_processes(&base, PREFIX);
         Wrappers {
+            views: super::wrapper_views::Views::new(base.clone()),
             base,
             current: Mutex::new(None),
         }
+    }
+
+    /// The pooled sandboxes' `/servers` views.
+    pub fn views(&self) -> &super::wrapper_views::Views {
+        &self.views
     }
 
     /// The wrappers for `catalog`, generated if its version is new; `None` when no server

@@ -36,13 +36,31 @@ const MAX_PASSES: usize = 100_000;
 pub struct Usage {
     /// Bytes of allocated blocks (data, holes do not count; fallocated space does).
     pub bytes: u64,
-    /// Inodes in use, the root directory left out: files, directories, links.
+    /// Inodes in use, the root directory and `out/` (codebox's, see [`OUT_DIR`]) left
+    /// out: the program's files, directories, links.
     pub entries: u64,
     /// No block or no inode is free: a write or create in it fails now.
     pub full: bool,
     /// When the root directory last changed (ns since the epoch): with the figures
     /// above, tells a run that changed the workspace from one that only read it.
     pub root_changed_ns: i64,
+}
+
+/// The directory every run finds at `/workspace/out` (output files). A session's
+/// workspace gets it when it is made, with an inode of its own beyond the entry limit.
+pub const OUT_DIR: &CStr = c"out";
+
+/// Makes `out/` at the top of a fresh workspace, owned by the sandbox user (`owner`).
+pub fn make_out_dir(root: BorrowedFd<'_>, owner: (u32, u32)) -> std::io::Result<()> {
+    nix::sys::stat::mkdirat(root, OUT_DIR, Mode::from_bits_truncate(0o755))?;
+    nix::unistd::fchownat(
+        root,
+        OUT_DIR,
+        Some(nix::unistd::Uid::from_raw(owner.0)),
+        Some(nix::unistd::Gid::from_raw(owner.1)),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )?;
+    Ok(())
 }
 
 /// The usage of the filesystem `root` is on.
@@ -57,8 +75,17 @@ pub fn usage(root: BorrowedFd<'_>) -> std::io::Result<Usage> {
     Ok(Usage {
         root_changed_ns: root_st.st_mtime * 1_000_000_000 + root_st.st_mtime_nsec,
         bytes: blocks.saturating_sub(free) * block,
-        entries: files.saturating_sub(ffree).saturating_sub(1),
+        entries: files
+            .saturating_sub(ffree)
+            .saturating_sub(1 + u64::from(out_is_there(root))),
         full: free == 0 || ffree == 0,
+    })
+}
+
+/// Whether `out/` is a directory at the top of `root` (never following a link).
+fn out_is_there(root: BorrowedFd<'_>) -> bool {
+    fstatat(root, OUT_DIR, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
+        SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR
     })
 }
 

@@ -19,8 +19,11 @@
 //!   sandboxes are killed, its files removed and its descriptor closed, which frees the
 //!   filesystem. `close_session` does the same at once (and says what it could not
 //!   remove, if anything), and shutdown for all.
+//! - An id the server no longer holds is answered with what became of it ([`ended`]):
+//!   closed or expired here (to its owner only), or made by an earlier run of the server.
 
 pub mod disk;
+pub mod ended;
 pub mod keeper;
 
 use std::collections::HashMap;
@@ -41,6 +44,16 @@ pub enum Error {
     /// Also the answer for another client's session: its existence is not revealed.
     #[error("no session {id:?} for this client (it may have expired or been closed); start one with session \"new\"")]
     Unknown { id: String },
+    #[error("session {id:?} was closed {ago} ago (close_session): its interpreter and workspace are gone; start a new one with session \"new\"")]
+    Closed { id: String, ago: String },
+    #[error("session {id:?} expired {ago} ago, after {idle_ttl} unused (the server's session_ttl): its interpreter and workspace are gone; start a new one with session \"new\"")]
+    Expired {
+        id: String,
+        ago: String,
+        idle_ttl: String,
+    },
+    #[error("session {id:?} was opened by an earlier run of this server, which has restarted since (this run started {ago} ago): its interpreter and workspace are gone; start a new one with session \"new\"")]
+    EarlierRun { id: String, ago: String },
     /// An id another replica made (see [`crate::replica`]).
     #[error("{message}")]
     Elsewhere { message: String },
@@ -57,6 +70,12 @@ pub enum Error {
     Random(#[source] getrandom::Error),
     #[error("the session's workspace is unavailable")]
     Keeper(#[from] keeper::Error),
+    /// The keeper that made the session's workspace died and its namespaces could not be
+    /// kept: nothing can copy that mount any more.
+    #[error(
+        "this session's workspace was lost with the workspace keeper ({why}); start a new session"
+    )]
+    Lost { why: String },
     #[error("the session is closed, but its workspace was not fully removed: {0}")]
     Leftover(#[source] disk::Leftover),
 }
@@ -153,8 +172,9 @@ pub struct Session {
     /// The session's detached tmpfs mount: every host-side access is relative to it, and
     /// closing it (with the session's sandboxes gone) frees the filesystem.
     mount: OwnedFd,
-    /// The keeper that made the mount: the one that can copy it.
-    keeper: Arc<keeper::Keeper>,
+    /// The keepers' namespaces it was made in (see [`KeeperSlot::epoch`]): a keeper in
+    /// them can copy it (one in others only on recent kernels).
+    epoch: u64,
     last_used: Mutex<Instant>,
     /// Held by the run in progress; holds the live sandboxes.
     pub slots: tokio::sync::Mutex<LiveSlots>,
@@ -199,16 +219,47 @@ impl Session {
     }
 }
 
+/// The workspace keeper, started with the first session and replaced when it died.
+#[derive(Default)]
+struct KeeperSlot {
+    current: Option<Arc<keeper::Keeper>>,
+    /// Counts the namespaces keepers have worked in: a replacement that joined its
+    /// predecessor's keeps the epoch (and the sessions their workspaces); one that could
+    /// not starts the next.
+    epoch: u64,
+    status: KeeperStatus,
+}
+
+/// What `health` says about the workspace keeper.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct KeeperStatus {
+    /// The current keeper's pid (none before the first session).
+    pub pid: Option<i32>,
+    /// Whether it runs; a dead one is replaced by the next session request.
+    pub alive: bool,
+    /// How many dead keepers were replaced.
+    pub restarts: u64,
+    /// When the last one was replaced (seconds since the Unix epoch).
+    pub last_restart_unix: Option<u64>,
+    /// How the last dead one ended.
+    pub last_reason: Option<String>,
+    /// Replacements that could not join their predecessor's namespaces: the sessions of
+    /// that time keep their workspaces only where the kernel lets a keeper in other
+    /// namespaces copy them (recent kernels); elsewhere their runs are refused, naming it.
+    pub lost_epochs: u64,
+}
+
 /// Every open session of this server.
 pub struct Sessions {
-    /// The workspace keeper, started with the first session (and again if it died).
-    keeper: Mutex<Option<Arc<keeper::Keeper>>>,
+    keeper: Mutex<KeeperSlot>,
     limits: SessionLimits,
     /// Host ids of the sandbox user (the workspace's owner).
     owner_ids: (u32, u32),
     /// This replica's name, which every id it makes starts with (`None`: one server).
     replica: Option<crate::replica::ReplicaName>,
     open: Mutex<HashMap<String, Arc<Session>>>,
+    /// This run's instance mark (in every id) and the sessions ended here.
+    ended: ended::Ended,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -225,11 +276,12 @@ impl Sessions {
     pub fn new(base: &Path, limits: SessionLimits, owner_ids: (u32, u32)) -> Result<Sessions> {
         crate::tempdirs::remove_of_dead_processes(base, PREFIX);
         Ok(Sessions {
-            keeper: Mutex::new(None),
+            keeper: Mutex::new(KeeperSlot::default()),
             limits,
             owner_ids,
             replica: None,
             open: Mutex::new(HashMap::new()),
+            ended: ended::Ended::new().map_err(Error::Random)?,
         })
     }
 
@@ -240,25 +292,108 @@ impl Sessions {
         self
     }
 
-    /// The running keeper, started now if there is none or the last one is gone.
-    fn keeper(&self) -> Result<Arc<keeper::Keeper>> {
-        let mut slot = self.keeper.lock().expect("keeper lock");
-        if let Some(k) = slot.as_ref().filter(|k| k.alive()) {
-            return Ok(k.clone());
+    /// The running keeper and its epoch, started now if there is none or the last one is
+    /// gone. A dead keeper's replacement joins its namespaces when it can, so every open
+    /// session keeps its workspace; one WARN line per replacement says which.
+    fn keeper(&self) -> Result<(Arc<keeper::Keeper>, u64)> {
+        let mut slot = self.keeper.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = slot.current.as_ref().filter(|k| k.alive()) {
+            return Ok((k.clone(), slot.epoch));
         }
-        if slot.is_some() {
-            tracing::warn!("the workspace keeper is gone; starting a new one");
+        let Some(dead) = slot.current.take() else {
+            let k = Arc::new(keeper::Keeper::start(self.owner_ids)?);
+            slot.epoch = 1;
+            slot.status.pid = Some(k.pid().as_raw());
+            slot.current = Some(k.clone());
+            return Ok((k, slot.epoch));
+        };
+        let reason = dead
+            .ended()
+            .unwrap_or_else(|| "it stopped answering".into());
+        let joined = match dead.namespaces() {
+            Some(ns) => keeper::Keeper::start_in(self.owner_ids, &ns).map_err(|e| {
+                tracing::warn!(error = %crate::error_chain::error_chain(&e), "a new workspace keeper cannot join the old one's namespaces");
+            }),
+            None => Err(()),
+        };
+        // Reaped (or killed and reaped) now, not in a later health request.
+        drop(dead);
+        let (k, kept) = match joined {
+            Ok(k) => (k, true),
+            Err(()) => (keeper::Keeper::start(self.owner_ids)?, false),
+        };
+        let k = Arc::new(k);
+        // `create` holds the sessions' lock while it asks for the keeper: no waiting here.
+        let open = self.open.try_lock().map(|o| o.len()).ok();
+        if !kept {
+            slot.epoch += 1;
+            slot.status.lost_epochs += 1;
         }
-        let k = Arc::new(keeper::Keeper::start(self.owner_ids)?);
-        *slot = Some(k.clone());
-        Ok(k)
+        slot.current = Some(k.clone());
+        let status = &mut slot.status;
+        status.pid = Some(k.pid().as_raw());
+        status.restarts += 1;
+        status.last_restart_unix = unix_now();
+        status.last_reason = Some(reason.clone());
+        if kept {
+            tracing::warn!(reason, new = k.pid().as_raw(), open_sessions = ?open, restarts = status.restarts,
+                "the workspace keeper died; a new one took over and the sessions keep their workspaces");
+        } else {
+            tracing::warn!(reason, new = k.pid().as_raw(), open_sessions = ?open, restarts = status.restarts,
+                "the workspace keeper died and its namespaces could not be kept; the open sessions' workspaces may be lost (new sessions work)");
+        }
+        Ok((k, slot.epoch))
     }
 
-    /// A fresh copy of `session`'s workspace mount, for one sandbox to attach. Only the
-    /// keeper that made it can copy it (the kernel allows a clone only from the mount
-    /// namespace a detached mount was made in).
+    /// The workspace keeper's state for `health` (a dead one is noticed here, and
+    /// replaced by the next request that needs it).
+    pub fn keeper_status(&self) -> KeeperStatus {
+        let slot = self.keeper.lock().unwrap_or_else(|p| p.into_inner());
+        let mut status = slot.status.clone();
+        status.alive = slot.current.as_ref().is_some_and(|k| k.alive());
+        status
+    }
+
+    /// A fresh copy of `session`'s workspace mount, for one sandbox to attach. Only a
+    /// keeper in the namespaces the mount was made in can copy it (the kernel allows a
+    /// clone only from the mount namespace a detached mount was made in): the current
+    /// one, or its replacement if it died.
     pub fn mount_for_run(&self, session: &Session) -> Result<OwnedFd> {
-        Ok(session.keeper.clone_mount(session.workspace())?)
+        self.with_keeper(
+            |keeper, epoch| match keeper.clone_mount(session.workspace()) {
+                Ok(fd) => Ok(fd),
+                // A keeper in other namespaces than the one that made the mount, which this
+                // kernel does not let copy it.
+                Err(keeper::Error::Keeper { .. }) if epoch != session.epoch && keeper.alive() => {
+                    let why = self
+                        .keeper
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .status
+                        .last_reason
+                        .clone()
+                        .unwrap_or_else(|| "died".into());
+                    Err(Error::Lost {
+                        why: format!("it {why}"),
+                    })
+                }
+                Err(e) => Err(e.into()),
+            },
+        )
+    }
+
+    /// Runs `ask` with the live keeper; when the keeper died under it (its answer never
+    /// came), once more with the replacement: a keeper's death costs no request.
+    fn with_keeper<T>(&self, ask: impl Fn(&keeper::Keeper, u64) -> Result<T>) -> Result<T> {
+        let (keeper, epoch) = self.keeper()?;
+        match ask(&keeper, epoch) {
+            Err(Error::Keeper(_)) if !keeper.alive() => {
+                drop(keeper);
+                let (keeper, epoch) = self.keeper()?;
+                ask(&keeper, epoch)
+            }
+            other => other,
+        }
     }
 
     pub fn limits(&self) -> &SessionLimits {
@@ -273,19 +408,29 @@ impl Sessions {
         }
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(Error::Random)?;
-        let id = format!("cbx_{}", hex(&raw));
+        let id = self.ended.new_id(&raw);
         let id = match &self.replica {
             Some(replica) => replica.qualify(&id),
             None => id,
         };
         let limits = &self.limits;
-        let keeper = self.keeper()?;
-        let mount = keeper.create(limits.quota_bytes, limits.max_entries.saturating_add(1))?;
+        let (mount, epoch) = self.with_keeper(|keeper, epoch| {
+            // The root and /workspace/out take one inode each beyond the program's own.
+            let inodes = limits.max_entries.saturating_add(2);
+            Ok((keeper.create(limits.quota_bytes, inodes)?, epoch))
+        })?;
+        // Every run finds /workspace/out there from the start (the runtimes make it too,
+        // if the program removed it).
+        disk::make_out_dir(mount.as_fd(), self.owner_ids).map_err(|source| Error::Io {
+            doing: "make out/ in",
+            path: PathBuf::from("the session's workspace"),
+            source,
+        })?;
         let session = Arc::new(Session {
             id: id.clone(),
             owner: owner.to_string(),
             mount,
-            keeper,
+            epoch,
             last_used: Mutex::new(Instant::now()),
             slots: tokio::sync::Mutex::new(LiveSlots::default()),
             vault,
@@ -324,7 +469,40 @@ impl Sessions {
                 );
                 Err(Error::Unknown { id: id.to_string() })
             }
-            None => Err(Error::Unknown { id: id.to_string() }),
+            None => Err(self.fate_of(id, owner)),
+        }
+    }
+
+    /// Why `owner` cannot have `id`, which is not open: what became of it, if it is
+    /// theirs to know.
+    fn fate_of(&self, id: &str, owner: &str) -> Error {
+        use ended::{ago_words, Fate, How};
+        let id = id.to_string();
+        // A replica's id on a server that is no replica was never this server's.
+        if self.replica.is_none() && id.contains('.') {
+            return Error::Unknown { id };
+        }
+        match self.ended.fate(&id, owner) {
+            Fate::Ended {
+                how: How::Closed,
+                ago,
+            } => Error::Closed {
+                id,
+                ago: ago_words(ago),
+            },
+            Fate::Ended {
+                how: How::Expired { idle_ttl },
+                ago,
+            } => Error::Expired {
+                id,
+                ago: ago_words(ago),
+                idle_ttl: ago_words(idle_ttl),
+            },
+            Fate::EarlierRun { ago } => Error::EarlierRun {
+                id,
+                ago: ago_words(ago),
+            },
+            Fate::Unknown => Error::Unknown { id },
         }
     }
 
@@ -342,6 +520,7 @@ impl Sessions {
     pub async fn close(&self, id: &str, owner: &str) -> Result<()> {
         let session = self.get(id, owner)?;
         self.open.lock().expect("sessions lock").remove(id);
+        self.ended.record(id, owner, ended::How::Closed);
         self.end(session).await.map_err(Error::Leftover)
     }
 
@@ -373,6 +552,9 @@ impl Sessions {
         let n = expired.len();
         for s in expired {
             tracing::info!(session = short(&s.id), "session expired");
+            let idle_ttl = self.limits.idle_ttl;
+            self.ended
+                .record(&s.id, &s.owner, ended::How::Expired { idle_ttl });
             let _ = self.end(s).await;
         }
         n
@@ -401,6 +583,13 @@ impl Sessions {
             let _ = self.end(s).await;
         }
     }
+}
+
+fn unix_now() -> Option<u64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -482,7 +671,8 @@ mod tests {
         let a = s.create("alice", vault()).unwrap();
         let b = s.create("alice", vault()).unwrap();
         assert_ne!(a.id(), b.id());
-        assert_eq!(a.id().len(), 4 + 32);
+        // `cbx_`, this run's instance mark and `_`, then 128 random bits.
+        assert_eq!(a.id().len(), 4 + 9 + 32);
         s.get(a.id(), "alice").unwrap();
         let refused = s.get(a.id(), "bob").unwrap_err().to_string();
         let unknown = s.get("cbx_nope", "bob").unwrap_err().to_string();
@@ -500,6 +690,11 @@ mod tests {
         write(&a, "f", b"x").unwrap();
         s.close(a.id(), "alice").await.unwrap();
         assert_eq!(disk::names(a.workspace()).unwrap().len(), 0);
+        // A closed session is told as such to its owner, and unknown to anyone else.
+        let closed = s.get(a.id(), "alice").unwrap_err();
+        assert!(matches!(closed, Error::Closed { .. }), "{closed}");
+        assert!(closed.to_string().contains("was closed"), "{closed}");
+        assert!(matches!(s.get(a.id(), "bob"), Err(Error::Unknown { .. })));
         s.shutdown().await;
         // Nothing of a session is on the host's disk.
         assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
@@ -543,27 +738,60 @@ mod tests {
             u.root_changed_ns
         );
         write(&a, "f0", b"").unwrap();
-        // A copy of the mount is the same filesystem.
+        // A copy of the mount is the same filesystem (its ten files and out/).
         let copy = s.mount_for_run(&a).unwrap();
-        assert_eq!(disk::names(copy.as_fd()).unwrap().len(), 10);
+        assert_eq!(disk::names(copy.as_fd()).unwrap().len(), 11);
         s.shutdown().await;
     }
 
+    /// A keeper that dies (here killed while the session waits between runs) is replaced
+    /// by the next request, which does not fail for it; the replacement joins the dead
+    /// one's namespaces, so the open session's next run finds its files. `keeper_status`
+    /// tells the story.
     #[tokio::test]
-    async fn a_dead_keeper_is_replaced_for_new_sessions() {
+    async fn a_dead_keeper_is_replaced_and_sessions_keep_their_workspaces() {
         let base = tempfile::tempdir().unwrap();
         let s = sessions(base.path(), Duration::from_secs(60));
         let a = s.create("alice", vault()).unwrap();
-        let first = s.keeper().unwrap();
-        nix::sys::signal::kill(first.pid(), nix::sys::signal::SIGKILL).unwrap();
-        let err = s.mount_for_run(&a).unwrap_err().to_string();
-        assert!(err.contains("workspace is unavailable"), "{err}");
-        // The session's files are still reachable; a new session gets a new keeper.
         write(&a, "f", b"x").unwrap();
+        let before = s.keeper_status();
+        assert!(before.alive && before.restarts == 0, "{before:?}");
+        let first = before.pid.unwrap();
+        let kill = |pid: i32| {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
+                .unwrap()
+        };
+        kill(first);
+        // Right away: the request that finds it dead (or dying) is served by the new one.
+        let copy = s.mount_for_run(&a).unwrap();
+        assert_eq!(
+            disk::names(copy.as_fd()).unwrap().len(),
+            2,
+            "the session's file and out/"
+        );
+        let after = s.keeper_status();
+        assert!(after.alive, "{after:?}");
+        assert_eq!(after.restarts, 1, "{after:?}");
+        assert_ne!(after.pid, Some(first));
+        assert!(
+            after
+                .last_reason
+                .as_deref()
+                .is_some_and(|r| r.contains("SIGKILL")),
+            "{after:?}"
+        );
+        assert_eq!(after.lost_epochs, 0);
+        // Again, noticed by health first this time.
+        kill(after.pid.unwrap());
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while s.keeper_status().alive {
+            assert!(std::time::Instant::now() < until, "the keeper did not die");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let b = s.create("alice", vault()).unwrap();
         s.mount_for_run(&b).unwrap();
-        assert_ne!(s.keeper().unwrap().pid(), first.pid());
-        drop(first);
+        s.mount_for_run(&a).unwrap();
+        assert_eq!(s.keeper_status().restarts, 2);
         s.shutdown().await;
     }
 
@@ -578,7 +806,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(80)).await;
         assert_eq!(s.sweep().await, 1, "the running session stays");
         assert_eq!(disk::names(a.workspace()).unwrap().len(), 0);
-        assert!(s.get(a.id(), "alice").is_err());
+        let expired = s.get(a.id(), "alice").unwrap_err();
+        assert!(matches!(expired, Error::Expired { .. }), "{expired}");
+        assert!(expired.to_string().contains("session_ttl"), "{expired}");
+        // A second server (a restart) knows the id for an earlier run's.
+        let restarted = sessions(base.path(), Duration::from_millis(50));
+        let earlier = restarted.get(busy.id(), "alice").unwrap_err();
+        assert!(matches!(earlier, Error::EarlierRun { .. }), "{earlier}");
+        assert!(earlier.to_string().contains("restarted"), "{earlier}");
         drop(held);
         s.shutdown().await;
     }

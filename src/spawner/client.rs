@@ -57,6 +57,8 @@ pub(super) struct Inner {
     pub(super) gone: Notify,
     /// Shared with the client: set on a deliberate shutdown (nothing to report then).
     stopping: Arc<AtomicBool>,
+    /// The client's status, where the spawner's zygote events are counted.
+    status: Arc<Mutex<SpawnerStatus>>,
 }
 
 pub(super) struct Shared {
@@ -67,7 +69,9 @@ pub(super) struct Shared {
     replaceable: AtomicBool,
     /// Bumped after every replacement.
     pub(super) replaced: watch::Sender<u64>,
-    pub(super) status: Mutex<SpawnerStatus>,
+    pub(super) status: Arc<Mutex<SpawnerStatus>>,
+    /// The factory, for `health` (with one).
+    factory: std::sync::OnceLock<Arc<Factory>>,
 }
 
 /// A handle on the spawner process. Cheap to clone. With a [`Factory`] (see
@@ -85,6 +89,7 @@ impl Inner {
         sock: OwnedFd,
         pid: Option<Pid>,
         stopping: Arc<AtomicBool>,
+        status: Arc<Mutex<SpawnerStatus>>,
     ) -> Result<Arc<Inner>> {
         crate::sandbox::set_nonblocking(sock.as_fd(), true).map_err(|source| Error::Io {
             doing: "setting up the spawner socket",
@@ -101,6 +106,7 @@ impl Inner {
             waiters: Mutex::new(Waiters::default()),
             gone: Notify::new(),
             stopping,
+            status,
         });
         tokio::spawn(read_responses(inner.clone()));
         Ok(inner)
@@ -163,13 +169,22 @@ impl SpawnerClient {
     pub fn with_factory(first: Forked, factory: Arc<Factory>) -> Result<SpawnerClient> {
         let client = Self::build(first.sock, Some(first.pid))?;
         client.shared.replaceable.store(true, Ordering::SeqCst);
+        let _ = client.shared.factory.set(factory.clone());
+        tokio::spawn(super::factory::watch(
+            factory.clone(),
+            client.shared.stopping.clone(),
+        ));
         tokio::spawn(replace_when_dead(Arc::downgrade(&client.shared), factory));
         Ok(client)
     }
 
     fn build(sock: OwnedFd, pid: Option<Pid>) -> Result<SpawnerClient> {
         let stopping = Arc::new(AtomicBool::new(false));
-        let inner = Inner::new(sock, pid, stopping.clone())?;
+        let status = Arc::new(Mutex::new(SpawnerStatus {
+            pid: pid.map(Pid::as_raw),
+            ..Default::default()
+        }));
+        let inner = Inner::new(sock, pid, stopping.clone(), status.clone())?;
         Ok(SpawnerClient {
             shared: Arc::new(Shared {
                 current: RwLock::new(inner),
@@ -177,17 +192,17 @@ impl SpawnerClient {
                 stopping,
                 replaceable: AtomicBool::new(false),
                 replaced: watch::Sender::new(0),
-                status: Mutex::new(SpawnerStatus {
-                    pid: pid.map(Pid::as_raw),
-                    ..Default::default()
-                }),
+                status,
+                factory: std::sync::OnceLock::new(),
             }),
         })
     }
 
     /// The spawner's state, for `health`.
     pub fn status(&self) -> SpawnerStatus {
-        self.shared.status.lock().expect("status lock").clone()
+        let mut status = self.shared.status.lock().expect("status lock").clone();
+        status.factory = self.shared.factory.get().map(|f| f.status());
+        status
     }
 
     /// A deliberate shutdown begins: the spawner's end is expected, not reported, and no
@@ -341,6 +356,16 @@ async fn read_responses(inner: Arc<Inner>) {
                 if let Some(tx) = w.exited.remove(&id) {
                     let _ = tx.send(ending);
                 }
+            }
+            Some((Response::Zygote { event }, _)) => {
+                drop(w);
+                inner
+                    .status
+                    .lock()
+                    .expect("status lock")
+                    .zygotes
+                    .record(event);
+                continue;
             }
             None => {
                 // The spawner is gone: fail everyone who waits. Its replacement (if any)

@@ -27,6 +27,58 @@ pub struct SpawnerStatus {
     pub last_restart_unix: Option<u64>,
     /// Why: how the dead spawner ended.
     pub last_reason: Option<String>,
+    /// The factory that forks spawners and sandbox checkers (`None` without one).
+    pub factory: Option<super::factory::FactoryStatus>,
+    /// The current spawner's Python zygotes.
+    pub zygotes: ZygoteStatus,
+}
+
+/// What `health` says about the zygotes (`spawner.zygotes`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ZygoteStatus {
+    /// Init pids of the current spawner's zygotes.
+    pub live: Vec<i32>,
+    /// Zygotes launched (by every spawner of this server).
+    pub launched: u64,
+    /// Zygotes that died on their own (killed, crashed, never got ready); each kind
+    /// starts cold for a minute after, then gets a new one.
+    pub died: u64,
+    /// How the last one that died ended.
+    pub last_death_reason: Option<String>,
+    /// When (seconds since the Unix epoch).
+    pub last_death_unix: Option<u64>,
+}
+
+impl ZygoteStatus {
+    /// Counts one event from the spawner.
+    pub(super) fn record(&mut self, event: super::wire::ZygoteEvent) {
+        use super::wire::ZygoteEvent;
+        match event {
+            ZygoteEvent::Launched { pid } => {
+                self.launched += 1;
+                self.live.push(pid);
+            }
+            ZygoteEvent::Ended {
+                pid,
+                unexpected,
+                how,
+            } => {
+                self.live.retain(|p| *p != pid);
+                if unexpected {
+                    self.died += 1;
+                    self.last_death_reason = Some(how);
+                    self.last_death_unix = unix_now();
+                }
+            }
+        }
+    }
+}
+
+fn unix_now() -> Option<u64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
 }
 
 /// How long a spawn waits for a dead spawner's replacement.
@@ -54,7 +106,18 @@ pub(super) async fn replace_when_dead(shared: Weak<Shared>, factory: Arc<Factory
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        shared.status.lock().expect("status lock").replacing = true;
+        if let Some(died) = factory.died() {
+            give_up(&format!(
+                "the spawner factory, which forks spawners, died earlier ({})",
+                died.how
+            ));
+        }
+        {
+            let mut st = shared.status.lock().expect("status lock");
+            st.replacing = true;
+            // Its zygotes died with it.
+            st.zygotes.live.clear();
+        }
         recent.retain(|t| t.elapsed() < RESTART_WINDOW);
         if recent.len() >= MAX_RESTARTS_IN_WINDOW {
             give_up(&format!(
@@ -84,7 +147,12 @@ pub(super) async fn replace_when_dead(shared: Weak<Shared>, factory: Arc<Factory
             }
         };
         let installed = forked.and_then(|f| {
-            let new = Inner::new(f.sock, Some(f.pid), shared.stopping.clone())?;
+            let new = Inner::new(
+                f.sock,
+                Some(f.pid),
+                shared.stopping.clone(),
+                shared.status.clone(),
+            )?;
             Ok((f.pid, f.dead, f.cleaned, new))
         });
         match installed {
@@ -112,7 +180,13 @@ pub(super) async fn replace_when_dead(shared: Weak<Shared>, factory: Arc<Factory
                     "the spawner process died; its sandboxes were killed and a new spawner started"
                 );
             }
-            Err(e) => give_up(&e.to_string()),
+            Err(e) => match factory.died() {
+                Some(died) => give_up(&format!(
+                    "the spawner factory, which forks spawners, died ({})",
+                    died.how
+                )),
+                None => give_up(&e.to_string()),
+            },
         }
     }
 }
@@ -125,6 +199,6 @@ fn give_up(why: &str) -> ! {
         why,
         "the spawner process died and cannot be replaced; exiting"
     );
-    eprintln!("codebox: the spawner process died and cannot be replaced ({why}); exiting");
+    eprintln!("codebox: the spawner process died and cannot be replaced ({why}); exiting (restart codebox)");
     std::process::exit(70)
 }

@@ -119,6 +119,7 @@ pub fn serve(sock: OwnedFd, host: &Host) {
             .map(|(_, e)| *e)
             .collect();
         zygotes.handle(&fired);
+        send_zygote_events(&sock, &mut zygotes);
         if ready[0] {
             match wire::recv::<Request>(sock.as_fd()) {
                 Ok(Some((Request::Spawn { id, spec }, fds))) => {
@@ -155,6 +156,8 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                     break;
                 }
             }
+            // A spawn may have launched (or replaced) a zygote.
+            send_zygote_events(&sock, &mut zygotes);
         }
     }
     // The supervisor is gone: nothing of ours may outlive it.
@@ -331,6 +334,15 @@ fn build(
         hostname: "codebox".into(),
         policy,
     })
+}
+
+/// Tells the supervisor what happened to the zygotes (best effort: `health` only).
+fn send_zygote_events(sock: &OwnedFd, zygotes: &mut Zygotes) {
+    for event in zygotes.take_events() {
+        if let Err(e) = wire::send(sock.as_fd(), &Response::Zygote { event }, &[]) {
+            tracing::debug!(?e, "cannot tell the supervisor about a zygote");
+        }
+    }
 }
 
 fn report_exit(sock: &OwnedFd, id: u64, watch: Watch) {

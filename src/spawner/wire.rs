@@ -3,7 +3,8 @@
 //!
 //! supervisor → spawner: [`Request::Spawn`], [`Request::Kill`], [`Request::Arm`]
 //! spawner → supervisor: [`Response::Spawned`] (+ stdout, stderr, channel fds),
-//! [`Response::Failed`], [`Response::Exited`]
+//! [`Response::Failed`], [`Response::Exited`], and unasked [`Response::Zygote`] (a
+//! zygote launched or ended, for `health`)
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -131,6 +132,27 @@ pub enum Response {
     Exited {
         id: u64,
         ending: Ending,
+    },
+    /// Something happened to one of the spawner's zygotes.
+    Zygote {
+        event: ZygoteEvent,
+    },
+}
+
+/// A zygote's life, as the spawner tells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ZygoteEvent {
+    Launched {
+        /// Its init's host pid.
+        pid: i32,
+    },
+    Ended {
+        pid: i32,
+        /// Died (or gave up) rather than retired, replaced or shut down.
+        unexpected: bool,
+        /// What was seen and how it ended.
+        how: String,
     },
 }
 

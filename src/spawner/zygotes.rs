@@ -6,12 +6,16 @@
 //!
 //! A zygote's children live in its pid namespace, so a zygote is only replaced (by a
 //! newer kind, least recently used first) while it has none; one that dies takes its
-//! children with it, and their watches report their ends as usual.
+//! children with it, and their watches report their ends as usual. A zygote that died
+//! is logged once (WARN, with how it ended), its kind starts cold for [`COOL_DOWN`] and
+//! then gets a new zygote; every launch and end goes to the supervisor as a
+//! [`ZygoteEvent`] (`health.spawner.zygotes`).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
+use super::wire::ZygoteEvent;
 use crate::sandbox::cgroup::CgroupManager;
 use crate::sandbox::zygote::{self, PendingFork, Zygote};
 use crate::sandbox::SandboxSpec;
@@ -52,6 +56,8 @@ pub struct Zygotes {
     /// Which zygote (by key) forked each live sandbox.
     parent_of: HashMap<u64, String>,
     cooling: HashMap<String, Instant>,
+    /// For the supervisor, taken by [`Zygotes::take_events`].
+    events: Vec<ZygoteEvent>,
 }
 
 impl Zygotes {
@@ -61,7 +67,13 @@ impl Zygotes {
             entries: Vec::new(),
             parent_of: HashMap::new(),
             cooling: HashMap::new(),
+            events: Vec::new(),
         }
+    }
+
+    /// What happened to the zygotes since the last call, for the supervisor.
+    pub fn take_events(&mut self) -> Vec<ZygoteEvent> {
+        std::mem::take(&mut self.events)
     }
 
     /// A fork of a sandbox for `spec` from its zygote, under way, or `None`: the caller
@@ -124,18 +136,23 @@ impl Zygotes {
                 .filter(|i| self.entries[*i].children.is_empty())
                 .min_by_key(|i| self.entries[*i].last_used);
             match idle {
-                Some(i) => self.remove(i, false),
+                Some(i) => self.remove(i, false, None),
                 None => return,
             }
         }
         match Zygote::launch(spec, cgroups) {
-            Ok(zygote) => self.entries.push(Entry {
-                zygote,
-                children: HashSet::new(),
-                last_used: Instant::now(),
-                launched: Instant::now(),
-                draining: false,
-            }),
+            Ok(zygote) => {
+                if let Some(pid) = zygote.pid() {
+                    self.events.push(ZygoteEvent::Launched { pid });
+                }
+                self.entries.push(Entry {
+                    zygote,
+                    children: HashSet::new(),
+                    last_used: Instant::now(),
+                    launched: Instant::now(),
+                    draining: false,
+                })
+            }
             Err(e) => {
                 tracing::error!(error = %format!("{:#}", anyhow::Error::new(e)), "launching a zygote failed; its kind of sandbox starts cold for a minute");
                 self.cooling.insert(key, Instant::now() + COOL_DOWN);
@@ -166,7 +183,7 @@ impl Zygotes {
         }
         self.entries[i].draining = true;
         if self.entries[i].children.is_empty() {
-            self.remove(i, false);
+            self.remove(i, false, None);
         }
     }
 
@@ -180,7 +197,7 @@ impl Zygotes {
         };
         self.entries[i].children.remove(&id);
         if self.entries[i].draining && self.entries[i].children.is_empty() {
-            self.remove(i, false);
+            self.remove(i, false, None);
         }
     }
 
@@ -201,45 +218,41 @@ impl Zygotes {
 
     /// Handles what one poll reported (indices as [`Zygotes::poll_fds`] gave them).
     pub fn handle(&mut self, events: &[Event]) {
-        let mut dead: Vec<usize> = Vec::new();
+        // Each with what was seen first (one zygote's death is often seen twice: its
+        // socket's end and its pidfd).
+        let mut dead: Vec<(usize, &'static str)> = Vec::new();
         let mut misbehaved: Vec<usize> = Vec::new();
         for event in events {
             match *event {
                 Event::Output(i) => self.entries[i].zygote.drain_output(),
                 Event::Control(i) => match self.entries[i].zygote.on_readable() {
                     Ok(()) => {}
-                    Err(zygote::Error::Gone) => {
-                        tracing::warn!("a zygote ended");
-                        dead.push(i);
-                    }
+                    Err(zygote::Error::Gone) => dead.push((i, "its socket closed")),
                     Err(e) => {
                         tracing::warn!(error = %e, "a zygote misbehaved; it forks no more");
                         misbehaved.push(i);
                     }
                 },
-                Event::Ended(i) => {
-                    tracing::warn!("a zygote died");
-                    dead.push(i);
-                }
+                Event::Ended(i) => dead.push((i, "it ended")),
             }
         }
         for (i, e) in self.entries.iter().enumerate() {
             if !e.zygote.is_ready() && e.launched.elapsed() > READY_LIMIT {
                 tracing::error!("a zygote did not get ready in 2 minutes; giving it up");
-                dead.push(i);
+                dead.push((i, "it did not get ready in 2 minutes"));
             }
         }
         for i in misbehaved {
-            if !dead.contains(&i) {
+            if !dead.iter().any(|(d, _)| *d == i) {
                 self.entries[i].draining = true;
                 let key = self.entries[i].zygote.key().to_string();
                 self.cooling.insert(key, Instant::now() + COOL_DOWN);
             }
         }
-        dead.sort_unstable();
-        dead.dedup();
-        for i in dead.into_iter().rev() {
-            self.remove(i, true);
+        dead.sort_unstable_by_key(|(i, _)| *i);
+        dead.dedup_by_key(|(i, _)| *i);
+        for (i, seen) in dead.into_iter().rev() {
+            self.remove(i, true, Some(seen));
         }
         // A misbehaving zygote whose children have all ended.
         while let Some(i) = self
@@ -247,12 +260,14 @@ impl Zygotes {
             .iter()
             .position(|e| e.draining && e.children.is_empty())
         {
-            self.remove(i, false);
+            self.remove(i, false, None);
         }
     }
 
     /// Kills zygote `i` (and any child it still has); `failed`: its kind cools down.
-    fn remove(&mut self, i: usize, failed: bool) {
+    /// `died`: it ended on its own (what was seen), which is logged once and told to the
+    /// supervisor as unexpected.
+    fn remove(&mut self, i: usize, failed: bool, died: Option<&str>) {
         let mut entry = self.entries.remove(i);
         entry.zygote.drain_output();
         if failed {
@@ -262,13 +277,35 @@ impl Zygotes {
         for id in &entry.children {
             self.parent_of.remove(id);
         }
-        entry.zygote.shutdown();
+        let pid = entry.zygote.pid();
+        let ended = entry.zygote.shutdown();
+        let how = match (died, &ended) {
+            (Some(seen), Some(ended)) => format!("{seen}: {ended}"),
+            (Some(seen), None) => seen.to_string(),
+            (None, _) => "retired".to_string(),
+        };
+        if died.is_some() {
+            tracing::warn!(
+                zygote = pid,
+                how,
+                children = entry.children.len(),
+                cold_for_s = COOL_DOWN.as_secs(),
+                "a zygote died; its kind of sandbox starts cold for a while, then a new zygote takes over"
+            );
+        }
+        if let Some(pid) = pid {
+            self.events.push(ZygoteEvent::Ended {
+                pid,
+                unexpected: died.is_some(),
+                how,
+            });
+        }
     }
 
     /// Kills every zygote (the spawner is leaving).
     pub fn shutdown(&mut self) {
         while !self.entries.is_empty() {
-            self.remove(0, false);
+            self.remove(0, false, None);
         }
     }
 }

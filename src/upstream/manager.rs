@@ -397,6 +397,49 @@ impl Upstreams {
         self.inner.shared.subscribe()
     }
 
+    /// Waits until no server of `only` (every configured server when `None`) is still
+    /// making its first connection — each is ready, or its first attempt failed — for as
+    /// long as the configured `upstream_wait` (`call_wait`) allows, counted from the start
+    /// of that first attempt. A search or a listing right after start-up thus sees the
+    /// tools of servers that come up within the bound rather than "0 matching tools, still
+    /// connecting", and a server that hangs in its first attempt delays only the requests
+    /// of its first `upstream_wait`, not every one after.
+    pub async fn wait_first_attempts(&self, only: Option<&str>) {
+        let bound = self.inner.call_wait;
+        let started = tokio::time::Instant::now();
+        let mut states = self.inner.shared.subscribe_states();
+        loop {
+            // The longest any such server may still be waited for.
+            let mut wait = Duration::ZERO;
+            for slot in self.inner.shared.slots.iter() {
+                if only.is_some_and(|name| slot.config.name != name && slot.ident != name) {
+                    continue;
+                }
+                let status = slot.status();
+                if status.state != ServerState::Connecting {
+                    continue;
+                }
+                // Not started yet (the first client's `initialize` opens the gate): the
+                // whole bound is ahead of it.
+                let left = if status.attempts == 0 {
+                    bound
+                } else {
+                    bound.saturating_sub(status.state_for)
+                };
+                wait = wait.max(left);
+            }
+            let wait = wait.min(bound.saturating_sub(started.elapsed()));
+            if wait.is_zero() || self.inner.stop.is_cancelled() {
+                return;
+            }
+            tokio::select! {
+                changed = states.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep(wait) => return,
+                _ = self.inner.stop.cancelled() => return,
+            }
+        }
+    }
+
     /// Every configured server, in configuration order.
     pub fn servers(&self) -> Vec<ServerStatus> {
         self.inner.shared.slots.iter().map(|s| s.status()).collect()

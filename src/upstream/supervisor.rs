@@ -153,9 +153,15 @@ impl Shared {
     }
 
     /// Rebuilds the catalog from every server's known tools and bumps the version when
-    /// they changed (a server going down keeps its tools: nothing to regenerate).
+    /// they changed (a server going down keeps its tools: nothing to regenerate), then
+    /// wakes whoever waits for a state change: a waiter that sees a server ready finds
+    /// its tools in the catalog.
     fn publish(&self) {
+        self.rebuild_catalog();
         self.state_changed();
+    }
+
+    fn rebuild_catalog(&self) {
         let mut catalog = lock(&self.catalog);
         let tools: Vec<CatalogTool> = self
             .slots
@@ -243,7 +249,8 @@ impl Slot {
         } else {
             ServerState::Reconnecting
         };
-        if s.state != state {
+        // "Connecting for" counts from the first attempt, not from the configuration.
+        if s.state != state || s.attempts == 1 {
             s.since = Instant::now();
         }
         s.state = state;

@@ -9,6 +9,7 @@
 
 pub mod fixtures;
 pub mod pooled;
+pub mod serve_stdio;
 pub mod spawner_harness;
 
 use std::path::PathBuf;

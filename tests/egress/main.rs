@@ -4,6 +4,7 @@
 
 mod credentials;
 mod decisions;
+mod encoded;
 mod limits;
 mod review;
 mod support;
@@ -19,6 +20,11 @@ use codebox::egress::{
 use support::*;
 
 pub const SECRET: &str = "s3cr3t-T0KEN-value-42";
+/// Secrets with the characters encoders treat differently (`/`, `+`, `=`, `~`, space, `&`,
+/// `%`, `"`, `'`, `<`), for each kind of credential: env `ODD_BEARER`, `ODD_HEADER`, `ODD_QUERY`.
+pub const ODD_BEARER: &str = "b3ar/T0K+en=v~a.l_u-e";
+pub const ODD_HEADER: &str = "h3ad er/V+al=ue:x&y\"q'<z>";
+pub const ODD_QUERY: &str = "q v/al+ue=x&y%z~";
 
 pub struct Proxy {
     pub egress: Egress,
@@ -58,7 +64,16 @@ pub async fn proxy_narrowed(
     std::fs::write(&ca, &pki.ca_pem).unwrap();
     let mut section: NetworkSection = toml::from_str(toml_text).unwrap();
     section.extra_roots.push(ca);
-    let env = |k: &str| (k == "TOKEN").then(|| SECRET.to_string());
+    let env = |k: &str| {
+        match k {
+            "TOKEN" => Some(SECRET),
+            "ODD_BEARER" => Some(ODD_BEARER),
+            "ODD_HEADER" => Some(ODD_HEADER),
+            "ODD_QUERY" => Some(ODD_QUERY),
+            _ => None,
+        }
+        .map(str::to_string)
+    };
     let policy = EgressPolicy::from_section(&section, &env).unwrap();
     let mut limits = policy.limits().clone();
     tweak(&mut limits);

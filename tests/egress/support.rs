@@ -221,14 +221,161 @@ fn drip(text: String) -> BoxBody<Bytes, Infallible> {
     Drip { rx }.boxed()
 }
 
+/// A body of the frames given, in that order.
+fn frames(parts: Vec<Bytes>) -> BoxBody<Bytes, Infallible> {
+    let (tx, rx) = tokio::sync::mpsc::channel(parts.len().max(1));
+    for p in parts {
+        tx.try_send(p).expect("room for every frame");
+    }
+    Drip { rx }.boxed()
+}
+
+/// `value` in one of the ways a host may echo it (`form`); `None` for an unknown form.
+/// Written independently of the proxy's matcher: each form is what a common encoder
+/// writes.
+pub fn encode(value: &str, form: &str) -> Option<String> {
+    let pct = |keep: &str, upper: bool, plus: bool| {
+        let mut out = String::new();
+        for b in value.bytes() {
+            if b.is_ascii_alphanumeric() || keep.as_bytes().contains(&b) {
+                out.push(b as char);
+            } else if b == b' ' && plus {
+                out.push('+');
+            } else if upper {
+                out.push_str(&format!("%{b:02X}"));
+            } else {
+                out.push_str(&format!("%{b:02x}"));
+            }
+        }
+        out
+    };
+    let escaped = |each: &dyn Fn(u8) -> Option<String>| {
+        value
+            .bytes()
+            .map(|b| each(b).unwrap_or_else(|| (b as char).to_string()))
+            .collect::<String>()
+    };
+    Some(match form {
+        "raw" => value.to_string(),
+        // RFC 3986 (Go's url.PathEscape-like, Rust's percent-encoding NON_ALPHANUMERIC
+        // minus the unreserved): upper and lower hex.
+        "pct" => pct("-._~", true, false),
+        "pct-lower" => pct("-._~", false, false),
+        // Python's quote() (`/` kept), quote_plus() (space as `+`, `/` encoded), and
+        // quote_plus(safe="/").
+        "pct-slash" => pct("-._~/", true, false),
+        "plus" => pct("-._~", true, true),
+        "plus-slash" => pct("-._~/", true, true),
+        // JavaScript's encodeURIComponent.
+        "js" => pct("-_.!~*'()", true, false),
+        // Every byte, letters and digits too, hex case alternating.
+        "every-byte" => value
+            .bytes()
+            .enumerate()
+            .map(|(i, b)| match i % 2 {
+                0 => format!("%{b:02X}"),
+                _ => format!("%{b:02x}"),
+            })
+            .collect(),
+        // PHP's json_encode (`\/`), and an encoder writing \u00XX for every symbol.
+        "json" => escaped(&|b| match b {
+            b'/' => Some("\\/".into()),
+            b'"' => Some("\\\"".into()),
+            b'\\' => Some("\\\\".into()),
+            _ => None,
+        }),
+        "json-u" => escaped(&|b| (!b.is_ascii_alphanumeric()).then(|| format!("\\u{:04x}", b))),
+        // HTML character references: hex (OWASP's encoder), decimal, and the named ones
+        // Python's html.escape writes.
+        "html-hex" => escaped(&|b| (!b.is_ascii_alphanumeric()).then(|| format!("&#x{b:02X};"))),
+        "html-dec" => escaped(&|b| (!b.is_ascii_alphanumeric()).then(|| format!("&#{b};"))),
+        "html" => escaped(&|b| match b {
+            b'&' => Some("&amp;".into()),
+            b'<' => Some("&lt;".into()),
+            b'>' => Some("&gt;".into()),
+            b'"' => Some("&quot;".into()),
+            b'\'' => Some("&#x27;".into()),
+            _ => None,
+        }),
+        _ => return None,
+    })
+}
+
+/// Every form [`encode`] knows.
+pub const FORMS: &[&str] = &[
+    "raw",
+    "pct",
+    "pct-lower",
+    "pct-slash",
+    "plus",
+    "plus-slash",
+    "js",
+    "every-byte",
+    "json",
+    "json-u",
+    "html-hex",
+    "html-dec",
+    "html",
+];
+
+/// `/reflect?what=W&form=F&split=N`: echoes a credential the way an echoing host might,
+/// in a header `x-reflect` and twice in the body (`before V middle V after`), the body
+/// in two frames split N bytes into the first V (a value across chunk boundaries). W:
+/// `authorization` (the whole header), `bearer-token` (after `Bearer `), `x-api-key`, `key`
+/// (the query parameter, decoded), `key-wire` (as it came on the wire).
+fn reflect(req: &Request<Incoming>) -> Response<BoxBody<Bytes, Infallible>> {
+    let uri = req.uri();
+    let param = |k: &str| query_value(uri, k).unwrap_or_default();
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default()
+    };
+    let value = match param("what").as_str() {
+        "authorization" => header("authorization"),
+        "bearer-token" => header("authorization")
+            .strip_prefix("Bearer ")
+            .unwrap_or_default()
+            .to_string(),
+        "x-api-key" => header("x-api-key"),
+        "key" => form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+            .find(|(k, _)| k == "key")
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default(),
+        "key-wire" => param("key"),
+        _ => String::new(),
+    };
+    let Some(encoded) = encode(&value, &param("form")) else {
+        let mut r = Response::new(Full::new(Bytes::from_static(b"unknown form")).boxed());
+        *r.status_mut() = StatusCode::BAD_REQUEST;
+        return r;
+    };
+    let body = format!("before {encoded} middle {encoded} after");
+    let split = ("before ".len() + param("split").parse::<usize>().unwrap_or(0)).min(body.len());
+    let (a, b) = body.as_bytes().split_at(split);
+    let mut r = Response::new(frames(vec![
+        Bytes::copy_from_slice(a),
+        Bytes::copy_from_slice(b),
+    ]));
+    if let Ok(v) = http::HeaderValue::from_str(&encoded) {
+        r.headers_mut().insert("x-reflect", v);
+    }
+    r
+}
+
 /// `/echo` (the request back: headers as `x-echo-*` and in the body), `/drip` (the
-/// `authorization` header back a byte at a time), `/redirect?to=URL`, `/big?n=N`,
-/// `/hang` (never answers), `/gzip`, `/huge-head` (a 300 KB header), `/ok`, `/close` (ends
-/// the connection after answering).
+/// `authorization` header back a byte at a time), `/reflect` (see [`reflect`]),
+/// `/redirect?to=URL`, `/big?n=N`, `/hang` (never answers), `/gzip`, `/huge-head` (a
+/// 300 KB header), `/ok`, `/close` (ends the connection after answering).
 async fn route(
     req: Request<Incoming>,
     seen: Arc<Mutex<Vec<Seen>>>,
 ) -> Response<BoxBody<Bytes, Infallible>> {
+    if req.uri().path() == "/reflect" {
+        note(&req, &seen);
+        return reflect(&req);
+    }
     if req.uri().path() == "/drip" {
         let auth = req
             .headers()
@@ -240,7 +387,8 @@ async fn route(
     route_full(req, seen).await.map(|b| b.boxed())
 }
 
-async fn route_full(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Response<Full<Bytes>> {
+/// Notes a request in `seen`; returns its headers.
+fn note(req: &Request<Incoming>, seen: &Mutex<Vec<Seen>>) -> Vec<(String, String)> {
     let headers: Vec<(String, String)> = req
         .headers()
         .iter()
@@ -256,6 +404,11 @@ async fn route_full(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Resp
         uri: req.uri().to_string(),
         headers: headers.clone(),
     });
+    headers
+}
+
+async fn route_full(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Response<Full<Bytes>> {
+    let headers = note(&req, &seen);
     let uri = req.uri().clone();
     let mut resp = Response::new(Full::new(Bytes::new()));
     match uri.path() {

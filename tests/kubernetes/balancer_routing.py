@@ -11,6 +11,10 @@ former winning) → its replica; a task (Mcp-Name of tasks/get, update, cancel) 
 output (Mcp-Name of resources/read codebox://executions/<id>/…) → its replica; a replica name that does not resolve → any replica; one
 that resolves outside the pod network → 502; hostile values (other hosts, addresses,
 near-miss names, commas, huge values) never reach anything but a replica or the Service.
+Every connection to a backend starts with a PROXY protocol v2 header (the backends refuse
+a request without one) naming the client; a client's X-Forwarded-For is not believed,
+unless a second HAProxy, run with TRUSTED_FORWARDERS naming the client's network, takes
+the last address in it.
 
 usage: balancer_routing.py HAPROXY_CFG   (haproxy on PATH; exit 0 when every check held)
 """
@@ -82,13 +86,43 @@ def serve_dns(sock):
             sock.sendto(reply, peer)
 
 
+PROXY_V2 = b"\r\n\r\n\0\r\nQUIT\n"
+
+
+def read_proxy_v2(rfile):
+    """The client a PROXY protocol v2 header names ("ip:port", or "LOCAL"); None when the
+    connection does not start with one."""
+    fixed = rfile.read(16)
+    if len(fixed) < 16 or fixed[:12] != PROXY_V2 or fixed[12] >> 4 != 2:
+        return None
+    command, family = fixed[12] & 0xF, fixed[13]
+    rest = rfile.read(struct.unpack("!H", fixed[14:16])[0])
+    if command == 0:
+        return "LOCAL"
+    if family == 0x11:
+        return f"{socket.inet_ntoa(rest[0:4])}:{struct.unpack('!H', rest[8:10])[0]}"
+    if family == 0x21:
+        return f"[{socket.inet_ntop(socket.AF_INET6, rest[0:16])}]:{struct.unpack('!H', rest[32:34])[0]}"
+    return f"family {family:#x}"
+
+
 class Named(http.server.BaseHTTPRequestHandler):
-    """Answers every request with the name of the server it reached."""
+    """Answers every request with the name of the server it reached and the client its
+    connection's PROXY v2 header named; refuses a connection without one, as codebox
+    does from a trusted balancer."""
+
+    def handle(self):
+        self.client = read_proxy_v2(self.rfile)
+        if self.client is None:
+            self.wfile.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 15\r\n"
+                             b"Connection: close\r\n\r\nno PROXY header\n")
+            return
+        super().handle()
 
     def answer(self):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length)
-        reply = f"{self.server.name} {self.headers.get('Authorization')} {len(body)}".encode()
+        reply = f"{self.server.name} {self.headers.get('Authorization')} {len(body)} {self.client}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
@@ -157,15 +191,12 @@ def ask(port, headers, body=None):
         conn.close()
 
 
-def main():
-    shipped = sys.argv[1]
-    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    dns.bind(("127.0.0.1", 0))
-    threading.Thread(target=serve_dns, args=(dns,), daemon=True).start()
-    backend_port, servers = start_backends()
+def start_haproxy(shipped, dns_port, backend_port, extra_env):
+    """HAProxy on the shipped file (resolvers and bind changed), once it routes: the
+    process, its front port and its config file."""
     front = free_port()
     cfg = tempfile.NamedTemporaryFile("w", suffix=".cfg", delete=False)
-    cfg.write(test_config(shipped, dns.getsockname()[1], front))
+    cfg.write(test_config(shipped, dns_port, front))
     cfg.close()
     env = dict(
         os.environ,
@@ -173,6 +204,7 @@ def main():
         CLUSTER_DOMAIN=DOMAIN,
         POD_CIDR="127.0.0.0/8",
         CODEBOX_PORT=str(backend_port),
+        **extra_env,
     )
     proxy = subprocess.Popen(
         ["haproxy", "-db", "-f", cfg.name],
@@ -180,28 +212,46 @@ def main():
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    failures = []
-    try:
-        # The Service's address comes from the resolvers shortly after start.
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                status, body = ask(front, {})
-                if status == 200 and body.startswith("service"):
-                    break
-            except OSError:
-                pass
-            if proxy.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(
-                    "haproxy did not come up or never resolved the Service: "
-                    + proxy.stderr.read().decode(errors="replace")[-2000:]
-                    if proxy.poll() is not None
-                    else "haproxy never resolved the Service within 15 s"
-                )
-            time.sleep(0.2)
+    # The Service's address comes from the resolvers shortly after start.
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            status, body = ask(front, {})
+            if status == 200 and body.startswith("service"):
+                return proxy, front, cfg.name
+        except OSError:
+            pass
+        if proxy.poll() is not None or time.monotonic() > deadline:
+            if proxy.poll() is None:
+                proxy.kill()
+            raise SystemExit(
+                "haproxy did not come up or never resolved the Service: "
+                + proxy.stderr.read().decode(errors="replace")[-2000:]
+            )
+        time.sleep(0.2)
 
-        def check(what, headers, want_status, want_name, body=None):
-            status, text = ask(front, headers, body)
+
+def stop(proxy, cfg_name):
+    proxy.terminate()
+    try:
+        proxy.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proxy.kill()
+        proxy.wait()
+    os.unlink(cfg_name)
+
+
+def main():
+    shipped = sys.argv[1]
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns.bind(("127.0.0.1", 0))
+    threading.Thread(target=serve_dns, args=(dns,), daemon=True).start()
+    backend_port, servers = start_backends()
+    failures = []
+    proxy, front, cfg_name = start_haproxy(shipped, dns.getsockname()[1], backend_port, {})
+    try:
+        def check(what, headers, want_status, want_name, body=None, port=None):
+            status, text = ask(port or front, headers, body)
             name = text.split(" ")[0] if status == 200 else None
             ok = status == want_status and (want_name is None or name == want_name)
             print(f"{'ok  ' if ok else 'FAIL'} {what}: {status} {name}")
@@ -227,8 +277,15 @@ def main():
             "codebox-1",
             body=b"x" * 70000,
         )
-        if text != "codebox-1 Bearer t0k 70000":
-            failures.append(f"request altered on the way: {text!r}")
+        if not text.startswith("codebox-1 Bearer t0k 70000 127.0.0.1:"):
+            failures.append(f"request altered on the way, or no PROXY header naming the client: {text!r}")
+        # Both backends get the client in a PROXY v2 header; a client's own
+        # X-Forwarded-For is not believed.
+        for what, headers in [("the Service", {}), ("a replica", {psid: "codebox-2.c"})]:
+            text = check(f"PROXY header to {what}, X-Forwarded-For ignored",
+                         {**headers, "X-Forwarded-For": "203.0.113.9"}, 200, None)
+            if not text.split(" ")[-1].startswith("127.0.0.1:"):
+                failures.append(f"PROXY header to {what} does not name the client: {text!r}")
         # A 2026-07-28 client polls its task and reads its execution's kept output by ids
         # that name the replica; the SDKs put them in Mcp-Name (rmcp checks it against
         # the body).
@@ -285,17 +342,30 @@ def main():
         if stray:
             failures.append(f"the balancer asked DNS for names it should never build: {stray}")
     finally:
-        proxy.terminate()
-        try:
-            proxy.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proxy.kill()
-            proxy.wait()
+        stop(proxy, cfg_name)
+    # Behind a trusted forwarder (an Ingress controller on 127.0.0.0/8 here): the last
+    # address of its X-Forwarded-For is the client; without a usable one, the forwarder.
+    proxy, front, cfg_name = start_haproxy(
+        shipped, dns.getsockname()[1], backend_port, {"TRUSTED_FORWARDERS": "127.0.0.0/8"}
+    )
+    try:
+        for what, headers, want in [
+            ("the forwarder's client", {"X-Forwarded-For": "198.51.100.1, 203.0.113.9"}, "203.0.113.9:"),
+            ("one address", {"X-Forwarded-For": "198.51.100.1"}, "198.51.100.1:"),
+            ("IPv6", {"X-Forwarded-For": "2001:db8::7"}, "[2001:db8::7]:"),
+            ("garbage: the forwarder", {"X-Forwarded-For": "not-an-address"}, "127.0.0.1:"),
+            ("none: the forwarder", {}, "127.0.0.1:"),
+        ]:
+            for target in ({}, {"Mcp-Param-Session": "codebox-0.x"}):
+                text = check(f"TRUSTED_FORWARDERS, {what}", {**headers, **target}, 200, None, port=front)
+                if not text.split(" ")[-1].startswith(want):
+                    failures.append(f"TRUSTED_FORWARDERS, {what}: {text!r}, want {want}")
+    finally:
+        stop(proxy, cfg_name)
         for s in servers:
             s.shutdown()
             s.server_close()
         dns.close()
-        os.unlink(cfg.name)
     if failures:
         print(f"{len(failures)} failed: {failures}")
         return 1

@@ -35,6 +35,8 @@ BALANCER = "codebox-balancer"
 # (5), answers written out (5), sandboxes reaped and cgroups removed (3).
 AFTER_DRAIN = 13
 SECRETISH = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY", re.I)
+# The balancers whose PROXY protocol v2 headers the replicas read (and require).
+TRUST = "CODEBOX_HTTP_TRUSTED_PROXIES"
 
 
 def render(path):
@@ -229,6 +231,35 @@ def wiring_problems(docs):
     return p
 
 
+def env_of(container):
+    return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
+def codebox_container(workload):
+    return [c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] == CODEBOX][0]
+
+
+def proxy_protocol_problems(workload, bal, haproxy_cfg):
+    """The balancer sends PROXY v2 headers on every connection to a replica, the replicas
+    trust exactly the balancer's pod network for them, and the kubelet's probes (which
+    send none) do not use the MCP port."""
+    p = []
+    c = codebox_container(workload)
+    trusted = env_of(c).get(TRUST)
+    pod_cidr = bal and env_of(bal["spec"]["template"]["spec"]["containers"][0]).get("POD_CIDR")
+    if not trusted or trusted != pod_cidr:
+        p.append(f"StatefulSet/{CODEBOX}: {TRUST} is {trusted!r}, not the balancer's POD_CIDR {pod_cidr!r}")
+    servers = [line.strip() for line in haproxy_cfg.splitlines() if line.strip().startswith("server ")]
+    if not servers or any(" send-proxy-v2" not in line for line in servers):
+        p.append("haproxy.cfg: a server line without send-proxy-v2 (the replicas require the header)")
+    mcp_port = {cp["containerPort"] for cp in c.get("ports", []) if cp["name"] == "mcp"} | {"mcp"}
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        port = ((c.get(probe) or {}).get("httpGet") or {}).get("port")
+        if port in mcp_port:
+            p.append(f"StatefulSet/{CODEBOX}: the {probe} uses the MCP port, which refuses connections without a PROXY header from the pod network")
+    return p
+
+
 def problems(docs, stateless, haproxy_cfg):
     """Every broken promise in one rendered installation (empty: all held)."""
     p = wiring_problems(docs)
@@ -241,11 +272,15 @@ def problems(docs, stateless, haproxy_cfg):
         if d["kind"] == "Secret":
             p.append(f"Secret/{d['metadata']['name']} is part of the installation (create it by hand)")
     if stateless:
+        # No balancer: its clients (an Ingress controller, other pods) send no PROXY header.
+        if TRUST in env_of(codebox_container(workload)):
+            p.append(f"Deployment/{CODEBOX} (stateless): {TRUST} is set, but no balancer sends PROXY headers there")
         return p
     bal = find(docs, "Deployment", BALANCER)
     if not bal:
         return p + [f"no Deployment {BALANCER}"]
     p += pod_problems(f"Deployment/{BALANCER}", bal["spec"]["template"], secrets_ok=False, userns=False)
+    p += proxy_protocol_problems(workload, bal, haproxy_cfg)
     seccomp = ((bal["spec"]["template"]["spec"].get("securityContext") or {}).get("seccompProfile") or {}).get("type")
     if seccomp != "RuntimeDefault":
         p.append(f"Deployment/{BALANCER}: seccomp is not RuntimeDefault")
@@ -280,7 +315,12 @@ def problems(docs, stateless, haproxy_cfg):
 
 
 def same_pod_template(sts, dep):
-    return sts["spec"]["template"] == dep["spec"]["template"]
+    """Field for field, but for the StatefulSet's trust of its balancer."""
+    template = copy.deepcopy(sts["spec"]["template"])
+    for c in template["spec"]["containers"]:
+        if c.get("env"):
+            c["env"] = [e for e in c["env"] if e["name"] != TRUST]
+    return template == dep["spec"]["template"]
 
 
 def validate(docs, label):
@@ -384,6 +424,14 @@ def self_test(full, stateless, haproxy_cfg):
         "MCP port open to all": lambda d: find(d, "NetworkPolicy", CODEBOX)["spec"]["ingress"][0]["from"].append(
             {"namespaceSelector": {}}
         ),
+        "replicas not trusting the balancer": lambda d: ctr(d).update(
+            env=[e for e in ctr(d)["env"] if e["name"] != TRUST]
+        ),
+        "replicas trusting more than the pod network": lambda d: [
+            e.update(value="0.0.0.0/0") for e in ctr(d)["env"] if e["name"] == TRUST
+        ],
+        "readiness on the MCP port": lambda d: ctr(d)["readinessProbe"]["httpGet"].update(port="mcp"),
+        "liveness on port 8080": lambda d: ctr(d)["livenessProbe"]["httpGet"].update(port=8080),
     }
     failures = []
     for what, mutate in mutations.items():
@@ -395,6 +443,12 @@ def self_test(full, stateless, haproxy_cfg):
         pass
     else:
         failures.append("self-test: a looser replica regex in haproxy.cfg was not caught")
+    if not problems(full, False, haproxy_cfg.replace(" send-proxy-v2", "", 1)):
+        failures.append("self-test: a server line without send-proxy-v2 was not caught")
+    dep_docs = copy.deepcopy(stateless)
+    codebox_container(find(dep_docs, "Deployment", CODEBOX))["env"].append({"name": TRUST, "value": "10.0.0.0/8"})
+    if not problems(dep_docs, True, haproxy_cfg):
+        failures.append("self-test: the stateless Deployment trusting PROXY headers was not caught")
     dep = copy.deepcopy(find(stateless, "Deployment", CODEBOX))
     dep["spec"]["template"]["spec"]["containers"][0]["securityContext"]["procMount"] = "Default"
     if same_pod_template(sts, dep):
@@ -408,7 +462,7 @@ def self_test(full, stateless, haproxy_cfg):
     bad["spec"]["replicas"] = "three"
     if not validate([bad], "self-test")[0]:
         failures.append("self-test: kubernetes-validate took a string for replicas")
-    print(f"self-test: {len(mutations) + 4} hostile changes, {len(failures)} missed")
+    print(f"self-test: {len(mutations) + 6} hostile changes, {len(failures)} missed")
     return failures
 
 

@@ -369,7 +369,7 @@ async def keep_alive_sessions_keep_interpreter_state(s, w):
     r = await s.call_tool("close_session", {"session": sid})
     assert not r.is_error, text_of(r)
     r, sc = await run(s, "python", "print(x)", session=sid)
-    assert r.is_error and "no session" in text_of(r), text_of(r)
+    assert r.is_error and "was closed" in text_of(r), text_of(r)
 
 
 @case
@@ -413,7 +413,8 @@ async def workspace_quota_exceeded_fails_cleanly(s, w):
     assert r.is_error and sc["workspace_quota_exceeded"] and sc["stdout"] == "True\n", sc
     assert "quota" in sc["stderr"], sc["stderr"]
     assert sc["workspace_usage"]["bytes"] <= 1024 * 1024, sc["workspace_usage"]
-    assert {e["path"] for e in sc["workspace_files"]} == {"keep.txt", "big.bin"}, sc["workspace_files"]
+    # /workspace/out is there from the start, and one of the workspace's entries.
+    assert {e["path"] for e in sc["workspace_files"]} == {"keep.txt", "big.bin", "out"}, sc["workspace_files"]
     # Deleting makes room again.
     r, sc = await run(s, "python", "import os\nos.remove('big.bin')\nopen('ok.bin', 'wb').write(b'y' * 500_000)", session=sid)
     ok(r, sc)
@@ -428,9 +429,9 @@ async def workspace_quota_exceeded_fails_cleanly(s, w):
     r, sc = await run(s, "python", ENOSPC_PROBE + "import os\ndef many():\n    for i in range(80):\n        open(f'f{i}', 'w').close()\nprint(enospc(many))", session=sid)
     assert r.is_error and sc["workspace_quota_exceeded"] and sc["stdout"] == "True\n", sc
     assert sc["workspace_usage"]["entries"] <= 50, sc["workspace_usage"]
-    r, sc = await run(s, "python", "import os\nfor n in os.listdir('.'):\n    n == 'keep.txt' or os.remove(n)\nprint(sorted(os.listdir('.')))", session=sid)
+    r, sc = await run(s, "python", "import os\nfor n in os.listdir('.'):\n    n in ('keep.txt', 'out') or os.remove(n)\nprint(sorted(os.listdir('.')))", session=sid)
     ok(r, sc)
-    assert sc["stdout"] == "['keep.txt']\n", sc
+    assert sc["stdout"] == "['keep.txt', 'out']\n", sc
     r = await s.call_tool("close_session", {"session": sid})
     assert not r.is_error and "deleted" in text_of(r), text_of(r)
 
@@ -461,11 +462,11 @@ print(r, ctypes.get_errno(), os.stat('sparse').st_size)
     assert sc["workspace_usage"]["bytes"] <= 1024 * 1024, sc["workspace_usage"]
     assert any("\ufffd" in e["path"] for e in sc["workspace_files"]), sc["workspace_files"]
     # Hard links (no new inode, but a name each) and extended attributes count too.
-    links = ENOSPC_PROBE + "import os\nfor n in os.listdir(b'.'):\n    os.remove(n)\nopen('t', 'w').close()\ndef link():\n    for i in range(200):\n        os.link('t', f'l{i}')\ndef xattr():\n    for i in range(10000):\n        os.setxattr('t', f'user.a{i}', b'x' * 4000)\nprint(enospc(link), enospc(xattr))"
+    links = ENOSPC_PROBE + "import os\nfor n in os.listdir(b'.'):\n    n == b'out' or os.remove(n)\nopen('t', 'w').close()\ndef link():\n    for i in range(200):\n        os.link('t', f'l{i}')\ndef xattr():\n    for i in range(10000):\n        os.setxattr('t', f'user.a{i}', b'x' * 4000)\nprint(enospc(link), enospc(xattr))"
     r, sc = await run(s, "python", links, session=sid)
     assert sc["stdout"] == "True True\n", sc
     # Deeper than any walk went: depth is no way around the entry limit either.
-    deep = ENOSPC_PROBE + "import os\nfor n in os.listdir(b'.'):\n    os.remove(n)\ndef dig():\n    for i in range(1000):\n        os.mkdir('d'); os.chdir('d')\nprint(enospc(dig))"
+    deep = ENOSPC_PROBE + "import os\nfor n in os.listdir(b'.'):\n    n == b'out' or os.remove(n)\ndef dig():\n    for i in range(1000):\n        os.mkdir('d'); os.chdir('d')\nprint(enospc(dig))"
     r, sc = await run(s, "python", deep, session=sid)
     assert sc["stdout"] == "True\n" and sc["workspace_quota_exceeded"], sc
     assert sc["workspace_usage"]["entries"] <= 50, sc["workspace_usage"]
@@ -509,7 +510,7 @@ async def keep_alive_interpreters_cannot_escape_the_quota(s, w):
     # A file unlinked but held open by the live interpreter still counts.
     held = ENOSPC_PROBE + "import os\nf = open('held', 'wb')\nos.remove('held')\nfull = enospc(lambda: [f.write(b'h' * 100_000) for _ in range(30)])\nf.flush()\nprint(full, os.listdir('.'))"
     r, sc = await run(s, "python", held, session="new", keep_alive=True)
-    assert sc["stdout"] == "True []\n", sc
+    assert sc["stdout"] == "True ['out']\n", sc
     sid = sc["session"]["id"]
     r, sc = await run(s, "python", ENOSPC_PROBE + "print(enospc(lambda: open('new', 'wb').write(b'n' * 200_000)))", session=sid)
     assert sc["stdout"] == "True\n", sc
@@ -562,7 +563,7 @@ async def idle_sessions_expire_with_their_interpreter_and_directory(s, w):
     assert h.structured_content["sessions"]["live_interpreters"] >= 1, h.structured_content
     await anyio.sleep(TTL_S + 2.5)
     r, sc = await run(s, "python", "print(x)", session=sid)
-    assert r.is_error and "no session" in text_of(r), text_of(r)
+    assert r.is_error and "expired" in text_of(r), text_of(r)
     h = await s.call_tool("health", {})
     assert h.structured_content["sessions"]["live_interpreters"] == 0, h.structured_content
 

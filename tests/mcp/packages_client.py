@@ -33,6 +33,7 @@ from helpers import server_env
 
 CODEBOX = sys.argv[1]
 LOCAL_CASES = []
+TLS_CASES = []
 REAL_CASES = []
 
 
@@ -44,6 +45,33 @@ def local(fn):
 def real(fn):
     REAL_CASES.append(fn)
     return fn
+
+
+def tls(fn):
+    TLS_CASES.append(fn)
+    return fn
+
+
+def private_ca(tmp):
+    """A CA and a 127.0.0.1 server certificate it signed, made with Debian's openssl:
+    (ca.pem, an ssl.SSLContext serving the certificate)."""
+    import ssl
+    import subprocess
+
+    def sh(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp)
+
+    sh("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+       "-subj", "/CN=codebox test private index CA",
+       "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    sh("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1")
+    with open(os.path.join(tmp, "leaf.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+    sh("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+       "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(os.path.join(tmp, "leaf.pem"), os.path.join(tmp, "leaf.key"))
+    return os.path.join(tmp, "ca.pem"), context
 
 
 # --- a local index --------------------------------------------------------------------
@@ -156,6 +184,26 @@ deny = ["cbxdep"]
 max_layer_size = "2M"
 install_timeout = "15s"
 """)
+        # The same index over HTTPS with a private CA, trusted through [network]
+        # extra_roots (the sandboxes' network stays off).
+        publish("cbxtls-1.0-py3-none-any.whl", wheel("cbxtls", "1.0", {"cbxtls.py": "OK = 'tls'\n"}))
+        ca, context = private_ca(self.tmp.name)
+        self.httpsd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+        self.httpsd.socket = context.wrap_socket(self.httpsd.socket, server_side=True)
+        tls_port = self.httpsd.server_address[1]
+        threading.Thread(target=self.httpsd.serve_forever, daemon=True).start()
+        self.tls_config = os.path.join(self.tmp.name, "tls.toml")
+        with open(self.tls_config, "w") as f:
+            f.write(f"""
+state_dir = "{self.tmp.name}/state-tls"
+[network]
+mode = "none"
+extra_roots = ["{ca}"]
+[packages]
+python_index = "https://127.0.0.1:{tls_port}/simple"
+allow_private = ["127.0.0.1:{tls_port}"]
+install_timeout = "30s"
+""")
         self.real_config = os.path.join(self.tmp.name, "real.toml")
         with open(self.real_config, "w") as f:
             f.write(f'state_dir = "{self.tmp.name}/state-real"\n')
@@ -170,6 +218,7 @@ install_timeout = "15s"
 
     def close(self):
         self.httpd.shutdown()
+        self.httpsd.shutdown()
         self.tmp.cleanup()
 
 
@@ -191,6 +240,15 @@ def refused(r, *words):
 
 async def health(s):
     return (await s.call_tool("health", {})).structured_content["packages"]
+
+
+# --- the local index over HTTPS with a private CA ----------------------------------------
+
+@tls
+async def a_private_index_over_https_is_trusted_through_extra_roots(s, w):
+    r, sc = await run(s, "python", "import cbxtls\nprint(cbxtls.OK)", packages=["cbxtls"])
+    assert not r.is_error, text_of(r)
+    assert sc["stdout"] == "tls\n" and sc["packages"]["installed"] == ["cbxtls==1.0"], sc
 
 
 # --- the local index -------------------------------------------------------------------
@@ -402,6 +460,8 @@ async def main():
     w = World()
     try:
         p1, f1 = await session_cases(w, w.config, LOCAL_CASES)
+        pt, ft = await session_cases(w, w.tls_config, TLS_CASES)
+        p1, f1 = p1 + pt, f1 + ft
         p2, f2 = (0, 0)
         if os.environ.get("CODEBOX_TEST_OFFLINE") != "1":
             p2, f2 = await session_cases(w, w.real_config, REAL_CASES)

@@ -1,5 +1,9 @@
 """Three `codebox serve --http --replica NAME` behind Debian's HAProxy, configured with
 deploy/haproxy/codebox.cfg exactly as the README says, driven by the official Python SDK.
+HAProxy sends a PROXY protocol v2 header on every connection (send-proxy-v2), which the
+replicas require from its address (127.0.0.1, trusted_proxies) and refuse from anyone
+else: this script's own connections to the replicas come from 127.0.0.9, and Prometheus
+scrapes their plain metrics listeners.
 
 Usage: replicas_client.py CODEBOX_BINARY HAPROXY_CONFIG
 (needs /usr/sbin/haproxy and /usr/bin/prometheus)
@@ -50,6 +54,12 @@ DRAIN_S = 4
 # answers written, the listener closed): src/cli/serve.rs and src/server/http.rs.
 DRAIN_EXTRA_S = 12
 PROCS = []
+# This script's source address: the replicas trust HAProxy's (127.0.0.1) only.
+DIRECT = "127.0.0.9"
+
+
+def direct_client(**kw):
+    return httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(local_address=DIRECT), **kw)
 
 
 def free_port():
@@ -64,10 +74,11 @@ def start_replica(name, skills):
         "CODEBOX_HTTP_TOKEN": TOKEN,
         "CODEBOX_POOL_SIZE": "1",
         "CODEBOX_SKILLS_DIR": skills,
+        "CODEBOX_HTTP_TRUSTED_PROXIES": "127.0.0.1",
     })
     p = subprocess.Popen(
         [CODEBOX, "serve", "--http", "127.0.0.1:0", "--replica", name,
-         "--drain-timeout", f"{DRAIN_S}s"],
+         "--metrics", "127.0.0.1:0", "--drain-timeout", f"{DRAIN_S}s"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True)
     PROCS.append(p)
@@ -77,6 +88,9 @@ def start_replica(name, skills):
         raise AssertionError(f"{name} did not start: {p.poll()}: {p.log.text()[-2000:]}")
     p.name = name
     p.base = f"http://127.0.0.1:{m.group(1)}"
+    m = p.log.wait_for(r"serving metrics at http://([^/]+)/metrics", 60)
+    assert m, p.log.text()[-2000:]
+    p.metrics = m.group(1)
     return p
 
 
@@ -97,14 +111,13 @@ def start_haproxy(replicas):
 
 
 def start_prometheus(replicas, tmp):
-    """Debian's Prometheus scraping every replica's /metrics (bearer token) each second."""
+    """Debian's Prometheus scraping every replica's plain metrics listener each second."""
     web = free_port()
-    targets = ", ".join(f"'{r.base.removeprefix('http://')}'" for r in replicas)
+    targets = ", ".join(f"'{r.metrics}'" for r in replicas)
     config = os.path.join(tmp, "prometheus.yml")
     with open(config, "w") as f:
         f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                 "scrape_configs:\n  - job_name: codebox\n"
-                f"    authorization:\n      type: Bearer\n      credentials: {TOKEN}\n"
                 f"    static_configs:\n      - targets: [{targets}]\n")
     p = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
                           f"--storage.tsdb.path={os.path.join(tmp, 'prometheus-data')}",
@@ -127,7 +140,8 @@ def start_prometheus(replicas, tmp):
 
 def readyz(base, token=None):
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    r = httpx2.get(f"{base}/readyz", headers=headers, timeout=5)
+    with httpx2.Client(transport=httpx2.HTTPTransport(local_address=DIRECT), timeout=5) as c:
+        r = c.get(f"{base}/readyz", headers=headers)
     return r.status_code, r.json()
 
 
@@ -162,8 +176,8 @@ class Seen:
 
 
 def client(url, seen, **kw):
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120,
-                              event_hooks={"response": [seen.on_response]})
+    http = direct_client(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120,
+                         event_hooks={"response": [seen.on_response]})
     return Client(streamable_http_client(url, http_client=http), **kw)
 
 
@@ -207,7 +221,7 @@ async def sessionless_spread(lb):
 
 async def prometheus_counts_what_each_replica_ran(prometheus, replicas, by):
     """Prometheus, scraping every replica, counts exactly the executions each answered."""
-    port_of = {r.base.removeprefix("http://"): r.name for r in replicas}
+    port_of = {r.metrics: r.name for r in replicas}
     query = 'sum by (instance) (codebox_executions_total{language="python",outcome="ok"})'
     deadline = time.monotonic() + 60
     while True:
@@ -275,7 +289,7 @@ async def the_session_header_must_agree_with_the_body(lb):
             "io.modelcontextprotocol/clientCapabilities": {}}
     body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
         "name": "execute_python", "arguments": {"code": "print(1)", "session": "new"}, "_meta": meta}}
-    async with httpx2.AsyncClient(timeout=30) as raw:
+    async with direct_client(timeout=30) as raw:
         for header in [None, "codebox-1.cbx_00", "new, codebox-1.cbx_00"]:
             h = dict(headers)
             if header is not None:
@@ -338,7 +352,7 @@ async def a_killed_replica_fails_only_its_sessions(lb, replicas, state):
             mine = [sc["session"]["id"]]
     # And a legacy client whose MCP session lives there.
     legacy_id = None
-    async with httpx2.AsyncClient(timeout=30) as raw:
+    async with direct_client(timeout=30) as raw:
         init = await raw.post(victim.base + "/mcp", headers=legacy_headers(), json={
             "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": {},
@@ -364,7 +378,7 @@ async def a_killed_replica_fails_only_its_sessions(lb, replicas, state):
         for sid in others:
             r, sc = await run(c, COUNT, session=sid)
             assert not r.is_error and sc["stdout"] == "21\n", (sid, text_of(r))
-    async with httpx2.AsyncClient(timeout=30) as raw:
+    async with direct_client(timeout=30) as raw:
         gone = await raw.post(lb.url, headers=legacy_headers(legacy_id), json={
             "jsonrpc": "2.0", "id": 2, "method": "tools/list"})
         assert gone.status_code == 404, (gone.status_code, gone.text)

@@ -291,7 +291,7 @@ async def hostile_output_files_are_refused_with_reasons(s):
     assert "root:" not in text_of(r)
     # Output files and a cut stdout of one run: both readable.
     code = (
-        "import os\nos.makedirs('/workspace/out')\nopen('/workspace/out/a.txt', 'w').write('hi')\n"
+        "open('/workspace/out/a.txt', 'w').write('hi')\n"
         "for i in range(20000): print('line', i)\n"
     )
     r, sc = await run(s, code)
@@ -299,15 +299,15 @@ async def hostile_output_files_are_refused_with_reasons(s):
     assert res.contents[0].text.startswith("line 0\n"), res.contents[0].text[:50]
     res = await s.read_resource(sc["files"][0]["resource"])
     assert res.contents[0].text == "hi", res
-    r, sc = await run(s, "import os\nos.symlink('/etc', '/workspace/out')")
+    # /workspace/out is there from the start; a program that swaps it for a symlink
+    # gets nothing through it.
+    r, sc = await run(s, "import os\nos.rmdir('/workspace/out')\nos.symlink('/etc', '/workspace/out')")
     assert "files" not in sc and sc["files_skipped"][0]["path"] == "out", sc
     for bad in ["../etc/passwd", "/etc/passwd", "a/../../b", ""]:
         r = await s.call_tool("execute_python", {"code": "1", "outputs": [bad]})
         assert r.is_error and "outputs: file path" in text_of(r), (bad, text_of(r))
     # Thousands of files: capped at the count returned, the rest counted.
     code = (
-        "import os\n"
-        "os.makedirs('/workspace/out')\n"
         "for i in range(3000): open(f'/workspace/out/f{i:04d}.txt', 'w').write('x')\n"
     )
     r, sc = await run(s, code)
@@ -327,7 +327,6 @@ async def hostile_output_files_are_refused_with_reasons(s):
 @case
 async def typescript_files_and_sessions_return_what_each_run_wrote(s):
     code = (
-        "Deno.mkdirSync('/workspace/out', { recursive: true });\n"
         "Deno.writeTextFileSync('/workspace/out/a.json', JSON.stringify({ x: 1 }));\n"
         "Deno.symlinkSync('/etc/passwd', '/workspace/out/evil');\n"
         "Deno.writeTextFileSync('/workspace/report.md', '# hi');\n"
@@ -337,13 +336,13 @@ async def typescript_files_and_sessions_return_what_each_run_wrote(s):
     assert [f["path"] for f in sc["files"]] == ["report.md", "out/a.json"], sc["files"]
     assert sc["files_skipped"] == [{"path": "out/evil", "why": "a symlink (never followed)"}], sc
     # Deno.exit() before the end: the files still go.
-    r, sc = await run(s, "Deno.mkdirSync('/workspace/out'); Deno.writeTextFileSync('/workspace/out/x.txt', 'x'); Deno.exit(3)", "execute_typescript")
+    r, sc = await run(s, "Deno.writeTextFileSync('/workspace/out/x.txt', 'x'); Deno.exit(3)", "execute_typescript")
     assert sc["exit_code"] == 3 and [f["path"] for f in sc["files"]] == ["out/x.txt"], sc
     # In a session each run returns the files it wrote, not the earlier runs' again.
     for tool, runs in [
-        ("execute_python", ["import os\nos.makedirs('/workspace/out')\nopen('/workspace/out/1.txt', 'w').write('1')",
+        ("execute_python", ["open('/workspace/out/1.txt', 'w').write('1')",
                             "open('/workspace/out/2.txt', 'w').write('2')", "print('nothing new')"]),
-        ("execute_typescript", ["Deno.mkdirSync('/workspace/out'); Deno.writeTextFileSync('/workspace/out/1.txt', '1')",
+        ("execute_typescript", ["Deno.writeTextFileSync('/workspace/out/1.txt', '1')",
                                 "Deno.writeTextFileSync('/workspace/out/2.txt', '2')", "console.log('nothing new')"]),
     ]:
         session = "new"

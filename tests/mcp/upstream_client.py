@@ -209,7 +209,7 @@ create_entities(entities=[{"name": "nested", "entityType": "t", "observations": 
     r, sc = await run(s, "python", code)
     ok(r, sc)
     lines = sc["stdout"].splitlines()
-    assert lines[0].startswith("(*, a: 'float', b: 'float')") or "a: float" in lines[0], lines
+    assert lines[0].startswith("(a: 'float', b: 'float')") or lines[0].startswith("(a: float, b: float)"), lines
     assert "entities: 'list[" in lines[1] or "entities: list[" in lines[1], lines
     assert "42" in lines[2] and lines[3] == "True", lines
 
@@ -272,7 +272,7 @@ async def search_tools_ranks_filters_and_pages(s, w):
     assert not r.is_error, r
     tools = r.structured_content["tools"]
     assert tools[0]["name"].startswith("filesystem__read"), [t["name"] for t in tools]
-    assert set(tools[0]) == {"name", "server", "description", "typescript"}, tools[0]
+    assert set(tools[0]) == {"name", "server", "description", "typescript", "python"}, tools[0]
     r = await s.call_tool("search_tools", {"query": "read", "server": "memory", "detail": "name"})
     names = [t["name"] for t in r.structured_content["tools"]]
     assert names and all(n.startswith("memory__") for n in names), names

@@ -18,6 +18,7 @@ starts (for codebox's start-up and reconnection tests):
   that fails to start);
 - `HOSTILE_HANG=1`: reads its input and never answers (hangs in `initialize`);
 - `HOSTILE_DELAY_S=N`: sleeps N seconds before it reads anything (a slow start);
+- `HOSTILE_START_WHEN=PATH`: reads nothing until PATH exists (a start the test decides);
 - `HOSTILE_STDERR_FLOOD=N`: a thread writes N MB of lines to stderr as fast as it can.
 
 `hostile_server.py --http PORT` serves the same over streamable HTTP at
@@ -133,6 +134,10 @@ def stdio():
     if os.environ.get("HOSTILE_DELAY_S"):
         import time
         time.sleep(float(os.environ["HOSTILE_DELAY_S"]))
+    if os.environ.get("HOSTILE_START_WHEN"):
+        import time
+        while not os.path.exists(os.environ["HOSTILE_START_WHEN"]):
+            time.sleep(0.05)
     if os.environ.get("HOSTILE_HANG") == "1":
         for _ in sys.stdin.buffer:
             pass

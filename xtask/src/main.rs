@@ -13,6 +13,7 @@ mod bench_datasets;
 mod bench_sdk;
 mod bench_throughput;
 mod dist;
+mod docs;
 mod fuzz;
 mod guest;
 mod image;
@@ -27,6 +28,8 @@ Commands:
   guest             the microVM backend's guest (kernel, initramfs, erofs rootfs image)
                     and the jailed VMM's root directory (target/guest)
   test              everything CI runs: rootfs, lints, all tests as root and rootless
+  docs              the book (docs/, mdBook) into target/book: the configuration reference
+                    rendered from the types, every internal link checked
   dist              a relocatable release (target/packages): tarball with the stripped binary
                     and the rootfs, a Debian package; checked unpacked with `env -i`
   fuzz              the coverage-guided fuzz targets of fuzz/ under AFL++ (cargo afl),
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Some("test") => test::run(&rest),
         Some("guest") => guest::run(&rest),
         Some("dist") => dist::run(&rest),
+        Some("docs") => docs::run(&rest),
         Some("fuzz") => fuzz::run(&rest),
         Some("image") => image::run(&rest),
         Some("bench-compare") => bench_compare::run(&rest),

@@ -167,6 +167,28 @@ function tellTheEndOnUnload(sendOutputs) {
   });
 }
 
+// Every run starts with /workspace/out there, so `Deno.writeFileSync("/workspace/out/a.csv",
+// …)` works as written, whatever the workspace; one that cannot take it (read-only, full)
+// is left as it is and the program's own write reports why. Returns whether it made it.
+function makeOutDir() {
+  try {
+    Deno.mkdirSync("/workspace/out");
+    return true;
+  } catch {
+    return false; // there already, or refused
+  }
+}
+
+// A bound host directory keeps no empty out/ it did not have (removing a directory the
+// program filled fails, and it stays).
+function forgetOutDir() {
+  try {
+    Deno.removeSync("/workspace/out");
+  } catch {
+    // filled, or gone
+  }
+}
+
 function forgetMain() {
   try {
     Deno.removeSync(MAIN_PATH);
@@ -231,17 +253,22 @@ const outputsJs = outputs ? await import(new URL("./outputs.js", import.meta.url
 if (session) {
   // A computed specifier: the module graph of a one-shot run does not include it.
   const { runSession } = await import(new URL("./session.js", import.meta.url).href);
-  await runSession({ code, rest, writeFile: writeWorkspaceFile, wantValue, outputs });
+  await runSession({ code, rest, writeFile: writeWorkspaceFile, makeOutDir, wantValue, outputs });
   Deno.exit(0); // not reached: a session ends with the process
 }
 // The last expression's value (value.js), loaded only when asked for (a pooled sandbox
 // loaded it before it was ready).
 const valueJs = wantValue ? await import(new URL("./value.js", import.meta.url).href) : null;
 let main = code;
+// Where the value's rewrite inserted its assignment (errors.js gives positions back).
+let insert = null;
 if (valueJs) {
   const source = new TextDecoder().decode(code);
-  const captured = valueJs.captureLastValue(source).code;
-  if (captured !== source) main = new TextEncoder().encode(captured);
+  const captured = valueJs.captureLastValue(source);
+  if (captured.code !== source) {
+    main = new TextEncoder().encode(captured.code);
+    insert = captured.insert;
+  }
 }
 try {
   Deno.writeFileSync(MAIN_PATH, main, { mode: 0o600 });
@@ -257,6 +284,11 @@ const sendOutputsOnce = () => {
   outputsJs.sendOutputs(outputs);
 };
 if (ephemeral) tellTheEndOnUnload(sendOutputsOnce);
+// A workspace that outlives the run and whose output files nobody collects (no OUTPUTS
+// record: `codebox run --workspace DIR`): an out/ made here that is still empty goes at
+// the end (`unload`). A session's workspace keeps it.
+if (makeOutDir() && !ephemeral && !outputs) globalThis.addEventListener("unload", forgetOutDir);
+let failed = false;
 try {
   try {
     await import("file://" + MAIN_PATH);
@@ -267,10 +299,20 @@ try {
     Deno.writeFileSync(MAIN_PATH, code, { mode: 0o600 });
     await import("file://" + MAIN_PATH + "?as-written");
   }
+} catch (e) {
+  // Printed as Deno prints an uncaught error, in the program's terms (errors.js): its own
+  // line and columns, not the value's rewrite, and none of codebox's frames. The output
+  // files written before it still go (below), then the run ends as Deno would, status 1.
+  failed = true;
+  const errors = await import(new URL("./errors.js", import.meta.url).href);
+  const source = new TextDecoder().decode(code);
+  errors.rewritten.set("file://" + MAIN_PATH, { source, inserts: insert ? [insert] : [] });
+  errors.rewritten.set("file://" + MAIN_PATH + "?as-written", { source, inserts: [] });
+  errors.writeStderr(errors.formatUncaught(e, true));
 } finally {
   forgetMain();
 }
-const value = valueJs?.takeValue() ?? null;
+const value = failed ? null : (valueJs?.takeValue() ?? null);
 if (value !== null) {
   // Through client.ts's writer: behind any tool call's line still queued, never inside it.
   const { notify } = await import(new URL("./client.ts", import.meta.url).href);
@@ -285,3 +327,6 @@ try {
 } catch {
   // the supervisor is gone
 }
+// A failed program ends here, as Deno ends one whose module threw: nothing it left pending
+// (timers, promises) runs on.
+if (failed) Deno.exit(1);

@@ -1,7 +1,9 @@
 // The sandbox's side of the tool proxy, for TypeScript: `/servers/client.ts`.
 //
-//   import { callMCPTool } from "/servers/client.ts";
-//   const text = await callMCPTool("filesystem__read_text_file", { path: "/data/a.txt" });
+//   import { callMCPTool, resultOf } from "/servers/client.ts";
+//   const file = await callMCPTool<{ content: string }>("filesystem__read_text_file", { path: "/data/a.txt" });
+//   file.content;             // the structured value, as the tool's outputSchema says
+//   resultOf(file)?.text;     // the text content it came with
 //
 // Protocol (src/proxy/mod.rs): after the boot frame, fd 3 carries newline-delimited
 // JSON-RPC 2.0. The sandbox sends requests (`tools/call`, `tools/search`, `tools/get`);
@@ -337,24 +339,81 @@ export function request(method: string, params: Record<string, unknown>): Promis
   return promise;
 }
 
-type Content = { type: string; text?: string };
-type ToolResult = { content?: Content[]; structuredContent?: unknown; isError?: boolean };
+/** One block of a tool result's content (`text`, `image`, `resource`, ...). */
+export type ContentBlock = { type: string; text?: string; [key: string]: unknown };
+
+/** A tool call's whole MCP result (CallToolResult), as the server sent it. */
+export type CallToolResult<T = unknown> = {
+  content?: ContentBlock[];
+  structuredContent?: T;
+  isError?: boolean;
+  [key: string]: unknown;
+};
+
+/** What a value a tool call returned came with: see `resultOf`. */
+export interface ToolResult<T = unknown> {
+  /** The text content, its blocks joined by newlines ("" without any). */
+  readonly text: string;
+  /** The content blocks. */
+  readonly content: ContentBlock[];
+  /** The structuredContent, undefined without one. */
+  readonly structured: T | undefined;
+  /** The whole CallToolResult. */
+  readonly result: CallToolResult<T>;
+}
+
+// Values (objects and arrays) → the result they came from. On globalThis, as the channel:
+// every copy of this file sees the same.
+const RESULTS_KEY = Symbol.for("codebox.results");
+const gr = globalThis as unknown as { [RESULTS_KEY]?: WeakMap<object, CallToolResult> };
+const results: WeakMap<object, CallToolResult> = gr[RESULTS_KEY] ??= new WeakMap();
+
+function textOf(content: ContentBlock[]): string {
+  return content.filter((c) => c?.type === "text").map((c) => c.text ?? "").join("\n");
+}
+
+/**
+ * The MCP result an object or array value of a tool call came with: its text, content
+ * blocks, structuredContent and the whole result; undefined for anything else (a string,
+ * number, boolean or null has no identity to look up: `callMCPToolResult` gives any
+ * call's whole result).
+ *
+ *   const file = await readTextFile({ path: "/a.txt" });  // { content: "..." }
+ *   resultOf(file)?.text;                                  // the text it came with
+ */
+export function resultOf<T = unknown>(value: unknown): ToolResult<T> | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const result = results.get(value) as CallToolResult<T> | undefined;
+  if (result === undefined) return undefined;
+  const content = result.content ?? [];
+  return { text: textOf(content), content, structured: result.structuredContent, result };
+}
+
+function remembered<T>(value: T, result: CallToolResult): T {
+  if (typeof value === "object" && value !== null) results.set(value, result);
+  return value;
+}
 
 /**
  * What a tool result means to code: its structuredContent when present; else its text
  * (parsed as JSON when it is JSON; several text blocks become an array); other content
  * (images, resources) as the content array. A result with isError throws ToolError.
+ *
+ * A structuredContent is returned as it is, also when it only mirrors the text, as
+ * server-filesystem's `{ content: "<the text>" }` does: it is what the tool's
+ * outputSchema declares and the generated types say. An object or array value keeps
+ * its whole result for `resultOf`.
  */
-export function unwrap(name: string, result: ToolResult): unknown {
+export function unwrap(name: string, result: CallToolResult): unknown {
   const content = result.content ?? [];
   const texts = content.filter((c) => c.type === "text").map((c) => c.text ?? "");
   if (result.isError) {
     throw new ToolError(`${name}: ${texts.join("\n") || "the tool reported an error"}`, undefined, result);
   }
   if (result.structuredContent !== undefined && result.structuredContent !== null) {
-    return result.structuredContent;
+    return remembered(result.structuredContent, result);
   }
-  if (texts.length !== content.length) return content;
+  if (texts.length !== content.length) return remembered(content, result);
   const values = texts.map((t) => {
     try {
       return JSON.parse(t);
@@ -362,16 +421,32 @@ export function unwrap(name: string, result: ToolResult): unknown {
       return t;
     }
   });
-  return values.length === 1 ? values[0] : values;
+  return remembered(values.length === 1 ? values[0] : values, result);
 }
 
-/** Calls an upstream tool by its catalog name (`<server>__<tool>`). */
+/**
+ * Calls an upstream tool by its catalog name (`<server>__<tool>`): its structured
+ * value, parsed JSON text, or text (see `unwrap`; `resultOf` gives what an object value
+ * came with). Throws ToolError when the call fails or the tool reports isError.
+ */
 export async function callMCPTool<T = unknown>(
   name: string,
   args: Record<string, unknown> = {},
 ): Promise<T> {
   const result = await request("tools/call", { name, arguments: args });
-  return unwrap(name, result as ToolResult) as T;
+  return unwrap(name, result as CallToolResult) as T;
+}
+
+/**
+ * Calls an upstream tool by its catalog name and gives its whole MCP result, unread: a
+ * result with isError is returned, not thrown. Throws ToolError when the call fails
+ * (denied, unknown tool, the server unreachable).
+ */
+export async function callMCPToolResult<T = unknown>(
+  name: string,
+  args: Record<string, unknown> = {},
+): Promise<CallToolResult<T>> {
+  return (await request("tools/call", { name, arguments: args })) as CallToolResult<T>;
 }
 
 type SearchOptions = {
@@ -397,7 +472,7 @@ export async function searchToolsPage(
 /**
  * Finds upstream tools by what they do, best match first (BM25 over names, descriptions
  * and parameters): the first page. detail "summary" (default) adds the description and
- * TypeScript signature, "full" the schemas and Python signature.
+ * the TypeScript and Python signatures, "full" the schemas and TypeScript declarations.
  */
 export async function searchTools(query: string, options: SearchOptions = {}): Promise<unknown[]> {
   return (await searchToolsPage(query, options)).tools;

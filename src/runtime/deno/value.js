@@ -164,11 +164,16 @@ export function lastExpression(source) {
  */
 export function captureLastValue(source) {
   const span = lastExpression(source);
-  if (span === null) return { code: source, linePrefix: "" };
+  if (span === null) return { code: source, linePrefix: "", insert: null };
   const code = source.slice(0, span.start) + ASSIGN + source.slice(span.start, span.end) +
     "\n)" + source.slice(span.end) + parsedMarker();
   delete globalThis[PARSED_KEY];
-  return { code, linePrefix: span.start === 0 ? ASSIGN : "" };
+  // Where the assignment went, for errors.js to give positions back in the program's
+  // terms (line 1-based, column 0-based, both the program's own).
+  const before = source.slice(0, span.start);
+  const line = before.split("\n").length;
+  const col = span.start - (before.lastIndexOf("\n") + 1);
+  return { code, linePrefix: span.start === 0 ? ASSIGN : "", insert: { line, col, text: ASSIGN } };
 }
 
 /**

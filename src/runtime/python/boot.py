@@ -25,6 +25,7 @@ from posix import read
 CHANNEL_FD = 3
 MAIN_FILENAME = "/codebox/main.py"
 SITE_PACKAGES = "/opt/codebox/site-packages"
+OUT_DIR = b"/workspace/out"
 
 
 class _Channel:
@@ -140,11 +141,33 @@ _last_value = object()
 MAX_VALUE_CHARS = 200_000
 
 
+def make_out_dir():
+    """Every run starts with /workspace/out there, so `plt.savefig("/workspace/out/a.png")`
+    works as written, whatever the workspace (fresh, a session's, a bound directory). One
+    mkdir; a workspace that cannot take it (read-only, full) is left as it is and the
+    program's own write reports why. Returns whether this call made it."""
+    try:
+        posix.mkdir(OUT_DIR, 0o755)
+    except OSError:
+        return False
+    return True
+
+
+def _forget_out_dir():
+    """A bound host directory keeps no empty out/ it did not have (rmdir fails on one the
+    program filled, which stays)."""
+    try:
+        posix.rmdir(OUT_DIR)
+    except OSError:
+        pass
+
+
 def run_program(source, filename, namespace):
-    """Runs `source` in `namespace` as __main__ code. When the frame asked for values and
-    the last statement is an expression, it is evaluated on its own, like a REPL cell's,
-    and its value reported (see report_value). Line numbers are the source's: the code is
-    compiled from its own syntax tree."""
+    """Runs `source` in `namespace` as __main__ code, /workspace/out made first. When the
+    frame asked for values and the last statement is an expression, it is evaluated on its
+    own, like a REPL cell's, and its value reported (see report_value). Line numbers are
+    the source's: the code is compiled from its own syntax tree."""
+    make_out_dir()
     if not _want_value:
         exec(compile(source, filename, "exec", dont_inherit=True), namespace)
         return
@@ -220,11 +243,8 @@ def send_outputs(seen=None, paths=None):
         return None
     try:
         spec = _outputs()
-        if not (spec["paths"] if paths is None else paths):
-            try:
-                posix.lstat("/workspace/out")
-            except FileNotFoundError:
-                return {}  # nothing to send: the common case costs one lstat
+        if not (spec["paths"] if paths is None else paths) and _out_dir_empty():
+            return {}  # nothing to send: the common case costs an lstat and a listdir
         sys.path.insert(0, "/opt/codebox/python")
         try:
             import _codebox_outputs
@@ -236,6 +256,21 @@ def send_outputs(seen=None, paths=None):
     except Exception as exc:
         print("codebox: sending the output files failed: %r" % (exc,), file=sys.stderr)
     return seen
+
+
+def _out_dir_empty():
+    """Whether /workspace/out is missing or an empty directory (a symlink or another file
+    there is not: the sender reports it)."""
+    try:
+        mode = posix.lstat(OUT_DIR).st_mode
+    except OSError:
+        return True
+    if mode & 0o170000 != 0o040000:
+        return False
+    try:
+        return not posix.listdir(OUT_DIR)
+    except OSError:
+        return False
 
 
 def report_value(value):
@@ -376,6 +411,14 @@ def serve(preloaded):
     module.__loader__ = _SourceLoader(source)
     module.__builtins__ = builtins
     sys.modules["__main__"] = module
+    if mode is None and _outputs_spec is None and make_out_dir():
+        # A workspace that outlives the run and whose output files nobody collects (no
+        # OUTPUTS record: `codebox run --workspace DIR`): the out/ made here goes at exit if
+        # it is still empty, after the program's own exit handlers (registered later, so
+        # run earlier). A session's workspace keeps it.
+        import atexit
+
+        atexit.register(_forget_out_dir)
     if mode == b"SESSION":
         # Byte-compiled (this file is compiled at every start); both come from
         # /opt/codebox/python even if the workspace has modules of those names.

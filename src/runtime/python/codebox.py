@@ -1,7 +1,7 @@
 """The codebox module inside the sandbox: call the tools of upstream MCP servers.
 
     import codebox
-    text = codebox.call_tool("filesystem__read_text_file", {"path": "/data/a.txt"})
+    text = codebox.call_tool("filesystem__read_text_file", {"path": "/data/a.txt"})["content"]
     texts = await asyncio.gather(*(codebox.call_tool_async(n, a) for n, a in calls))
     for t in codebox.search_tools("read file", detail="summary"):
         print(t["name"], t.get("description"))
@@ -15,6 +15,14 @@ codebox's own capabilities, for the client running this code (not upstream tools
 
 The generated package `servers` wraps every tool in a typed function
 (`from servers.filesystem import read_text_file`); both go through `call_tool`.
+
+What a call returns is the tool's value (see `_unwrap`): its structuredContent, else its
+text parsed as JSON, else the text. That value is a `ToolResult`, a subclass of the
+builtin type it is (`ToolDict` of dict, `ToolList`, `ToolText` of str, `ToolInt`,
+`ToolFloat`), so it behaves as before and also carries the call's MCP result: `.text`
+(the text content), `.content` (the content blocks), `.structured` (structuredContent)
+and `.result` (the whole CallToolResult as a dict). `True`, `False` and `None` cannot
+be subclassed and come back plain; `call_tool_result` gives any call's whole result.
 
 Protocol (src/proxy/mod.rs): after the boot frame, fd 3 carries newline-delimited
 JSON-RPC 2.0; this module sends requests and reads their responses, matched by id, so
@@ -34,7 +42,14 @@ CHANNEL_FD = 3
 
 __all__ = [
     "ToolError",
+    "ToolResult",
+    "ToolDict",
+    "ToolList",
+    "ToolText",
+    "ToolInt",
+    "ToolFloat",
     "call_tool",
+    "call_tool_result",
     "call_tool_async",
     "search_tools",
     "search_tools_async",
@@ -214,32 +229,121 @@ def _is_run(msg):
 _channel = _Channel()
 
 
+class ToolResult:
+    """What a tool call's value carries besides itself: the call's MCP result.
+
+    The values `call_tool` and the `servers.*` functions return are instances of a
+    subclass of this and of the builtin type they are (`ToolDict(dict)`, `ToolList(list)`,
+    `ToolText(str)`, `ToolInt(int)`, `ToolFloat(float)`): they compare, print, index and
+    serialise as that type, and also have
+
+        .text        the text content, its blocks joined by newlines ("" without any)
+        .content     the content blocks (dicts with "type", "text", "data", ...)
+        .structured  the structuredContent (None without one)
+        .result      the whole CallToolResult as a dict
+
+    so `read_text_file("/a.txt")["content"]` is the structured field and
+    `read_text_file("/a.txt").text` the text it came with."""
+
+    @property
+    def result(self):
+        return self.__dict__["_result"]
+
+    @property
+    def content(self):
+        return self.__dict__["_result"].get("content") or []
+
+    @property
+    def text(self):
+        return "\n".join(
+            c.get("text", "") for c in self.content if isinstance(c, dict) and c.get("type") == "text"
+        )
+
+    @property
+    def structured(self):
+        return self.__dict__["_result"].get("structuredContent")
+
+
+class ToolDict(ToolResult, dict):
+    """A tool's value that is a JSON object (see ToolResult)."""
+
+
+class ToolList(ToolResult, list):
+    """A tool's value that is a JSON array, or several text blocks, or content that is
+    not all text (see ToolResult)."""
+
+
+class ToolText(ToolResult, str):
+    """A tool's value that is text (see ToolResult)."""
+
+
+class ToolInt(ToolResult, int):
+    """A tool's value that is a whole number (see ToolResult)."""
+
+
+class ToolFloat(ToolResult, float):
+    """A tool's value that is a number (see ToolResult)."""
+
+
+# bool is an int: it is looked up first and stays plain (it cannot be subclassed).
+_RESULT_TYPES = ((bool, None), (dict, ToolDict), (list, ToolList), (str, ToolText), (int, ToolInt), (float, ToolFloat))
+
+
+def _carrying(value, result):
+    """`value` as the ToolResult subclass of its type, carrying `result`; True, False
+    and None as they are."""
+    for base, kind in _RESULT_TYPES:
+        if isinstance(value, base):
+            if kind is None:
+                return value
+            out = kind(value)
+            out.__dict__["_result"] = result
+            return out
+    return value
+
+
 def _unwrap(name, result):
     """What a tool result means to code: structuredContent when present; else the text
     (parsed as JSON when it is JSON; several text blocks become a list); other content
-    (images, resources) as the content list. isError raises ToolError."""
+    (images, resources) as the content list. isError raises ToolError.
+
+    A structuredContent is returned as it is, also when it only mirrors the text, as
+    server-filesystem's `{"content": "<the text>"}` does: it is what the tool's
+    outputSchema declares and what the TypeScript types and the search_tools signatures
+    promise, and code written against it (`["content"]`) keeps working. `.text` has the
+    text either way (see ToolResult)."""
     content = result.get("content") or []
     texts = [c.get("text", "") for c in content if c.get("type") == "text"]
     if result.get("isError"):
         raise ToolError("%s: %s" % (name, "\n".join(texts) or "the tool reported an error"), result=result)
     if result.get("structuredContent") is not None:
-        return result["structuredContent"]
+        return _carrying(result["structuredContent"], result)
     if len(texts) != len(content):
-        return content
+        return _carrying(content, result)
     values = []
     for t in texts:
         try:
             values.append(json.loads(t))
         except ValueError:
             values.append(t)
-    return values[0] if len(values) == 1 else values
+    return _carrying(values[0] if len(values) == 1 else values, result)
 
 
 def call_tool(name, args=None):
     """Call an upstream tool by its catalog name (`<server>__<tool>`) with a dict of
-    arguments; returns its structured result, parsed JSON text, or text."""
+    arguments; returns its structured result, parsed JSON text, or text, as a
+    ToolResult (`.text`, `.content`, `.structured`, `.result`). Raises ToolError when the
+    call fails or the tool reports isError."""
     result = _channel.request("tools/call", {"name": name, "arguments": args or {}})
     return _unwrap(name, result)
+
+
+def call_tool_result(name, args=None):
+    """Call an upstream tool by its catalog name and return its whole MCP result as a
+    dict ("content", "structuredContent", "isError", ...) without reading it: a result
+    with isError is returned, not raised. Raises ToolError when the call fails (denied,
+    unknown tool, the server unreachable)."""
+    return _channel.request("tools/call", {"name": name, "arguments": args or {}})
 
 
 _executor = None
@@ -275,8 +379,9 @@ async def search_tools_async(query, detail="summary", server=None, limit=None):
 
 def search_tools(query, detail="summary", server=None, limit=None):
     """Find upstream tools by what they do, best match first (BM25 over names,
-    descriptions and parameters). detail: "name", "summary" (description and TypeScript
-    signature) or "full" (schemas and Python signature). server: only that server's tools.
+    descriptions and parameters). detail: "name", "summary" (description, TypeScript
+    and Python signatures) or "full" (schemas, TypeScript declarations). server: only
+    that server's tools.
     Returns the first page; see search_tools_page for more."""
     return search_tools_page(query, detail=detail, server=server, limit=limit)["tools"]
 

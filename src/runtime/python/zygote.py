@@ -1,5 +1,5 @@
 """codebox's Python zygote: one pre-initialised interpreter that forks a fresh sandbox per
-execution (src/sandbox/zygote/ is the supervisor's side; docs/ZYGOTE.md the argument).
+execution (src/sandbox/zygote/ is the supervisor's side; docs/src/backends/zygote.md the argument).
 
 The zygote runs as the program of an ordinary codebox sandbox, with two differences its
 spawner made: no landlock (landlock forbids changing mounts) and a seccomp filter that

@@ -78,12 +78,12 @@ pub enum Error {
     SharedCgroup { path: PathBuf, pids: Vec<i32> },
     #[error(
         "a {controller} limit was asked for, but no cgroup hierarchy this process may write \
-         has the {controller} controller (see `codebox doctor`)"
+         has the {controller} controller"
     )]
     ControllerUnavailable { controller: Controller },
     #[error(
         "no cgroup hierarchy is writable by this process (rootless needs a delegated \
-         cgroup; see `codebox doctor`)"
+         cgroup)"
     )]
     NoHierarchy,
     #[error("invalid cgroup limit: {0}")]

@@ -568,9 +568,16 @@ impl CgroupManager {
     /// spawner factory calls it after reaping a dead spawner and before forking the next,
     /// and after the last one exited. Returns how many it removed.
     pub fn remove_owned(&self) -> Result<usize> {
+        self.remove_owned_if(|_| true)
+    }
+
+    /// As [`CgroupManager::remove_owned`], only the cgroups whose sequence number passes
+    /// `which` (see [`start_sequence`]: the upper 32 bits are the creating process's
+    /// generation), so one process's clean-up can spare another's cgroups.
+    pub fn remove_owned_if(&self, which: impl Fn(u64) -> bool) -> Result<usize> {
         let mut removed = 0;
         let mut first_err = None;
-        for cg in self.matching(|owner| owner == self.owner)? {
+        for cg in self.matching(|owner, seq| owner == self.owner && which(seq))? {
             let name = cg.name.clone();
             match cg.remove() {
                 Ok(()) => removed += 1,
@@ -585,11 +592,12 @@ impl CgroupManager {
 
     /// The stale sandbox cgroups, as handles (dropping one removes it).
     fn stale(&self) -> Result<Vec<SandboxCgroup>> {
-        self.matching(|owner| !naming::owner_alive(&self.proc_root, owner))
+        self.matching(|owner, _| !naming::owner_alive(&self.proc_root, owner))
     }
 
-    /// The sandbox cgroups whose owner passes `keep`, as handles (dropping one removes it).
-    fn matching(&self, keep: impl Fn(naming::Owner) -> bool) -> Result<Vec<SandboxCgroup>> {
+    /// The sandbox cgroups whose owner and sequence number pass `keep`, as handles
+    /// (dropping one removes it).
+    fn matching(&self, keep: impl Fn(naming::Owner, u64) -> bool) -> Result<Vec<SandboxCgroup>> {
         let mut found: BTreeMap<String, SandboxCgroup> = BTreeMap::new();
         for (version, base, controllers) in self.bases() {
             let entries = match std::fs::read_dir(base) {
@@ -605,10 +613,12 @@ impl CgroupManager {
                 let Some(name) = dirent.file_name().to_str().map(str::to_string) else {
                     continue;
                 };
-                let Some(owner) = naming::parse_name(&name) else {
+                let (Some(owner), Some(seq)) =
+                    (naming::parse_name(&name), naming::parse_seq(&name))
+                else {
                     continue;
                 };
-                if !dirent.file_type().is_ok_and(|t| t.is_dir()) || !keep(owner) {
+                if !dirent.file_type().is_ok_and(|t| t.is_dir()) || !keep(owner, seq) {
                     continue;
                 }
                 let cg = found.entry(name.clone()).or_insert_with(|| SandboxCgroup {
@@ -663,7 +673,8 @@ impl CgroupManager {
         limits.validate()?;
         for controller in limits.controllers() {
             if !self.has(controller) {
-                tracing::error!(%controller, "a limit's controller is not available");
+                // The caller decides what this means (doctor reports it, run fails with it).
+                tracing::debug!(%controller, "a limit's controller is not available");
                 return Err(Error::ControllerUnavailable { controller });
             }
         }

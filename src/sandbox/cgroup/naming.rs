@@ -53,6 +53,13 @@ pub(super) fn parse_name(name: &str) -> Option<Owner> {
     }
 }
 
+/// The sequence number in a sandbox cgroup name, if it is one.
+pub(super) fn parse_seq(name: &str) -> Option<u64> {
+    parse_name(name)?;
+    let seq = name.strip_prefix(PREFIX)?.split('-').nth(2)?;
+    seq.parse().ok()
+}
+
 /// Checks a name hint: at most 24 of `[A-Za-z0-9_]`, possibly empty.
 pub(super) fn check_hint(hint: &str) -> Result<&str> {
     if hint.len() <= MAX_HINT && valid_hint(hint) {
@@ -108,6 +115,9 @@ mod tests {
         assert_eq!(parse_name("codebox-4242-987654-7"), Some(ME));
         assert_eq!(parse_name("codebox-4242-987654-7-python"), Some(ME));
         assert_eq!(parse_name("codebox-4242-987654-7-deno_2"), Some(ME));
+        assert_eq!(parse_seq("codebox-4242-987654-7-deno_2"), Some(7));
+        assert_eq!(parse_seq(&sandbox_name(ME, 1 << 40, "")), Some(1 << 40));
+        assert_eq!(parse_seq("codebox-supervisor"), None);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! joins a cgroup of its own, unshares every namespace again under a nested user
 //! namespace, mounts a fresh `/proc`, `/tmp`, `/dev/shm` and `/workspace`, drops every
 //! capability and applies the profile's full landlock ruleset and seccomp filter — the
-//! same layers a cold sandbox gets, decided here as data (`plan.rs`). `docs/ZYGOTE.md`
+//! same layers a cold sandbox gets, decided here as data (`plan.rs`). `docs/src/backends/zygote.md`
 //! argues what a child shares with the zygote and its siblings and what it does not;
 //! `tests/zygote.rs` checks each claim.
 //!
@@ -329,13 +329,32 @@ impl Zygote {
         self.watch.as_ref().map(|w| w.pidfd())
     }
 
+    /// Its init's host pid.
+    pub fn pid(&self) -> Option<i32> {
+        self.watch.as_ref().map(|w| w.pid().as_raw())
+    }
+
     /// Kills the zygote (and with its pid namespace every child it still has), reaps it
-    /// and removes its cgroup.
-    pub fn shutdown(&mut self) {
-        if let Some(watch) = self.watch.take() {
-            let _ = watch.kill();
-            if let Err(e) = watch.finish() {
+    /// and removes its cgroup. Says how its interpreter ended (for one that died first).
+    pub fn shutdown(&mut self) -> Option<String> {
+        let watch = self.watch.take()?;
+        let _ = watch.kill();
+        match watch.finish() {
+            Ok(ending) => Some(match ending.status {
+                Some(crate::sandbox::report::ProgramStatus::Exited(c)) => {
+                    format!("its interpreter exited with status {c}")
+                }
+                Some(crate::sandbox::report::ProgramStatus::Signaled(s)) => {
+                    match nix::sys::signal::Signal::try_from(s) {
+                        Ok(sig) => format!("its interpreter was killed by {}", sig.as_str()),
+                        Err(_) => format!("its interpreter was killed by signal {s}"),
+                    }
+                }
+                None => "its sandbox was killed".into(),
+            }),
+            Err(e) => {
                 tracing::warn!(?e, "finishing the zygote failed");
+                None
             }
         }
     }

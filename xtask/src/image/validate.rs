@@ -11,7 +11,7 @@
 //!    that; nothing listens beyond 127.0.0.1).
 //!
 //! What the bundle's runtime config must allow for codebox to make sandboxes inside a
-//! container is recorded in [`sandbox_ready`] and docs/DEPLOY.md.
+//! container is recorded in [`sandbox_ready`] and docs/src/operations/deploy.md.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -185,7 +185,7 @@ pub fn umoci_unpack(image: &Image, bundle: &Path) -> Result<()> {
 }
 
 /// The changes a bundle's runtime config needs for codebox to create sandboxes inside
-/// (what a Kubernetes pod must allow; see docs/DEPLOY.md):
+/// (what a Kubernetes pod must allow; see docs/src/operations/deploy.md):
 /// - `/proc` unmasked (no `maskedPaths`/`readonlyPaths`): the kernel lets a process
 ///   mount a new procfs, which every sandbox does for its pid namespace, only when no
 ///   procfs it can see has anything mounted over parts of it;

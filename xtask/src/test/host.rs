@@ -17,6 +17,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/sbin/useradd", "passwd"),
     // curl checks the egress proxy's certificates with OpenSSL's verifier (tests/egress).
     ("/usr/bin/curl", "curl"),
+    // openssl makes a private CA for the HTTPS package index (tests/mcp/packages_client.py).
+    ("/usr/bin/openssl", "openssl"),
     // ip gives a test's own network namespace an address (tests/egress/review.rs).
     ("/bin/ip", "iproute2"),
     // The load balancer: three replicas behind it (tests/mcp/replicas_client.py), and

@@ -7,9 +7,10 @@
 //!    properties and the consistency between the pieces are asserted, and hostile
 //!    changes must be caught.
 //! 2. `haproxy -c` on deploy/kubernetes/balancer/haproxy.cfg, with the environment the
-//!    balancer's Deployment sets.
+//!    balancer's Deployment sets, and again with the optional `TRUSTED_FORWARDERS`.
 //! 3. `tests/kubernetes/balancer_routing.py`: the real HAProxy with that file routes
-//!    sessions to their replica on loopback (a DNS server and replicas of the script's).
+//!    sessions to their replica on loopback (a DNS server and replicas of the script's),
+//!    with a PROXY protocol v2 header naming the client on every connection.
 //!
 //! About 10 s once kubernetes-validate is installed (about 15 s, once).
 
@@ -82,6 +83,15 @@ pub fn run(root: &Path) -> Result<()> {
             .arg(&cfg)
             .envs(BALANCER_ENV),
         "haproxy -c deploy/kubernetes/balancer/haproxy.cfg",
+    )?;
+    run_checked(
+        Command::new("haproxy")
+            .arg("-c")
+            .arg("-f")
+            .arg(&cfg)
+            .envs(BALANCER_ENV)
+            .env("TRUSTED_FORWARDERS", "10.0.0.0/8"),
+        "haproxy -c deploy/kubernetes/balancer/haproxy.cfg (TRUSTED_FORWARDERS set)",
     )?;
     run_checked(
         Command::new("python3")

@@ -238,6 +238,15 @@ impl Staging {
                 &format!("copying {name}"),
             )?;
         }
+        // The README's quick start is a test too (tests/mcp/readme_client.py): it goes
+        // beside the client scripts, where tests/mcp.rs looks first.
+        let readme = mcp_tests.join("../../README.md");
+        run_checked(
+            Command::new("cp")
+                .arg(&readme)
+                .arg(dir.join("mcp-tests/README.md")),
+            "copying README.md",
+        )?;
         run_checked(
             Command::new("chmod").args(["-R", "a+rX"]).arg(&dir),
             "making the staging dir readable",

@@ -44,7 +44,8 @@
 //! body_timeout = "30s"            # a request's body must arrive within this
 //! idle_timeout = "60s"            # a connection with no byte either way is closed
 //! max_connections = 256           # open connections, in total
-//! max_connections_per_peer = 64   # open connections from one IPv4 address or IPv6 /64
+//! max_connections_per_peer = 64   # open connections from one client: IPv4 address or IPv6 /64
+//! trusted_proxies = ["10.0.0.0/8"] # balancers sending PROXY protocol v2 (required from them)
 //!
 //! [metrics]
 //! addr = "0.0.0.0:9464"           # GET /metrics without a token (CODEBOX_METRICS_ADDR)
@@ -77,29 +78,41 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Every server setting; `None` means "not set here" (a default applies later).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// The sandbox profile every execution runs with: a shipped one (`default`,
+    /// `network`) or a path to a profile file (relative to this file); default `default`.
     pub profile: Option<String>,
     /// Where sandboxes run: `namespace` or `microvm`; replaces the profile's `backend`.
     pub backend: Option<crate::microvm::Backend>,
     /// The microVM guest tree (`cargo xtask guest`; default: next to the binary, or a
     /// checkout's `target/guest`).
     pub guest: Option<PathBuf>,
+    /// The rootfs (relative to this file); default: `$CODEBOX_ROOTFS`, else
+    /// `../share/codebox/rootfs` from the binary's directory, else a checkout's
+    /// `target/rootfs`.
     pub rootfs: Option<PathBuf>,
+    /// Executions running at once (default: twice the CPUs).
     pub concurrency: Option<usize>,
     /// Sandboxes kept started and waiting, per language, at least (0: no warm pool).
     pub pool_size: Option<usize>,
-    /// ... and at most, as the pool follows demand (default 8, at least `pool_size`).
+    /// Sandboxes kept waiting per language at most, as the pool follows demand (default 8,
+    /// at least `pool_size`).
     pub pool_max: Option<usize>,
     /// How long the pool keeps sandboxes above what demand wants now before it kills
     /// them (default 60s).
     pub pool_shrink_after: Option<String>,
+    /// Executions waiting for a slot beyond `concurrency` before a call is answered
+    /// "busy, retry" (default 32).
     pub queue: Option<usize>,
+    /// The longest `timeout_ms` a call may ask for, e.g. `"5m"` (default 5 minutes).
     pub max_timeout: Option<String>,
     /// Bytes of `files` one call may bring, all files together (default 10M; an MCP
     /// message is at most 16 MiB, base64 included).
     pub max_files_size: Option<String>,
+    /// When codebox runs as root: the unprivileged host uid and gid the sandbox user maps
+    /// to (default 65534, `nobody`; 0 is refused).
     pub root_host_id: Option<u32>,
     /// The `.mcp.json` naming the upstream MCP servers (default `./.mcp.json`).
     pub mcp_config: Option<PathBuf>,
@@ -108,7 +121,8 @@ pub struct Config {
     /// Which of codebox's own tools `tools/list` offers: `full` (default) or `minimal`
     /// (the execute tools and `search_tools`; see `server::tool_set`).
     pub tools: Option<crate::server::ToolSet>,
-    /// Requests (calls, searches, gets, anything) one execution may send to the proxy.
+    /// Requests (calls, searches, gets, anything) one execution may send to the proxy
+    /// (default 1000); past it each gets a limit error.
     pub max_tool_calls: Option<u32>,
     /// Requests of one execution the proxy handles at once; past it, it stops reading
     /// the sandbox's channel until answers have been read (default 16, at least 1).
@@ -122,7 +136,7 @@ pub struct Config {
     /// Memory the requests of one execution being handled at once may take once parsed
     /// (default 64MiB); a request estimated above it is refused.
     pub tool_request_memory: Option<String>,
-    /// Wall-clock limit of one upstream tool call.
+    /// Wall-clock limit of one upstream tool call (default 60s).
     pub tool_call_timeout: Option<String>,
     /// How long an upstream server may take to start and list its tools (default 30s).
     pub upstream_connect_timeout: Option<String>,
@@ -147,6 +161,7 @@ pub struct Config {
     pub rate_per_minute: Option<u32>,
     /// Executions one client may run at once (default unlimited).
     pub rate_concurrent: Option<usize>,
+    /// `[pii]`: personal data in what goes back to the model (off by default).
     #[serde(default)]
     pub pii: PiiConfig,
     /// The audit log (default: none).
@@ -154,6 +169,8 @@ pub struct Config {
     /// `[approval]`: which sandboxed calls wait for the user's approval (default: none).
     #[serde(default)]
     pub approval: crate::approval::ApprovalSection,
+    /// `[http]`: the streamable HTTP listener (`serve --http`): address, tokens, origins,
+    /// connection limits, balancers.
     #[serde(default)]
     pub http: HttpConfig,
     /// `[metrics]`: the plain `/metrics` listener.
@@ -182,16 +199,19 @@ pub struct Config {
 }
 
 /// `[python]` of `codebox.toml`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PythonConfig {
+    /// Modules a pooled Python interpreter imports before it is ready (dotted names),
+    /// replacing the profile's `[python] preload`; a program's own import of them is then
+    /// a lookup (default: the profile's, `numpy`, `pandas`, `matplotlib.pyplot`).
     pub preload: Option<Vec<String>>,
     /// Fork Python sandboxes from a zygote (`sandbox::zygote`; default on).
     pub zygote: Option<bool>,
 }
 
 /// `[pii]`: personal data in what goes back to the model.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PiiConfig {
     /// off (default), output or strict.
@@ -202,7 +222,7 @@ pub struct PiiConfig {
 }
 
 /// `[metrics]` of `codebox.toml`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Where to serve `GET /metrics` without a token (e.g. "0.0.0.0:9464"); none by
@@ -210,9 +230,11 @@ pub struct MetricsConfig {
     pub addr: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
+    /// The address `serve --http` listens on (default `127.0.0.1:8080`); a non-loopback
+    /// address needs a token.
     pub addr: Option<String>,
     /// This server's name among replicas behind one balancer (`--replica`).
     pub replica: Option<String>,
@@ -222,14 +244,31 @@ pub struct HttpConfig {
     /// Rate limits and sessions are per client.
     #[serde(default)]
     pub clients: std::collections::BTreeMap<String, String>,
+    /// Browser origins allowed to call (`Origin` header; `*` globs such as
+    /// `http://localhost:*`); a request with another Origin is refused (default: none but
+    /// requests without one).
     pub allowed_origins: Option<Vec<String>>,
+    /// Names the `Host` header may carry besides loopback ones (DNS-rebinding defence).
     pub allowed_hosts: Option<Vec<String>>,
-    /// Durations such as "10s": see [`crate::server::http_conn::ConnLimits`].
+    /// How long a request's headers may take to arrive, e.g. `"10s"` (a deadline:
+    /// trickling does not extend it; default 10s).
     pub header_timeout: Option<String>,
+    /// How long a request's body may take to arrive, else 408 (default 30s).
     pub body_timeout: Option<String>,
+    /// A connection with no byte moving either way for this long is closed (running
+    /// executions keep theirs alive; default 60s).
     pub idle_timeout: Option<String>,
+    /// Open connections in total; past it a new one is answered 503 (default 256).
     pub max_connections: Option<usize>,
+    /// Open connections from one client: an IPv4 address, an IPv6 /64, or the client a
+    /// trusted balancer names (default 64).
     pub max_connections_per_peer: Option<usize>,
+    /// Balancers (addresses and networks, `10.0.0.0/8`) that put a PROXY protocol v2
+    /// header before each connection, naming the client: per-client caps and logs then
+    /// use that client. From these addresses the header is required; from any other it
+    /// is refused. Needs bearer tokens (clients behind a balancer are not the local
+    /// user). See [`crate::server::proxy_protocol`].
+    pub trusted_proxies: Option<Vec<String>>,
 }
 
 impl Config {
@@ -323,6 +362,7 @@ impl Config {
         if let Some(network) = &mut self.network {
             network.extra_roots.iter_mut().for_each(under);
         }
+        self.packages.extra_roots.iter_mut().for_each(under);
         // A profile is a name (`default`) or a path to a .toml file.
         if let Some(profile) = &mut self.profile {
             if profile.contains('/') || profile.ends_with(".toml") {
@@ -538,6 +578,9 @@ impl Config {
             self.http.max_connections_per_peer =
                 Some(num("CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER", v)?);
         }
+        if let Some(v) = env("CODEBOX_HTTP_TRUSTED_PROXIES") {
+            self.http.trusted_proxies = Some(list(v));
+        }
         Ok(())
     }
 
@@ -609,338 +652,7 @@ pub fn process_env(var: &str) -> Option<String> {
     std::env::var(var).ok()
 }
 
+pub mod reference;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Editors count characters: the column of an error after text with multi-byte
-    /// characters on its line is counted in characters, not bytes.
-    #[test]
-    fn error_columns_count_characters() {
-        let e = Config::parse("profile = \"é€\" x\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("line 1, column 16:"), "{e}");
-        let e = Config::parse("# ünïcödé\nconcurrency = \"é\"\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("line 2, column 15:"), "{e}");
-    }
-
-    #[test]
-    fn the_backend_and_guest_come_from_the_file_or_the_environment() {
-        use crate::microvm::Backend;
-        let mut c = Config::parse(
-            "backend = \"microvm\"\nguest = \"g\"\n",
-            Path::new("/etc/c/codebox.toml"),
-        )
-        .unwrap();
-        c.resolve_paths(Path::new("/etc/c"));
-        assert_eq!(c.backend, Some(Backend::Microvm));
-        assert_eq!(c.guest.as_deref(), Some(Path::new("/etc/c/g")));
-        c.apply_env(&env_of(&[("CODEBOX_BACKEND", "namespace")]))
-            .unwrap();
-        assert_eq!(c.backend, Some(Backend::Namespace));
-        let err = c
-            .apply_env(&env_of(&[("CODEBOX_BACKEND", "firecracker")]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("namespace or microvm"), "{err}");
-        assert!(Config::parse("backend = \"kvm\"\n", Path::new("c.toml")).is_err());
-    }
-
-    #[test]
-    fn full_file_parses() {
-        let c = Config::parse(
-            "profile = \"network\"\nconcurrency = 3\n[http]\naddr = \"0.0.0.0:9\"\ntoken = \"env:T\"\nallowed_hosts = [\"a\"]\n",
-            Path::new("c.toml"),
-        )
-        .unwrap();
-        assert_eq!(c.profile.as_deref(), Some("network"));
-        assert_eq!(c.concurrency, Some(3));
-        assert_eq!(c.http.allowed_hosts, Some(vec!["a".to_string()]));
-        assert_eq!(
-            c.http_token(&env_of(&[("T", "s3")])).unwrap().as_deref(),
-            Some("s3")
-        );
-    }
-
-    #[test]
-    fn the_zygote_switch_parses_from_the_file_and_the_environment() {
-        let c = Config::parse("[python]\nzygote = false\n", Path::new("c.toml")).unwrap();
-        assert_eq!(c.python.zygote, Some(false));
-        let mut c = Config::default();
-        c.apply_env(&|k| (k == "CODEBOX_ZYGOTE").then(|| "on".to_string()))
-            .unwrap();
-        assert_eq!(c.python.zygote, Some(true));
-        let err = c
-            .apply_env(&|k| (k == "CODEBOX_ZYGOTE").then(|| "maybe".to_string()))
-            .unwrap_err();
-        assert!(err.to_string().contains("CODEBOX_ZYGOTE"), "{err}");
-        assert!(Config::parse("[python]\nzygote = 1\n", Path::new("c.toml")).is_err());
-    }
-
-    #[test]
-    fn python_preload_parses_and_unknown_keys_are_refused() {
-        let c = Config::parse("[python]\npreload = [\"numpy\"]\n", Path::new("c.toml")).unwrap();
-        assert_eq!(c.python.preload, Some(vec!["numpy".to_string()]));
-        let c = Config::parse("", Path::new("c.toml")).unwrap();
-        assert_eq!(c.python.preload, None);
-        assert!(Config::parse("[python]\npreloads = []\n", Path::new("c.toml")).is_err());
-    }
-
-    #[test]
-    fn network_section_parses_and_the_environment_can_allow_hosts() {
-        let text = "[network]\nmode = \"proxy\"\nallow = [\"api.example.com\"]\n\
-                    [[network.credentials]]\nhost = \"api.example.com\"\nbearer = \"env:API_TOKEN\"\n";
-        let mut c = Config::parse(text, Path::new("c.toml")).unwrap();
-        let n = c.network.clone().unwrap();
-        assert_eq!(n.mode, Some(crate::egress::NetworkMode::Proxy));
-        assert_eq!(n.credentials.len(), 1);
-        c.apply_env(&env_of(&[
-            ("CODEBOX_NETWORK_ALLOW", "a.example, *.b.example:443"),
-            ("CODEBOX_STATE_DIR", "/srv/codebox"),
-        ]))
-        .unwrap();
-        let n = c.network.unwrap();
-        assert_eq!(n.allow, ["a.example", "*.b.example:443"]);
-        assert_eq!(n.credentials.len(), 1, "the rest of [network] stays");
-        assert_eq!(c.state_dir.as_deref(), Some(Path::new("/srv/codebox")));
-        let e = Config::parse("[network]\nalow = []\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("alow"), "{e}");
-    }
-
-    #[test]
-    fn unknown_keys_are_named() {
-        let e = Config::parse("concurency = 3\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("concurency") && e.contains("c.toml"), "{e}");
-        let e = Config::parse("[http]\ntokn = \"x\"\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("tokn"), "{e}");
-    }
-
-    #[test]
-    fn the_metrics_address_comes_from_the_file_or_the_environment() {
-        let mut c = Config::parse("[metrics]\naddr = \"0.0.0.0:9464\"\n", Path::new("c")).unwrap();
-        assert_eq!(c.metrics.addr.as_deref(), Some("0.0.0.0:9464"));
-        c.apply_env(&env_of(&[("CODEBOX_METRICS_ADDR", "127.0.0.1:9")]))
-            .unwrap();
-        assert_eq!(c.metrics.addr.as_deref(), Some("127.0.0.1:9"));
-        let e = Config::parse("[metrics]\nport = 1\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("port"), "{e}");
-    }
-
-    #[test]
-    fn environment_overrides_the_file() {
-        let mut c = Config::parse(
-            "queue = 1\n[http]\naddr = \"127.0.0.1:1\"\n",
-            Path::new("c"),
-        )
-        .unwrap();
-        c.apply_env(&env_of(&[
-            ("CODEBOX_QUEUE", "7"),
-            ("CODEBOX_HTTP_ADDR", "127.0.0.1:2"),
-            ("CODEBOX_HTTP_ALLOWED_ORIGINS", "http://a:*, http://b:*"),
-        ]))
-        .unwrap();
-        assert_eq!(c.queue, Some(7));
-        assert_eq!(c.http.addr.as_deref(), Some("127.0.0.1:2"));
-        assert_eq!(c.http.allowed_origins.as_ref().unwrap().len(), 2);
-        let e = c
-            .apply_env(&env_of(&[("CODEBOX_QUEUE", "many")]))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("CODEBOX_QUEUE"), "{e}");
-    }
-
-    #[test]
-    fn pool_bounds_from_file_and_environment() {
-        let mut c = Config::parse(
-            "pool_size = 1\npool_max = 6\npool_shrink_after = \"30s\"\n",
-            Path::new("c"),
-        )
-        .unwrap();
-        assert_eq!(
-            (c.pool_size, c.pool_max, c.pool_shrink_after.as_deref()),
-            (Some(1), Some(6), Some("30s"))
-        );
-        c.apply_env(&env_of(&[
-            ("CODEBOX_POOL_MAX", "12"),
-            ("CODEBOX_POOL_SHRINK_AFTER", "2m"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            (c.pool_max, c.pool_shrink_after.as_deref()),
-            (Some(12), Some("2m"))
-        );
-        for bad in ["-1", "eight", ""] {
-            let e = c
-                .apply_env(&env_of(&[("CODEBOX_POOL_MAX", bad)]))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains("CODEBOX_POOL_MAX") && e.contains("not a number"),
-                "{e}"
-            );
-        }
-        // A wrong type is pointed at (line and column), like every other key's.
-        let e = Config::parse("pool_max = \"8\"\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("line 1, column 12") && e.contains("expected usize"),
-            "{e}"
-        );
-        let e = Config::parse("pool_maximum = 8\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("pool_maximum"), "{e}");
-    }
-
-    #[test]
-    fn connection_limits_from_file_and_environment() {
-        let mut c = Config::parse(
-            "[http]\nheader_timeout = \"2s\"\nmax_connections = 9\nmax_connections_per_peer = 3\n",
-            Path::new("c"),
-        )
-        .unwrap();
-        assert_eq!(c.http.header_timeout.as_deref(), Some("2s"));
-        c.apply_env(&env_of(&[
-            ("CODEBOX_HTTP_BODY_TIMEOUT", "5s"),
-            ("CODEBOX_HTTP_IDLE_TIMEOUT", "1m"),
-            ("CODEBOX_HTTP_MAX_CONNECTIONS", "10"),
-        ]))
-        .unwrap();
-        assert_eq!(c.http.body_timeout.as_deref(), Some("5s"));
-        assert_eq!(c.http.idle_timeout.as_deref(), Some("1m"));
-        assert_eq!(c.http.max_connections, Some(10));
-        assert_eq!(c.http.max_connections_per_peer, Some(3));
-        let e = c
-            .apply_env(&env_of(&[("CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER", "x")]))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("CODEBOX_HTTP_MAX_CONNECTIONS_PER_PEER"), "{e}");
-        assert!(Config::parse("[http]\nmax_conections = 1\n", Path::new("c")).is_err());
-    }
-
-    #[test]
-    fn tool_settings_from_file_and_environment() {
-        let c = Config::parse(
-            "allowed_tools = [\"time__*\"]\nmax_tool_calls = 5\ntool_call_timeout = \"2s\"\n",
-            Path::new("c"),
-        )
-        .unwrap();
-        assert_eq!(c.allowed_tools, Some(vec!["time__*".to_string()]));
-        assert_eq!(
-            (c.max_tool_calls, c.tool_call_timeout.as_deref()),
-            (Some(5), Some("2s"))
-        );
-        let mut c = Config::default();
-        let env = |k: &str| match k {
-            "CODEBOX_ALLOWED_TOOLS" => Some("a__*, b__c".to_string()),
-            "CODEBOX_MAX_TOOL_CALLS" => Some("7".to_string()),
-            _ => None,
-        };
-        c.apply_env(&env).unwrap();
-        assert_eq!(
-            c.allowed_tools,
-            Some(vec!["a__*".to_string(), "b__c".to_string()])
-        );
-        assert_eq!(c.max_tool_calls, Some(7));
-        let c = Config::parse(
-            "max_tool_calls_in_flight = 4\nmax_tool_call_records = 20\ntool_answer_queue = \"1MiB\"\n",
-            Path::new("c"),
-        )
-        .unwrap();
-        assert_eq!(
-            (c.max_tool_calls_in_flight, c.max_tool_call_records),
-            (Some(4), Some(20))
-        );
-        assert_eq!(c.tool_answer_queue.as_deref(), Some("1MiB"));
-        let mut c = Config::default();
-        c.apply_env(&env_of(&[("CODEBOX_TOOL_REQUEST_MEMORY", "128MiB")]))
-            .unwrap();
-        assert_eq!(c.tool_request_memory.as_deref(), Some("128MiB"));
-        let mut c = Config::default();
-        c.apply_env(&env_of(&[
-            ("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT", "8"),
-            ("CODEBOX_MAX_TOOL_CALL_RECORDS", "50"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            (c.max_tool_calls_in_flight, c.max_tool_call_records),
-            (Some(8), Some(50))
-        );
-        let e = Config::default()
-            .apply_env(&env_of(&[("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT", "-1")]))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("CODEBOX_MAX_TOOL_CALLS_IN_FLIGHT"), "{e}");
-    }
-
-    #[test]
-    fn the_tool_set_from_file_and_environment() {
-        use crate::server::ToolSet;
-        let mut c = Config::parse("tools = \"minimal\"\n", Path::new("c")).unwrap();
-        assert_eq!(c.tools, Some(ToolSet::Minimal));
-        c.apply_env(&env_of(&[("CODEBOX_TOOLS", "full")])).unwrap();
-        assert_eq!(c.tools, Some(ToolSet::Full));
-        assert_eq!(Config::default().tools, None);
-        let e = Config::parse("tools = \"tiny\"\n", Path::new("c"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("tiny") || e.contains("minimal"), "{e}");
-        let e = Config::default()
-            .apply_env(&env_of(&[("CODEBOX_TOOLS", "tiny")]))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("CODEBOX_TOOLS") && e.contains("minimal"), "{e}");
-    }
-
-    #[test]
-    fn mcp_config_from_file_and_environment() {
-        let mut c =
-            Config::parse("mcp_config = \"/etc/codebox/mcp.json\"\n", Path::new("c")).unwrap();
-        assert_eq!(c.mcp_config, Some(PathBuf::from("/etc/codebox/mcp.json")));
-        c.apply_env(&env_of(&[("CODEBOX_MCP_CONFIG", "/srv/.mcp.json")]))
-            .unwrap();
-        assert_eq!(c.mcp_config, Some(PathBuf::from("/srv/.mcp.json")));
-        let e = Config::parse("mcp_confg = \"x\"\n", Path::new("c"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("mcp_confg"), "{e}");
-        assert_eq!(Config::default().mcp_config, None);
-    }
-
-    #[test]
-    fn missing_secret_names_the_variable() {
-        let c = Config::parse("[http]\ntoken = \"env:NOPE\"\n", Path::new("c")).unwrap();
-        let e = c.http_token(&env_of(&[])).unwrap_err().to_string();
-        assert!(e.contains("NOPE") && e.contains("http.token"), "{e}");
-    }
-
-    #[test]
-    fn search_order_and_explicit_paths() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        std::fs::create_dir_all(home.join(".config/codebox")).unwrap();
-        std::fs::write(home.join(".config/codebox/config.toml"), "queue = 5\n").unwrap();
-        let h = home.to_str().unwrap().to_string();
-        let (c, from) = Config::load(None, &env_of(&[("HOME", &h)])).unwrap();
-        assert_eq!(c.queue, Some(5));
-        assert!(from.unwrap().ends_with("config.toml"));
-        let explicit = dir.path().join("x.toml");
-        std::fs::write(&explicit, "queue = 9\n").unwrap();
-        let e = explicit.to_str().unwrap().to_string();
-        let (c, _) = Config::load(None, &env_of(&[("HOME", &h), ("CODEBOX_CONFIG", &e)])).unwrap();
-        assert_eq!(c.queue, Some(9));
-        assert!(Config::load(Some(Path::new("/nonexistent/c.toml")), &env_of(&[])).is_err());
-    }
-}
+mod tests;
