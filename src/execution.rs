@@ -73,6 +73,9 @@ impl std::fmt::Debug for EgressForRun {
 #[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct ExecutionResult {
     pub language: Language,
+    /// Which backend ran it: `namespace` (fresh namespaces on the host kernel) or
+    /// `microvm` (the same sandbox inside a QEMU microVM).
+    pub backend: crate::microvm::Backend,
     pub stdout: String,
     pub stderr: String,
     /// The repr of the program's last expression, as a REPL shows it (`codebox serve`;
@@ -180,6 +183,7 @@ impl ExecutionResult {
     pub fn blank(language: Language) -> ExecutionResult {
         ExecutionResult {
             language,
+            backend: crate::microvm::Backend::Namespace,
             stdout: String::new(),
             stderr: String::new(),
             value: None,
@@ -600,6 +604,7 @@ pub fn result_from(
         start: None,
         zygote: false,
         runtime: None,
+        backend: crate::microvm::Backend::Namespace,
         language,
         stdout: outcome.stdout.text("stdout"),
         stderr: outcome.stderr.text("stderr"),

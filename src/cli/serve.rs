@@ -161,6 +161,8 @@ struct Resolved {
     preload: Option<Vec<String>>,
     /// `[python] zygote`: fork Python sandboxes from a zygote (default on).
     zygote: bool,
+    /// `backend` of the config, replacing the profile's.
+    backend: Option<codebox::microvm::Backend>,
     packages: codebox::packages::PackagesSection,
     output: codebox::output::OutputSection,
     tasks: codebox::tasks::TasksSection,
@@ -270,6 +272,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         network: file.network.clone(),
         preload: file.python.preload.clone(),
         zygote: file.python.zygote.unwrap_or(true),
+        backend: file.backend,
         packages: file.packages.clone(),
         output: file.output.clone(),
         tasks: file.tasks.clone(),
@@ -427,6 +430,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let mut profile = Profile::load(&args.profile)?;
+    if args.backend.unwrap_or(profile.backend) == codebox::microvm::Backend::Microvm {
+        bail!(
+            "backend microvm: `codebox serve` does not run microVM sandboxes yet (its pool, \
+             sessions and egress are not wired to them); `codebox run --backend microvm` does"
+        );
+    }
     if let Some(network) = &args.network {
         profile
             .set_network(network.clone())

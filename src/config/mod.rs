@@ -84,6 +84,11 @@ pub struct Config {
     /// The sandbox profile every execution runs with: a shipped one (`default`,
     /// `network`) or a path to a profile file (relative to this file); default `default`.
     pub profile: Option<String>,
+    /// Where sandboxes run: `namespace` or `microvm`; replaces the profile's `backend`.
+    pub backend: Option<crate::microvm::Backend>,
+    /// The microVM guest tree (`cargo xtask guest`; default: next to the binary, or a
+    /// checkout's `target/guest`).
+    pub guest: Option<PathBuf>,
     /// The rootfs (relative to this file); default: `$CODEBOX_ROOTFS`, else
     /// `../share/codebox/rootfs` from the binary's directory, else a checkout's
     /// `target/rootfs`.
@@ -339,6 +344,7 @@ impl Config {
         };
         for p in [
             &mut self.rootfs,
+            &mut self.guest,
             &mut self.mcp_config,
             &mut self.skills_dir,
             &mut self.skills_shared,
@@ -385,6 +391,13 @@ impl Config {
         };
         if let Some(v) = env("CODEBOX_PROFILE") {
             self.profile = Some(v);
+        }
+        if let Some(v) = env("CODEBOX_BACKEND") {
+            self.backend = Some(v.trim().parse().map_err(|reason| Error::BadEnv {
+                var: "CODEBOX_BACKEND".into(),
+                value: v.clone(),
+                reason,
+            })?);
         }
         if let Some(v) = env("CODEBOX_ROOTFS") {
             self.rootfs = Some(v.into());

@@ -15,6 +15,28 @@ fn error_columns_count_characters() {
 }
 
 #[test]
+fn the_backend_and_guest_come_from_the_file_or_the_environment() {
+    use crate::microvm::Backend;
+    let mut c = Config::parse(
+        "backend = \"microvm\"\nguest = \"g\"\n",
+        Path::new("/etc/c/codebox.toml"),
+    )
+    .unwrap();
+    c.resolve_paths(Path::new("/etc/c"));
+    assert_eq!(c.backend, Some(Backend::Microvm));
+    assert_eq!(c.guest.as_deref(), Some(Path::new("/etc/c/g")));
+    c.apply_env(&env_of(&[("CODEBOX_BACKEND", "namespace")]))
+        .unwrap();
+    assert_eq!(c.backend, Some(Backend::Namespace));
+    let err = c
+        .apply_env(&env_of(&[("CODEBOX_BACKEND", "firecracker")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("namespace or microvm"), "{err}");
+    assert!(Config::parse("backend = \"kvm\"\n", Path::new("c.toml")).is_err());
+}
+
+#[test]
 fn full_file_parses() {
     let c = Config::parse(
         "profile = \"network\"\nconcurrency = 3\n[http]\naddr = \"0.0.0.0:9\"\ntoken = \"env:T\"\nallowed_hosts = [\"a\"]\n",

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod deferred;
 pub mod host_support;
+pub mod microvm;
 
 use crate::execution::{self, ExecutionRequest, Host};
 use crate::profile::Profile;
@@ -88,6 +89,7 @@ pub fn run(profile: &Profile, rootfs_dir: Option<&std::path::Path>, root_host_id
     if let Some(rootfs) = rootfs_check(rootfs_dir, &mut checks) {
         let host = Host::new(rootfs, IdMapping::for_current_process(root_host_id));
         checks.extend(sandbox_layers(&host, profile));
+        checks.extend(microvm::checks(&host, profile, None));
     }
     Report::new(profile, checks)
 }

@@ -94,6 +94,29 @@ pub struct Rootfs {
     fingerprint: String,
 }
 
+impl Rootfs {
+    /// A tree this module did not verify because something else did: the microVM guest's
+    /// rootfs, an erofs image whose hash the host checked against the guest tree's
+    /// manifest before the guest booted (`microvm::image`). It has no manifest digest, so
+    /// [`recheck`] always refuses it.
+    pub fn checked_elsewhere(path: PathBuf) -> Rootfs {
+        Rootfs {
+            path,
+            manifest_sha256: String::new(),
+            entries: 0,
+            verification: Verification::Full,
+            sealed: Ok(()),
+            root: Identity {
+                dev: 0,
+                ino: 0,
+                size: 0,
+                ctime_ns: 0,
+            },
+            fingerprint: String::new(),
+        }
+    }
+}
+
 /// Verifies the rootfs at `root`: O(1) for a sealed tree with a valid stamp, a metadata
 /// check of every entry for an unsealed one with a valid stamp, else in full (and stamps).
 pub fn verify(root: &Path, stamp_dir: Option<&Path>) -> Result<Rootfs> {
@@ -236,8 +259,12 @@ pub fn recheck(rootfs: &mut Rootfs, stamp_dir: Option<&Path>) -> Result<Recheck>
     if digest != rootfs.manifest_sha256 {
         return Err(Error::Replaced {
             root,
-            verified: rootfs.manifest_sha256[..12].to_string(),
-            now: digest[..12].to_string(),
+            verified: rootfs
+                .manifest_sha256
+                .get(..12)
+                .unwrap_or("none")
+                .to_string(),
+            now: digest.get(..12).unwrap_or("none").to_string(),
         });
     }
     let manifest = Manifest::parse(&text, &manifest_path)?;

@@ -33,12 +33,13 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 pub use cgroup::{CgroupManager, CgroupStats};
+pub use child::fds::slot::INHERITED as FIRST_INHERITED_FD;
 pub use child::fds::{set_nonblocking, PROGRAM_CHANNEL_FD};
 pub use error::{Error, Result};
 pub use idmap::IdMapping;
 pub use landlock::{LandlockMode, LandlockStatus};
 pub use report::ProgramStatus;
-pub use spawn::{cgroup_limits, spawn};
+pub use spawn::{cgroup_limits, spawn, spawn_with_devices};
 pub use spec::{Limits, NetworkAccess, Program, SandboxSpec, SecurityPolicy};
 pub use supervise::{Captured, Discard, Outcome, OutputSink};
 

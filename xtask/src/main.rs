@@ -15,6 +15,7 @@ mod bench_throughput;
 mod dist;
 mod docs;
 mod fuzz;
+mod guest;
 mod image;
 mod instructions;
 mod rootfs;
@@ -25,6 +26,8 @@ cargo xtask <command> [options]
 
 Commands:
   rootfs            build the sandbox's root filesystem (target/rootfs)
+  guest             the microVM backend's guest (kernel, initramfs, erofs rootfs image)
+                    and the jailed VMM's root directory (target/guest)
   test              everything CI runs: rootfs, lints, all tests as root and rootless
   docs              the book (docs/, mdBook) into target/book: the configuration reference
                     rendered from the types, every internal link checked
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
     {
         Some("rootfs") => rootfs::run(&rest),
         Some("test") => test::run(&rest),
+        Some("guest") => guest::run(&rest),
         Some("dist") => dist::run(&rest),
         Some("docs") => docs::run(&rest),
         Some("fuzz") => fuzz::run(&rest),

@@ -261,6 +261,15 @@ if (!codeWaiting()) {
 if (Deno.env.get("HTTPS_PROXY")) (await import("./egress.js")).install();
 announceReady();
 const { code, session, ephemeral, wantValue, outputs, rest } = receive();
+// A microVM clone restored from a template shares this process's memory with every other
+// clone, its Web Crypto generator included (rand's ThreadRng: ChaCha, reseeded from the
+// kernel after every 64 KiB it produces). Drawing 64 KiB here makes its next draw reseed
+// from the kernel, whose pool the host reseeded before the code was sent. Math.random's
+// state (V8's, per isolate) cannot be reseeded from here: see microvm/template.rs.
+{
+  const burn = new Uint8Array(65536);
+  crypto.getRandomValues(burn);
+}
 // Output files (outputs.js), loaded only when asked for.
 const outputsJs = outputs ? (preloaded?.outputs ?? await own("outputs.js")) : null;
 if (session) {

@@ -330,6 +330,27 @@ def _code_waiting():
     return bool(poller.poll(0))
 
 
+def _reseed():
+    """Generators seeded before the code arrived draw anew from the kernel: a microVM
+    clone restored from a template shares its interpreter's memory with every other clone
+    (its kernel's pool is reseeded from the host before the code is sent); a pooled
+    interpreter that preloaded numpy seeded numpy's global generator while it waited.
+    Python's string hash seed is drawn at start-up and cannot be drawn again here (see
+    microvm/template.rs). A few microseconds."""
+    rnd = sys.modules.get("random")
+    if rnd is not None:
+        rnd.seed()
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile._name_sequence = None
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        try:
+            numpy_random.seed()
+        except Exception:
+            pass
+
+
 def _preload(always=False):
     """A pooled interpreter (nothing waits on fd 3 yet) imports the modules the profile's
     [python] preload lists, so the program's `import pandas` is a lookup in sys.modules. A
@@ -396,6 +417,7 @@ def serve(preloaded):
     module = type(sys)("__main__")
     _announce_ready()
     source, mode, rest, written = _receive()
+    _reseed()
     _layers_before = _loaded_layers()
     if preloaded:
         _unshadow(preloaded, written)

@@ -27,6 +27,9 @@ pub mod slot {
     pub const EGRESS: RawFd = 12;
     /// The first descriptor number above the slots.
     pub const END: RawFd = 13;
+    /// Where a program's inherited descriptors (`Program::inherit`) are, in the init and
+    /// in the program: `INHERITED`, `INHERITED + 1`, ...
+    pub const INHERITED: RawFd = END;
 }
 
 /// The descriptor number the program finds the proxy channel on.
@@ -109,15 +112,16 @@ pub fn arrange(pairs: &[(RawFd, RawFd)], scratch_base: RawFd) -> io::Result<()> 
 
 /// Closes every descriptor from `first` upwards.
 pub fn close_from(first: RawFd) -> io::Result<()> {
+    close_range(first, libc::c_uint::MAX)
+}
+
+/// Closes every descriptor from `first` to `last` (inclusive); nothing when `last < first`.
+pub fn close_range(first: RawFd, last: libc::c_uint) -> io::Result<()> {
+    if (last as u64) < first as u64 {
+        return Ok(());
+    }
     // SAFETY: close_range takes plain integers; closing descriptors this process owns.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first as libc::c_uint,
-            libc::c_uint::MAX,
-            0,
-        )
-    };
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, last, 0) };
     if r == -1 {
         return Err(io::Error::last_os_error());
     }

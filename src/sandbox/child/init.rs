@@ -74,7 +74,8 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
         (fds.lifeline, slot::LIFELINE),
         (fds.control, slot::CONTROL),
     ];
-    let mut pairs = [(-1, -1); 10];
+    let inherited = &spec.program.inherit;
+    let mut pairs = [(-1, -1); 10 + crate::sandbox::spec::MAX_INHERITED];
     pairs[..fixed.len()].copy_from_slice(&fixed);
     let mut used = fixed.len();
     for (fd, target) in [(fds.workspace, slot::WORKSPACE), (fds.egress, slot::EGRESS)] {
@@ -82,6 +83,11 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
             pairs[used] = (fd, target);
             used += 1;
         }
+    }
+    // The program's inherited descriptors (validated: at most MAX_INHERITED).
+    for (i, &fd) in inherited.iter().enumerate() {
+        pairs[used] = (fd, slot::INHERITED + i as i32);
+        used += 1;
     }
     if fds::arrange(&pairs[..used], 64).is_err() {
         // SAFETY: _exit is async-signal-safe and skips the parent's copied destructors.
@@ -91,7 +97,11 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
     // spawning process had open at such a number would stay open here otherwise (its sync
     // write end, say: the read in step 3 would then never see end of file).
     const _: () = assert!(slot::END == slot::EGRESS + 1 && slot::EGRESS == slot::WORKSPACE + 1);
-    check(fds::close_from(slot::END), Stage::ArrangeFds, 0);
+    check(
+        fds::close_from(slot::INHERITED + inherited.len() as i32),
+        Stage::ArrangeFds,
+        0,
+    );
     for (fd, unused_slot) in [(fds.workspace, slot::WORKSPACE), (fds.egress, slot::EGRESS)] {
         if fd < 0 {
             // SAFETY: closing a descriptor number this process does not use (EBADF when
@@ -232,6 +242,12 @@ pub fn run(fds: ChildFds, plan: &MountPlan, spec: &SandboxSpec) -> ! {
         // SAFETY: closing descriptors this process owns.
         unsafe { libc::close(fd) };
     }
+    // The inherited descriptors are the program's alone: its peer must see them close
+    // when the program ends, not when the init does.
+    let _ = fds::close_range(
+        slot::INHERITED,
+        (slot::INHERITED + inherited.len() as i32 - 1) as libc::c_uint,
+    );
 
     // 11. Reap until the program itself ends (orphans it leaves are reaped on the way),
     //     the deadline passes or the spawning process is gone.

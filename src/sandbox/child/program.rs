@@ -33,8 +33,19 @@ pub fn run(spec: &SandboxSpec) -> ! {
     );
     check(fds::set_cloexec_raw(slot::ERRORS), Stage::ProgramStdio, 1);
 
-    // 4. Nothing else stays open: 0-3 for the program, the errors pipe until exec.
-    check(fds::close_from(slot::ERRORS + 1), Stage::CloseFds, 0);
+    // 4. Nothing else stays open: 0-3 for the program, the errors pipe until exec, and
+    //    the inherited descriptors (if any) where the init put them.
+    let inherited = spec.program.inherit.len() as i32;
+    check(
+        fds::close_range(slot::ERRORS + 1, (slot::INHERITED - 1) as libc::c_uint),
+        Stage::CloseFds,
+        0,
+    );
+    check(
+        fds::close_from(slot::INHERITED + inherited),
+        Stage::CloseFds,
+        1,
+    );
 
     // 5. Resource limits.
     let limits = &spec.limits;

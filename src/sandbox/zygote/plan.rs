@@ -33,6 +33,7 @@ pub fn key(spec: &SandboxSpec) -> Option<String> {
         .last()
         .is_some_and(|a| a.as_bytes() == PYTHON_BOOT.as_bytes());
     if !boots_python
+        || !spec.program.inherit.is_empty()
         || spec.workspace.is_some()
         || spec.workspace_mount.is_some()
         || matches!(spec.policy.network, NetworkAccess::Proxy { .. })

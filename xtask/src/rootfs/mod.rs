@@ -20,14 +20,14 @@ mod deno_cache;
 mod elf;
 mod glob;
 mod ldso;
-mod manifest;
+pub(crate) mod manifest;
 mod native;
-mod plan;
+pub(crate) mod plan;
 mod python;
 mod recipe;
 pub mod seal;
-mod state;
-mod sync;
+pub(crate) mod state;
+pub(crate) mod sync;
 pub mod wheels;
 
 use std::ffi::OsString;
@@ -238,7 +238,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
     ]);
     let modules = python::plan(&py, &recipe.python, &compile, &mut plan)?;
     plan.file(&recipe.deno.dest, &deno.binary)?;
-    let libs = plan_libraries(&mut plan)?;
+    let libs = plan_libraries_counted(&mut plan)?;
     plan.check_links()?;
 
     let out = prepare_out(&out)?;
@@ -346,7 +346,11 @@ impl ldso::View for PlanView<'_> {
 /// (vendored by a wheel, found through the wheel's `$ORIGIN` run path) stays where it is; one
 /// from the host goes to its real path, with a link for each other name the loader finds it
 /// under.
-fn plan_libraries(plan: &mut Plan) -> Result<Libraries> {
+pub(crate) fn plan_libraries(plan: &mut Plan) -> Result<usize> {
+    plan_libraries_counted(plan).map(|l| l.total)
+}
+
+fn plan_libraries_counted(plan: &mut Plan) -> Result<Libraries> {
     let mut roots = Vec::new();
     for (rel, entry) in plan.entries() {
         let Entry::File { src, .. } = entry else {

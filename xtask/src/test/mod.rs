@@ -4,8 +4,9 @@
 //! 2. the rootfs (`cargo xtask rootfs`)
 //! 3. `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`, then the
 //!    Kubernetes manifests and the balancer config (`kubernetes.rs`, about 10 s)
-//! 4. `cargo test --workspace` as the current user, strict (no feature may be skipped);
-//!    then the instruction budgets of the hot paths under callgrind (`instructions.rs`)
+//! 4. the microVM guest of the test build (`cargo xtask guest`), then `cargo test
+//!    --workspace` as the current user, strict (no feature may be skipped); then the
+//!    instruction budgets of the hot paths under callgrind (`instructions.rs`)
 //! 5. the MCP conformance suite against `codebox serve --http`, with its baseline
 //! 6. as root: the integration tests again as an unprivileged user (rootless mode)
 //! 7. the release (`release.rs`): `cargo xtask dist` of the debug binary, the tarball
@@ -165,6 +166,12 @@ pub fn run(args: &[OsString]) -> Result<()> {
     crate::docs::build(&root, true)?;
 
     let before_tests = leaks::Snapshot::take();
+
+    // tests/microvm.rs boots the guest whose init is the codebox binary of this very
+    // build (the host refuses another): build the tests first, then the guest from it.
+    step("microVM guest of the test build (cargo xtask guest)");
+    cargo(&root, &["test", "--workspace", "--no-run"])?;
+    crate::guest::run(&[])?;
 
     step("cargo test (as the current user)");
     let mut test = cargo_command(&root, &["test", "--workspace"]);
