@@ -69,7 +69,8 @@ async fn through_guard(input: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let capacity = input.len() + 1024;
     let (mut client_end, server_in) = tokio::io::duplex(capacity);
     let (server_out, mut client_read) = tokio::io::duplex(capacity * 4 + 64 * 1024);
-    let (mut rmcp_in, rmcp_out) = codebox::server::transport::stdio_guard::guard(server_in, server_out);
+    let (mut rmcp_in, rmcp_out) =
+        codebox::server::transport::stdio_guard::guard(server_in, server_out);
     client_end.write_all(input).await.expect("write stdin");
     drop(client_end);
     // stdout is read while rmcp's side is: answers must not wait for room.
