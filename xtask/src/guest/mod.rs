@@ -231,6 +231,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
     }
     let mut st = state::State::load(&build_dir.join("state.tsv"));
     let stats = sync::sync(&plan, &out, &mut st)?;
+    // Sealed like the rootfs (no write bit anywhere), which the manifest's scan requires
+    // and codebox's sealed check of the tree relies on.
+    crate::rootfs::seal::seal(&out, &plan)?;
     let lines = manifest::scan(&out, &plan, &mut st)?;
     manifest::write(&out, &manifest::render(&lines))?;
     st.retain(|p| plan.get(p).is_some());
