@@ -158,14 +158,19 @@ fn a_sealed_rootfs_is_trusted_by_its_stamp_but_a_planted_file_is_refused() {
     let (how, err) = run_in(root.path(), home.path());
     assert_eq!(how, "refused", "{err}");
     assert!(err.contains("/etc/ld.so.preload is not listed"), "{err}");
-    // A tree that became writable is no longer trusted by its seal.
+    // A tree that became writable is no longer trusted by its seal. (A sealed directory
+    // refuses its owner's unlink unless they are root: opened for the removal first.)
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::remove_file(etc.join("ld.so.preload")).unwrap();
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o555)).unwrap();
     std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let (how, err) = run_in(root.path(), home.path());
     assert!(
         how == "verification=Full" || how == "verification=Stamp",
         "{how}: {err}"
     );
+    // Opened again so the temporary directory can be removed by a user other than root.
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 #[test]
