@@ -206,21 +206,35 @@ fn the_zygote_maps_no_shared_writable_memory() {
         if parent.starts_with(b"codebox-zinit") {
             continue;
         }
-        let Ok(status) = std::fs::read_to_string(format!("{z}/status")) else {
-            continue;
-        };
-        let uid: u32 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|l| l.split_whitespace().next()?.parse().ok())
-            .unwrap();
-        let Ok(meta) = std::fs::metadata(format!("{z}/status")) else {
-            continue;
-        };
+        // While a child of the pool's refill is between its clone and its id maps, the
+        // zygote's memory is dumpable by design (C1 shares it): a zygote must be found
+        // non-dumpable once that moment has passed, not at every instant. A zygote that
+        // stays dumpable fails after 2 s of looking.
         use std::os::unix::fs::MetadataExt;
+        let mut observed = None;
+        for _ in 0..100 {
+            let Ok(status) = std::fs::read_to_string(format!("{z}/status")) else {
+                break;
+            };
+            let Ok(meta) = std::fs::metadata(format!("{z}/status")) else {
+                break;
+            };
+            let uid: u32 = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().next()?.parse().ok())
+                .unwrap();
+            observed = Some((meta.uid(), uid));
+            if meta.uid() != uid {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let Some((owner, uid)) = observed else {
+            continue; // gone meanwhile (a child that ended)
+        };
         assert_ne!(
-            meta.uid(),
-            uid,
+            owner, uid,
             "{z} is dumpable: its /proc entries are its user's"
         );
         zygotes_checked += 1;
