@@ -12,6 +12,10 @@ impl CodeboxServer {
     /// clients beyond counts (also `codebox.health()` from code and `codebox://health`).
     pub(super) fn health_value(&self) -> serde_json::Value {
         let s = &self.state;
+        // The checker's counters before the readiness they explain: the readiness is
+        // then at least as new, so a reader who sees `sandbox_checker.unfinished == n`
+        // also sees the state the n-th unfinished checker left (they are two locks).
+        let sandbox_checker = s.layers.checker_status();
         let layers: Vec<serde_json::Value> = s
             .layers
             .checks()
@@ -34,7 +38,7 @@ impl CodeboxServer {
             "concurrency": s.settings.concurrency,
             "pool": wiring::pool::health(s.pool.as_ref()),
             "spawner": s.spawner.status(),
-            "sandbox_checker": s.layers.checker_status(),
+            "sandbox_checker": sandbox_checker,
             "rootfs": s.layers.rootfs.status(),
             "sessions": {
                 "keeper": s.sessions.keeper_status(),
