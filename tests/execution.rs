@@ -228,6 +228,39 @@ fn workspace_is_shared_and_importable() {
     assert_eq!(v["stdout"], "42\n", "{v:#}");
 }
 
+/// A cold Python sandbox imports boot.py from the byte code the rootfs ships: run as a
+/// script it was compiled at every start (26 M instructions, more than the interpreter's
+/// own start). Under its own name, so a workspace's `boot.py` is the program's `boot`.
+#[test]
+fn a_cold_python_start_imports_its_boot_file_from_byte_code() {
+    if !sandbox_available("a_cold_python_start_imports_its_boot_file_from_byte_code") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("boot.py"), "MINE = True\n").unwrap();
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).unwrap();
+    }
+    let code = "import os, sys\n\
+        spec = sys.modules['_codebox_boot'].__spec__\n\
+        print(spec.origin, spec.cached.startswith('/opt/codebox/python/__pycache__/boot.'), os.path.exists(spec.cached))\n\
+        print(type(spec.loader).__name__, sys.modules['__main__'].__file__ if hasattr(sys.modules['__main__'], '__file__') else '-')\n\
+        import boot\n\
+        print(boot.MINE, boot.__file__)\n";
+    let v = run_json(
+        "python",
+        code,
+        &["--workspace", dir.path().to_str().unwrap()],
+    );
+    assert_eq!(
+        v["stdout"],
+        "/opt/codebox/python/boot.py True True\n\
+         SourceFileLoader -\n\
+         True /workspace/boot.py\n",
+        "{v:#}"
+    );
+}
+
 #[test]
 fn files_are_written_into_the_workspace_before_the_run() {
     if !sandbox_available("files_are_written_into_the_workspace_before_the_run") {

@@ -12,8 +12,9 @@ use super::super::seccomp::{CompiledFilter, SeccompProfile};
 use super::super::spec::{NetworkAccess, Program, SandboxSpec, SecurityPolicy};
 use super::Error;
 
-/// The boot file a Python sandbox runs; a spec running anything else has no zygote.
-pub const PYTHON_BOOT: &str = "/opt/codebox/python/boot.py";
+/// How a Python sandbox starts its boot file (`python3 … -c` this); a spec running
+/// anything else has no zygote.
+pub const PYTHON_BOOT: &str = crate::runtime::PYTHON_LAUNCHER;
 /// The zygote's own program, beside it in the rootfs.
 pub const ZYGOTE_PROGRAM: &str = "/opt/codebox/python/zygote.py";
 
@@ -27,11 +28,10 @@ pub const ZYGOTE_PROGRAM: &str = "/opt/codebox/python/zygote.py";
 /// numerical thread pools of more than one thread (`runtime::thread_env`): a zygote must
 /// stay single-threaded, since each child is made in its memory (`runtime/zygote/fork.c`).
 pub fn key(spec: &SandboxSpec) -> Option<String> {
-    let boots_python = spec
-        .program
-        .argv
-        .last()
-        .is_some_and(|a| a.as_bytes() == PYTHON_BOOT.as_bytes());
+    let boots_python = matches!(
+        spec.program.argv.as_slice(),
+        [.., c, boot] if c.as_bytes() == b"-c" && boot.as_bytes() == PYTHON_BOOT.as_bytes()
+    );
     if !boots_python
         || !spec.program.inherit.is_empty()
         || spec.workspace.is_some()
@@ -85,8 +85,13 @@ pub fn zygote_spec(child: &SandboxSpec) -> Result<SandboxSpec, Error> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    for a in &strings {
-        argv.push(if a == PYTHON_BOOT { ZYGOTE_PROGRAM } else { a });
+    // `python3 <options> -c <launcher>` becomes `python3 <options> zygote.py`.
+    match strings.as_slice() {
+        [options @ .., c, boot] if c == "-c" && boot == PYTHON_BOOT => {
+            argv.extend(options.iter().map(String::as_str));
+            argv.push(ZYGOTE_PROGRAM);
+        }
+        all => argv.extend(all.iter().map(String::as_str)),
     }
     let env: Vec<(String, String)> = child
         .program
