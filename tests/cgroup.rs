@@ -49,6 +49,10 @@ fn main() {
             cleanup_stale_removes_only_dead_owners,
         ),
         Trial::ignorable_test(
+            "a_cgroup_another_cleaner_removed_is_removed_quietly",
+            a_cgroup_another_cleaner_removed_is_removed_quietly,
+        ),
+        Trial::ignorable_test(
             "v2_cgroup_kill_on_own_subtree",
             v2_cgroup_kill_on_own_subtree,
         ),
@@ -434,6 +438,49 @@ fn v1_freeze_then_kill_kills_the_tree() -> Outcome {
     check(cg.clone_into_fd().is_none(), "no v2 directory on v1")?;
     kill_tree(&cg)?;
     remove_and_check(cg)?;
+    Ok(Completion::Completed)
+}
+
+/// A supervisor's cgroups can be removed by two cleaners at once: its spawner factory,
+/// which outlives it by moments, and a later codebox's stale cleanup, which sees the owner
+/// dead. The loser finds the directories gone: that is success, not a warning (CI's
+/// cgroup probe once read those warnings as "no writable cgroup").
+fn a_cgroup_another_cleaner_removed_is_removed_quietly() -> Outcome {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Log {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let m = manager_or_skip!(&[]);
+    let cg = m
+        .create("raced", &CgroupLimits::default())
+        .map_err(fail("create"))?;
+    let paths: Vec<PathBuf> = cg.paths().iter().map(|p| p.to_path_buf()).collect();
+    // The other cleaner: the directories are empty, so rmdir takes them.
+    for p in &paths {
+        std::fs::remove_dir(p).map_err(fail("the other cleaner's rmdir"))?;
+    }
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let removed = tracing::subscriber::with_default(subscriber, || cg.remove());
+    removed.map_err(fail("remove"))?;
+    let logged = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    check(
+        logged.is_empty(),
+        format!("removing a cgroup already removed logged:\n{logged}"),
+    )?;
     Ok(Completion::Completed)
 }
 

@@ -85,7 +85,9 @@ fn cgroup_problem() -> Option<String> {
         .get_or_init(|| {
             let out = codebox(&["run", "python", "-c", "pass"]);
             let err = String::from_utf8_lossy(&out.stderr);
-            (err.contains("cgroup")).then(|| {
+            // A run that worked says nothing against the host's cgroups, whatever it
+            // logged (e.g. a stale cleanup racing another supervisor's own).
+            (!out.status.success() && err.contains("cgroup")).then(|| {
                 format!(
                     "no writable cgroup for the limits (delegate one, see the book, docs/src/operations/service.md, \"Running rootless\"): {}",
                     err.trim()

@@ -134,12 +134,24 @@ impl SandboxCgroup {
                 Ok(false) => {
                     tracing::debug!(cgroup = %d.path.display(), "no cgroup.kill; freezing and killing")
                 }
+                Err(_) if self.vanished() => return Ok(()),
                 Err(e) => {
                     tracing::warn!(?e, cgroup = %d.path.display(), "cgroup.kill failed; freezing and killing")
                 }
             }
         }
         self.freeze_and_kill()
+    }
+
+    /// Whether every directory of the cgroup is gone: removed by another cleaner (the
+    /// spawner factory of a supervisor that ended, racing a later process's stale
+    /// cleanup). A cgroup is removed only once empty, so nothing of it is left to end.
+    fn vanished(&self) -> bool {
+        let gone = self.paths().into_iter().all(gone);
+        if gone {
+            tracing::debug!(cgroup = %self.name, "the cgroup was removed by another cleaner");
+        }
+        gone
     }
 
     fn freezer(&self) -> Freezer<'_> {
@@ -305,6 +317,7 @@ impl SandboxCgroup {
                     });
                 }
             }
+            Err(_) if self.vanished() => return Ok(()),
             Err(e) => {
                 tracing::warn!(?e, cgroup = %self.name, "cannot tell whether the cgroup is empty")
             }
@@ -399,6 +412,7 @@ impl Freezer<'_> {
         match r {
             Ok(true) => {}
             Ok(false) => tracing::warn!(freezer = ?self.dir(), "cgroup did not freeze in time"),
+            Err(_) if self.dir().is_some_and(gone) => {}
             Err(e) => tracing::warn!(?e, freezer = ?self.dir(), "freezing failed"),
         }
     }
@@ -409,8 +423,11 @@ impl Freezer<'_> {
             Freezer::V2(dir) => v2::thaw(dir),
             Freezer::None => return,
         };
-        if let Err(e) = r {
-            tracing::error!(?e, freezer = ?self.dir(), "thawing failed");
+        match r {
+            Ok(()) => {}
+            // Removed by another cleaner: nothing left frozen.
+            Err(_) if self.dir().is_some_and(gone) => {}
+            Err(e) => tracing::error!(?e, freezer = ?self.dir(), "thawing failed"),
         }
     }
 
@@ -420,4 +437,9 @@ impl Freezer<'_> {
             Freezer::None => None,
         }
     }
+}
+
+/// Whether `dir` no longer exists.
+fn gone(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
