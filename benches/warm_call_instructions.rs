@@ -156,8 +156,14 @@ fn parent() -> ExitCode {
     }
 }
 
-/// The instruction count of each dump `out.N` (N from 1), in order; the files are removed.
+/// The instruction count of each dump `out.N` (N from 1), in order; the files are removed
+/// unless `CODEBOX_KEEP_CALLGRIND` is set (then `callgrind_annotate --inclusive=yes` shows
+/// where a call's instructions go).
 fn dumps(out: &str) -> std::io::Result<Vec<u64>> {
+    let keep = std::env::var_os("CODEBOX_KEEP_CALLGRIND").is_some();
+    if keep {
+        eprintln!("warm_call_instructions: the dumps stay in {out}.N");
+    }
     let mut counts = Vec::new();
     for n in 1.. {
         let path = format!("{out}.{n}");
@@ -172,7 +178,9 @@ fn dumps(out: &str) -> std::io::Result<Vec<u64>> {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .ok_or_else(|| std::io::Error::other(format!("{path} has no summary line")))?;
         counts.push(total);
-        let _ = std::fs::remove_file(&path);
+        if !keep {
+            let _ = std::fs::remove_file(&path);
+        }
     }
     // The final dump at exit (everything after the last call, collected nowhere).
     let _ = std::fs::remove_file(out);

@@ -268,8 +268,12 @@ pub fn is_root() -> bool {
 
 pub use kubernetes::run_command as check_kubernetes;
 
+/// Prints a step's heading with the time since the first step (CI's budget is per run:
+/// the log then says which step took how long).
 fn step(name: &str) {
-    println!("\n==> {name}");
+    static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let since = FIRST.get_or_init(std::time::Instant::now).elapsed().as_secs();
+    println!("\n==> {name}   [+{}:{:02}]", since / 60, since % 60);
 }
 
 pub fn workspace_root() -> PathBuf {
