@@ -411,13 +411,18 @@ def prepare(preload_always=False):
     return _preload(preload_always)
 
 
-def serve(preloaded):
-    """Announces ready, receives the boot frame on fd 3 and runs the program."""
+def serve(preloaded, reseeded=False):
+    """Announces ready, receives the boot frame on fd 3 and runs the program. `reseeded`:
+    the generators were drawn anew in this process already, after anything that shares
+    its memory was made (a zygote's child reseeds right after its fork, before it waits:
+    zygote.py); otherwise they are drawn anew once the code is here (a microVM clone's
+    memory is its template's until then)."""
     global _layers_before
     module = type(sys)("__main__")
     _announce_ready()
     source, mode, rest, written = _receive()
-    _reseed()
+    if not reseeded:
+        _reseed()
     _layers_before = _loaded_layers()
     if preloaded:
         _unshadow(preloaded, written)

@@ -196,7 +196,10 @@ if __name__ == "__main__":
         # program as boot.py would.
         _warm = _became.warm_up
         del _became
+        # Drawn anew here, in this child alone, before it waits for its code: boot.py's
+        # serve need not do it again on the request's path (numpy's generator costs a
+        # millisecond or more there: its pages are the zygote's until first written).
         _reseed()
         if _warm:
             _warm_up(_boot)
-        _boot.serve(_PRELOADED[0])
+        _boot.serve(_PRELOADED[0], reseeded=True)
