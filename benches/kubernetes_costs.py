@@ -1,7 +1,7 @@
 """What one codebox replica costs: the warm pool per sandbox (health), executions' peak
 memory (their results), and the supervisor's RSS idle and under load. Run by
 benches/kubernetes_pod.sh against `codebox serve --http` in pod-like conditions; the
-figures are in docs/DEPLOY-KUBERNETES.md ("Resources").
+figures are in docs/src/operations/kubernetes-deployment.md ("Resources").
 
 usage: kubernetes_costs.py URL TOKEN SERVE_PID   (with the official Python MCP SDK)
 """

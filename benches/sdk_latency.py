@@ -1,12 +1,14 @@
 """Client-side latency as the official Python MCP SDK sees it over stdio, side by side in
-one run: the client's floor, codebox warm, codebox in back-to-back bursts, and pydantic's
-mcp-run-python when it runs here. `cargo xtask bench-sdk` builds and installs what this
-needs and runs it; by hand:
+one run: the client's floor, codebox warm, codebox in back-to-back bursts, and two peers
+when they run here: pydantic's mcp-run-python (Python) and code-executor-mcp (TypeScript).
+`cargo xtask bench-sdk` builds and installs what this needs and runs it; by hand:
 
     PYTHONPATH=target/mcp-pydeps CODEBOX_ROOTFS=target/rootfs /usr/bin/python3 \\
         benches/sdk_latency.py --codebox target/release/codebox \\
         [--rounds 10] [--samples 10] [--bursts 5] [--burst-size 20] [--pool-size 2] \\
-        [--peer target/bench-peers/mcp-run-python --deno target/bench-peers/deno/bin/deno]
+        [--peer target/bench-peers/mcp-run-python --deno target/bench-peers/deno/bin/deno] \\
+        [--code-executor target/bench-peers/code-executor-mcp \\
+         --code-executor-deno target/bench-peers/deno/bin/deno]
 
 Cases, each a `tools/call` timed from the SDK's `call_tool` to its return:
 - floor: a no-op tool of a trivial stdio server (the SDK's own MCPServer, this file run
@@ -14,7 +16,9 @@ Cases, each a `tools/call` timed from the SDK's `call_tool` to its return:
 - codebox `execute_python print(1)` and `execute_typescript console.log(1)` on one
   `codebox serve` with a pool of --pool-size per language, each call made once every
   pool is full again (polled with `health`), so every call should be warm;
-- mcp-run-python `run_python_code print(1)` (Pyodide in Deno, in-process) if it starts.
+- mcp-run-python `run_python_code print(1)` (Pyodide in Deno, in-process) if it starts;
+- code-executor-mcp `executeTypescript console.log(1)` (a fresh Deno process per call) if
+  it starts.
 Every round runs the cases in a new random order, --samples calls each; before every
 measured call of any case codebox's pools are full, so no refill runs in the background.
 
@@ -23,8 +27,8 @@ pause; each call's `start` (structuredContent: "cold", or a warm kind) gives a p
 such as WWcWWc (c cold, else the kind's initial in capitals).
 
 Prints medians and p99, each minus the floor's median ("over floor": what the server adds
-to the client's typical cost of a call), and codebox's over-floor figures divided by the
-peer's. Results are checked (stdout "1"); timings never are.
+to the client's typical cost of a call), and codebox's over-floor figures divided by each
+peer's in its language. Results are checked (stdout "1"); timings never are.
 """
 
 import argparse
@@ -111,6 +115,13 @@ def check_peer(r):
     return None
 
 
+def check_code_executor(r):
+    sc = r.structured_content or {}
+    if r.is_error or sc.get("success") is not True or sc.get("output") != "1\n":
+        raise RuntimeError(f"code-executor-mcp console.log(1) failed: {text_of(r)[:600]}")
+    return None
+
+
 def full(pool):
     """Whether a language's pool in `health` has every sandbox idle (its `size` is the
     server's own, so a pool that sizes itself is judged by what it wants now)."""
@@ -136,35 +147,65 @@ def letter(start):
     return "c" if start == "cold" else start[:1].upper()
 
 
-async def start_peer(stack, args, peer_log):
-    """Opens a session to mcp-run-python; returns (session, None) or (None, why not)."""
+async def open_peer(stack, params, log, tool, args, check):
+    """Opens a session to a peer and makes one checked call; returns (session, None) or
+    (None, why not)."""
+    try:
+        # Contexts entered outside the timeout's cancel scope: they outlive it.
+        read, write = await stack.enter_async_context(stdio_client(params, errlog=log))
+        s = await stack.enter_async_context(ClientSession(read, write))
+        with anyio.fail_after(START_TIMEOUT):
+            await s.initialize()
+            check(await s.call_tool(tool, args))
+        return s, None
+    except Exception as e:  # noqa: BLE001 - any failure is reported, the rest goes on
+        log.flush()
+        log.seek(0)
+        text = re.sub(r"\x1b\[[0-9;]*m", "", log.read())
+        # Deno's own complaint ("error: ..." up to its source location), else the last line.
+        m = re.search(r"\berror: (.+?)(?=\s*at file:|\s*Stack backtrace|\n|$)", text)
+        why = m.group(1) if m else (text.strip().splitlines() or [repr(e)])[-1]
+        return None, f"{why[:400]} ({type(e).__name__}: {str(e)[:200]})"
+
+
+def with_deno(deno):
+    deno_bin = os.path.dirname(deno)
+    return (deno_bin + ":" if deno_bin else "") + os.environ.get("PATH", "")
+
+
+async def start_peer(stack, args, log):
+    """mcp-run-python: (session, None) or (None, why not)."""
     if args.peer_unavailable:
         return None, args.peer_unavailable
     if not args.peer:
         return None, "not requested (no --peer)"
-    deno_bin = os.path.dirname(args.deno)
-    env = {"PATH": (deno_bin + ":" if deno_bin else "") + os.environ.get("PATH", ""),
+    env = {"PATH": with_deno(args.deno),
            "PYTHONPATH": args.peer, "HOME": os.environ.get("HOME", "/root"),
            "DENO_DIR": args.deno_dir or os.path.join(os.path.dirname(args.peer), "deno-dir"),
            "DENO_NO_UPDATE_CHECK": "1"}
     params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_run_python", "stdio"],
                                    env=env, cwd=tempfile.gettempdir())
-    try:
-        # Contexts entered outside the timeout's cancel scope: they outlive it.
-        read, write = await stack.enter_async_context(stdio_client(params, errlog=peer_log))
-        s = await stack.enter_async_context(ClientSession(read, write))
-        with anyio.fail_after(START_TIMEOUT):
-            await s.initialize()
-            check_peer(await s.call_tool("run_python_code", {"python_code": "print(1)"}))
-        return s, None
-    except Exception as e:  # noqa: BLE001 - any failure is reported, the rest goes on
-        peer_log.flush()
-        peer_log.seek(0)
-        log = re.sub(r"\x1b\[[0-9;]*m", "", peer_log.read())
-        # Deno's own complaint ("error: ..." up to its source location), else the last line.
-        m = re.search(r"\berror: (.+?)(?=\s*at file:|\s*Stack backtrace|\n|$)", log)
-        why = m.group(1) if m else (log.strip().splitlines() or [repr(e)])[-1]
-        return None, f"{why[:400]} ({type(e).__name__})"
+    return await open_peer(stack, params, log, "run_python_code", {"python_code": "print(1)"},
+                           check_peer)
+
+
+async def start_code_executor(stack, args, log):
+    """code-executor-mcp: (session, None) or (None, why not). Its configuration is found in
+    $HOME (an MCP client's config file with no servers, made by xtask); its health-check
+    HTTP listener is off."""
+    if args.code_executor_unavailable:
+        return None, args.code_executor_unavailable
+    if not args.code_executor:
+        return None, "not requested (no --code-executor)"
+    home = os.path.join(args.code_executor, "bench-home")
+    env = {"PATH": with_deno(args.code_executor_deno), "HOME": home,
+           "DENO_PATH": args.code_executor_deno, "MCP_CONFIG_PATH": os.path.join(home, ".claude.json"),
+           "ENABLE_HEALTH_CHECK": "false", "DENO_NO_UPDATE_CHECK": "1",
+           "DENO_DIR": os.path.join(home, "deno-dir")}
+    params = StdioServerParameters(command="node", args=[os.path.join(args.code_executor, "dist", "index.js")],
+                                   env=env, cwd=tempfile.gettempdir())
+    return await open_peer(stack, params, log, "executeTypescript", {"code": "console.log(1)"},
+                           check_code_executor)
 
 
 async def main(args):
@@ -186,6 +227,8 @@ async def main(args):
         floor_s, codebox = sessions
         peer_log = stack.enter_context(tempfile.TemporaryFile("w+"))
         peer, peer_why = await start_peer(stack, args, peer_log)
+        cem_log = stack.enter_context(tempfile.TemporaryFile("w+"))
+        cem, cem_why = await start_code_executor(stack, args, cem_log)
 
         floor = Case("client floor: no-op tool, SDK MCPServer", floor_s, "noop", {}, check_floor)
         cases = [floor] + [
@@ -194,6 +237,9 @@ async def main(args):
         if peer:
             cases.append(Case("mcp-run-python run_python_code print(1)", peer,
                               "run_python_code", {"python_code": "print(1)"}, check_peer))
+        if cem:
+            cases.append(Case("code-executor-mcp executeTypescript console.log(1)", cem,
+                              "executeTypescript", {"code": "console.log(1)"}, check_code_executor))
         unsettled = 0
         for rnd in range(WARM_UP + args.rounds):
             order = cases[:]
@@ -220,10 +266,10 @@ async def main(args):
                     pattern += letter(start)
                 b.patterns.append(pattern)
             bursts[lang] = b
-    report(args, cases, bursts, peer_why, unsettled)
+    report(args, cases, bursts, {"mcp-run-python": peer_why, "code-executor-mcp": cem_why}, unsettled)
 
 
-def report(args, cases, bursts, peer_why, unsettled):
+def report(args, cases, bursts, why_not, unsettled):
     floor = cases[0]
     f_med = statistics.median(floor.samples)
     print(f"\ncodebox {args.codebox} serve, pool {args.pool_size} per language; "
@@ -242,15 +288,18 @@ def report(args, cases, bursts, peer_why, unsettled):
     over = {c.label: row(c) for c in cases}
     for b in bursts.values():
         over[b.label] = row(b)
-    peer = next((c for c in cases if c.label.startswith("mcp-run-python")), None)
-    if peer:
+    # Each peer against codebox in its language: (peer, codebox's warm case, its bursts).
+    pairs = (("mcp-run-python", cases[1], bursts["python"]),
+             ("code-executor-mcp", cases[2], bursts["typescript"]))
+    for name, warm, burst in pairs:
+        peer = next((c for c in cases if c.label.startswith(name)), None)
+        if not peer:
+            print(f"{name}: not measured: {why_not[name]}")
+            continue
         p_med, p_p99 = over[peer.label]
-        for c in (cases[1], bursts["python"]):  # Python against Python
+        for c in (warm, burst):
             med, p99 = over[c.label]
-            print(f"{c.label} / mcp-run-python, over floor: median {med / p_med:.2f}, "
-                  f"p99 {p99 / p_p99:.2f}")
-    else:
-        print(f"mcp-run-python: not measured: {peer_why}")
+            print(f"{c.label} / {name}, over floor: median {med / p_med:.2f}, p99 {p99 / p_p99:.2f}")
     for lang, b in bursts.items():
         warm = sum(v for k, v in b.starts.items() if k != "cold")
         print(f"bursts {lang}: {args.bursts} x {args.burst_size} back-to-back, "
@@ -273,6 +322,10 @@ def parse():
     p.add_argument("--deno-dir", help="the peer's DENO_DIR (default: beside --peer)")
     p.add_argument("--peer-unavailable", metavar="REASON",
                    help="why the peer is not measured (its install failed), for the report")
+    p.add_argument("--code-executor", help="directory code-executor-mcp is built in (dist/index.js)")
+    p.add_argument("--code-executor-deno", default="deno", help="the deno binary it runs")
+    p.add_argument("--code-executor-unavailable", metavar="REASON",
+                   help="why code-executor-mcp is not measured (its build failed)")
     args = p.parse_args()
     if args.peer:  # the peer runs in a scratch directory: no relative paths
         args.peer = os.path.abspath(args.peer)
@@ -280,6 +333,10 @@ def parse():
             args.deno = os.path.abspath(args.deno)
     if args.deno_dir:
         args.deno_dir = os.path.abspath(args.deno_dir)
+    if args.code_executor:
+        args.code_executor = os.path.abspath(args.code_executor)
+        if os.sep in args.code_executor_deno:
+            args.code_executor_deno = os.path.abspath(args.code_executor_deno)
     for name in ("rounds", "samples", "bursts", "burst_size", "pool_size"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -73,6 +73,9 @@ impl std::fmt::Debug for EgressForRun {
 #[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct ExecutionResult {
     pub language: Language,
+    /// Which backend ran it: `namespace` (fresh namespaces on the host kernel) or
+    /// `microvm` (the same sandbox inside a QEMU microVM).
+    pub backend: crate::microvm::Backend,
     pub stdout: String,
     pub stderr: String,
     /// The repr of the program's last expression, as a REPL shows it (`codebox serve`;
@@ -133,6 +136,13 @@ pub struct ExecutionResult {
     /// filesystems, the interpreter a copy of the zygote's) rather than started anew.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub zygote: bool,
+    /// What the runtime reported at the end of a one-shot run from a running server: the
+    /// optional layers the run loaded (`layers`: Deno's Node compatibility layer —
+    /// `node:timers`, `node:buffer`, `node:process` — or matplotlib's backend; none on the
+    /// fast path) and, for TypeScript, when it saw the program end (`end`: `settled`,
+    /// `unload` or `exit`); absent when the runtime did not report (the CLI, sessions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::runtime::RunReport>,
     /// The session the run belonged to: id, keep_alive, interpreter (new, kept, ended).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<serde_json::Value>,
@@ -173,6 +183,7 @@ impl ExecutionResult {
     pub fn blank(language: Language) -> ExecutionResult {
         ExecutionResult {
             language,
+            backend: crate::microvm::Backend::Namespace,
             stdout: String::new(),
             stderr: String::new(),
             value: None,
@@ -199,6 +210,7 @@ impl ExecutionResult {
             tool_channel_error: None,
             start: None,
             zygote: false,
+            runtime: None,
             session: None,
             workspace_usage: None,
             workspace_quota_exceeded: false,
@@ -591,6 +603,8 @@ pub fn result_from(
     ExecutionResult {
         start: None,
         zygote: false,
+        runtime: None,
+        backend: crate::microvm::Backend::Namespace,
         language,
         stdout: outcome.stdout.text("stdout"),
         stderr: outcome.stderr.text("stderr"),

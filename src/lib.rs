@@ -18,6 +18,8 @@
 //! - [`execution`]: one execution end to end: language + code → sandbox → result
 //! - [`hints`]: what a failed result says besides how it ended: the limit met with its
 //!   value and knob, the network being off, a missing package, a name from an earlier call
+//! - [`microvm`]: the microVM backend: the same sandbox inside a jailed QEMU, the guest
+//!   init, warm clones
 //! - [`egress`]: the egress proxy of `proxy` network mode: host allowlist, SSRF checks,
 //!   credentials added at the boundary (TLS interception by a per-installation CA),
 //!   limits and a record of every connection
@@ -64,6 +66,7 @@ pub mod execution;
 pub mod hints;
 pub mod line_reader;
 pub mod metrics;
+pub mod microvm;
 pub mod output;
 pub mod packages;
 pub mod pii;

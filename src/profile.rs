@@ -40,6 +40,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 #[serde(deny_unknown_fields)]
 struct File {
     description: String,
+    /// `namespace` (the default when absent) or `microvm`.
+    #[serde(default)]
+    backend: crate::microvm::Backend,
     limits: LimitsSection,
     seccomp: SeccompSection,
     landlock: LandlockSection,
@@ -112,6 +115,8 @@ pub struct Profile {
     /// shipped name, or the file's absolute path.
     pub source: String,
     pub description: String,
+    /// Where its sandboxes run: fresh namespaces, or the same sandbox in a microVM.
+    pub backend: crate::microvm::Backend,
     pub limits: Limits,
     /// The seccomp policy (`policies/seccomp/<name>.json`) the profile names; proxy mode
     /// runs under `egress` instead (see [`Profile::set_network`]).
@@ -209,6 +214,7 @@ impl Profile {
             name: name.to_string(),
             source: name.to_string(),
             description: file.description,
+            backend: file.backend,
             limits,
             seccomp,
             policy: SecurityPolicy {
@@ -315,6 +321,29 @@ mod tests {
         assert_eq!(n.policy.network, NetworkAccess::Loopback);
         assert_eq!(n.seccomp, SeccompProfile::Network);
         assert_eq!(n.network_mode, NetworkMode::Loopback);
+    }
+
+    #[test]
+    fn the_backend_is_namespace_unless_a_profile_says_microvm() {
+        use crate::microvm::Backend;
+        assert_eq!(
+            Profile::load("default").unwrap().backend,
+            Backend::Namespace
+        );
+        let text = BUILTIN[0].1;
+        let without: String = text
+            .lines()
+            .filter(|l| !l.starts_with("backend") && !l.starts_with("                      #"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            Profile::parse("x", &without).unwrap().backend,
+            Backend::Namespace
+        );
+        let vm = text.replace("backend = \"namespace\"", "backend = \"microvm\"");
+        assert_eq!(Profile::parse("x", &vm).unwrap().backend, Backend::Microvm);
+        let bad = text.replace("backend = \"namespace\"", "backend = \"vm\"");
+        assert!(Profile::parse("x", &bad).is_err());
     }
 
     #[test]

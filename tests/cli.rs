@@ -80,6 +80,99 @@ fn tampered_rootfs_is_refused() {
     );
 }
 
+/// A tiny sealed tree (0555 directories, 0444 files) with a valid manifest: codebox
+/// verifies it (then fails later: there is no Python in it).
+fn tiny_sealed_rootfs() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("etc")).unwrap();
+    std::fs::write(dir.path().join("etc/hosts"), "").unwrap();
+    std::fs::write(
+        dir.path().join(".manifest"),
+        "# codebox rootfs manifest v1\nd\t0555\t/etc\nf\t0444\t0\te3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\t/etc/hosts\n",
+    )
+    .unwrap();
+    for (p, m) in [
+        ("etc/hosts", 0o444),
+        (".manifest", 0o444),
+        ("etc", 0o555),
+        ("", 0o555),
+    ] {
+        std::fs::set_permissions(dir.path().join(p), std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    dir
+}
+
+/// `codebox run --rootfs ROOT python -c 1` with `home` as its HOME (its stamp cache).
+fn run_in(root: &std::path::Path, home: &std::path::Path) -> (String, String) {
+    let out = std::process::Command::new(codebox_bin())
+        .args([
+            "run",
+            "--rootfs",
+            root.to_str().unwrap(),
+            "python",
+            "-c",
+            "1",
+        ])
+        .env("HOME", home)
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .env("RUST_LOG", "codebox=debug")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let err = stderr_of(&out);
+    // Without the log's colour sequences (`ESC [ ... m`).
+    let plain: String = err
+        .split('\u{1b}')
+        .enumerate()
+        .map(|(i, part)| match (i, part.split_once('m')) {
+            (0, _) => part,
+            (_, Some((_, rest))) => rest,
+            (_, None) => "",
+        })
+        .collect();
+    let how = [
+        "verification=Full",
+        "verification=Sealed",
+        "verification=Stamp",
+    ]
+    .into_iter()
+    .find(|v| plain.contains(v))
+    .unwrap_or("refused")
+    .to_string();
+    (how, err)
+}
+
+#[test]
+fn a_sealed_rootfs_is_trusted_by_its_stamp_but_a_planted_file_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tiny_sealed_rootfs();
+    let home = tempfile::tempdir().unwrap();
+    assert_eq!(run_in(root.path(), home.path()).0, "verification=Full");
+    assert_eq!(run_in(root.path(), home.path()).0, "verification=Sealed");
+    // A file planted in a sealed directory, the directory sealed again.
+    let etc = root.path().join("etc");
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(etc.join("ld.so.preload"), "/tmp/evil.so").unwrap();
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let (how, err) = run_in(root.path(), home.path());
+    assert_eq!(how, "refused", "{err}");
+    assert!(err.contains("/etc/ld.so.preload is not listed"), "{err}");
+    // A tree that became writable is no longer trusted by its seal. (A sealed directory
+    // refuses its owner's unlink unless they are root: opened for the removal first.)
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::remove_file(etc.join("ld.so.preload")).unwrap();
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o555)).unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (how, err) = run_in(root.path(), home.path());
+    assert!(
+        how == "verification=Full" || how == "verification=Stamp",
+        "{how}: {err}"
+    );
+    // Opened again so the temporary directory can be removed by a user other than root.
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 #[test]
 fn unknown_language_is_refused() {
     let out = codebox(&["run", "ruby", "-c", "puts 1"]);

@@ -381,11 +381,12 @@ except OSError as e:
         out.contains("noexec") && out.contains("exec refused 13"),
         "{out}"
     );
+    // Nothing but the empty out/ every run starts with (boot.py's make_out_dir).
     let other = call(
         &mut server,
-        json!({"code": "import os; print(sorted(os.listdir('/workspace')))", "session": "new"}),
+        json!({"code": "import os; print(sorted(os.listdir('/workspace')), os.listdir('/workspace/out'))", "session": "new"}),
     );
-    assert_eq!(other["stdout"], "[]\n", "{other:#}");
+    assert_eq!(other["stdout"], "['out'] []\n", "{other:#}");
     server.kill();
 }
 

@@ -151,7 +151,10 @@ fn a_killed_sandbox_checker_is_retried_and_refuses_nothing() {
             .unwrap_or_default();
         assert!(
             state.contains("SIGKILL") && state.contains("not refused"),
-            "{h:#}"
+            "round {round}: the state is {:#}\nthe checker: {:#}\n{}",
+            h["ready"]["sandbox_checks"],
+            h["sandbox_checker"],
+            server.log()
         );
         assert_eq!(h["ready"]["ready"], false, "{h:#}");
     }

@@ -81,6 +81,18 @@ fn the_output_budget_and_kept_output_through_the_python_sdk() {
     );
 }
 
+/// The guard of the warm fast path (tests/mcp/fast_path_client.py): a warm
+/// `console.log(1)` and `print(1)` load none of the runtimes' optional layers and the
+/// TypeScript run ends as soon as it settled; what programs leave for the end of a run
+/// keeps its behaviour.
+#[test]
+fn the_warm_fast_path_loads_no_optional_layer_through_the_python_sdk() {
+    run_client_script(
+        "the_warm_fast_path_loads_no_optional_layer_through_the_python_sdk",
+        "fast_path_client.py",
+    );
+}
+
 #[test]
 fn results_values_and_help_through_the_python_sdk() {
     run_client_script(

@@ -1,5 +1,5 @@
 //! The egress proxy's reading of a sandbox's first request (`codebox::egress::head`)
-//! and of the hosts it names (`codebox::egress::pattern`).
+//! and of the hosts it names (`codebox::egress::rules::pattern`).
 //!
 //! Input: one byte choosing the mode, then
 //! - even: the bytes a sandboxed program sends to the proxy;
@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use codebox::egress::head::{read_first, FirstRequest, NoRequest, Refusal};
-use codebox::egress::pattern::{Host, HostMatch, HostPattern, Target};
+use codebox::egress::rules::pattern::{Host, HostMatch, HostPattern, Target};
 
 use crate::{block_on, budget};
 

@@ -1,5 +1,5 @@
 //! The HTTP listener's checks in front of rmcp: the bearer token, then the body
-//! (`codebox::server::http::{with_bearer, with_body_check}`), exactly as `serve` layers
+//! (`codebox::server::transport::http::{with_bearer, with_body_check}`), exactly as `serve` layers
 //! them, in front of a handler that echoes what reached it.
 //!
 //! Input: a byte of flags (method, token, `MCP-Protocol-Version`), then the body.
@@ -17,8 +17,8 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use axum::routing::any;
 use axum::Router;
-use codebox::server::framing;
-use codebox::server::http::{tokens_of, with_bearer, with_body_check};
+use codebox::server::transport::framing;
+use codebox::server::transport::http::{tokens_of, with_bearer, with_body_check};
 use serde_json::Value;
 use tower::ServiceExt;
 

@@ -1,5 +1,5 @@
 //! The JSON-RPC checks every client message goes through before rmcp sees it
-//! (`codebox::server::framing::check_declared`), on stdio and over HTTP.
+//! (`codebox::server::transport::framing::check_declared`), on stdio and over HTTP.
 //!
 //! Input: one byte choosing the `MCP-Protocol-Version` header the message came with (or
 //! none, as on stdio), then the message.
@@ -12,7 +12,7 @@
 //!   codes whose message is bounded whatever the input echoes;
 //! - checking holds at most a fixed multiple of the message's size.
 
-use codebox::server::framing::{self, Refusal};
+use codebox::server::transport::framing::{self, Refusal};
 use rmcp::model::ClientJsonRpcMessage;
 use serde_json::Value;
 

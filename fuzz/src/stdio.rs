@@ -1,4 +1,4 @@
-//! The stdio transport's guard (`codebox::server::stdio_guard::guard`): client lines in,
+//! The stdio transport's guard (`codebox::server::transport::stdio_guard::guard`): client lines in,
 //! well-formed ones on to rmcp, JSON-RPC errors for the rest.
 //!
 //! Input: the bytes a client writes on stdin.
@@ -10,7 +10,7 @@
 //!   to a line with a readable id carries that id;
 //! - the guard ends when its input does (no line is lost or held).
 
-use codebox::server::framing::{self, MAX_MESSAGE_BYTES};
+use codebox::server::transport::framing::{self, MAX_MESSAGE_BYTES};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -69,7 +69,8 @@ async fn through_guard(input: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let capacity = input.len() + 1024;
     let (mut client_end, server_in) = tokio::io::duplex(capacity);
     let (server_out, mut client_read) = tokio::io::duplex(capacity * 4 + 64 * 1024);
-    let (mut rmcp_in, rmcp_out) = codebox::server::stdio_guard::guard(server_in, server_out);
+    let (mut rmcp_in, rmcp_out) =
+        codebox::server::transport::stdio_guard::guard(server_in, server_out);
     client_end.write_all(input).await.expect("write stdin");
     drop(client_end);
     // stdout is read while rmcp's side is: answers must not wait for room.

@@ -31,7 +31,7 @@ pub const DEFAULT_MAX_QUESTIONS: u32 = 10;
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// What happens to a call of a tool annotated `destructiveHint: true`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DestructiveMode {
     /// Ask the user.
@@ -44,7 +44,7 @@ pub enum DestructiveMode {
 }
 
 /// What happens when the client cannot ask its user (no elicitation capability).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Fallback {
     #[default]
@@ -62,15 +62,19 @@ impl Fallback {
 }
 
 /// `[approval]` as written; unknown keys are refused.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalSection {
     /// Catalog names (`server__tool`, `*` globs) whose calls need approval.
     #[serde(default)]
     pub require_approval: Vec<String>,
+    /// What a call to a tool whose annotations say `destructiveHint: true` does: `ask`
+    /// the user, `allow` it, or `deny` it (default `ask`).
     pub destructive: Option<DestructiveMode>,
     /// How long to wait for the user (`120s`, `2m`).
     pub timeout: Option<String>,
+    /// What a call that needs approval does when the client cannot be asked (no
+    /// elicitation support): `deny` or `allow` (default `deny`).
     pub fallback: Option<Fallback>,
     /// Questions one execution may ask (at least 1).
     pub max_questions: Option<u32>,

@@ -47,7 +47,9 @@ pub use record::{
 };
 
 /// When records reach the disk.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum FsyncPolicy {
     /// `fdatasync` after every record: nothing acknowledged is lost, at the price of a
@@ -63,7 +65,9 @@ pub enum FsyncPolicy {
 }
 
 /// What the server does while the log cannot be written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum OnFailure {
     /// Refuse executions: nothing runs unaudited.
@@ -74,7 +78,7 @@ pub enum OnFailure {
 }
 
 /// The `[audit]` settings.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuditConfig {
     /// The log file; created with mode 0600, missing parent directories with 0700.
@@ -89,8 +93,13 @@ pub struct AuditConfig {
     /// Rotated files kept: `FILE.1` (newest) .. `FILE.<keep>`; 0 keeps none.
     #[serde(default = "default_keep")]
     pub keep: usize,
+    /// When records reach the disk: `always` (fdatasync after each record), `rotate`
+    /// (the default: when a file is rotated or closed; a host crash may lose the last
+    /// seconds) or `never`.
     #[serde(default)]
     pub fsync: FsyncPolicy,
+    /// What happens to executions while a record cannot be written: `refuse` them
+    /// (nothing runs unaudited) or `continue` (the default; the failure is in `health`).
     #[serde(default)]
     pub on_failure: OnFailure,
 }

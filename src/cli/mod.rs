@@ -11,6 +11,7 @@ mod packages;
 mod passthrough;
 mod prepare;
 mod run;
+mod run_tools;
 mod serve;
 mod setup_cgroups;
 mod tools;
@@ -67,6 +68,9 @@ enum Command {
     Install(install::InstallArgs),
     /// Undo `install`: `uninstall claude-code` puts the servers back.
     Uninstall(install::UninstallArgs),
+    /// The microVM guest's init (pid 1 inside the VM); never run by hand.
+    #[command(name = "guest-init", hide = true)]
+    GuestInit,
 }
 
 /// Parses the command line. Help names `serve`'s tools from the server's tool router,
@@ -106,6 +110,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::SetupCgroups(args) => setup_cgroups::run(args),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),
+        Command::GuestInit => codebox::microvm::guest::run(),
     }
 }
 

@@ -17,7 +17,7 @@ use codebox::packages::{
 };
 use codebox::rootfs::manifest::{Entry, Manifest};
 use codebox::runtime::Language;
-use codebox::server::packages_glue::SandboxInstaller;
+use codebox::server::wiring::packages::SandboxInstaller;
 use codebox::spawner::wire::SpawnNetwork;
 use codebox::spawner::SpawnerClient;
 

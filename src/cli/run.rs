@@ -32,6 +32,13 @@ pub struct RunArgs {
     /// [default: $CODEBOX_CONFIG, ./codebox.toml, ~/.config/codebox/config.toml].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// An MCP server configuration (`.mcp.json`, Claude Code's format) whose servers'
+    /// tools the program may call (`from servers.<name> import ...`); repeatable. The run
+    /// then goes through a `codebox serve` started for it (no --workspace, --memory,
+    /// --pids, --output-limit, --allow-host or --zygote: a profile and the config give
+    /// those).
+    #[arg(long = "mcp-config", value_name = "PATH")]
+    mcp_configs: Vec<PathBuf>,
     /// Sandbox profile: a shipped one (default, network) or a path to a .toml file
     /// [default: the config's profile, else default].
     #[arg(long, value_name = "NAME|PATH")]
@@ -85,6 +92,18 @@ pub struct RunArgs {
     /// root and without --allow-host.
     #[arg(long)]
     zygote: bool,
+    /// Where the sandbox runs: `namespace` (fresh namespaces on this kernel) or
+    /// `microvm` (the same sandbox inside a jailed QEMU microVM) [profile: namespace].
+    #[arg(long, value_name = "BACKEND")]
+    backend: Option<codebox::microvm::Backend>,
+    /// The microVM guest tree (`cargo xtask guest`) [default: $CODEBOX_GUEST, else next
+    /// to the binary, else a checkout's target/guest].
+    #[arg(long, value_name = "DIR")]
+    guest: Option<PathBuf>,
+    /// The microVM's accelerator: `auto` (KVM if a probe boots the guest under it, cached
+    /// per host boot; else TCG), `kvm` or `tcg`.
+    #[arg(long, default_value = "auto", value_name = "ACCEL")]
+    accel: codebox::microvm::accel::AccelMode,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -108,6 +127,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let files = read_files(&args.files)?;
+    if !args.mcp_configs.is_empty() {
+        return run_with_tools(&args, code, files);
+    }
     // codebox.toml as `serve` reads it: what applies to one run.
     let env = &codebox::config::process_env;
     let (mut config, _) = codebox::config::Config::load(args.config.as_deref(), env)?;
@@ -190,17 +212,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         egress,
         zygote: args.zygote,
     };
-    let executed = match (&secrets, args.json) {
-        (_, true) => execution::execute(&host, &request, &mut codebox::sandbox::Discard),
-        (None, false) => execution::execute(&host, &request, &mut Passthrough),
-        (Some(secrets), false) => {
-            let mut sink = Redacting::new(secrets);
-            let result = execution::execute(&host, &request, &mut sink);
-            sink.finish();
-            result
-        }
-    };
-    let mut result = executed.map_err(|e| {
+    let microvm = args.backend.unwrap_or(profile.backend) == codebox::microvm::Backend::Microvm;
+    let mut result = if microvm {
+        run_microvm(&args, &host, &request)?
+    } else {
+        let executed = match (&secrets, args.json) {
+            (_, true) => execution::execute(&host, &request, &mut codebox::sandbox::Discard),
+            (None, false) => execution::execute(&host, &request, &mut Passthrough),
+            (Some(secrets), false) => {
+                let mut sink = Redacting::new(secrets);
+                let result = execution::execute(&host, &request, &mut sink);
+                sink.finish();
+                result
+            }
+        };
+        executed.map_err(|e| {
         let cgroup = matches!(
             e,
             execution::Error::Sandbox(codebox::sandbox::Error::Cgroup(_))
@@ -213,7 +239,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         } else {
             anyhow::Error::new(e)
         }
-    })?;
+    })?
+    };
     if let Some(secrets) = &secrets {
         result.redact_secrets(secrets);
     }
@@ -234,6 +261,82 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
     );
     report(&result, args.json)
+}
+
+/// `--mcp-config`: the run goes through a `codebox serve` of its own (see `run_tools`).
+fn run_with_tools(
+    args: &RunArgs,
+    code: String,
+    files: codebox::runtime::Files,
+) -> anyhow::Result<ExitCode> {
+    let given = [
+        ("--workspace", args.workspace.is_some()),
+        ("--memory", args.memory.is_some()),
+        ("--pids", args.pids.is_some()),
+        ("--output-limit", args.output_limit.is_some()),
+        ("--allow-host", !args.allow_hosts.is_empty()),
+        ("--allow-private", !args.allow_private.is_empty()),
+        ("--zygote", args.zygote),
+    ];
+    for (flag, _) in given.iter().filter(|(_, on)| *on) {
+        if let Some(why) = super::run_tools::refused_with_tools(flag) {
+            bail!("{flag} cannot go with --mcp-config: {why}");
+        }
+    }
+    super::run_tools::run(super::run_tools::ServedRun {
+        language: args.language,
+        code,
+        files,
+        mcp_configs: &args.mcp_configs,
+        config: args.config.as_deref(),
+        profile: args.profile.as_deref(),
+        rootfs: args.rootfs.as_deref(),
+        root_host_id: args.root_host_id,
+        timeout: args.timeout,
+        json: args.json,
+    })
+}
+
+/// The run on the microVM backend: the same request, in a fresh jailed VM; its result
+/// gets the same hints and report as the namespace backend's.
+fn run_microvm(
+    args: &RunArgs,
+    host: &codebox::execution::Host,
+    request: &ExecutionRequest,
+) -> anyhow::Result<ExecutionResult> {
+    use codebox::microvm;
+    let dir = microvm::image::locate(args.guest.as_deref())?;
+    let image = microvm::image::load(&dir)?;
+    let choice = microvm::accel::choose(
+        host,
+        &image,
+        args.accel,
+        codebox::rootfs::default_stamp_dir().as_deref(),
+    )?;
+    tracing::debug!(accel = choice.accel.name(), reason = %choice.reason, "microVM accelerator");
+    let accel = choice.accel;
+    let (result, ending) = if args.json {
+        microvm::run::execute(host, &image, accel, request, &mut codebox::sandbox::Discard)?
+    } else {
+        microvm::run::execute(host, &image, accel, request, &mut Passthrough)?
+    };
+    if !ending.end.is_normal() {
+        // The sandbox's infrastructure failed, not the program: no result to report.
+        let last: Vec<&str> = ending
+            .console
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        bail!(
+            "the microVM ended: {}{}",
+            ending.end.describe(),
+            match last.len() {
+                0 => String::new(),
+                n => format!(" (console: {})", last[n.saturating_sub(3)..].join(" | ")),
+            }
+        );
+    }
+    Ok(result)
 }
 
 fn parse_file_arg(arg: &str) -> Result<(String, PathBuf), String> {

@@ -22,7 +22,7 @@ use codebox::ratelimit::RateLimits;
 use codebox::rootfs;
 use codebox::sandbox::idmap::DEFAULT_ROOT_HOST_ID;
 use codebox::sandbox::IdMapping;
-use codebox::server::http::{self, HttpOptions};
+use codebox::server::transport::http::{self, HttpOptions};
 use codebox::server::{CodeboxServer, Layers, Settings};
 use codebox::session::SessionLimits;
 use codebox::spawner::factory::Factory;
@@ -133,7 +133,7 @@ struct Resolved {
     http: Option<std::net::SocketAddr>,
     /// HTTP clients and their tokens.
     http_clients: Vec<(String, String)>,
-    http_limits: codebox::server::http_conn::ConnLimits,
+    http_limits: codebox::server::transport::http_conn::ConnLimits,
     /// The plain `/metrics` listener's address.
     metrics: Option<std::net::SocketAddr>,
     allowed_origins: Vec<String>,
@@ -161,6 +161,8 @@ struct Resolved {
     preload: Option<Vec<String>>,
     /// `[python] zygote`: fork Python sandboxes from a zygote (default on).
     zygote: bool,
+    /// `backend` of the config, replacing the profile's.
+    backend: Option<codebox::microvm::Backend>,
     packages: codebox::packages::PackagesSection,
     output: codebox::output::OutputSection,
     tasks: codebox::tasks::TasksSection,
@@ -270,6 +272,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         network: file.network.clone(),
         preload: file.python.preload.clone(),
         zygote: file.python.zygote.unwrap_or(true),
+        backend: file.backend,
         packages: file.packages.clone(),
         output: file.output.clone(),
         tasks: file.tasks.clone(),
@@ -371,8 +374,8 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
 /// Connection caps and timeouts from `[http]` (and CODEBOX_HTTP_*), over the defaults.
 fn http_limits(
     file: &codebox::config::HttpConfig,
-) -> anyhow::Result<codebox::server::http_conn::ConnLimits> {
-    let mut l = codebox::server::http_conn::ConnLimits::default();
+) -> anyhow::Result<codebox::server::transport::http_conn::ConnLimits> {
+    let mut l = codebox::server::transport::http_conn::ConnLimits::default();
     let duration = |key: &str, v: &Option<String>, into: &mut Duration| -> anyhow::Result<()> {
         if let Some(v) = v {
             let d = parse_duration(v).map_err(|e| anyhow::anyhow!("http.{key}: {e}"))?;
@@ -409,7 +412,8 @@ fn http_limits(
         }
     }
     if let Some(list) = &file.trusted_proxies {
-        l.trusted_proxies = codebox::server::proxy_protocol::TrustedProxies::parse(list)?;
+        l.trusted_proxies =
+            codebox::server::transport::proxy_protocol::TrustedProxies::parse(list)?;
     }
     Ok(l)
 }
@@ -426,6 +430,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let mut profile = Profile::load(&args.profile)?;
+    if args.backend.unwrap_or(profile.backend) == codebox::microvm::Backend::Microvm {
+        bail!(
+            "backend microvm: `codebox serve` does not run microVM sandboxes yet (its pool, \
+             sessions and egress are not wired to them); `codebox run --backend microvm` does"
+        );
+    }
     if let Some(network) = &args.network {
         profile
             .set_network(network.clone())
@@ -473,6 +483,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.state_dir.as_deref(),
         (sandbox_ids.host_uid, sandbox_ids.host_gid),
     )?;
+    let watched_rootfs = rootfs.clone();
     let mut host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     host.python_preload = args.preload.clone();
     host.zygote = args.zygote;
@@ -566,6 +577,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             gate.cancel();
         });
         server.follow_sandbox_checks(sandbox_checks, checker_source);
+        server.watch_rootfs(watched_rootfs, rootfs::default_stamp_dir());
         // Up until the end, so a scrape sees the drain (`codebox_draining`).
         let metrics_done = CancellationToken::new();
         let metrics = match args.metrics {
@@ -599,7 +611,7 @@ async fn start_metrics(
     args: &Resolved,
     done: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    use codebox::server::metrics_glue::MetricsListener;
+    use codebox::server::wiring::metrics::MetricsListener;
     let listener = MetricsListener::bind(addr).await?;
     let bound = listener.bound;
     if !bound.ip().is_loopback() {
@@ -695,7 +707,7 @@ async fn serve_until_done(
                 // Answers already produced are written first (at most ANSWERS_OUT_BOUND,
                 // inside `serving`); then idle connections close at once, and open
                 // streams end with the runtime 1 s later.
-                let bound = codebox::server::http::ANSWERS_OUT_BOUND + Duration::from_secs(1);
+                let bound = codebox::server::transport::http::ANSWERS_OUT_BOUND + Duration::from_secs(1);
                 let _ = tokio::time::timeout(bound, serving).await;
             }
         }
@@ -704,7 +716,7 @@ async fn serve_until_done(
     // Until a client initializes, rmcp's `serve` waits for its `initialize`; a signal then
     // has nothing to drain (no call can have been made) and ends it at once.
     let service = tokio::select! {
-        service = server.clone().serve(codebox::server::stdio_guard::stdio()) => {
+        service = server.clone().serve(codebox::server::transport::stdio_guard::stdio()) => {
             service.context("the MCP session did not start")?
         }
         _ = stopping.cancelled() => {
@@ -833,7 +845,7 @@ mod tests {
         assert_eq!(l.max_connections_per_peer, 3);
         assert_eq!(
             l.body_timeout,
-            codebox::server::http_conn::ConnLimits::default().body_timeout
+            codebox::server::transport::http_conn::ConnLimits::default().body_timeout
         );
         file.idle_timeout = Some("soon".into());
         let e = http_limits(&file).unwrap_err().to_string();

@@ -387,7 +387,7 @@ fn next_steps(plan: &DelegationPlan, user: &str, named: bool, exe: &Path, system
         text.push_str(&format!(
             "\nThis host runs systemd, which manages the cgroup tree: prefer running {user}'s \
              codebox as a systemd service with Delegate=yes (deploy/codebox.service), or \
-             `systemd-run --user --scope -p Delegate=yes {exe} serve`; see README \"Running \
+             `systemd-run --user --scope -p Delegate=yes {exe} serve`; see the book, docs/src/operations/service.md, \"Running \
              rootless\".\n"
         ));
     } else {

@@ -27,6 +27,8 @@ mod python;
 mod schema;
 mod tool_names;
 mod typescript;
+pub mod wrapper_dir;
+pub mod wrapper_views;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, DirBuilder, OpenOptions, Permissions};

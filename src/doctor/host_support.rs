@@ -143,7 +143,7 @@ impl UsernsSysctls {
             return "no sysctl refuses user namespaces here, so something around this process \
                     does: inside a container, run it with seccomp and AppArmor unconfined (or \
                     profiles allowing unshare/clone of user namespaces and mount) and an \
-                    unmasked /proc (see docs/DEPLOY.md)"
+                    unmasked /proc (see docs/src/operations/deploy.md)"
                 .to_string();
         }
         let (why, how): (Vec<&str>, Vec<&str>) = blockers.into_iter().unzip();

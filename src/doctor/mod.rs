@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod deferred;
 pub mod host_support;
+pub mod microvm;
 
 use crate::execution::{self, ExecutionRequest, Host};
 use crate::profile::Profile;
@@ -88,6 +89,7 @@ pub fn run(profile: &Profile, rootfs_dir: Option<&std::path::Path>, root_host_id
     if let Some(rootfs) = rootfs_check(rootfs_dir, &mut checks) {
         let host = Host::new(rootfs, IdMapping::for_current_process(root_host_id));
         checks.extend(sandbox_layers(&host, profile));
+        checks.extend(microvm::checks(&host, profile, None));
     }
     Report::new(profile, checks)
 }
@@ -112,11 +114,15 @@ pub fn rootfs_verified(r: &rootfs::Rootfs) -> Check {
         "rootfs",
         Status::Ok,
         format!(
-            "{}: {} entries, manifest sha256 {}…, {} verification",
+            "{}: {} entries, manifest sha256 {}…, {} verification, {}",
             r.path.display(),
             r.entries,
             &r.manifest_sha256[..12],
-            r.verification
+            r.verification,
+            match &r.sealed {
+                Ok(()) => "sealed".to_string(),
+                Err(why) => format!("not sealed ({why}: every run checks every entry)"),
+            }
         ),
         true,
     )
@@ -465,11 +471,18 @@ fn egress_check(profile: &Profile) -> Check {
 }
 
 fn rootfs_check(dir: Option<&std::path::Path>, checks: &mut Vec<Check>) -> Option<rootfs::Rootfs> {
+    let stamps = rootfs::default_stamp_dir();
     let verified = match dir {
         None => Err("no rootfs found".to_string()),
-        Some(d) => {
-            rootfs::verify(d, rootfs::default_stamp_dir().as_deref()).map_err(|e| e.to_string())
-        }
+        // The doctor looks deeper than a run: a sealed tree's every entry too.
+        Some(d) => rootfs::verify(d, stamps.as_deref())
+            .and_then(|mut r| {
+                if r.verification == rootfs::Verification::Sealed {
+                    rootfs::recheck(&mut r, stamps.as_deref())?;
+                }
+                Ok(r)
+            })
+            .map_err(|e| e.to_string()),
     };
     match verified {
         Ok(r) => {

@@ -39,7 +39,7 @@ impl fmt::Display for NetworkMode {
 }
 
 /// `[network]`: the mode, the host rules of the egress proxy, credentials and limits.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkSection {
     /// `"none"`, `"loopback"` or `"proxy"`.
@@ -101,9 +101,11 @@ impl NetworkSection {
 /// `host` is one exact host name or IP literal, with an optional `:port` (without one: 443,
 /// and 80 when `allow_plain_http`). Wildcards are refused: a secret sent to every subdomain
 /// of a name also reaches subdomains that serve other people's content.
-#[derive(Clone, Default, PartialEq, Deserialize)]
+#[derive(Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialSection {
+    /// The one host (and port, default 443) the credential is added for: an exact name,
+    /// no pattern.
     pub host: String,
     /// The header to set, e.g. `Authorization`, `X-Api-Key` (with `value`).
     pub header: Option<String>,

@@ -10,13 +10,13 @@ use http::StatusCode;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::address::canonical;
 use super::engine::{Conn, Run};
 use super::head::Refusal;
 use super::limits::human_duration;
-use super::pattern::{Host, Target};
-use super::policy::Verdict;
 use super::record::PendingRecord;
+use crate::egress::rules::address::canonical;
+use crate::egress::rules::pattern::{Host, Target};
+use crate::egress::rules::policy::Verdict;
 use crate::metrics::labels::EgressDecision;
 
 /// A connection to a checked address.
@@ -204,7 +204,7 @@ async fn approved(conn: &Conn, shown: &str, rule: &str) -> Result<(), String> {
 }
 
 /// Resolves `name` in one of the run's lookup slots
-/// ([`super::resolve::MAX_RESOLUTIONS_PER_RUN`]). The lookup runs in a task of its own
+/// ([`crate::egress::rules::resolve::MAX_RESOLUTIONS_PER_RUN`]). The lookup runs in a task of its own
 /// that keeps the slot until the lookup ends (or the run does), also when the caller's
 /// deadline passed first: a run cannot have more lookups in flight than it has slots,
 /// however many of them time out.

@@ -20,25 +20,26 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::ca::CertAuthority;
 use super::head::{self, FirstRequest, NoRequest, Prefixed, Refusal};
+use super::interception::tls;
 use super::limits::{human_duration, Activity, Budget, Counters, Metered, OpenCap};
 use super::local::HostAddresses;
-use super::pattern::{clip, Target};
-use super::policy::{EgressPolicy, Narrowing};
 use super::record::{ConnectionKind, ConnectionRecord, EgressReport, PendingRecord, Recorder};
-use super::redact::Secrets;
-use super::resolve::Resolve;
-use super::{plain, tls, tunnel};
+use super::{plain, tunnel};
+use crate::egress::interception::ca::CertAuthority;
+use crate::egress::rules::pattern::{clip, Target};
+use crate::egress::rules::policy::{EgressPolicy, Narrowing};
+use crate::egress::rules::resolve::Resolve;
+use crate::egress::secrets::redact::Secrets;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
-    Ca(#[from] super::ca::Error),
+    Ca(#[from] crate::egress::interception::ca::Error),
     #[error(transparent)]
-    Tls(#[from] super::tls::Error),
+    Tls(#[from] crate::egress::interception::tls::Error),
     #[error(transparent)]
-    Secrets(#[from] super::redact::TooLarge),
+    Secrets(#[from] crate::egress::secrets::redact::TooLarge),
 }
 
 /// What [`Egress::new`] needs besides the policy.
@@ -182,7 +183,7 @@ impl Egress {
             cancel: CancellationToken::new(),
             refusals: Default::default(),
             resolutions: Arc::new(tokio::sync::Semaphore::new(
-                super::resolve::MAX_RESOLUTIONS_PER_RUN,
+                crate::egress::rules::resolve::MAX_RESOLUTIONS_PER_RUN,
             )),
         });
         let accept = tokio::spawn(accept_loop(run.clone(), listener));
@@ -215,8 +216,8 @@ pub(crate) struct Run {
     /// The execution's approval gate, for hosts an `approve` rule names.
     pub approval: Option<Arc<crate::approval::Gate>>,
     pub cancel: CancellationToken,
-    /// The latest refusals, for [`super::why`].
-    pub refusals: super::why::Refusals,
+    /// The latest refusals, for [`crate::egress::rules::why`].
+    pub refusals: crate::egress::rules::why::Refusals,
     /// Slots for name lookups (see `connect.rs`).
     pub resolutions: Arc<tokio::sync::Semaphore>,
 }
@@ -369,7 +370,7 @@ impl Conn {
         &self.run.shared
     }
 
-    /// The connection only asked the proxy itself (`/why`, see [`super::why`]): not a
+    /// The connection only asked the proxy itself (`/why`, see [`crate::egress::rules::why`]): not a
     /// connection out, so it leaves no record.
     pub fn asked_the_proxy(&self) {
         self.recorded.store(true, Ordering::Relaxed);

@@ -24,9 +24,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::head::Refusal;
-use super::pattern::Target;
-use super::policy::{Credential, Inject};
-use super::redact::{Redactor, Secrets, REDACTED};
+use crate::egress::rules::pattern::Target;
+use crate::egress::rules::policy::{Credential, Inject};
+use crate::egress::secrets::redact::{Redactor, Secrets, REDACTED};
 
 /// Every body the proxy returns to a client.
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;

@@ -15,7 +15,7 @@ use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::limits::human_duration;
-use super::pattern::{clip, Target};
+use crate::egress::rules::pattern::{clip, Target};
 
 /// The longest reason phrase a refusal's status line carries.
 pub const MAX_REASON_PHRASE: usize = 300;

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::policy::Limits;
+use crate::egress::rules::policy::Limits;
 
 /// Process-wide counters for `health`.
 #[derive(Debug, Default)]

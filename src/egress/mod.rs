@@ -56,40 +56,32 @@
 //! `forward` (request and response rewriting), `redact`, `limits`, `record`, `why` (the
 //! answer a client that hides refusals can ask for).
 
-mod address;
-mod ca;
 pub mod config;
 mod connect;
-mod credentials;
-mod encodings;
 mod engine;
 mod forward;
 pub mod head;
-mod intercept;
+pub mod interception;
 mod limits;
 mod local;
-pub mod pattern;
 mod plain;
-pub mod policy;
 pub mod record;
-mod redact;
-pub mod resolve;
-mod tls;
+pub mod rules;
+pub mod secrets;
 mod tunnel;
-mod why;
 
-pub use ca::Error as CaError;
 pub use config::Error as ConfigError;
 pub use config::{CredentialSection, NetworkMode, NetworkSection};
 pub use engine::Error as EgressError;
 pub use engine::{Egress, EgressOptions, EgressRun};
-pub use policy::Error as PolicyError;
-pub use policy::{EgressPolicy, Limits, Narrowing};
+pub use interception::ca::Error as CaError;
+pub use interception::tls::Error as TlsError;
 pub use record::{ConnectionKind, ConnectionRecord, EgressReport};
-pub use redact::{Redactor, Secrets, REDACTED};
-pub use resolve::{Resolve, StaticResolver, SystemResolver};
-pub use tls::Error as TlsError;
-pub use why::WHY_HOST;
+pub use rules::policy::Error as PolicyError;
+pub use rules::policy::{EgressPolicy, Limits, Narrowing};
+pub use rules::resolve::{Resolve, StaticResolver, SystemResolver};
+pub use rules::why::WHY_HOST;
+pub use secrets::redact::{Redactor, Secrets, REDACTED};
 
 /// The proxy's port inside every sandbox's network namespace (one per namespace, so a
 /// fixed port is fine).

@@ -21,11 +21,11 @@ use super::forward::{
     prepare_request, prepare_response, refusal_response, send_upstream, ProxyBody,
 };
 use super::head::Refusal;
-use super::intercept::MAX_UPSTREAM_HEAD;
 use super::limits::Metered;
-use super::pattern::{clip, Target};
-use super::policy::Credential;
 use super::record::{ConnectionKind, PendingRecord};
+use crate::egress::interception::intercept::MAX_UPSTREAM_HEAD;
+use crate::egress::rules::pattern::{clip, Target};
+use crate::egress::rules::policy::Credential;
 
 pub async fn serve<S>(conn: &Conn, io: S)
 where
@@ -68,9 +68,9 @@ struct Plain {
 impl Plain {
     async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
         let target = match target_of(&req) {
-            Ok(t) if super::why::is_why_host(&t) => {
+            Ok(t) if crate::egress::rules::why::is_why_host(&t) => {
                 self.conn.asked_the_proxy();
-                return super::why::answer(&self.conn.run.refusals, req.uri());
+                return crate::egress::rules::why::answer(&self.conn.run.refusals, req.uri());
             }
             Ok(t) => t,
             Err(refusal) => {

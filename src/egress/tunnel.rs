@@ -1,6 +1,6 @@
 //! `CONNECT host:port`: decided, connected, answered `200`, then either an opaque tunnel
 //! (bytes both ways, counted against the budget) or, for a host with credentials, TLS
-//! interception ([`super::intercept`]).
+//! interception ([`crate::egress::interception::intercept`]).
 
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
@@ -9,10 +9,10 @@ use tokio::net::TcpStream;
 use super::connect;
 use super::engine::Conn;
 use super::head::{write_refusal, Prefixed};
-use super::intercept;
 use super::limits::Metered;
-use super::pattern::Target;
 use super::record::ConnectionKind;
+use crate::egress::interception::intercept;
+use crate::egress::rules::pattern::Target;
 
 /// The answer to a CONNECT the proxy serves.
 pub const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";

@@ -200,17 +200,6 @@ impl Refusal {
 }
 label_value!(Refusal);
 
-impl From<&crate::server::admission::Busy> for Refusal {
-    fn from(busy: &crate::server::admission::Busy) -> Refusal {
-        use crate::server::admission::Busy;
-        match busy {
-            Busy::Full { .. } => Refusal::QueueFull,
-            Busy::ShuttingDown => Refusal::Draining,
-            Busy::NoNestedSlot { .. } => Refusal::NoNestedSlot,
-        }
-    }
-}
-
 impl From<&crate::ratelimit::Limited> for Refusal {
     fn from(limited: &crate::ratelimit::Limited) -> Refusal {
         match limited {

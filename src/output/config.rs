@@ -13,7 +13,7 @@ pub enum Error {
 }
 
 /// The section as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSection {
     /// Characters of stdout and stderr together a result carries (default 20000).

@@ -35,7 +35,9 @@ impl KeptFile {
 
     fn pages(&self) -> usize {
         match std::str::from_utf8(&self.bytes) {
-            Ok(text) => crate::server::render::pieces(text, PAGE_BYTES).len().max(1),
+            Ok(text) => crate::output::json_text::pieces(text, PAGE_BYTES)
+                .len()
+                .max(1),
             Err(_) => self.bytes.len().div_ceil(BLOB_PAGE_BYTES).max(1),
         }
     }
@@ -175,7 +177,9 @@ impl KeptOutputs {
                     out.push(Listed {
                         uri: format!("{PREFIX}{}/{stream}", e.id),
                         bytes: text.len(),
-                        pages: crate::server::render::pieces(text, PAGE_BYTES).len().max(1),
+                        pages: crate::output::json_text::pieces(text, PAGE_BYTES)
+                            .len()
+                            .max(1),
                         mime: "text/plain",
                     });
                 }
@@ -236,7 +240,7 @@ impl KeptOutputs {
         }
         let body = if file.is_text() {
             let text = std::str::from_utf8(&file.bytes).unwrap_or_default();
-            let piece = crate::server::render::pieces(text, PAGE_BYTES)
+            let piece = crate::output::json_text::pieces(text, PAGE_BYTES)
                 .get(page - 1)
                 .copied()
                 .unwrap_or_default();
@@ -295,7 +299,7 @@ impl KeptOutputs {
                 _ => None,
             })
             .ok_or_else(unknown)?;
-        let pages = crate::server::render::pieces(text, PAGE_BYTES);
+        let pages = crate::output::json_text::pieces(text, PAGE_BYTES);
         let count = pages.len().max(1);
         match pages.get(page - 1) {
             Some(p) => Ok((p.to_string(), count)),

@@ -6,6 +6,7 @@
 pub mod budget;
 pub mod config;
 pub mod files;
+pub mod json_text;
 pub mod kept;
 
 pub use budget::{Budget, Cut, Kept, MIN_CHARS};

@@ -15,7 +15,7 @@ pub enum Error {
 }
 
 /// The section as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PackagesSection {
     /// Packages on request (`packages`, and a TypeScript program's `npm:`/`jsr:`

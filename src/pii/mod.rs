@@ -87,6 +87,7 @@ pub const BUILTIN_LABELS: [&str; 7] = ["EMAIL", "PHONE", "SSN", "CARD", "IPV4", 
     Ord,
     serde::Deserialize,
     serde::Serialize,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum PiiMode {
@@ -129,7 +130,7 @@ impl FromStr for PiiMode {
 }
 
 /// A detector from the configuration: values matching `regex` become `[<label>_<n>]`.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, schemars::JsonSchema)]
 pub struct CustomPattern {
     /// `^[A-Z][A-Z0-9_]{0,31}$`, not one of [`BUILTIN_LABELS`], e.g. `EMPLOYEE_ID`.
     pub label: String,

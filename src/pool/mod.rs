@@ -373,6 +373,18 @@ impl WarmPool {
             .unwrap_or_default()
     }
 
+    /// Whether every language holds its target, ready, with nothing starting: nothing of
+    /// the pool's is under way (for harnesses that measure one call at a time).
+    pub fn is_full(&self) -> bool {
+        let now = Instant::now();
+        let bounds = self.inner.bounds;
+        let mut st = self.inner.lock();
+        st.shelves.values_mut().all(|shelf| {
+            let target = shelf.demand.target(now, &bounds);
+            shelf.starting == 0 && shelf.idle.len() >= target
+        })
+    }
+
     /// The figures per language.
     pub fn stats(&self) -> HashMap<Language, LanguageStats> {
         let now = Instant::now();

@@ -325,6 +325,10 @@ pub struct ProxyReport {
     pub value: Option<String>,
     /// The output files the runtime sent (`codebox/file`, `codebox/files`).
     pub out_files: crate::output::OutFiles,
+    /// What a one-shot runtime said at its end besides the status (`codebox/exit`): the
+    /// optional layers the run loaded, when it saw the end. Like `value`, the program's
+    /// own word.
+    pub runtime: Option<crate::runtime::RunReport>,
 }
 
 /// The most bytes of a `codebox/value` repr kept (the runtimes send at most 200,000

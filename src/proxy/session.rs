@@ -591,10 +591,6 @@ impl ProxySession {
             status: Option<&'a str>,
         }
         #[derive(Deserialize)]
-        struct Exit {
-            status: i32,
-        }
-        #[derive(Deserialize)]
         struct ValueNotice<'a> {
             #[serde(borrow)]
             repr: Cow<'a, str>,
@@ -614,9 +610,16 @@ impl ProxySession {
                 return;
             }
         }
-        if method == "codebox/exit" {
-            let exit = params.and_then(|p| serde_json::from_str::<Exit>(p.get()).ok());
+        if method == crate::runtime::EXIT_METHOD {
+            let exit = params.and_then(|p| crate::runtime::parse_exit(p.get()));
             if let (Some(exit), Some(notice)) = (exit, self.hooks().exit_notice.take()) {
+                tracing::debug!(
+                    status = exit.status,
+                    layers = ?exit.report.as_ref().map(|r| &r.layers),
+                    end = exit.report.as_ref().and_then(|r| r.end.as_deref()),
+                    "the runtime reported the end of the run"
+                );
+                self.state.lock().expect("proxy state").report.runtime = exit.report;
                 let _ = notice.send(exit.status & 0xff);
                 return;
             }

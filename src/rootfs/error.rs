@@ -29,6 +29,12 @@ pub enum Error {
         entry: String,
         what: String,
     },
+    #[error("rootfs at {root} changed while in use: its manifest is no longer the one verified (sha256 {verified}… is now {now}…); restart codebox to verify and use the new tree")]
+    Replaced {
+        root: PathBuf,
+        verified: String,
+        now: String,
+    },
     #[error("cannot read {path} while verifying the rootfs")]
     Io {
         path: PathBuf,

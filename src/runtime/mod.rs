@@ -8,12 +8,14 @@
 //! known is what lets a later warm pool keep interpreters waiting.
 
 pub mod boot;
+pub mod exit;
 
 pub use boot::{
     boot_frame, boot_frame_with_files, decode_files, ephemeral, session_boot_frame,
     session_run_message, validate_files, validate_path, with_outputs, with_value, FileContent,
     FileError, Files, FILES_METHOD, FILE_METHOD, MAX_FILES_BYTES, VALUE_METHOD,
 };
+pub use exit::{parse_exit, ExitNotice, RunReport, EXIT_METHOD};
 
 use std::fmt;
 use std::str::FromStr;

@@ -63,7 +63,7 @@ pub enum Error {
     },
     #[error("invalid sandbox spec: {0}")]
     InvalidSpec(String),
-    #[error("the profile sets memory/pids/cpu limits but no cgroup is available to enforce them; run as root, or give codebox a delegated cgroup (see README: rootless service)")]
+    #[error("the profile sets memory/pids/cpu limits but no cgroup is available to enforce them; run as root, or give codebox a delegated cgroup (see the book: docs/src/operations/service.md, Running rootless)")]
     NoCgroups,
     #[error("cannot set up the sandbox's cgroup")]
     Cgroup(#[from] super::cgroup::Error),

@@ -36,6 +36,11 @@ pub const DEVICES: &[&str] = &[
     "/dev/urandom",
 ];
 
+/// Device nodes a jailed VMM may open read-write and ioctl when they are there: only a
+/// KVM jail's `/dev` has one (`microvm/jail.rs`); no language sandbox's does, and a path
+/// that is not there gets no rule.
+pub const VMM_DEVICES: &[&str] = &["/dev/kvm"];
+
 /// How strictly landlock is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -99,7 +104,13 @@ pub fn restrict_self(
         .create()?
         .add_rules(path_beneath_rules(READ_EXEC, AccessFs::from_read(abi)))?
         .add_rules(path_beneath_rules(READ_WRITE, AccessFs::from_all(abi)))?
-        .add_rules(path_beneath_rules(DEVICES, device_access))?;
+        .add_rules(path_beneath_rules(DEVICES, device_access))?
+        .add_rules(path_beneath_rules(
+            VMM_DEVICES
+                .iter()
+                .filter(|p| std::path::Path::new(p).exists()),
+            device_access,
+        ))?;
     if let NetworkAccess::Proxy { port } = network {
         // The one way out: connect to the egress port (any address, but the namespace's
         // only listener on it is the supervisor's, on 127.0.0.1). No bind rule: the

@@ -26,8 +26,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::fds::{self, slot};
 use super::report::ProgramStatus;
+use crate::sandbox::child::fds::{self, slot};
 
 /// How long a sandbox that was never armed may live: a pooled sandbox waiting for code, a
 /// session's interpreter between runs.

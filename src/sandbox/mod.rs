@@ -5,30 +5,25 @@
 //! - [`idmap`], [`plan`]: the id maps and the mount plan, decided up front, unit-tested
 //! - [`landlock`], [`seccomp`]: the program's last two policy layers
 //! - [`spawn`]: the parent's side of `clone3`
-//! - [`init`], [`mounts`], [`program`]: the child's side, each a linear procedure
+//! - [`child`]: the child's side (init, mounts, program), each a linear procedure
 //! - [`supervise`]: output capture, timeout, exit status
 //!
 //! This module is the only place with fork/clone code.
 
 pub mod cgroup;
+mod child;
 pub mod clone;
 mod error;
-mod fds;
 pub mod idmap;
 pub mod idmapped;
-mod init;
 pub mod landlock;
 pub mod lifeline;
-mod mounts;
-mod netns;
 pub mod plan;
-mod program;
 pub mod report;
 pub mod seccomp;
 mod spawn;
 pub mod spec;
 pub mod supervise;
-mod syscalls;
 pub mod zygote;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -38,12 +33,13 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 pub use cgroup::{CgroupManager, CgroupStats};
+pub use child::fds::slot::INHERITED as FIRST_INHERITED_FD;
+pub use child::fds::{set_nonblocking, PROGRAM_CHANNEL_FD};
 pub use error::{Error, Result};
-pub use fds::{set_nonblocking, PROGRAM_CHANNEL_FD};
 pub use idmap::IdMapping;
 pub use landlock::{LandlockMode, LandlockStatus};
 pub use report::ProgramStatus;
-pub use spawn::{cgroup_limits, spawn};
+pub use spawn::{cgroup_limits, spawn, spawn_with_devices};
 pub use spec::{Limits, NetworkAccess, Program, SandboxSpec, SecurityPolicy};
 pub use supervise::{Captured, Discard, Outcome, OutputSink};
 
@@ -218,12 +214,11 @@ impl Watch {
         self.wait_ended(None)?;
         self.reaped = true;
         let mut record = [0u8; report::STATUS_LEN];
-        let got = fds::read_full(std::os::fd::AsFd::as_fd(&self.status), &mut record).map_err(
-            |source| Error::Io {
+        let got = child::fds::read_full(std::os::fd::AsFd::as_fd(&self.status), &mut record)
+            .map_err(|source| Error::Io {
                 doing: "reading the program status",
                 source,
-            },
-        )?;
+            })?;
         Ok(if got == record.len() {
             report::decode_status(&record)
         } else {

@@ -1,7 +1,7 @@
 //! The mount plan: which filesystems the sandbox sees, as data.
 //!
 //! [`MountPlan::for_spec`] decides every mount, in order, before any process exists; the
-//! sandbox init only walks the list (see [`super::mounts::execute`]). Keeping the plan pure
+//! sandbox init only walks the list (see [`crate::sandbox::child::mounts::execute`]). Keeping the plan pure
 //! lets the unit tests check the whole layout without root or namespaces.
 //!
 //! The layout (paths inside the sandbox):
@@ -209,7 +209,7 @@ impl MountPlan {
         match &spec.workspace {
             // A session's own filesystem, already nosuid, nodev, noexec and limited.
             _ if spec.workspace_mount.is_some() => steps.push(MountStep::AttachMount {
-                fd: super::fds::slot::WORKSPACE,
+                fd: crate::sandbox::child::fds::slot::WORKSPACE,
                 target: at("workspace"),
             }),
             Some(dir) => {
@@ -268,6 +268,31 @@ impl MountPlan {
         MountPlan { steps }
     }
 
+    /// Binds the host's `/dev/<name>` into the sandbox's `/dev` too, before `/dev` is made
+    /// read-only (a plan without `/dev` gets nothing).
+    pub fn add_device(&mut self, root: &Path, name: &str) {
+        let dev = root.join("dev");
+        let Some(at) = self
+            .steps
+            .iter()
+            .position(|s| matches!(s, MountStep::Remount { target, .. } if *target == dev))
+        else {
+            return;
+        };
+        self.steps.splice(
+            at..at,
+            [
+                MountStep::CreateFile {
+                    path: dev.join(name),
+                },
+                MountStep::BindDevice {
+                    source: Path::new("/dev").join(name),
+                    target: dev.join(name),
+                },
+            ],
+        );
+    }
+
     /// The tmpfs mount options for a step, as passed to mount(2).
     pub fn tmpfs_options(size_bytes: u64, mode: u32) -> String {
         format!("size={size_bytes},mode={mode:o},uid={SANDBOX_ID},gid={SANDBOX_ID}")
@@ -303,6 +328,25 @@ mod tests {
 
     fn position(steps: &[MountStep], pred: impl Fn(&MountStep) -> bool) -> usize {
         steps.iter().position(pred).expect("step present")
+    }
+
+    #[test]
+    fn an_added_device_is_bound_before_dev_turns_read_only() {
+        let mut p = MountPlan::for_spec(&spec(None), LockedFlags::default());
+        let before = p.steps.len();
+        p.add_device(Path::new("/r"), "kvm");
+        assert_eq!(p.steps.len(), before + 2);
+        let bind = position(
+            &p.steps,
+            |s| matches!(s, MountStep::BindDevice { source, .. } if source == Path::new("/dev/kvm")),
+        );
+        let ro = position(
+            &p.steps,
+            |s| matches!(s, MountStep::Remount { target, .. } if target == Path::new("/r/dev")),
+        );
+        assert!(bind < ro);
+        // Nothing else changes for a language sandbox's plan.
+        assert!(!plan(None).iter().any(|s| s.to_string().contains("kvm")));
     }
 
     #[test]
@@ -438,7 +482,7 @@ mod tests {
         s.workspace_mount = Some(42);
         let steps = MountPlan::for_spec(&s, LockedFlags::default()).steps;
         assert!(steps.contains(&MountStep::AttachMount {
-            fd: crate::sandbox::fds::slot::WORKSPACE,
+            fd: crate::sandbox::child::fds::slot::WORKSPACE,
             target: "/r/workspace".into()
         }));
         assert!(!steps.iter().any(|st| matches!(st,

@@ -7,9 +7,9 @@
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use super::fds::slot;
 use super::landlock::LandlockStatus;
 use super::plan::MountStep;
+use crate::sandbox::child::fds::slot;
 
 /// The setup stage that failed inside the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,24 +319,20 @@ mod tests {
 
     #[test]
     fn the_zygote_numbers_its_stages_as_this_enum_does() {
-        let source = include_str!("../runtime/python/zygote.py");
-        let start = source.find("enumerate((").expect("the STAGE table") + "enumerate((".len();
-        let end = start + source[start..].find("))}").expect("its end");
+        // The zygote's fork path (C) writes these records itself.
+        let source = include_str!("../runtime/zygote/fork.c");
+        let start = source.find("enum stage {").expect("the stage enum") + "enum stage {".len();
+        let end = start + source[start..].find("};").expect("its end");
         let names: Vec<&str> = source[start..end]
             .split(',')
-            .map(|n| n.trim().trim_matches('"'))
+            .map(|n| n.trim().trim_end_matches(" = 1"))
             .filter(|n| !n.is_empty())
             .collect();
         let ours: Vec<String> = Stage::ALL.iter().map(|s| format!("{s:?}")).collect();
         assert_eq!(names, ours);
-        assert!(source.contains(&format!("FAILURE_LEN = {FAILURE_LEN}\n")));
-        assert!(source.contains(&format!("INFO_LANDLOCK = {INFO_LANDLOCK:#x}\n")));
-        for format in ["\"<IIi\"", "\"<II4x\""] {
-            assert!(
-                source.contains(format),
-                "records of {FAILURE_LEN} bytes: {format}"
-            );
-        }
+        assert!(source.contains("ArrangeFds = 1,"));
+        assert!(source.contains(&format!("#define FAILURE_LEN {FAILURE_LEN}\n")));
+        assert!(source.contains(&format!("#define INFO_LANDLOCK {INFO_LANDLOCK:#x}\n")));
         for (i, stage) in Stage::ALL.iter().enumerate() {
             assert_eq!(*stage as u32, i as u32 + 1);
         }

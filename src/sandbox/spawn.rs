@@ -22,14 +22,14 @@ use nix::unistd::Pid;
 use super::cgroup::{CgroupLimits, CgroupManager, SandboxCgroup, TasksFds};
 use super::clone::{clone_into_namespaces, Forked, NAMESPACES};
 use super::error::{Error, Result};
-use super::fds;
-use super::init::{self, ChildFds};
 use super::lifeline;
-use super::netns;
 use super::plan::{LockedFlags, MountPlan};
 use super::report::{self, SetupFailure, Stage, FAILURE_LEN};
 use super::spec::{Limits, NetworkAccess, SandboxSpec};
 use super::{Sandbox, SandboxIo, Watch};
+use crate::sandbox::child::fds;
+use crate::sandbox::child::init::{self, ChildFds};
+use crate::sandbox::child::netns;
 use crate::stopwatch::Stopwatch;
 
 /// Creates a sandbox running `spec.program`; returns once the program has been exec'd.
@@ -39,12 +39,32 @@ pub fn spawn(spec: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sand
     spawn_with(spec, cgroups, fds::ChannelKind::Stream)
 }
 
+/// [`spawn`] with host device nodes bound into the sandbox's `/dev` besides the usual
+/// ones: `/dev/kvm` for a jailed VMM that uses KVM (`microvm/jail.rs`), nothing for any
+/// language sandbox. Each name is a node under the host's `/dev`.
+pub fn spawn_with_devices(
+    spec: &SandboxSpec,
+    cgroups: Option<&CgroupManager>,
+    devices: &[&str],
+) -> Result<Sandbox> {
+    spawn_planned(spec, cgroups, fds::ChannelKind::Stream, devices)
+}
+
 /// [`spawn`], with the program's fd 3 of the given kind (the zygote's is a
 /// `SOCK_SEQPACKET` socket: its requests carry descriptors).
 pub(super) fn spawn_with(
     spec: &SandboxSpec,
     cgroups: Option<&CgroupManager>,
     channel_kind: fds::ChannelKind,
+) -> Result<Sandbox> {
+    spawn_planned(spec, cgroups, channel_kind, &[])
+}
+
+fn spawn_planned(
+    spec: &SandboxSpec,
+    cgroups: Option<&CgroupManager>,
+    channel_kind: fds::ChannelKind,
+    devices: &[&str],
 ) -> Result<Sandbox> {
     spec.validate()?;
     let mut sw = Stopwatch::start();
@@ -66,7 +86,10 @@ pub(super) fn spawn_with(
         doing: "reading the rootfs mount flags",
         source,
     })?;
-    let plan = MountPlan::for_spec(spec, locked);
+    let mut plan = MountPlan::for_spec(spec, locked);
+    for dev in devices {
+        plan.add_device(&spec.rootfs, dev);
+    }
     let plan_us = sw.lap_us();
 
     let fd_err = |what| move |source| Error::CreateFd { what, source };

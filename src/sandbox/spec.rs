@@ -107,7 +107,14 @@ pub struct Program {
     pub env: Vec<CString>,
     /// Working directory inside the sandbox.
     pub cwd: CString,
+    /// Descriptors of the spawning process the program inherits, at
+    /// [`super::fds::slot::INHERITED`]`+ i` in order (at most [`MAX_INHERITED`]): the
+    /// jailed VMM's sockets (`microvm/jail.rs`). Empty for every language sandbox.
+    pub inherit: Vec<std::os::fd::RawFd>,
 }
+
+/// The most descriptors a program may inherit.
+pub const MAX_INHERITED: usize = 6;
 
 impl Program {
     /// Builds a program from strings, refusing interior NUL bytes.
@@ -122,6 +129,7 @@ impl Program {
                 .map(|(k, v)| c(&format!("{k}={v}")))
                 .collect::<Result<_>>()?,
             cwd: c(cwd)?,
+            inherit: Vec::new(),
         })
     }
 }
@@ -235,6 +243,13 @@ impl SandboxSpec {
                 }
             }
         }
+        if self.program.inherit.len() > MAX_INHERITED
+            || self.program.inherit.iter().any(|&fd| fd < 0)
+        {
+            return Err(Error::InvalidSpec(format!(
+                "a program inherits at most {MAX_INHERITED} open descriptors"
+            )));
+        }
         if self.limits.timeout.is_zero() {
             return Err(Error::InvalidSpec("timeout must be positive".into()));
         }
@@ -324,6 +339,17 @@ mod tests {
         assert_eq!(env, ["AB=2", "A=3", "C=4"]);
         assert!(p.set_env(&[("X=Y", "1")]).is_err());
         assert!(p.set_env(&[("X", "a\0b")]).is_err());
+    }
+
+    #[test]
+    fn inherited_descriptors_are_bounded() {
+        let mut s = spec();
+        s.program.inherit = vec![5; MAX_INHERITED];
+        s.validate().unwrap();
+        s.program.inherit.push(5);
+        assert!(s.validate().is_err());
+        s.program.inherit = vec![-1];
+        assert!(s.validate().is_err());
     }
 
     #[test]

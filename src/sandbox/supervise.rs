@@ -11,11 +11,11 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::cgroup::CgroupStats;
 use super::error::{Error, Result};
-use super::fds;
 use super::landlock::LandlockStatus;
 use super::report::ProgramStatus;
 use super::spec::Limits;
 use super::Sandbox;
+use crate::sandbox::child::fds;
 
 /// The most of a stream's end that is kept: a program's last lines (a summary, a
 /// traceback) matter most. A stream's cap is shared: its last quarter (at most this) is

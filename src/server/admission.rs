@@ -132,6 +132,18 @@ impl Admission {
     }
 }
 
+/// The metrics label of a refusal (the metrics room knows labels, not the server).
+impl From<&Busy> for crate::metrics::labels::Refusal {
+    fn from(busy: &Busy) -> crate::metrics::labels::Refusal {
+        use crate::metrics::labels::Refusal;
+        match busy {
+            Busy::Full { .. } => Refusal::QueueFull,
+            Busy::ShuttingDown => Refusal::Draining,
+            Busy::NoNestedSlot { .. } => Refusal::NoNestedSlot,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,7 +34,7 @@ pub struct Caller {
 
 /// The identity of the caller of `ctx`; `connection` names this MCP connection.
 pub fn client_of(ctx: &RequestContext<RoleServer>, connection: &str) -> Caller {
-    let stateless = super::client_log::is_stateless_request(ctx);
+    let stateless = crate::server::transport::client_log::is_stateless_request(ctx);
     identify(
         ctx.extensions.get::<http::request::Parts>(),
         stateless,

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{egress_glue, packages_glue, pool_glue, upstream_status, CodeboxServer};
+use super::{upstream_status, wiring, CodeboxServer};
 use crate::proxy::ToolBackend;
 
 impl CodeboxServer {
@@ -12,6 +12,10 @@ impl CodeboxServer {
     /// clients beyond counts (also `codebox.health()` from code and `codebox://health`).
     pub(super) fn health_value(&self) -> serde_json::Value {
         let s = &self.state;
+        // The checker's counters before the readiness they explain: the readiness is
+        // then at least as new, so a reader who sees `sandbox_checker.unfinished == n`
+        // also sees the state the n-th unfinished checker left (they are two locks).
+        let sandbox_checker = s.layers.checker_status();
         let layers: Vec<serde_json::Value> = s
             .layers
             .checks()
@@ -32,9 +36,10 @@ impl CodeboxServer {
             },
             "queue_depth": s.admission.waiting(),
             "concurrency": s.settings.concurrency,
-            "pool": pool_glue::health(s.pool.as_ref()),
+            "pool": wiring::pool::health(s.pool.as_ref()),
             "spawner": s.spawner.status(),
-            "sandbox_checker": s.layers.checker_status(),
+            "sandbox_checker": sandbox_checker,
+            "rootfs": s.layers.rootfs.status(),
             "sessions": {
                 "keeper": s.sessions.keeper_status(),
                 "open": open_sessions,
@@ -53,8 +58,8 @@ impl CodeboxServer {
                 "per_minute": s.settings.rate.per_minute.map(|n| n.get()),
                 "concurrent": s.settings.rate.concurrent,
             },
-            "network": egress_glue::health(&s.settings),
-            "packages": packages_glue::health(&s.settings),
+            "network": wiring::egress::health(&s.settings),
+            "packages": wiring::packages::health(&s.settings),
             "pii": s.settings.pii_mode,
             "audit": s.settings.audit.as_ref().map(|a| serde_json::to_value(a.status()).unwrap_or_default()),
             "skills": match &s.skills {

@@ -19,52 +19,17 @@
 #![allow(deprecated)]
 
 pub mod admission;
-mod approval_glue;
-mod audit_glue;
 pub mod client;
-mod client_log;
-mod client_vaults;
-mod egress_glue;
-mod execute;
-mod extra_resources;
-pub mod framing;
 mod health;
-pub mod http;
-mod http_answers;
-pub mod http_conn;
-mod http_refuse;
-mod input_rounds;
-pub mod input_route;
-mod listen;
-pub mod metrics_glue;
-mod model_facing;
-mod out_files_glue;
-mod output_glue;
-pub mod packages_glue;
-mod prompts;
-pub mod proxy_protocol;
-mod reachable;
 mod readiness;
-pub mod replica_sessions;
+pub mod rootfs_watch;
 pub mod sandbox_checks;
-mod upstream_status;
-pub use readiness::Layers;
-mod pool_glue;
-mod progress;
-pub(crate) mod render;
-mod resource_methods;
-pub mod resources;
-mod sandbox_methods;
-pub mod schema;
 mod session_owners;
-mod session_tools;
-mod skill_check;
-mod skill_tools;
-pub mod stdio_guard;
-mod task_glue;
-pub mod tool_set;
-pub mod wrapper_views;
-pub mod wrappers;
+pub mod tools;
+pub mod transport;
+mod upstream_status;
+pub mod wiring;
+pub use readiness::Layers;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,8 +59,8 @@ use crate::spawner::SpawnerClient;
 use crate::upstream::Upstreams;
 
 use admission::Admission;
-pub use reachable::reachable_by;
-pub use tool_set::ToolSet;
+pub use tools::reachable::reachable_by;
+pub use tools::tool_set::ToolSet;
 
 /// Server settings.
 #[derive(Clone)]
@@ -160,6 +125,53 @@ pub struct Settings {
     pub approval: Arc<crate::approval::ApprovalPolicy>,
 }
 
+impl Settings {
+    /// What `codebox serve` runs with when nothing is configured, for `profile` (whose
+    /// network mode must not be proxy: that needs the egress proxy `serve` starts) and
+    /// sandboxes owned by `sandbox_ids` on the host. For harnesses that build a server in
+    /// their own process (`benches/warm_call_instructions.rs`); `serve` resolves each
+    /// field from its configuration.
+    pub fn defaults(profile: Profile, sandbox_ids: (u32, u32)) -> anyhow::Result<Settings> {
+        let network = match profile.network_mode {
+            crate::egress::NetworkMode::None => crate::spawner::wire::SpawnNetwork::None,
+            crate::egress::NetworkMode::Loopback => crate::spawner::wire::SpawnNetwork::Loopback,
+            mode => anyhow::bail!(
+                "a profile in {mode:?} mode needs the egress proxy of `codebox serve`"
+            ),
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(Settings {
+            profile,
+            concurrency: cores * 2,
+            pool: crate::pool::Bounds::new(2, 8, Duration::from_secs(60))?,
+            queue: 32,
+            max_timeout: Duration::from_secs(300),
+            max_files_bytes: crate::runtime::MAX_FILES_BYTES,
+            allowed_tools: AllowList::all(),
+            proxy_limits: ProxyLimits::default(),
+            pii_mode: PiiMode::Off,
+            pii_detector: Arc::new(Detector::new(&[])?),
+            rate: RateLimits::default(),
+            sessions: SessionLimits::default(),
+            replica: None,
+            sessions_base: std::env::temp_dir(),
+            sandbox_ids,
+            skills_dir: None,
+            skills_shared: None,
+            audit: None,
+            rootfs_manifest_sha256: None,
+            network,
+            egress: None,
+            packages: None,
+            output_budget: crate::output::Budget::default(),
+            tools: ToolSet::default(),
+            kept_output: crate::output::KeptLimits::default(),
+            tasks: crate::tasks::TaskSettings::default(),
+            approval: Arc::new(crate::approval::ApprovalPolicy::default()),
+        })
+    }
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     run: AtomicU64,
@@ -181,7 +193,7 @@ struct State {
     upstreams_gate: std::sync::OnceLock<tokio_util::sync::CancellationToken>,
     log_level: std::sync::Mutex<LoggingLevel>,
     backend: Arc<IndexedUpstreams>,
-    wrappers: Arc<wrappers::Wrappers>,
+    wrappers: Arc<crate::codegen::wrapper_dir::Wrappers>,
     rate: Arc<RateLimiter>,
     sessions: Sessions,
     skills: Option<ClientSkills>,
@@ -199,9 +211,9 @@ struct State {
     /// Executions running or kept as tasks, each its client's.
     tasks: crate::tasks::ExecutionTasks,
     /// Calls of 2026-07-28 clients waiting for the answer to their question.
-    parked: input_rounds::ParkedCalls,
+    parked: transport::input_rounds::ParkedCalls,
     /// The PII token maps of stateless (2026-07-28 HTTP) clients.
-    client_vaults: client_vaults::ClientVaults,
+    client_vaults: wiring::pii_vaults::ClientVaults,
 }
 
 /// One MCP connection's own state (for a 2026-07-28 HTTP request: that request's).
@@ -209,7 +221,7 @@ struct Connection {
     /// Names the connection (the client identity of unauthenticated 2025-11-25 HTTP).
     id: String,
     /// The PII token map of executions outside a session: the connection's own, or a
-    /// stateless client's from [`client_vaults::ClientVaults`] (see [`Self::client_of`]).
+    /// stateless client's from [`wiring::pii_vaults::ClientVaults`] (see [`Self::client_of`]).
     vault: std::sync::OnceLock<Arc<Vault>>,
 }
 
@@ -294,7 +306,7 @@ impl CodeboxServer {
         upstreams: Upstreams,
     ) -> anyhow::Result<Self> {
         let admission = Admission::new(settings.concurrency, settings.queue);
-        let parked = input_rounds::ParkedCalls::with_replica(settings.replica.clone());
+        let parked = transport::input_rounds::ParkedCalls::with_replica(settings.replica.clone());
         let sessions = Sessions::new(
             &settings.sessions_base,
             settings.sessions.clone(),
@@ -308,14 +320,15 @@ impl CodeboxServer {
             ),
             Some(dir) => match ClientSkills::open(dir, settings.skills_shared.as_deref()) {
                 Ok(store) => {
-                    match reachable_by(dir, settings.sandbox_ids, reachable::SKILLS_DIR).and_then(
-                        |()| match &settings.skills_shared {
-                            Some(shared) => {
-                                reachable_by(shared, settings.sandbox_ids, reachable::SKILLS_DIR)
-                            }
+                    match reachable_by(dir, settings.sandbox_ids, tools::reachable::SKILLS_DIR)
+                        .and_then(|()| match &settings.skills_shared {
+                            Some(shared) => reachable_by(
+                                shared,
+                                settings.sandbox_ids,
+                                tools::reachable::SKILLS_DIR,
+                            ),
                             None => Ok(()),
-                        },
-                    ) {
+                        }) {
                         Ok(()) => (Some(store), None),
                         Err(why) => {
                             tracing::error!(dir = %dir.display(), %why, "skills are off");
@@ -330,10 +343,12 @@ impl CodeboxServer {
             },
         };
         let backend = Arc::new(IndexedUpstreams::new(upstreams));
-        let wrappers = Arc::new(wrappers::Wrappers::new(std::env::temp_dir()));
+        let wrappers = Arc::new(crate::codegen::wrapper_dir::Wrappers::new(
+            std::env::temp_dir(),
+        ));
         let pool = (!settings.pool.is_off()).then(|| {
             let skills = skills.as_ref().and_then(|k: &ClientSkills| k.shared_root());
-            let templates = pool_glue::templates(&settings, skills, &wrappers, &backend);
+            let templates = wiring::pool::templates(&settings, skills, &wrappers, &backend);
             WarmPool::new(spawner.clone(), settings.pool, templates)
         });
         let kept_outputs = crate::output::KeptOutputs::new(settings.kept_output);
@@ -362,9 +377,9 @@ impl CodeboxServer {
             kept_outputs,
             tasks,
             parked,
-            client_vaults: client_vaults::ClientVaults::new(settings_detector),
+            client_vaults: wiring::pii_vaults::ClientVaults::new(settings_detector),
         });
-        pool_glue::follow_catalog(Arc::downgrade(&state));
+        wiring::pool::follow_catalog(Arc::downgrade(&state));
         // Idle sessions expire in the background.
         let weak = Arc::downgrade(&state);
         tokio::spawn(async move {
@@ -395,9 +410,9 @@ impl CodeboxServer {
             tool_router: {
                 let mut router = Self::all_tools();
                 tools.apply(&mut router);
-                egress_glue::describe_network(&mut router, network_mode);
+                wiring::egress::describe_network(&mut router, network_mode);
                 if replica {
-                    schema::route_sessions_by_header(&mut router);
+                    tools::schema::route_sessions_by_header(&mut router);
                 }
                 router
             },
@@ -449,6 +464,21 @@ impl CodeboxServer {
         );
     }
 
+    /// Re-checks `rootfs` (as `serve` verified it) in the background and refuses
+    /// executions once it changed (see `rootfs_watch.rs`).
+    pub fn watch_rootfs(
+        &self,
+        rootfs: crate::rootfs::Rootfs,
+        stamp_dir: Option<std::path::PathBuf>,
+    ) {
+        rootfs_watch::start(
+            self.state.layers.rootfs.clone(),
+            rootfs,
+            stamp_dir,
+            rootfs_watch::interval(),
+        );
+    }
+
     /// Cancels `gate` when the first client's `initialize` is answered (see
     /// `Upstreams::start_gated`).
     pub fn open_on_initialize(&self, gate: tokio_util::sync::CancellationToken) {
@@ -495,6 +525,13 @@ impl CodeboxServer {
     pub fn unanswered(&self) -> usize {
         self.state.in_flight.load(Ordering::SeqCst)
     }
+    /// Whether nothing runs and the warm pool (if any) is full with nothing starting: the
+    /// state a harness measuring one call at a time waits for (`benches/warm_call_instructions.rs`).
+    pub fn settled(&self) -> bool {
+        self.running() == 0
+            && self.unanswered() == 0
+            && self.state.pool.as_ref().is_none_or(WarmPool::is_full)
+    }
 
     /// Ends every session (killing live interpreters, removing workspaces) and empties
     /// the warm pool (its sandboxes reaped, their cgroups removed).
@@ -513,7 +550,7 @@ impl CodeboxServer {
     #[tool(
         name = "execute_python",
         description = PYTHON_DESCRIPTION,
-        input_schema = schema::execution_input_schema(true)
+        input_schema = tools::schema::execution_input_schema(true)
     )]
     async fn execute_python(
         &self,
@@ -526,7 +563,7 @@ impl CodeboxServer {
     #[tool(
         name = "execute_typescript",
         description = TYPESCRIPT_DESCRIPTION,
-        input_schema = schema::execution_input_schema(false)
+        input_schema = tools::schema::execution_input_schema(false)
     )]
     async fn execute_typescript(
         &self,
@@ -549,7 +586,7 @@ impl CodeboxServer {
         name = "search_tools",
         description = "Find upstream tools for execute_* code with signatures, best \
                        first; detail \"full\" adds schemas.",
-        input_schema = schema::search_input_schema()
+        input_schema = tools::schema::search_input_schema()
     )]
     async fn search_tools(
         &self,
@@ -647,8 +684,8 @@ impl CodeboxServer {
 
 impl CodeboxServer {
     /// The wrapper tree of the current catalog (`None` without upstream tools).
-    fn wrapper_dir(&self) -> Option<Arc<wrappers::WrapperDir>> {
-        pool_glue::current_wrappers(&self.state.wrappers, &self.state.backend)
+    fn wrapper_dir(&self) -> Option<Arc<crate::codegen::wrapper_dir::WrapperDir>> {
+        wiring::pool::current_wrappers(&self.state.wrappers, &self.state.backend)
     }
 
     /// codebox's own tool definitions, as its `tools/list` sends them by default (no
@@ -667,7 +704,7 @@ impl CodeboxServer {
     /// Every tool: execution and discovery, skills, sessions; input schemas compacted.
     fn all_tools() -> ToolRouter<Self> {
         let mut router = Self::tool_router() + Self::skills_router() + Self::sessions_router();
-        schema::compact_input_schemas(&mut router);
+        tools::schema::compact_input_schemas(&mut router);
         router
     }
 }
@@ -679,7 +716,7 @@ fn tool_error(message: String) -> CallToolResult {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for CodeboxServer {
     /// The router's answer, with error texts that quote the client bounded and no result
-    /// larger than a client accepts (see `render::bounded_answer`).
+    /// larger than a client accepts (see `tools::render::bounded_answer`).
     async fn call_tool(
         &self,
         request: rmcp::model::CallToolRequestParams,
@@ -689,7 +726,7 @@ impl ServerHandler for CodeboxServer {
         let set = self.state.settings.tools;
         if !self.tool_router.has_route(&request.name) && Self::all_tools().has_route(&request.name)
         {
-            return Err(tool_set::hidden_tool(&request.name, set));
+            return Err(tools::tool_set::hidden_tool(&request.name, set));
         }
         if let Some(language) = self.task_language(&request, &context) {
             return self.execute_as_task(language, request, context);
@@ -698,7 +735,7 @@ impl ServerHandler for CodeboxServer {
             return self.execute_in_rounds(language, request, context).await;
         }
         let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
-        render::bounded_answer(self.tool_router.call(tcc).await)
+        tools::render::bounded_answer(self.tool_router.call(tcc).await)
     }
 
     async fn initialize(
@@ -797,7 +834,7 @@ impl ServerHandler for CodeboxServer {
         _request: Option<rmcp::model::PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
-        Ok(prompts::list())
+        Ok(tools::prompts::list())
     }
 
     async fn get_prompt(
@@ -820,7 +857,7 @@ impl ServerHandler for CodeboxServer {
         &self,
         requested: &rmcp::model::SubscriptionFilter,
     ) -> Option<rmcp::model::SubscriptionFilter> {
-        Some(listen::accepted(requested))
+        Some(transport::listen::accepted(requested))
     }
 
     async fn listen(

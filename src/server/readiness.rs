@@ -24,10 +24,12 @@ use crate::pool::WarmPool;
 use crate::runtime::Language;
 use crate::upstream::{ServerState, Upstreams};
 
-/// The host's layers: those checked before serving, then the sandbox checks.
+/// The host's layers: those checked before serving, then the sandbox checks; and the
+/// rootfs's background checks (`rootfs_watch.rs`).
 #[derive(Debug)]
 pub struct Layers {
     inner: Mutex<LayersState>,
+    pub rootfs: std::sync::Arc<super::rootfs_watch::RootfsWatch>,
 }
 
 #[derive(Debug)]
@@ -82,6 +84,7 @@ impl Layers {
                 },
                 checker: CheckerStatus::default(),
             }),
+            rootfs: Default::default(),
         }
     }
 
@@ -178,11 +181,11 @@ impl Layers {
         lock(&self.inner).checks.clone()
     }
 
-    /// Why executions are refused, when a required layer is missing.
+    /// Why executions are refused, when a required layer is missing or the rootfs changed.
     pub fn refusal(&self) -> Option<String> {
         match &lock(&self.inner).sandbox_checks {
             SandboxChecks::Failed(why) => Some(why.clone()),
-            _ => None,
+            _ => self.rootfs.refusal(),
         }
     }
 
@@ -225,12 +228,14 @@ pub fn value(
             ServerState::Failed => failed.push(s.name),
         }
     }
-    let ready = layers.passed() && pool_warm != Some(false);
+    let rootfs_intact = layers.rootfs.refusal().is_none();
+    let ready = layers.passed() && pool_warm != Some(false) && rootfs_intact;
     (
         ready,
         serde_json::json!({
             "ready": ready,
             "sandbox_checks": layers.sandbox_checks(),
+            "rootfs_intact": rootfs_intact,
             "pool_warm": pool_warm,
             "upstreams": {"ready": ready_servers, "pending": pending, "failed": failed},
         }),
@@ -249,7 +254,7 @@ fn came_up(s: &crate::pool::LanguageStats) -> bool {
 #[derive(Debug, Default)]
 pub struct Listeners {
     peers: Mutex<Vec<Peer<RoleServer>>>,
-    pub subscriptions: super::listen::Subscriptions,
+    pub subscriptions: crate::server::transport::listen::Subscriptions,
 }
 
 /// How long one client may take to accept a notification before it is skipped.

@@ -28,8 +28,8 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::SessionManager;
 
 use super::client::ClientName;
-use super::replica_sessions::ReplicaSessions;
 use crate::replica::{elsewhere_message, placement, Placement};
+use crate::server::transport::replica_sessions::ReplicaSessions;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -136,7 +136,7 @@ fn unknown_session() -> Response {
 /// session this process does not hold (a client then starts a new one), with a
 /// JSON-RPC error saying why.
 fn elsewhere(message: &str) -> Response {
-    let error = super::framing::Refusal {
+    let error = crate::server::transport::framing::Refusal {
         code: SESSION_ELSEWHERE,
         id: serde_json::Value::Null,
         message: message.to_string(),
@@ -150,7 +150,7 @@ const SESSION_ELSEWHERE: i64 = -32010;
 
 /// The answer to an `initialize` over [`MAX_SESSIONS_PER_CLIENT`].
 fn too_many_sessions() -> Response {
-    let error = super::framing::Refusal {
+    let error = crate::server::transport::framing::Refusal {
         code: TOO_MANY_SESSIONS,
         id: serde_json::Value::Null,
         message: format!(
@@ -182,7 +182,7 @@ pub async fn enforce(State(owners): State<Owners>, req: Request, next: Next) -> 
         let here = owners.sessions.replica();
         if let (Some(here), Placement::Elsewhere { owner }) = (here, placement(here, id)) {
             tracing::info!(
-                session = %super::framing::bounded(id),
+                session = %crate::server::transport::framing::bounded(id),
                 owner,
                 "a request named an MCP session another replica made"
             );
@@ -191,7 +191,7 @@ pub async fn enforce(State(owners): State<Owners>, req: Request, next: Next) -> 
         if !owners.allows(id, &client) {
             tracing::info!(
                 client = client.as_ref().map(|c| c.0.as_str()),
-                session = %super::framing::bounded(id),
+                session = %crate::server::transport::framing::bounded(id),
                 "a request named a session that is not this client's (or does not exist)"
             );
             return unknown_session();

@@ -114,7 +114,7 @@ pub struct LiveEntry {
     pub egress_listener: Option<std::os::fd::OwnedFd>,
     /// The package layer the interpreter was started with (bound at its `/packages`).
     pub layer: Option<Arc<crate::packages::Layer>>,
-    pub _servers: Option<Arc<crate::server::wrappers::WrapperDir>>,
+    pub _servers: Option<Arc<crate::codegen::wrapper_dir::WrapperDir>>,
 }
 
 /// A session's live sandboxes, at most one per language, and whether the session asked

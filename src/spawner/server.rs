@@ -198,10 +198,11 @@ fn spawn_one(
             return Spawning::Failed;
         }
     };
-    let fork = match spec.pooled {
-        true => zygotes.start_fork(id, &built, host.cgroups.as_ref()),
-        false => None,
-    };
+    // Every Python sandbox a zygote can serve is forked from one: a pooled one (which
+    // waits for its code) from the zygote that preloaded the data set, warmed up before it
+    // says ready; one a call waits for from the zygote of its kind without the data set,
+    // whose fork copies little (see `build`).
+    let fork = zygotes.start_fork(id, &built, host.cgroups.as_ref(), spec.pooled);
     if let Some(fork) = fork {
         return Spawning::Forking(Box::new((fork, built)));
     }
@@ -281,13 +282,17 @@ fn build(
     };
     let mut program = spec.language.program().map_err(|e| e.to_string())?;
     if spec.language == crate::runtime::Language::Python {
-        // Every Python sandbox of a server gets the preload list; only one whose code is
-        // not yet waiting (a pooled one) acts on it (boot.py).
+        // A pooled sandbox (nothing waits for it yet) imports the preload list before it
+        // says ready (boot.py); one a call waits for never would, and gets none: so its
+        // zygote (`sandbox::zygote::key`: the environment is part of it) is one without
+        // the data set, whose children are cheap to fork.
+        let preload = match spec.pooled {
+            true => host.python_preload.as_deref().unwrap_or(&profile.preload),
+            false => &[],
+        };
         let env = crate::runtime::thread_env(spec.limits.cpu_millicores)
             .into_iter()
-            .chain(crate::runtime::preload_env(
-                host.python_preload.as_deref().unwrap_or(&profile.preload),
-            ));
+            .chain(crate::runtime::preload_env(preload));
         program
             .set_env(&env.collect::<Vec<_>>())
             .map_err(|e| e.to_string())?;

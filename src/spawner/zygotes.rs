@@ -20,8 +20,10 @@ use crate::sandbox::cgroup::CgroupManager;
 use crate::sandbox::zygote::{self, PendingFork, Zygote};
 use crate::sandbox::SandboxSpec;
 
-/// Zygotes kept at once (each holds an interpreter with the data set: ~100 MB).
-pub const MAX_ZYGOTES: usize = 2;
+/// Zygotes kept at once: a server has two of one kind (with the data set for its pool,
+/// ~100 MB; without, for the calls that find the pool empty, ~15 MB), and a kind that
+/// changed (a new catalog) may start while the old one still has children.
+pub const MAX_ZYGOTES: usize = 4;
 /// How long a zygote may take to load before it is given up.
 const READY_LIMIT: Duration = Duration::from_secs(120);
 /// After a zygote of a kind failed, that kind is started cold for this long.
@@ -84,6 +86,7 @@ impl Zygotes {
         id: u64,
         spec: &SandboxSpec,
         cgroups: Option<&CgroupManager>,
+        warm_up: bool,
     ) -> Option<PendingFork> {
         if !self.enabled {
             return None;
@@ -104,7 +107,7 @@ impl Zygotes {
         if !entry.zygote.is_ready() {
             return None;
         }
-        match entry.zygote.start_fork(spec, cgroups) {
+        match entry.zygote.start_fork(spec, cgroups, warm_up) {
             Ok(pending) => {
                 entry.children.insert(id);
                 entry.last_used = Instant::now();

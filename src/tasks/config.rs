@@ -22,12 +22,18 @@ pub enum Error {
 }
 
 /// The section as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TasksSection {
+    /// Executions as tasks for clients that declare the extension (default true; false
+    /// answers every call synchronously).
     pub enabled: Option<bool>,
+    /// A task's lifetime, and how long its result stays readable after it ended (default
+    /// 15m; at least `max_timeout` plus 5 minutes).
     pub keep_for: Option<String>,
+    /// The polling interval `tasks/get` suggests (default 1s).
     pub poll_interval: Option<String>,
+    /// Tasks one client holds, running or kept; the next is refused (default 32).
     pub max_per_client: Option<usize>,
 }
 

@@ -87,7 +87,7 @@ fn cgroup_problem() -> Option<String> {
             let err = String::from_utf8_lossy(&out.stderr);
             (err.contains("cgroup")).then(|| {
                 format!(
-                    "no writable cgroup for the limits (delegate one, see README \"Running rootless\"): {}",
+                    "no writable cgroup for the limits (delegate one, see the book, docs/src/operations/service.md, \"Running rootless\"): {}",
                     err.trim()
                 )
             })

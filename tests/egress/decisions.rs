@@ -459,7 +459,7 @@ struct Rebinding {
 }
 
 impl codebox::egress::Resolve for Rebinding {
-    fn resolve(&self, _host: &str, port: u16) -> codebox::egress::resolve::Resolving {
+    fn resolve(&self, _host: &str, port: u16) -> codebox::egress::rules::resolve::Resolving {
         let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // First a refused loopback address, then the allowed one; later calls would
         // give only the refused one.

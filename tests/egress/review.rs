@@ -320,7 +320,7 @@ struct Silent {
 }
 
 impl codebox::egress::Resolve for Silent {
-    fn resolve(&self, _host: &str, _port: u16) -> codebox::egress::resolve::Resolving {
+    fn resolve(&self, _host: &str, _port: u16) -> codebox::egress::rules::resolve::Resolving {
         self.started.fetch_add(1, Ordering::SeqCst);
         Box::pin(std::future::pending())
     }
@@ -360,7 +360,7 @@ async fn lookups_that_time_out_do_not_pile_up() {
     }
     let started = resolver.started.load(Ordering::SeqCst);
     assert!(
-        started <= codebox::egress::resolve::MAX_RESOLUTIONS_PER_RUN,
+        started <= codebox::egress::rules::resolve::MAX_RESOLUTIONS_PER_RUN,
         "{started} lookups in flight at once for one run"
     );
     run.finish().await;

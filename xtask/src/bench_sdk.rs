@@ -1,23 +1,28 @@
 //! `cargo xtask bench-sdk`: what a tool call costs as the official Python MCP SDK sees it
 //! over stdio, over the client's own floor, warm and in back-to-back bursts, side by side
-//! with pydantic's mcp-run-python when that runs here.
+//! with two peers: pydantic's mcp-run-python (Python in Pyodide) and code-executor-mcp
+//! (TypeScript in a fresh Deno per call).
 //!
 //! A command of its own rather than a flag of `bench-compare`: that one is a Rust client
 //! timing raw JSON-RPC next to bare processes; this one is a Python script
 //! (`benches/sdk_latency.py`) driving the SDK, with its own installs (the SDK into
-//! target/mcp-pydeps as `xtask test` does, the peer and its Deno into target/bench-peers).
+//! target/mcp-pydeps as `xtask test` does, the peers and their Deno into
+//! target/bench-peers). Neither peer's code is kept in this repository: both are fetched
+//! and built here, at bench time, from their public source (`peers.rs`).
 //!
 //! The procedure: build (codebox release, rootfs) unless `--no-build`, install the SDK,
-//! install the peer unless `--no-peer` (a failed install is reported in the table, the
+//! install the peers unless `--no-peer` (a failed install is reported in the table, the
 //! rest still runs), then run the script with Debian's python3.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
 use crate::test::host;
+
+mod peers;
 
 const HELP: &str = "\
 cargo xtask bench-sdk [options]
@@ -35,13 +40,13 @@ target/mcp-pydeps and the peer into target/bench-peers.
   --bursts N       bursts per language (default 5)
   --burst-size N   calls per burst, no pause between them (default 20)
   --pool-size N    codebox's warm pool per language (default 2)
-  --no-peer        do not install or run mcp-run-python
+  --no-peer        install and run neither peer
+  --code-executor-src DIR
+                   take code-executor-mcp's source from the git repository DIR (a
+                   clone or a bare mirror holding the pinned commit) instead of
+                   cloning it from its public repository
   --no-build       use the existing target/release/codebox and target/rootfs
 ";
-
-/// The peer and the Deno it runs, pinned: a new version is taken on purpose.
-const PEER: &str = "mcp-run-python==0.0.22";
-const PEER_DENO: &str = "deno==2.9.8";
 
 /// What to run, from the command line.
 #[derive(Debug, PartialEq, Eq)]
@@ -50,6 +55,8 @@ struct Options {
     counts: Vec<(&'static str, usize)>,
     peer: bool,
     build: bool,
+    /// Where code-executor-mcp's git history is, instead of its public repository.
+    code_executor_src: Option<PathBuf>,
 }
 
 fn parse(args: &[OsString]) -> Result<Option<Options>> {
@@ -64,6 +71,7 @@ fn parse(args: &[OsString]) -> Result<Option<Options>> {
         counts: Vec::new(),
         peer: true,
         build: true,
+        code_executor_src: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -71,6 +79,10 @@ fn parse(args: &[OsString]) -> Result<Option<Options>> {
         match a {
             "--no-peer" => o.peer = false,
             "--no-build" => o.build = false,
+            "--code-executor-src" => {
+                let dir = it.next().context("--code-executor-src needs a directory")?;
+                o.code_executor_src = Some(PathBuf::from(dir));
+            }
             "-h" | "--help" => return Ok(None),
             _ => {
                 let Some(flag) = COUNTS.iter().find(|f| **f == a) else {
@@ -99,8 +111,11 @@ pub fn run(args: &[OsString]) -> Result<()> {
     let (codebox, rootfs) = crate::bench::prepare(opts.build)?;
     // 2. The client: the official SDK for Debian's python3.
     let pydeps = host::ensure_mcp_sdk(&root)?;
-    // 3. The peer, if wanted: a failure to install is a row of the report, not an error.
-    let peer = opts.peer.then(|| install_peer(&root));
+    // 3. The peers, if wanted: a failure to install is a row of the report, not an error.
+    let run_python = opts.peer.then(|| peers::mcp_run_python(&root));
+    let code_executor = opts
+        .peer
+        .then(|| peers::code_executor_mcp(&root, opts.code_executor_src.as_deref()));
 
     let mut cmd = Command::new("/usr/bin/python3");
     cmd.arg(root.join("benches/sdk_latency.py"))
@@ -111,29 +126,36 @@ pub fn run(args: &[OsString]) -> Result<()> {
     for (flag, n) in &opts.counts {
         cmd.arg(flag).arg(n.to_string());
     }
-    match peer {
-        Some(Ok((dir, deno))) => {
-            cmd.arg("--peer").arg(dir).arg("--deno").arg(deno);
+    match run_python {
+        Some(Ok(p)) => {
+            cmd.arg("--peer")
+                .arg(p.dir)
+                .arg("--deno")
+                .arg(p.deno)
+                .arg("--deno-dir")
+                .arg(p.deno_dir);
         }
         Some(Err(err)) => {
             eprintln!("warning: mcp-run-python is not measured: {err:#}");
-            cmd.arg("--peer-unavailable")
-                .arg(format!("installing {PEER}: {err:#}"));
+            cmd.arg("--peer-unavailable").arg(format!("{err:#}"));
+        }
+        None => {}
+    }
+    match code_executor {
+        Some(Ok(p)) => {
+            cmd.arg("--code-executor")
+                .arg(p.dir)
+                .arg("--code-executor-deno")
+                .arg(p.deno);
+        }
+        Some(Err(err)) => {
+            eprintln!("warning: code-executor-mcp is not measured: {err:#}");
+            cmd.arg("--code-executor-unavailable")
+                .arg(format!("{err:#}"));
         }
         None => {}
     }
     crate::test::run_checked(&mut cmd, "benches/sdk_latency.py")
-}
-
-/// Installs mcp-run-python and the Deno it runs into target/bench-peers (each once);
-/// returns the peer's directory and the deno binary.
-fn install_peer(root: &Path) -> Result<(PathBuf, PathBuf)> {
-    let dir = root.join("target/bench-peers");
-    let peer = dir.join("mcp-run-python");
-    host::pip_install_into(&peer, PEER, "mcp_run_python/__init__.py")?;
-    let deno = dir.join("deno");
-    host::pip_install_into(&deno, PEER_DENO, "bin/deno")?;
-    Ok((peer, deno.join("bin/deno")))
 }
 
 #[cfg(test)]
@@ -150,7 +172,11 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(o.counts, [("--rounds", 4)]);
-        assert!(!o.peer && o.build);
+        assert!(!o.peer && o.build && o.code_executor_src.is_none());
+        let o = parse(&os(&["--code-executor-src", "/srv/mirror"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.code_executor_src, Some(PathBuf::from("/srv/mirror")));
         assert!(parse(&os(&["--help"])).unwrap().is_none());
     }
 
@@ -162,6 +188,7 @@ mod tests {
             &["--pool-size", "-1"],
             &["--bursts", "many"],
             &["--peer"],
+            &["--code-executor-src"],
         ] {
             assert!(parse(&os(bad)).is_err(), "{bad:?} accepted");
         }

@@ -169,10 +169,23 @@ fn measure(server: &Server, o: &Options) -> Result<(usize, Vec<String>)> {
     print_load(o, &health, &tally);
 
     let (after, grown) = leakcheck::settle(&mut control, pid, o.lang, &before)?;
+    let ok = tally.latencies.len().max(1) as f64;
+    let cpu = after.tree_cpu_ms.saturating_sub(before.tree_cpu_ms);
+    println!(
+        "  CPU            {cpu} ms for the server and its sandboxes, load and refill = {:.2} ms \
+         per execution (at most {:.0} executions/s on {} cores)",
+        cpu as f64 / ok,
+        ok * available_cores() as f64 * 1000.0 / cpu.max(1) as f64,
+        available_cores()
+    );
     println!("\nleak check (server pid {pid}), before the load and once settled after it:");
     before.print_against(&after);
     control.close().context("closing the control session")?;
     Ok((tally.errors, grown))
+}
+
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn print_load(o: &Options, health: &serde_json::Value, t: &load::Tally) {

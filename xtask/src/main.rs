@@ -13,8 +13,11 @@ mod bench_datasets;
 mod bench_sdk;
 mod bench_throughput;
 mod dist;
+mod docs;
 mod fuzz;
+mod guest;
 mod image;
+mod instructions;
 mod rootfs;
 mod test;
 
@@ -23,7 +26,11 @@ cargo xtask <command> [options]
 
 Commands:
   rootfs            build the sandbox's root filesystem (target/rootfs)
+  guest             the microVM backend's guest (kernel, initramfs, erofs rootfs image)
+                    and the jailed VMM's root directory (target/guest)
   test              everything CI runs: rootfs, lints, all tests as root and rootless
+  docs              the book (docs/, mdBook) into target/book: the configuration reference
+                    rendered from the types, every internal link checked
   dist              a relocatable release (target/packages): tarball with the stripped binary
                     and the rootfs, a Debian package; checked unpacked with `env -i`
   fuzz              the coverage-guided fuzz targets of fuzz/ under AFL++ (cargo afl),
@@ -40,6 +47,9 @@ Commands:
                     latency, warm starts, and a leak check
   bench-sdk         tool-call latency as the official Python MCP SDK sees it over stdio:
                     over the client's floor, warm and in bursts, next to mcp-run-python
+                    and code-executor-mcp
+  instructions      instruction budgets of the hot paths under valgrind's callgrind
+                    (benches/instruction_budgets.toml); fails when one is over
 
 Run `cargo xtask <command> --help` for a command's options.
 ";
@@ -58,13 +68,16 @@ fn main() -> ExitCode {
     {
         Some("rootfs") => rootfs::run(&rest),
         Some("test") => test::run(&rest),
+        Some("guest") => guest::run(&rest),
         Some("dist") => dist::run(&rest),
+        Some("docs") => docs::run(&rest),
         Some("fuzz") => fuzz::run(&rest),
         Some("image") => image::run(&rest),
         Some("bench-compare") => bench_compare::run(&rest),
         Some("bench-throughput") => bench_throughput::run(&rest),
         Some("bench-datasets") => bench_datasets::run(&rest),
         Some("bench-sdk") => bench_sdk::run(&rest),
+        Some("instructions") => instructions::run(&rest),
         Some("check-kubernetes") => test::check_kubernetes(&rest),
         // `test`, `ci` and `bench` are dispatched here, each to its own module.
         None | Some("help" | "-h" | "--help") => {

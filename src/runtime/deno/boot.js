@@ -11,6 +11,8 @@
 // only then): the CODE record is the first run, later runs come as `codebox/run`
 // notifications on fd 3.
 
+import { prepareEnd } from "./end.js";
+
 const CHANNEL_FD = 3;
 const MAIN_PATH = "/workspace/.codebox-main.ts";
 
@@ -18,8 +20,6 @@ const libc = Deno.dlopen("libc.so.6", {
   read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
   write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
   poll: { parameters: ["buffer", "u64", "i32"], result: "i32" },
-  close: { parameters: ["i32"], result: "i32" },
-  send: { parameters: ["i32", "buffer", "usize", "i32"], result: "isize" },
 });
 
 function readInto(buf) {
@@ -120,7 +120,7 @@ function receive() {
       outputs = { max_files: maxFiles, max_bytes: maxBytes, paths: paths.filter((p) => p) };
     } else if (kind === "EPHEMERAL") {
       // What Deno's exit costs (~3 ms) is the kernel tearing down its address space: an
-      // `_exit` saves nothing, but the supervisor need not wait for it (tellTheEnd).
+      // `_exit` saves nothing, but the supervisor need not wait for it (end.js).
       ephemeral = true;
     } else if (kind === "SESSION") {
       if (!first) throw new Error("codebox: bad boot header \"SESSION\"");
@@ -129,42 +129,6 @@ function receive() {
       writeFile(payload);
     }
   }
-}
-
-// A one-shot run that ended (the `unload` event: the event loop ran dry, or Deno.exit)
-// closes stdout and stderr and sends `codebox/exit` on fd 3: the supervisor answers then,
-// and the kernel's teardown of this process happens off the request path. Skipped when
-// the program listens for `unload` itself (its listeners run after this one and may still
-// print; so may Node's `process.on("exit")` listeners) or a tool call's line is still
-// being written to fd 3.
-function tellTheEndOnUnload(sendOutputs) {
-  let programListens = false;
-  const add = EventTarget.prototype.addEventListener;
-  globalThis.addEventListener = function (type, ...rest) {
-    if (type === "unload" && (this === undefined || this === globalThis)) programListens = true;
-    return add.call(this ?? globalThis, type, ...rest);
-  };
-  add.call(globalThis, "unload", () => {
-    if (programListens || globalThis.onunload) return;
-    // Node's `process.on("exit")` listeners run after `unload` and may print.
-    if (globalThis.process?.listenerCount?.("exit") > 0) return;
-    const out = globalThis[Symbol.for("codebox.channel.output")];
-    if (out && (out.busy || out.queue.length > 0)) return;
-    // Deno.exit() before the end of the module: the output files still go.
-    try {
-      sendOutputs?.();
-    } catch {
-      // the supervisor is gone
-    }
-    const line = new TextEncoder().encode(
-      `{"jsonrpc":"2.0","method":"codebox/exit","params":{"status":${Deno.exitCode}}}\n`,
-    );
-    libc.symbols.close(1);
-    libc.symbols.close(2);
-    // MSG_DONTWAIT | MSG_NOSIGNAL: never block or die here; a short write is an
-    // unreadable line the supervisor ignores (it then waits for the exit as before).
-    libc.symbols.send(CHANNEL_FD, line, BigInt(line.length), 0x40 | 0x4000);
-  });
 }
 
 // Every run starts with /workspace/out there, so `Deno.writeFileSync("/workspace/out/a.csv",
@@ -189,13 +153,15 @@ function forgetOutDir() {
   }
 }
 
-function forgetMain() {
+function forgetFile(path) {
   try {
-    Deno.removeSync(MAIN_PATH);
+    Deno.removeSync(path);
   } catch {
     // already gone
   }
 }
+
+const forgetMain = () => forgetFile(MAIN_PATH);
 
 // Tells the supervisor that everything before the code is done: a pooled sandbox is
 // handed out only after this line.
@@ -225,31 +191,94 @@ function fullHint(e) {
     : "";
 }
 
-// A sandbox that waits for its code (a pooled one) first loads the codebox module: the
-// first TypeScript import sets up Deno's module loader, transpiler and caches, which
-// would otherwise happen after the code arrives, on the request path. A cold run, whose
-// code is already there, does not pay for it.
+// A module of codebox's own, by a computed specifier: the module graph of a cold run does
+// not include it unless it is used.
+const own = (name) => import(new URL(`./${name}`, import.meta.url).href);
+
+// The program is written under /workspace to a module of this name, imported, and removed
+// before the code arrives (warmUp).
+const WARM_PATH = "/workspace/.codebox-warm-up.ts";
+const WARM_MODULE = `import "data:application/javascript,globalThis[Symbol.for('codebox.warm')]%3D1";
+const n: number = 1; let s = "a" + 'b' + \`c\${n}\`; /x+/g.test(s);
+export function f(o?: { v: number[] }) { return o?.v.map((x) => x * 2) ?? [0x1f, 1.5e3]; }
+class C<T> { #p = n; get p(): number { return this.#p; } }
+export default f({ v: [new C<number>().p] });
+`;
+
+// Before the code arrives, a pooled sandbox does once what its run will do, on stand-ins,
+// so that the run finds it compiled and initialised: the value's lexer (its Unicode
+// regular expressions compile when first used), importing a TypeScript module from
+// /workspace (and the data: URL module that marks a rewritten one as parsed), the file
+// system calls (their bindings compile on first call), the time zone (the first Date, in
+// a stat). Nothing of it remains: the stand-in file is removed, and a module of that name
+// is never the program's.
+async function warmUp(value) {
+  value.captureLastValue(WARM_MODULE + "f();\n");
+  value.wasParsed();
+  try {
+    Deno.writeFileSync(WARM_PATH, new TextEncoder().encode(WARM_MODULE), { mode: 0o600 });
+    await import("file://" + WARM_PATH);
+  } catch {
+    // a workspace that takes no file: the run will say so
+  } finally {
+    forgetFile(WARM_PATH);
+  }
+  delete globalThis[Symbol.for("codebox.warm")];
+  try {
+    Deno.mkdirSync("/workspace"); // there: the call and its error
+  } catch {
+    // as expected
+  }
+  try {
+    Deno.lstatSync("/workspace");
+    Deno.readDirSync("/workspace").next();
+  } catch {
+    // no workspace to look at
+  }
+}
+
+// The end of a one-shot run (end.js): its listeners come before any other, and the
+// Node-backed globals are watched, before anything else runs.
+const runEnd = prepareEnd();
+// codebox's own lifecycle listeners (not the program's: end.js tells them apart).
+const listen = EventTarget.prototype.addEventListener.bind(globalThis);
+// A sandbox that waits for its code (a pooled one) first loads the modules its run may
+// need and warms up (warmUp): the first TypeScript import sets up Deno's module loader,
+// transpiler and caches, which would otherwise happen after the code arrives, on the
+// request path. A cold run, whose code is already there, loads them only when used.
+let preloaded = null;
 if (!codeWaiting()) {
   await import("./codebox.ts");
-  await import("./value.js");
-  await import("./outputs.js");
+  preloaded = {
+    value: await own("value.js"),
+    outputs: await own("outputs.js"),
+    client: await own("client.ts"),
+    errors: await own("errors.js"),
+  };
+  await warmUp(preloaded.value);
 }
 // Proxy mode: a refused tunnel's reason reaches the program's error (see egress.js).
 if (Deno.env.get("HTTPS_PROXY")) (await import("./egress.js")).install();
 announceReady();
 const { code, session, ephemeral, wantValue, outputs, rest } = receive();
-// Output files (outputs.js), loaded only when asked for (a pooled sandbox loaded it
-// before it was ready).
-const outputsJs = outputs ? await import(new URL("./outputs.js", import.meta.url).href) : null;
+// A microVM clone restored from a template shares this process's memory with every other
+// clone, its Web Crypto generator included (rand's ThreadRng: ChaCha, reseeded from the
+// kernel after every 64 KiB it produces). Drawing 64 KiB here makes its next draw reseed
+// from the kernel, whose pool the host reseeded before the code was sent. Math.random's
+// state (V8's, per isolate) cannot be reseeded from here: see microvm/template.rs.
+{
+  const burn = new Uint8Array(65536);
+  crypto.getRandomValues(burn);
+}
+// Output files (outputs.js), loaded only when asked for.
+const outputsJs = outputs ? (preloaded?.outputs ?? await own("outputs.js")) : null;
 if (session) {
-  // A computed specifier: the module graph of a one-shot run does not include it.
-  const { runSession } = await import(new URL("./session.js", import.meta.url).href);
+  const { runSession } = await own("session.js");
   await runSession({ code, rest, writeFile: writeWorkspaceFile, makeOutDir, wantValue, outputs });
   Deno.exit(0); // not reached: a session ends with the process
 }
-// The last expression's value (value.js), loaded only when asked for (a pooled sandbox
-// loaded it before it was ready).
-const valueJs = wantValue ? await import(new URL("./value.js", import.meta.url).href) : null;
+// The last expression's value (value.js), loaded only when asked for.
+const valueJs = wantValue ? (preloaded?.value ?? await own("value.js")) : null;
 let main = code;
 // Where the value's rewrite inserted its assignment (errors.js gives positions back).
 let insert = null;
@@ -267,18 +296,18 @@ try {
   console.error(`codebox: cannot write ${MAIN_PATH}: ${e?.message ?? e}${fullHint(e)}`);
   Deno.exit(1);
 }
-globalThis.addEventListener("unload", forgetMain);
+listen("unload", forgetMain);
 let outputsSent = !outputsJs;
 const sendOutputsOnce = () => {
   if (outputsSent) return;
   outputsSent = true;
   outputsJs.sendOutputs(outputs);
 };
-if (ephemeral) tellTheEndOnUnload(sendOutputsOnce);
+if (ephemeral) runEnd.arm(sendOutputsOnce);
 // A workspace that outlives the run and whose output files nobody collects (no OUTPUTS
 // record: `codebox run --workspace DIR`): an out/ made here that is still empty goes at
 // the end (`unload`). A session's workspace keeps it.
-if (makeOutDir() && !ephemeral && !outputs) globalThis.addEventListener("unload", forgetOutDir);
+if (makeOutDir() && !ephemeral && !outputs) listen("unload", forgetOutDir);
 let failed = false;
 try {
   try {
@@ -295,7 +324,7 @@ try {
   // line and columns, not the value's rewrite, and none of codebox's frames. The output
   // files written before it still go (below), then the run ends as Deno would, status 1.
   failed = true;
-  const errors = await import(new URL("./errors.js", import.meta.url).href);
+  const errors = preloaded?.errors ?? await own("errors.js");
   const source = new TextDecoder().decode(code);
   errors.rewritten.set("file://" + MAIN_PATH, { source, inserts: insert ? [insert] : [] });
   errors.rewritten.set("file://" + MAIN_PATH + "?as-written", { source, inserts: [] });
@@ -306,7 +335,7 @@ try {
 const value = failed ? null : (valueJs?.takeValue() ?? null);
 if (value !== null) {
   // Through client.ts's writer: behind any tool call's line still queued, never inside it.
-  const { notify } = await import(new URL("./client.ts", import.meta.url).href);
+  const { notify } = preloaded?.client ?? await own("client.ts");
   try {
     notify("codebox/value", { repr: value });
   } catch {

@@ -139,6 +139,17 @@ _last_value = object()
 # The most characters of a value's repr sent; the supervisor cuts it to the result's
 # output budget.
 MAX_VALUE_CHARS = 200_000
+# The optional layers a run may load, each a cost the fast path does not pay, and the
+# modules that show one loaded: matplotlib's backend (codebox_mpl loads Agg's). Reported
+# in `codebox/exit` when the run loaded them (src/runtime/exit.rs).
+_LAYERS = (("matplotlib-backend", ("codebox_mpl", "matplotlib.backends.backend_agg")),)
+# The layers loaded before the code arrived (a pooled interpreter's preload).
+_layers_before = ()
+
+
+def _loaded_layers():
+    modules = sys.modules
+    return [name for name, marks in _LAYERS if any(m in modules for m in marks)]
 
 
 def make_out_dir():
@@ -319,6 +330,27 @@ def _code_waiting():
     return bool(poller.poll(0))
 
 
+def _reseed():
+    """Generators seeded before the code arrived draw anew from the kernel: a microVM
+    clone restored from a template shares its interpreter's memory with every other clone
+    (its kernel's pool is reseeded from the host before the code is sent); a pooled
+    interpreter that preloaded numpy seeded numpy's global generator while it waited.
+    Python's string hash seed is drawn at start-up and cannot be drawn again here (see
+    microvm/template.rs). A few microseconds."""
+    rnd = sys.modules.get("random")
+    if rnd is not None:
+        rnd.seed()
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile._name_sequence = None
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        try:
+            numpy_random.seed()
+        except Exception:
+            pass
+
+
 def _preload(always=False):
     """A pooled interpreter (nothing waits on fd 3 yet) imports the modules the profile's
     [python] preload lists, so the program's `import pandas` is a lookup in sys.modules. A
@@ -381,9 +413,12 @@ def prepare(preload_always=False):
 
 def serve(preloaded):
     """Announces ready, receives the boot frame on fd 3 and runs the program."""
+    global _layers_before
     module = type(sys)("__main__")
     _announce_ready()
     source, mode, rest, written = _receive()
+    _reseed()
+    _layers_before = _loaded_layers()
     if preloaded:
         _unshadow(preloaded, written)
     module.__loader__ = _SourceLoader(source)
@@ -433,6 +468,93 @@ def serve(preloaded):
     sys.exit(status)
 
 
+# What a one-shot execute call's frame looks like (src/runtime/boot.rs: EPHEMERAL, OUTPUTS
+# with the default limits, VALUE, CODE), for `rehearse`.
+def _record(kind, payload=b""):
+    return b"%s %d\n%s" % (kind, len(payload), payload)
+
+
+REHEARSAL_FRAME = (_record(b"EPHEMERAL") + _record(b"OUTPUTS", b"50 16777216\n")
+                   + _record(b"VALUE") + _record(b"CODE", b"print(1, 'x', [2.5], {'k': None})\n"))
+
+
+def rehearse(frame=REHEARSAL_FRAME):
+    """Runs `frame` through the request path, receive to output files, as `serve` would
+    (the real stdout and stderr objects, pointed at /dev/null; a socket pair in place of
+    fd 3), without the exit. In a sandbox forked from the zygote (zygote.py's warm-up of a
+    pooled one) this copies, while the sandbox waits for its code, the pages that path
+    writes: reference counts, allocator pools, buffers. Leaves nothing behind: this
+    module's state, __main__ and builtins._ are put back, /workspace/out goes if it made
+    it, and the descriptors are restored and closed (tests/zygote.rs checks)."""
+    global CHANNEL_FD, _want_value, _outputs_spec, _last_value
+    import socket
+
+    saved = (CHANNEL_FD, _want_value, _outputs_spec, _last_value)
+    saved_main = sys.modules.get("__main__")
+    had_underscore = hasattr(builtins, "_")
+    had_out = _exists(OUT_DIR)
+    ours, theirs = socket.socketpair()
+    try:
+        saved_fds = (posix.dup(1), posix.dup(2))
+        try:
+            null = posix.open("/dev/null", posix.O_WRONLY | posix.O_CLOEXEC)
+            try:
+                theirs.sendall(frame)
+                for target in (1, 2):
+                    posix.dup2(null, target)
+                CHANNEL_FD = ours.fileno()
+                _rehearse_call()
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except Exception:
+                        pass
+                for target, fd in zip((1, 2), saved_fds):
+                    posix.dup2(fd, target)
+                posix.close(null)
+        finally:
+            for fd in saved_fds:
+                posix.close(fd)
+    finally:
+        ours.close()
+        theirs.close()
+        CHANNEL_FD, _want_value, _outputs_spec, _last_value = saved
+        if saved_main is None:
+            sys.modules.pop("__main__", None)
+        else:
+            sys.modules["__main__"] = saved_main
+        if not had_underscore:
+            builtins.__dict__.pop("_", None)
+        if not had_out:
+            _forget_out_dir()
+
+
+def _rehearse_call():
+    """`serve`'s path for the frame on CHANNEL_FD, up to the output files."""
+    source, _mode, _rest, _written = _receive()
+    module = type(sys)("__main__")
+    module.__loader__ = _SourceLoader(source)
+    module.__builtins__ = builtins
+    sys.modules["__main__"] = module
+    try:
+        run_program(source, MAIN_FILENAME, module.__dict__)
+    except BaseException as exc:
+        print_program_exception(exc, MAIN_FILENAME)
+    capture_figures()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    send_outputs()
+
+
+def _exists(path):
+    try:
+        posix.lstat(path)
+    except OSError:
+        return False
+    return True
+
+
 def _exit_status(exc):
     """The status Python gives a SystemExit (printing a non-integer code, as it does)."""
     code = exc.code
@@ -473,17 +595,23 @@ def _quick_exit(status):
 def _tell_the_end(status):
     """Closes stdout and stderr and sends `codebox/exit` on fd 3: the supervisor answers
     then, and the kernel's teardown of this process (milliseconds once numpy and pandas
-    are loaded) happens off the request path. Only when no thread is inside a call on
-    fd 3 (a line must not be interleaved with another), and without blocking."""
+    are loaded) happens off the request path; with the optional layers the run loaded.
+    Only when no thread is inside a call on fd 3 (a line must not be interleaved with
+    another), and without blocking."""
     codebox = sys.modules.get("codebox")
     lock = getattr(getattr(codebox, "_channel", None), "_wlock", None)
     try:
         if lock is not None and not lock.acquire(blocking=False):
             return
+        layers = ",".join('"%s"' % n for n in _loaded_layers() if n not in _layers_before)
         posix.close(1)
         posix.close(2)
         posix.set_blocking(3, False)
-        posix.write(3, b'{"jsonrpc":"2.0","method":"codebox/exit","params":{"status":%d}}\n' % status)
+        posix.write(
+            3,
+            b'{"jsonrpc":"2.0","method":"codebox/exit","params":{"status":%d,"layers":[%s]}}\n'
+            % (status, layers.encode()),
+        )
     except Exception:
         pass
 

@@ -10,7 +10,7 @@
 //! joins a cgroup of its own, unshares every namespace again under a nested user
 //! namespace, mounts a fresh `/proc`, `/tmp`, `/dev/shm` and `/workspace`, drops every
 //! capability and applies the profile's full landlock ruleset and seccomp filter — the
-//! same layers a cold sandbox gets, decided here as data (`plan.rs`). `docs/ZYGOTE.md`
+//! same layers a cold sandbox gets, decided here as data (`plan.rs`). `docs/src/backends/zygote.md`
 //! argues what a child shares with the zygote and its siblings and what it does not;
 //! `tests/zygote.rs` checks each claim.
 //!
@@ -18,11 +18,12 @@
 //! 1. [`Zygote::launch`] spawns the zygote sandbox and sends its [`plan::ZygoteConfig`].
 //! 2. The zygote loads the boot file and the preloaded modules, then says `{"ready":true}`.
 //! 3. [`Zygote::fork`] creates the child's cgroup and pipes and sends a
-//!    [`plan::ForkRequest`] with the descriptors; the child sends back the pidfd of its
-//!    init (pid 1 of its pid namespace) on a socket of its own; the errors pipe reaches
-//!    end of file when the program is ready, as it does at a cold sandbox's `execve`. The
-//!    result is an ordinary [`Sandbox`] whose [`Watch`] waits on that pidfd instead of
-//!    reaping (the zygote, a subreaper, reaps its children).
+//!    [`plan::ForkRequest`] (binary: the zygote's native loop reads it, see
+//!    `runtime/zygote/fork.c`) with the descriptors; the child sends back the pidfd of its
+//!    init (pid 1 of its pid namespace, `runtime/zygote/init.c`) on a socket of its own;
+//!    the errors pipe reaches end of file when the program is ready, as it does at a cold
+//!    sandbox's `execve`. The result is an ordinary [`Sandbox`] whose [`Watch`] waits on
+//!    that pidfd instead of reaping (the zygote, a subreaper, reaps its children).
 
 mod pending;
 mod plan;
@@ -40,10 +41,10 @@ pub use plan::{key, ZYGOTE_PROGRAM};
 use pending::Parts;
 
 use super::cgroup::CgroupManager;
-use super::fds::{self, ChannelKind};
 use super::spawn::{cgroup_limits, spawn_with};
 use super::spec::SandboxSpec;
 use super::{Sandbox, SandboxIo, Watch};
+use crate::sandbox::child::fds::{self, ChannelKind};
 use crate::stopwatch::Stopwatch;
 
 /// How long a fork may take until the child's init has reported its pidfd.
@@ -226,15 +227,18 @@ impl Zygote {
     /// Forks a sandbox for `child` (which must have this zygote's [`key`]): returns once
     /// its program is ready, as [`super::spawn`] does after `execve`.
     pub fn fork(&self, child: &SandboxSpec, cgroups: Option<&CgroupManager>) -> Result<Sandbox> {
-        self.start_fork(child, cgroups)?.wait()
+        self.start_fork(child, cgroups, false)?.wait()
     }
 
     /// Sends the fork request for `child`; the [`PendingFork`] completes as its
     /// descriptor becomes readable (a single-threaded caller serves others meanwhile).
+    /// `warm_up`: the child runs boot.py's program path once before it says ready (a
+    /// pooled sandbox: see `zygote.py`'s `_warm_up`).
     pub fn start_fork(
         &self,
         child: &SandboxSpec,
         cgroups: Option<&CgroupManager>,
+        warm_up: bool,
     ) -> Result<PendingFork> {
         if !self.ready {
             return Err(Error::NotReady);
@@ -271,8 +275,17 @@ impl Zygote {
         let (reply, reply_child) =
             fds::socketpair_of(ChannelKind::Seqpacket).map_err(fd_err("reply socketpair"))?;
 
-        let request = plan::fork_request(child, joins.len());
-        let message = serde_json::to_vec(&request).expect("a fork request serializes");
+        let request = plan::fork_request(child, joins.len(), warm_up);
+        if request.mounts.len() > plan::MAX_MOUNTS || joins.len() > plan::MAX_JOINS {
+            return Err(Error::Spec(format!(
+                "{} mounts and {} cgroup joins: the zygote takes at most {} and {}",
+                request.mounts.len(),
+                joins.len(),
+                plan::MAX_MOUNTS,
+                plan::MAX_JOINS
+            )));
+        }
+        let message = request.to_bytes();
         let mut passed: Vec<RawFd> = [
             &stdout_w,
             &stderr_w,

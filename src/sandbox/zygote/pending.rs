@@ -12,11 +12,11 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::unistd::Pid;
 
 use super::super::cgroup::SandboxCgroup;
-use super::super::fds;
 use super::super::report::{self, FAILURE_LEN};
 use super::super::spawn::setup_error;
 use super::super::{lifeline, Reaper, Sandbox, SandboxIo, Watch};
 use super::{Error, Result};
+use crate::sandbox::child::fds;
 use crate::stopwatch::Stopwatch;
 
 /// The parent's ends of the child's descriptors, until the child's pidfd makes them a
@@ -125,7 +125,7 @@ impl PendingFork {
     /// The first step: the child's init sends its pidfd, or the end of file says the
     /// child failed before (its record is on the errors pipe).
     fn take_pidfd(&mut self) -> Progress {
-        let pidfd = match super::super::netns::receive_fd(self.reply.as_fd()) {
+        let pidfd = match crate::sandbox::child::netns::receive_fd(self.reply.as_fd()) {
             Ok(fd) => fd,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Progress::Waiting,
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {

@@ -22,8 +22,10 @@ pub const ZYGOTE_PROGRAM: &str = "/opt/codebox/python/zygote.py";
 /// child gets per fork (its cgroup limits, tmpfs sizes, rlimits) is not part of it.
 ///
 /// Not served: programs other than the Python boot, a workspace that is a host directory
-/// or a session's own mount (the child would have to bind or attach it), and proxy-mode
-/// networking (its listener is made by a cold sandbox's init; see `netns.rs`).
+/// or a session's own mount (the child would have to bind or attach it), proxy-mode
+/// networking (its listener is made by a cold sandbox's init; see `netns.rs`), and
+/// numerical thread pools of more than one thread (`runtime::thread_env`): a zygote must
+/// stay single-threaded, since each child is made in its memory (`runtime/zygote/fork.c`).
 pub fn key(spec: &SandboxSpec) -> Option<String> {
     let boots_python = spec
         .program
@@ -31,9 +33,11 @@ pub fn key(spec: &SandboxSpec) -> Option<String> {
         .last()
         .is_some_and(|a| a.as_bytes() == PYTHON_BOOT.as_bytes());
     if !boots_python
+        || !spec.program.inherit.is_empty()
         || spec.workspace.is_some()
         || spec.workspace_mount.is_some()
         || matches!(spec.policy.network, NetworkAccess::Proxy { .. })
+        || runs_thread_pools(spec)
     {
         return None;
     }
@@ -53,6 +57,19 @@ pub fn key(spec: &SandboxSpec) -> Option<String> {
             policy.seccomp.as_ref().map(|f| f.policy().to_string()),
         )
     ))
+}
+
+/// Whether `spec`'s environment lets numerical libraries (OpenBLAS, OpenMP) start worker
+/// threads at import: more than one thread in `OPENBLAS_NUM_THREADS` or `OMP_NUM_THREADS`.
+fn runs_thread_pools(spec: &SandboxSpec) -> bool {
+    spec.program.env.iter().any(|e| {
+        let e = e.to_string_lossy();
+        let Some((name, value)) = e.split_once('=') else {
+            return false;
+        };
+        matches!(name, "OPENBLAS_NUM_THREADS" | "OMP_NUM_THREADS")
+            && value.trim().parse::<u32>().map_or(true, |n| n > 1)
+    })
 }
 
 /// The zygote's own sandbox: the child spec's rootfs, binds, environment and limits, with
@@ -157,18 +174,32 @@ pub fn config(child: &SandboxSpec, kernel_abi: Option<u32>) -> Result<ZygoteConf
 }
 
 /// One fork: the child's own filesystems and rlimits; `joins` descriptors (its cgroup
-/// directories' `tasks` / `cgroup.procs`) follow the seven fixed ones.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// directories' `tasks` / `cgroup.procs`) follow the seven fixed ones. Sent as
+/// [`ForkRequest::to_bytes`]: the zygote's native loop (`runtime/zygote/fork.c`) reads it
+/// without running any Python.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ForkRequest {
     pub mounts: Vec<ChildMount>,
     pub rlimits: Rlimits,
     pub joins: usize,
+    /// The child runs boot.py's program path once before it says ready
+    /// ([`FLAG_WARM_UP`]): a pooled sandbox, which waits for its code anyway.
+    pub warm_up: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// `ForkRequest::to_bytes`'s first word ("CZBZ" little-endian), then its version.
+pub const REQUEST_MAGIC: u32 = 0x5a42_5a43;
+pub const REQUEST_VERSION: u32 = 1;
+/// The request's flag: run the warm-up before ready.
+pub const FLAG_WARM_UP: u32 = 1;
+/// The most mounts and joins the native loop takes (`MAX_MOUNTS`, `MAX_JOINS` there).
+pub const MAX_MOUNTS: usize = 16;
+pub const MAX_JOINS: usize = 16;
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct ChildMount {
     /// `proc` or `tmpfs`.
-    pub kind: &'static str,
+    pub kind: MountKind,
     /// Inside the sandbox.
     pub target: String,
     pub flags: u64,
@@ -176,16 +207,48 @@ pub struct ChildMount {
     pub data: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountKind {
+    Proc = 1,
+    Tmpfs = 2,
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rlimits {
     pub nofile: u64,
     pub fsize: u64,
 }
 
+impl ForkRequest {
+    /// The request as the native loop reads it, little-endian: magic, version, flags,
+    /// joins, nofile, fsize, the mount count, then per mount its kind, flags, the lengths
+    /// of target and data, target, data (no terminating NUL).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(64 + self.mounts.len() * 80);
+        let u32le = |b: &mut Vec<u8>, v: u32| b.extend_from_slice(&v.to_le_bytes());
+        u32le(&mut b, REQUEST_MAGIC);
+        u32le(&mut b, REQUEST_VERSION);
+        u32le(&mut b, if self.warm_up { FLAG_WARM_UP } else { 0 });
+        u32le(&mut b, self.joins as u32);
+        b.extend_from_slice(&self.rlimits.nofile.to_le_bytes());
+        b.extend_from_slice(&self.rlimits.fsize.to_le_bytes());
+        u32le(&mut b, self.mounts.len() as u32);
+        for m in &self.mounts {
+            u32le(&mut b, m.kind as u32);
+            b.extend_from_slice(&m.flags.to_le_bytes());
+            u32le(&mut b, m.target.len() as u32);
+            u32le(&mut b, m.data.len() as u32);
+            b.extend_from_slice(m.target.as_bytes());
+            b.extend_from_slice(m.data.as_bytes());
+        }
+        b
+    }
+}
+
 /// The fork request for `child`: the procfs and every tmpfs of its cold mount plan but
 /// `/dev` (the zygote's, read-only and holding only device binds), at the same paths,
 /// sizes, modes and flags.
-pub fn fork_request(child: &SandboxSpec, joins: usize) -> ForkRequest {
+pub fn fork_request(child: &SandboxSpec, joins: usize, warm_up: bool) -> ForkRequest {
     let plan = MountPlan::for_spec(child, LockedFlags::default());
     let inside = |target: &Path| {
         let rel = target.strip_prefix(&child.rootfs).unwrap_or(target);
@@ -195,7 +258,7 @@ pub fn fork_request(child: &SandboxSpec, joins: usize) -> ForkRequest {
     for step in &plan.steps {
         match step {
             MountStep::Proc { target } => mounts.push(ChildMount {
-                kind: "proc",
+                kind: MountKind::Proc,
                 target: inside(target),
                 flags: (nix::mount::MsFlags::MS_NOSUID
                     | nix::mount::MsFlags::MS_NODEV
@@ -209,7 +272,7 @@ pub fn fork_request(child: &SandboxSpec, joins: usize) -> ForkRequest {
                 mode,
                 flags,
             } if inside(target) != "/dev" => mounts.push(ChildMount {
-                kind: "tmpfs",
+                kind: MountKind::Tmpfs,
                 target: inside(target),
                 flags: flags.bits(),
                 data: MountPlan::tmpfs_options(*size_bytes, *mode),
@@ -224,6 +287,7 @@ pub fn fork_request(child: &SandboxSpec, joins: usize) -> ForkRequest {
             fsize: child.limits.file_size_bytes,
         },
         joins,
+        warm_up,
     }
 }
 
@@ -273,6 +337,12 @@ mod tests {
             |s: &mut SandboxSpec| s.workspace = Some("/srv/ws".into()),
             |s: &mut SandboxSpec| s.workspace_mount = Some(9),
             |s: &mut SandboxSpec| s.policy.network = NetworkAccess::Proxy { port: 3128 },
+            |s: &mut SandboxSpec| {
+                s.program
+                    .set_env(&[("OPENBLAS_NUM_THREADS", "2"), ("OMP_NUM_THREADS", "2")])
+                    .unwrap()
+            },
+            |s: &mut SandboxSpec| s.program.set_env(&[("OMP_NUM_THREADS", "many")]).unwrap(),
         ] {
             let mut s = python_spec();
             change(&mut s);
@@ -284,6 +354,11 @@ mod tests {
             |s: &mut SandboxSpec| s.packages = Some("/srv/layer".into()),
             |s: &mut SandboxSpec| s.program.set_env(&[("CODEBOX_PRELOAD", "numpy")]).unwrap(),
             |s: &mut SandboxSpec| s.policy.network = NetworkAccess::Loopback,
+            |s: &mut SandboxSpec| {
+                s.program
+                    .set_env(&[("OPENBLAS_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "1")])
+                    .unwrap()
+            },
         ] {
             let mut s = python_spec();
             change(&mut s);
@@ -319,17 +394,79 @@ mod tests {
         child.limits.tmpfs_bytes = 5 << 20;
         child.limits.shm_bytes = 3 << 20;
         child.limits.open_files = 77;
-        let r = fork_request(&child, 5);
+        let r = fork_request(&child, 5, true);
         let targets: Vec<&str> = r.mounts.iter().map(|m| m.target.as_str()).collect();
         assert_eq!(targets, ["/proc", "/dev/shm", "/tmp", "/workspace"]);
-        assert_eq!(r.mounts[0].kind, "proc");
+        assert_eq!(r.mounts[0].kind, MountKind::Proc);
         assert_eq!(r.mounts[2].data, "size=5242880,mode=1777,uid=1000,gid=1000");
         assert_eq!(r.mounts[1].data, "size=3145728,mode=1777,uid=1000,gid=1000");
         let writable = crate::sandbox::plan::WRITABLE_FLAGS.bits();
         for m in &r.mounts[1..] {
             assert_eq!(m.flags & writable, writable, "{m:?}: nosuid, nodev, noexec");
         }
-        assert_eq!((r.rlimits.nofile, r.joins), (77, 5));
+        assert_eq!((r.rlimits.nofile, r.joins, r.warm_up), (77, 5, true));
+        assert!(r.mounts.len() <= MAX_MOUNTS);
+    }
+
+    #[test]
+    fn a_fork_request_is_laid_out_as_the_native_loop_reads_it() {
+        let r = ForkRequest {
+            mounts: vec![
+                ChildMount {
+                    kind: MountKind::Proc,
+                    target: "/proc".into(),
+                    flags: 14,
+                    data: String::new(),
+                },
+                ChildMount {
+                    kind: MountKind::Tmpfs,
+                    target: "/tmp".into(),
+                    flags: 6,
+                    data: "size=1".into(),
+                },
+            ],
+            rlimits: Rlimits {
+                nofile: 0x0102,
+                fsize: 1 << 40,
+            },
+            joins: 3,
+            warm_up: true,
+        };
+        let b = r.to_bytes();
+        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let long = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        assert_eq!(&b[..4], b"CZBZ");
+        assert_eq!(
+            (word(0), word(4), word(8), word(12)),
+            (REQUEST_MAGIC, 1, 1, 3)
+        );
+        assert_eq!((long(16), long(24), word(32)), (0x0102, 1 << 40, 2));
+        // proc: kind, flags, target length, data length, "/proc"
+        assert_eq!((word(36), long(40), word(48), word(52)), (1, 14, 5, 0));
+        assert_eq!(&b[56..61], b"/proc");
+        assert_eq!((word(61), long(65), word(73), word(77)), (2, 6, 4, 6));
+        assert_eq!(&b[81..], b"/tmpsize=1");
+        let cold = ForkRequest {
+            warm_up: false,
+            ..r.clone()
+        };
+        assert_eq!(word_of(&cold.to_bytes(), 8), 0);
+        // The C side checks the same numbers.
+        let c = include_str!("../../runtime/zygote/fork.c");
+        assert!(
+            c.contains(&format!("#define REQUEST_MAGIC {REQUEST_MAGIC:#x}u")),
+            "magic"
+        );
+        assert!(c.contains(&format!("#define REQUEST_VERSION {REQUEST_VERSION}u")));
+        assert!(c.contains(&format!("#define MAX_MOUNTS {MAX_MOUNTS}\n")));
+        assert!(c.contains(&format!("#define MAX_JOINS {MAX_JOINS}\n")));
+        assert!(c.contains("#define MOUNT_PROC 1u") && c.contains("#define MOUNT_TMPFS 2u"));
+        let py = include_str!("../../runtime/python/zygote.py");
+        assert!(py.contains(&format!("FLAG_WARM_UP = {FLAG_WARM_UP}\n")));
+    }
+
+    fn word_of(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
     }
 
     #[test]

@@ -22,6 +22,14 @@ pub struct Snapshot {
     pub server_fds: usize,
     /// Open fds of the whole tree (the spawner keeps one set per sandbox).
     pub tree_fds: usize,
+    /// The server's resident memory (KiB): shown, not checked (an allocator keeps what
+    /// a load made it take).
+    pub server_rss_kib: usize,
+    /// CPU time (ms) of the tree: user and system time of every process in it, plus what
+    /// each has reaped (a sandbox, once waited for, counts in its reaper's). The difference
+    /// between two snapshots is what the server and its sandboxes cost in between,
+    /// whatever else the machine runs.
+    pub tree_cpu_ms: u64,
 }
 
 impl Snapshot {
@@ -36,6 +44,8 @@ impl Snapshot {
                 .unwrap_or(0),
             server_fds: fd_count(server_pid),
             tree_fds: processes.iter().map(|(p, _)| fd_count(*p)).sum(),
+            server_rss_kib: rss_kib(server_pid),
+            tree_cpu_ms: processes.iter().map(|(p, _)| cpu_ms(*p)).sum(),
             processes,
         }
     }
@@ -67,7 +77,43 @@ impl Snapshot {
         for ((name, b), (_, a)) in self.figures().iter().zip(after.figures()) {
             println!("{name:34} {b:>8} {a:>8}");
         }
+        println!(
+            "{:34} {:>8} {:>8}  (shown, not checked)",
+            "server RSS (KiB)", self.server_rss_kib, after.server_rss_kib
+        );
     }
+}
+
+/// utime + stime + cutime + cstime of `pid`, in ms (0 when it cannot be read).
+fn cpu_ms(pid: u32) -> u64 {
+    // SAFETY: sysconf takes an integer and returns one.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    let Some((_, rest)) = text.rsplit_once(')') else {
+        return 0;
+    };
+    // After the command: state is field 3; utime..cstime are fields 14-17.
+    let sum: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    sum * 1000 / ticks
+}
+
+/// VmRSS of `pid` in KiB (0 when it cannot be read).
+fn rss_kib(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// Which of these processes still run (same pid and start time).
@@ -158,6 +204,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn this_process_has_a_resident_size_and_cpu_time() {
+        assert!(rss_kib(std::process::id()) > 0);
+        // Work until the kernel has counted a tick of it (a bounded number of steps).
+        let mut x = 1u64;
+        let counted = (0..100_000).any(|_| {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+            }
+            cpu_ms(std::process::id()) > 0
+        });
+        assert!(counted, "no CPU time counted ({x})");
+        assert_eq!(rss_kib(u32::MAX), 0);
+    }
+
+    #[test]
     fn this_process_is_its_own_tree() {
         let me = std::process::id();
         let tree = process_tree(me);
@@ -174,10 +235,13 @@ mod tests {
             mounts: 20,
             server_fds: 10,
             tree_fds: 30,
+            server_rss_kib: 1000,
+            tree_cpu_ms: 10,
         };
         let mut after = before.clone();
         after.processes.pop();
         after.cgroups_all = 9;
+        after.server_rss_kib = 2000;
         assert!(before.grown(&after).is_empty());
         after.server_fds = 11;
         assert_eq!(before.grown(&after), vec!["server fds: 10 -> 11"]);

@@ -21,9 +21,7 @@ impl Unpacked {
     /// `parent`, with the archive's modes (`-p`) whatever the umask.
     pub fn new(tarball: &Path, stem: &str, parent: &Path) -> Result<Unpacked> {
         let dir = parent.join(format!("codebox-dist-check-{}", std::process::id()));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
+        crate::rootfs::seal::remove_tree(&dir)?;
         std::fs::create_dir_all(&dir)?;
         let unpacked = Unpacked {
             top: dir.join(stem),
@@ -57,7 +55,7 @@ impl Unpacked {
 
 impl Drop for Unpacked {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+        if let Err(e) = crate::rootfs::seal::remove_tree(&self.dir) {
             eprintln!("cannot remove {}: {e}", self.dir.display());
         }
     }

@@ -53,14 +53,23 @@ impl Item {
 
 /// The documentation both trees carry, with where it goes below `share/doc/codebox`.
 fn docs(inputs: &Inputs, doc: &Path) -> Vec<Item> {
-    ["README.md", "docs/DEPLOY.md", "docs/ARCHITECTURE.md"]
-        .iter()
-        .map(|rel| Item::File {
-            from: inputs.repo.join(rel),
-            to: doc.join(Path::new(rel).file_name().expect("a file name")),
-            mode: 0o644,
-        })
-        .collect()
+    [
+        "README.md",
+        "docs/src/operations/deploy.md",
+        "docs/ARCHITECTURE.md",
+    ]
+    .iter()
+    .map(|rel| Item::File {
+        from: inputs.repo.join(rel),
+        to: doc.join(Path::new(rel).file_name().expect("a file name")),
+        mode: 0o644,
+    })
+    .chain(std::iter::once(Item::Tree {
+        // The book's chapters (markdown), which the README's links point into.
+        from: inputs.repo.join("docs/src"),
+        to: doc.join("book"),
+    }))
+    .collect()
 }
 
 /// A unit file with its binary's path replaced: `text` must name `from` exactly once in
@@ -197,7 +206,8 @@ mod tests {
                 .any(|i| i.to().ends_with("doc/codebox/README.md")));
             assert!(items
                 .iter()
-                .any(|i| i.to().ends_with("doc/codebox/DEPLOY.md")));
+                .any(|i| i.to().ends_with("doc/codebox/deploy.md")));
+            assert!(items.iter().any(|i| i.to().ends_with("doc/codebox/book")));
         }
     }
 

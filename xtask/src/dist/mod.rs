@@ -248,9 +248,8 @@ fn build(opts: &Options) -> Result<Release> {
 
 /// Makes `top` hold exactly `items` (a previous tree there is removed first).
 fn stage(top: &Path, items: &[Item]) -> Result<()> {
-    if top.exists() {
-        fs::remove_dir_all(top).with_context(|| format!("removing {}", top.display()))?;
-    }
+    // A previous tree holds a sealed rootfs (see rootfs/seal.rs).
+    crate::rootfs::seal::remove_tree(top)?;
     fs::create_dir_all(top)?;
     fs::set_permissions(top, fs::Permissions::from_mode(0o755))?;
     for item in items {
@@ -277,13 +276,16 @@ fn stage(top: &Path, items: &[Item]) -> Result<()> {
             }
         }
     }
-    // Directories created on the way get 0755 whatever the umask.
+    // Directories created on the way get 0755 whatever the umask; the rootfs, copied
+    // as it is, stays sealed (its top directory included).
     run_checked(
         Command::new("find")
             .arg(top)
-            .args(["-type", "d", "-not", "-path"])
-            .arg(format!("{}/*/rootfs/*", top.display()))
-            .args(["-exec", "chmod", "0755", "{}", "+"]),
+            .args(["-type", "d", "-path"])
+            .arg(format!("{}/*/rootfs", top.display()))
+            .args([
+                "-prune", "-o", "-type", "d", "-exec", "chmod", "0755", "{}", "+",
+            ]),
         "setting directory modes",
     )
 }
@@ -350,7 +352,7 @@ fn build_deb(
     let file = out.join(format!("codebox_{version}_{arch}.deb"));
     let started = Instant::now();
     deb::build(&tree, &file, fast)?;
-    fs::remove_dir_all(&tree)?;
+    crate::rootfs::seal::remove_tree(&tree)?;
     println!(
         "deb: {} ({} bytes, in {:.0?}; Depends: {})",
         file.display(),

@@ -11,7 +11,7 @@
 //!    that; nothing listens beyond 127.0.0.1).
 //!
 //! What the bundle's runtime config must allow for codebox to make sandboxes inside a
-//! container is recorded in [`sandbox_ready`] and docs/DEPLOY.md.
+//! container is recorded in [`sandbox_ready`] and docs/src/operations/deploy.md.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -47,9 +47,7 @@ struct Scratch(PathBuf);
 impl Scratch {
     fn new() -> Result<Scratch> {
         let d = std::env::temp_dir().join(format!("codebox-image-check-{}", std::process::id()));
-        if d.exists() {
-            std::fs::remove_dir_all(&d)?;
-        }
+        crate::rootfs::seal::remove_tree(&d)?;
         std::fs::create_dir_all(&d)?;
         Ok(Scratch(d))
     }
@@ -57,7 +55,8 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+        // The image's rootfs is sealed (xtask/src/rootfs/seal.rs).
+        if let Err(e) = crate::rootfs::seal::remove_tree(&self.0) {
             eprintln!("cannot remove {}: {e}", self.0.display());
         }
     }
@@ -185,7 +184,7 @@ pub fn umoci_unpack(image: &Image, bundle: &Path) -> Result<()> {
 }
 
 /// The changes a bundle's runtime config needs for codebox to create sandboxes inside
-/// (what a Kubernetes pod must allow; see docs/DEPLOY.md):
+/// (what a Kubernetes pod must allow; see docs/src/operations/deploy.md):
 /// - `/proc` unmasked (no `maskedPaths`/`readonlyPaths`): the kernel lets a process
 ///   mount a new procfs, which every sandbox does for its pid namespace, only when no
 ///   procfs it can see has anything mounted over parts of it;

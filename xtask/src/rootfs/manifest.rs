@@ -3,15 +3,15 @@
 //!
 //! ```text
 //! # codebox rootfs manifest v1
-//! d\t0755\t/etc
-//! f\t0644\t<size>\t<sha256 hex>\t/etc/passwd
+//! d\t0555\t/etc
+//! f\t0444\t<size>\t<sha256 hex>\t/etc/passwd
 //! l\tusr/lib\t/lib
 //! ```
 //!
 //! One line per entry except the root and the manifest itself, sorted by path bytes, fields
-//! separated by one tab. Walking the tree also checks the permission rules: directories 0755,
-//! files 0644 or 0755, nothing else (no setuid, setgid, sticky or group/world-writable bits,
-//! no devices, fifos or sockets).
+//! separated by one tab. Walking the tree also checks the permission rules of a sealed tree
+//! (`seal.rs`): directories 0555, files 0444 or 0555, nothing else (no write bit, no setuid,
+//! setgid or sticky bit, no devices, fifos or sockets).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -150,13 +150,13 @@ fn mode(meta: &fs::Metadata) -> u32 {
 fn check_mode(path: &Path, meta: &fs::Metadata) -> Result<()> {
     let m = mode(meta);
     let ok = if meta.is_dir() {
-        m == 0o755
+        m == 0o555
     } else {
-        m == 0o644 || m == 0o755
+        m == 0o444 || m == 0o555
     };
     if !ok {
         bail!(
-            "{} has mode {m:04o}: directories must be 0755, files 0644 or 0755",
+            "{} has mode {m:04o}: a sealed tree's directories are 0555, its files 0444 or 0555",
             path.display()
         );
     }
@@ -202,9 +202,11 @@ pub fn write(out: &Path, text: &str) -> Result<bool> {
     if fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
         return Ok(false);
     }
-    write_atomic(&path, text.as_bytes())?;
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
-        .with_context(|| format!("chmod {}", path.display()))?;
+    super::seal::with_open_dir(out, || {
+        write_atomic(&path, text.as_bytes())?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o444))
+            .with_context(|| format!("chmod {}", path.display()))
+    })?;
     Ok(true)
 }
 
@@ -226,15 +228,16 @@ mod tests {
         plan.symlink("lnk", "a/b").unwrap();
         let mut state = State::default();
         super::super::sync::sync(&plan, &out, &mut state).unwrap();
+        super::super::seal::seal(&out, &plan).unwrap();
         let lines = scan(&out, &plan, &mut state).unwrap();
         let text = render(&lines);
         // '-' (0x2d) sorts before '/' (0x2f): byte order, not path-component order.
         assert_eq!(
             text,
             "# codebox rootfs manifest v1\n\
-             d\t0755\t/a\n\
-             d\t0755\t/a-b\n\
-             f\t0644\t3\tba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\t/a/b\n\
+             d\t0555\t/a\n\
+             d\t0555\t/a-b\n\
+             f\t0444\t3\tba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\t/a/b\n\
              l\ta/b\t/lnk\n"
         );
         assert!(write(&out, &text).unwrap());
@@ -249,20 +252,33 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let out = t.path().join("out");
         fs::create_dir(&out).unwrap();
-        fs::set_permissions(&out, fs::Permissions::from_mode(0o755)).unwrap();
         fs::write(out.join("f"), "").unwrap();
-        fs::set_permissions(out.join("f"), fs::Permissions::from_mode(0o664)).unwrap();
         let mut plan = Plan::default();
         plan.generated("f").unwrap();
-        let err = scan(&out, &plan, &mut State::default())
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("has mode 0664"), "{err}");
-        fs::set_permissions(out.join("f"), fs::Permissions::from_mode(0o644)).unwrap();
+        let scan_err = || {
+            scan(&out, &plan, &mut State::default())
+                .unwrap_err()
+                .to_string()
+        };
+        // An unsealed root, then files with a write bit.
+        fs::set_permissions(&out, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(out.join("f"), fs::Permissions::from_mode(0o444)).unwrap();
+        assert!(scan_err().contains("has mode 0755"), "{}", scan_err());
+        fs::set_permissions(&out, fs::Permissions::from_mode(0o555)).unwrap();
+        for bad in [0o664, 0o644, 0o4555] {
+            fs::set_permissions(out.join("f"), fs::Permissions::from_mode(bad)).unwrap();
+            assert!(
+                scan_err().contains(&format!("has mode {bad:04o}")),
+                "{}",
+                scan_err()
+            );
+        }
+        fs::set_permissions(out.join("f"), fs::Permissions::from_mode(0o444)).unwrap();
+        scan(&out, &plan, &mut State::default()).unwrap();
+        super::super::seal::open_dir(&out).unwrap();
         symlink("f", out.join("stray")).unwrap();
-        let err = scan(&out, &plan, &mut State::default())
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("not planned"), "{err}");
+        fs::set_permissions(&out, fs::Permissions::from_mode(0o555)).unwrap();
+        assert!(scan_err().contains("not planned"), "{}", scan_err());
+        super::super::seal::remove_tree(&out).unwrap();
     }
 }

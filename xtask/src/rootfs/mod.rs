@@ -9,20 +9,25 @@
 //! - [`plan`]: every rootfs path and what it should be, decided before writing anything;
 //! - [`sync`]: make the output match the plan, copying only what changed;
 //! - [`state`]: hash and `.pyc` caches kept between runs, so a no-op rebuild reads little;
+//! - [`seal`]: no write bit anywhere in the built tree (codebox checks a sealed tree in
+//!   O(1) per run), directories opened only while written;
 //! - [`manifest`]: read the tree back, check permissions, write `.manifest`;
-//! - [`glob`]: `*`/`?` wildcards for the recipe and `ld.so.conf`.
+//! - [`glob`]: `*`/`?` wildcards for the recipe and `ld.so.conf`;
+//! - [`native`]: codebox's own C programs (`[[native]]`), compiled with the host's compiler.
 
 mod deno;
 mod deno_cache;
 mod elf;
 mod glob;
 mod ldso;
-mod manifest;
-mod plan;
+pub(crate) mod manifest;
+mod native;
+pub(crate) mod plan;
 mod python;
 mod recipe;
-mod state;
-mod sync;
+pub mod seal;
+pub(crate) mod state;
+pub(crate) mod sync;
 pub mod wheels;
 
 use std::ffi::OsString;
@@ -43,9 +48,11 @@ Build codebox's minimal root filesystem from rootfs/recipe.toml: Debian's CPytho
 (/usr/bin/python3) with its standard library byte-compiled, Deno, the package sets
 ([python] packages from binary wheels, [deno] packages in a Deno cache), pip for the
 package installer, the shared libraries all of them load, a minimal /etc, the codebox
-runtime files (src/runtime) and empty mount points, listed with modes, sizes and SHA-256
-in DIR/.manifest. A rebuild copies only what changed and removes what the recipe no
-longer has.
+runtime files (src/runtime; its C programs compiled with the host's C compiler, `cc` or
+$CC) and empty mount points, listed with modes, sizes and SHA-256 in DIR/.manifest. The
+tree is sealed: no write bit anywhere (directories 0555, files 0444 or 0555), so codebox
+checks it in O(1) per run; remove it as a user other than root with `chmod -R u+w DIR &&
+rm -rf DIR`. A rebuild copies only what changed and removes what the recipe no longer has.
 
 Options:
   --out DIR    where to build (default: $CODEBOX_ROOTFS, else target/rootfs)
@@ -219,6 +226,9 @@ pub fn run(args: &[OsString]) -> Result<()> {
         &staged_include,
         true,
     )?;
+    for (to, built) in native::build(&root, &build_dir, &recipe.native)? {
+        plan.file(&to, &built)?;
+    }
     let not_stamp = |rel: &str, _is_dir: bool| !rel.starts_with(".codebox-");
     plan.tree(&deno_cache.dir, &recipe.deno.cache_dir, &not_stamp, false)?;
     let mut compile = recipe.python.compile.clone();
@@ -228,7 +238,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
     ]);
     let modules = python::plan(&py, &recipe.python, &compile, &mut plan)?;
     plan.file(&recipe.deno.dest, &deno.binary)?;
-    let libs = plan_libraries(&mut plan)?;
+    let libs = plan_libraries_counted(&mut plan)?;
     plan.check_links()?;
 
     let out = prepare_out(&out)?;
@@ -239,6 +249,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
     let mut state = State::load(&state_path);
     let stats = sync::sync(&plan, &out, &mut state)?;
     let compiled = python::compile(&py, &out, &modules, &mut state)?;
+    let resealed = seal::seal(&out, &plan)?;
     let lines = manifest::scan(&out, &plan, &mut state)?;
     let written = manifest::write(&out, &manifest::render(&lines))?;
     state.retain(|p| plan.get(p).is_some());
@@ -271,12 +282,13 @@ pub fn run(args: &[OsString]) -> Result<()> {
         },
     );
     println!(
-        "  copied {} ({:.1} MiB), unchanged {}, removed {}, compiled {} .pyc, hashed {}{}{}; manifest {}; {:.2}s",
+        "  copied {} ({:.1} MiB), unchanged {}, removed {}, compiled {} .pyc, sealed {}, hashed {}{}{}; manifest {}; {:.2}s",
         stats.copied,
         mib(stats.copied_bytes),
         stats.unchanged,
         stats.removed,
         compiled,
+        resealed,
         state.hashed,
         if deno.installed { ", installed deno with pip" } else { "" },
         match (installer.installed || packages.installed, deno_cache.installed) {
@@ -334,7 +346,11 @@ impl ldso::View for PlanView<'_> {
 /// (vendored by a wheel, found through the wheel's `$ORIGIN` run path) stays where it is; one
 /// from the host goes to its real path, with a link for each other name the loader finds it
 /// under.
-fn plan_libraries(plan: &mut Plan) -> Result<Libraries> {
+pub(crate) fn plan_libraries(plan: &mut Plan) -> Result<usize> {
+    plan_libraries_counted(plan).map(|l| l.total)
+}
+
+fn plan_libraries_counted(plan: &mut Plan) -> Result<Libraries> {
     let mut roots = Vec::new();
     for (rel, entry) in plan.entries() {
         let Entry::File { src, .. } = entry else {

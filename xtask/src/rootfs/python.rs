@@ -182,6 +182,19 @@ pub fn compile(py: &Python, out: &Path, modules: &Modules, state: &mut State) ->
     }
 
     let whole = stale.len() > WHOLE_TREE_THRESHOLD;
+    // compileall writes each .pyc through a temporary file in its __pycache__: open
+    // those sealed directories (a user other than root; `seal` closes them again).
+    if whole {
+        for d in dirs {
+            super::seal::open_tree(&out.join(d))?;
+        }
+    } else {
+        for &i in &stale {
+            if let Some(cache) = modules[i].pyc.parent() {
+                super::seal::open_dir(&out.join(cache))?;
+            }
+        }
+    }
     let mut cmd = Command::new(&py.exe);
     cmd.args([
         "-I",

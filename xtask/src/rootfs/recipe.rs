@@ -14,6 +14,9 @@ pub struct Recipe {
     pub python: Python,
     pub deno: Deno,
     pub copy: Vec<Copy>,
+    /// Programs of codebox's own in C, compiled at build time (`native.rs`).
+    #[serde(default)]
+    pub native: Vec<super::native::Native>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,6 +120,15 @@ mod tests {
             .copy
             .iter()
             .any(|c| c.to == Path::new("etc") && !c.optional));
+        // The zygote's native fork path and its children's init.
+        let native: Vec<&Path> = r.native.iter().map(|n| n.to.as_path()).collect();
+        assert_eq!(
+            native,
+            [
+                Path::new("opt/codebox/zygote/fork.so"),
+                Path::new("opt/codebox/zygote/init")
+            ]
+        );
         // The data set, pinned; pip for the installer, pinned and off the program's path.
         for name in ["numpy==", "pandas==", "matplotlib==", "requests=="] {
             assert!(

@@ -1,6 +1,8 @@
 //! Making the output directory match the plan with as little work as possible: remove what
 //! the plan does not have, copy a file only when its size or mtime differs from its source
-//! (copies keep the source's mtime), fix modes, re-point symlinks.
+//! (copies keep the source's mtime), fix modes, re-point symlinks. Files get their sealed
+//! mode here; directories are sealed by `seal::seal` once everything is written (see
+//! `seal.rs`), and opened only where something is written into them.
 
 use std::fs::{self, File, FileTimes, Permissions};
 use std::io::{self, Read, Write};
@@ -11,6 +13,7 @@ use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 use super::plan::{Entry, Plan};
+use super::seal::{file_mode, open_dir, open_tree};
 use super::state::{Key, State};
 
 /// The manifest sits in the rootfs but is not part of the plan.
@@ -27,18 +30,18 @@ pub struct Stats {
 pub fn sync(plan: &Plan, out: &Path, state: &mut State) -> Result<Stats> {
     let mut stats = Stats::default();
     fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    set_mode(out, 0o755)?;
     prune(plan, out, Path::new(""), &mut stats)?;
     for (rel, entry) in plan.entries() {
         let dest = out.join(rel);
         let existing = fs::symlink_metadata(&dest).ok();
+        let parent = dest.parent().unwrap_or(out);
         match entry {
             Entry::Dir => {
                 if existing.is_none() {
+                    open_dir(parent)?;
                     fs::create_dir(&dest)
                         .with_context(|| format!("creating {}", dest.display()))?;
                 }
-                set_mode(&dest, 0o755)?;
             }
             Entry::File { src, mode } => {
                 let src_meta =
@@ -48,15 +51,17 @@ pub fn sync(plan: &Plan, out: &Path, state: &mut State) -> Result<Stats> {
                     .is_some_and(|m| m.is_file() && Key::of(m) == Key::of(&src_meta));
                 if same {
                     stats.unchanged += 1;
-                    set_mode(&dest, *mode)?;
+                    set_mode(&dest, file_mode(*mode))?;
                 } else {
-                    copy(src, &src_meta, &dest, *mode, rel, state)?;
+                    open_dir(parent)?;
+                    copy(src, &src_meta, &dest, file_mode(*mode), rel, state)?;
                     stats.copied += 1;
                     stats.copied_bytes += src_meta.len();
                 }
             }
             Entry::Symlink { target } => {
                 if fs::read_link(&dest).ok().as_ref() != Some(target) {
+                    open_dir(parent)?;
                     if existing.is_some() {
                         fs::remove_file(&dest)
                             .with_context(|| format!("removing {}", dest.display()))?;
@@ -99,7 +104,9 @@ fn prune(plan: &Plan, out: &Path, sub: &Path, stats: &mut Stats) -> Result<()> {
             }
             continue;
         }
+        open_dir(&dir)?;
         if ft.is_dir() {
+            open_tree(&path)?;
             fs::remove_dir_all(&path)
         } else {
             fs::remove_file(&path)
@@ -152,6 +159,7 @@ fn copy(
         .with_context(|| format!("reading {}", tmp.display()))?;
     drop(output);
     if fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
+        open_tree(dest)?;
         fs::remove_dir_all(dest).with_context(|| format!("removing {}", dest.display()))?;
     }
     fs::rename(&tmp, dest)
@@ -193,11 +201,11 @@ mod tests {
         let s = sync(&plan, &out, &mut state).unwrap();
         assert_eq!((s.copied, s.unchanged), (2, 0));
         let x = fs::metadata(out.join("d/x")).unwrap();
-        assert_eq!(x.mode() & 0o7777, 0o755);
+        assert_eq!(x.mode() & 0o7777, 0o555);
         assert_eq!(x.mtime(), fs::metadata(src.join("x")).unwrap().mtime());
         assert_eq!(
             fs::metadata(out.join("d/a")).unwrap().mode() & 0o7777,
-            0o644
+            0o444
         );
         assert_eq!(fs::read_link(out.join("d/l")).unwrap(), Path::new("a"));
 
@@ -211,7 +219,7 @@ mod tests {
         assert!(out.join(MANIFEST).exists());
         assert_eq!(
             fs::metadata(out.join("d/a")).unwrap().mode() & 0o7777,
-            0o644
+            0o444
         );
         assert_eq!(state.hashed, 0);
 
@@ -219,5 +227,53 @@ mod tests {
         let s = sync(&plan, &out, &mut state).unwrap();
         assert_eq!((s.copied, s.unchanged), (1, 1));
         assert_eq!(fs::read(out.join("d/a")).unwrap(), b"changed");
+    }
+
+    /// A sealed tree is rebuilt by its owner (directories opened only where written), and
+    /// a rebuild that changes nothing changes no mode and no directory's change time.
+    #[test]
+    fn a_sealed_tree_syncs_and_an_unchanged_one_stays_untouched() {
+        use super::super::seal::seal;
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        let out = t.path().join("out");
+        fs::create_dir(&src).unwrap();
+        fs::write(src.join("a"), "hello").unwrap();
+        let mut plan = Plan::default();
+        plan.file("d/a", &src.join("a")).unwrap();
+        plan.dir("e/f").unwrap();
+        let mut state = State::default();
+        sync(&plan, &out, &mut state).unwrap();
+        assert!(seal(&out, &plan).unwrap() > 0);
+        let mode = |p: &str| fs::metadata(out.join(p)).unwrap().mode() & 0o7777;
+        assert_eq!(
+            (mode(""), mode("d"), mode("e/f"), mode("d/a")),
+            (0o555, 0o555, 0o555, 0o444)
+        );
+
+        let ctimes = || {
+            ["", "d", "e", "e/f", "d/a"].map(|p| {
+                fs::metadata(out.join(p)).unwrap().ctime_nsec()
+                    + fs::metadata(out.join(p)).unwrap().ctime() * 1_000_000_000
+            })
+        };
+        let before = ctimes();
+        sync(&plan, &out, &mut state).unwrap();
+        assert_eq!(seal(&out, &plan).unwrap(), 0);
+        assert_eq!(ctimes(), before);
+
+        // A new file in a sealed directory, a removed directory, a changed source.
+        fs::write(src.join("b"), "new").unwrap();
+        fs::write(src.join("a"), "changed").unwrap();
+        let mut plan = Plan::default();
+        plan.file("d/a", &src.join("a")).unwrap();
+        plan.file("d/b", &src.join("b")).unwrap();
+        plan.dir("e").unwrap();
+        let s = sync(&plan, &out, &mut state).unwrap();
+        assert_eq!((s.copied, s.removed), (2, 1));
+        seal(&out, &plan).unwrap();
+        assert_eq!((mode("d"), mode("d/b"), mode("e")), (0o555, 0o444, 0o555));
+        assert!(!out.join("e/f").exists());
+        super::super::seal::remove_tree(&out).unwrap();
     }
 }

@@ -33,6 +33,16 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/bin/skopeo", "skopeo"),
     ("/usr/bin/umoci", "umoci"),
     ("/usr/sbin/runc", "runc"),
+    // callgrind counts the instructions of the hot paths against their budgets
+    // (`cargo xtask instructions`, benches/instruction_budgets.toml).
+    ("/usr/bin/valgrind", "valgrind"),
+    // The microVM backend (`cargo xtask guest`, xtask/src/guest/): QEMU is the VMM and is
+    // copied with its libraries into the jail's root; mkfs.erofs packs the rootfs image;
+    // strip makes the guest init small; cpio lists the initramfs in its unit test.
+    ("/usr/bin/qemu-system-x86_64", "qemu-system-x86"),
+    ("/usr/bin/mkfs.erofs", "erofs-utils"),
+    ("/usr/bin/strip", "binutils"),
+    ("/usr/bin/cpio", "cpio"),
 ];
 
 pub fn is_root() -> bool {

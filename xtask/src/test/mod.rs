@@ -4,7 +4,9 @@
 //! 2. the rootfs (`cargo xtask rootfs`)
 //! 3. `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`, then the
 //!    Kubernetes manifests and the balancer config (`kubernetes.rs`, about 10 s)
-//! 4. `cargo test --workspace` as the current user, strict (no feature may be skipped)
+//! 4. the microVM guest of the test build (`cargo xtask guest`), then `cargo test
+//!    --workspace` as the current user, strict (no feature may be skipped); then the
+//!    instruction budgets of the hot paths under callgrind (`instructions.rs`)
 //! 5. the MCP conformance suite against `codebox serve --http`, with its baseline
 //! 6. as root: the integration tests again as an unprivileged user (rootless mode)
 //! 7. the release (`release.rs`): `cargo xtask dist` of the debug binary, the tarball
@@ -160,7 +162,16 @@ pub fn run(args: &[OsString]) -> Result<()> {
     step("Kubernetes manifests and the balancer config");
     kubernetes::run(&root)?;
 
+    step("the book: configuration reference current, built, every internal link checked");
+    crate::docs::build(&root, true)?;
+
     let before_tests = leaks::Snapshot::take();
+
+    // tests/microvm.rs boots the guest whose init is the codebox binary of this very
+    // build (the host refuses another): build the tests first, then the guest from it.
+    step("microVM guest of the test build (cargo xtask guest)");
+    cargo(&root, &["test", "--workspace", "--no-run"])?;
+    crate::guest::run(&[])?;
 
     step("cargo test (as the current user)");
     let mut test = cargo_command(&root, &["test", "--workspace"]);
@@ -169,6 +180,10 @@ pub fn run(args: &[OsString]) -> Result<()> {
         .env("CODEBOX_TEST_PYDEPS", &pydeps)
         .env("CODEBOX_TEST_UPSTREAMS", &upstreams);
     run_checked(&mut test, "cargo test")?;
+
+    step("instruction budgets of the hot paths (callgrind)");
+    // Strict: a harness that cannot run here fails the step, as a test would.
+    crate::instructions::check(&root, &rootfs, &[], false, true)?;
 
     step("escape and isolation suites on sandboxes forked from the Python zygote");
     let mut forked = cargo_command(&root, &["test", "--test", "escapes", "--test", "isolation"]);

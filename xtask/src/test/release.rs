@@ -152,7 +152,8 @@ struct RemoveOnDrop(std::path::PathBuf);
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         if self.0.exists() {
-            if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            // The unpacked rootfs is sealed (xtask/src/rootfs/seal.rs).
+            if let Err(e) = crate::rootfs::seal::remove_tree(&self.0) {
                 eprintln!("cannot remove {}: {e}", self.0.display());
             }
         }

@@ -1,0 +1,283 @@
+//! The control port between the host and the guest init: framed messages, bounded.
+//!
+//! The guest is untrusted (an escaped program owns its kernel and can write anything to
+//! every port), so the host reads this port as hostile input: a frame is a 4-byte
+//! big-endian length and that many bytes of JSON, at most [`MAX_FRAME`]; a larger length,
+//! a frame that is not one of the messages below, or a second `Exited` ends the VM as a
+//! protocol violation. The reader keeps at most one frame in memory, so a flooding guest
+//! costs the host nothing but the time to refuse it.
+//!
+//! The program's bytes never travel here: stdout, stderr and fd 3 have a virtio-serial
+//! port each, so nothing the program writes can be read as a control message, and each
+//! stream has its own flow control (a program that floods stdout stalls its own stdout
+//! only). A port has no end of file, so the guest announces each stream's end here with
+//! the number of bytes it carried ([`GuestMessage::Eof`]); the host ends the stream it
+//! hands upward once that many bytes went through.
+
+use serde::{Deserialize, Serialize};
+
+use crate::sandbox::{CgroupStats, LandlockStatus, Limits, NetworkAccess, ProgramStatus};
+
+/// The largest frame body either side accepts.
+pub const MAX_FRAME: usize = 64 * 1024;
+
+/// The ports' names (`virtserialport,name=`), as the guest finds them in
+/// `/sys/class/virtio-ports/*/name`.
+pub const PORT_CONTROL: &str = "codebox.control";
+pub const PORT_STDOUT: &str = "codebox.stdout";
+pub const PORT_STDERR: &str = "codebox.stderr";
+pub const PORT_CHANNEL: &str = "codebox.channel";
+
+/// A stream that has its own port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+    /// The program's fd 3.
+    Channel,
+}
+
+/// The sandbox the guest starts: what the host decided, as data. The guest compiles the
+/// seccomp filter of `seccomp` itself (the same binary, so the same policy files).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub path: String,
+    pub argv: Vec<String>,
+    pub env: Vec<String>,
+    pub cwd: String,
+    pub limits: Limits,
+    /// A built-in seccomp profile's name.
+    pub seccomp: String,
+    /// `None`: no landlock (never from a profile); else best effort or required.
+    pub landlock: Option<crate::sandbox::LandlockMode>,
+    pub network: NetworkAccess,
+}
+
+/// Host → guest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HostMessage {
+    /// Start the sandbox. `time_ns`: the host's `CLOCK_REALTIME`; `seed`: 64 bytes (hex)
+    /// mixed into the guest kernel's entropy pool, and the pool reseeded, before the
+    /// program starts.
+    Start {
+        spec: Box<RunSpec>,
+        time_ns: u64,
+        seed: String,
+        /// A template's sandbox: its deadline is armed by `Resume` in each clone, not now.
+        #[serde(default)]
+        template: bool,
+    },
+    /// This guest is a clone restored from a template: set the clock, mix in the seed
+    /// and reseed the kernel's generator, arm the program's deadline; answer `Resumed`.
+    Resume { time_ns: u64, seed: String },
+    /// The host closed its side of fd 3: the program reads end of file after what is
+    /// still on the way.
+    Eof { stream: Stream, bytes: u64 },
+}
+
+/// Guest → host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum GuestMessage {
+    /// The guest init is up and waits for `Start`. `build_id`: its own GNU build ID,
+    /// which must be the host's (one binary, one protocol).
+    Hello { build_id: String },
+    /// The program was exec'd.
+    Started { landlock: Option<LandlockStatus> },
+    /// A clone has its own clock and entropy now.
+    Resumed,
+    /// A stream ended after `bytes` bytes on its port.
+    Eof { stream: Stream, bytes: u64 },
+    /// The program ended (or the sandbox was killed: `status` is `None`); the guest's
+    /// cgroup figures of the sandbox.
+    Exited {
+        status: Option<ProgramStatus>,
+        cgroup: Option<CgroupStats>,
+    },
+    /// The guest could not do what it was asked; a short reason.
+    Failed { reason: String },
+}
+
+/// Why a frame was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("a control frame of {0} bytes; the limit is {MAX_FRAME}")]
+    TooLarge(usize),
+    #[error("a control frame that is not a message: {0}")]
+    Invalid(String),
+}
+
+/// One frame: length and JSON.
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(message).expect("control messages serialize");
+    assert!(
+        body.len() <= MAX_FRAME,
+        "a control message over the frame limit"
+    );
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Reassembles frames from bytes as they arrive; holds at most one frame.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// How many bytes the reader may take next without holding more than one frame.
+    pub fn want(&self) -> usize {
+        match self.pending_len() {
+            Some(len) => 4 + len - self.buf.len(),
+            None => 4 - self.buf.len(),
+        }
+    }
+
+    fn pending_len(&self) -> Option<usize> {
+        (self.buf.len() >= 4).then(|| {
+            u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize
+        })
+    }
+
+    /// Feeds bytes (at most [`FrameReader::want`] of them are taken); returns how many were
+    /// taken and, when a frame is complete, its message.
+    pub fn push<T: for<'de> Deserialize<'de>>(
+        &mut self,
+        bytes: &[u8],
+    ) -> Result<(usize, Option<T>), FrameError> {
+        let take = bytes.len().min(self.want());
+        self.buf.extend_from_slice(&bytes[..take]);
+        if let Some(len) = self.pending_len() {
+            if len > MAX_FRAME {
+                return Err(FrameError::TooLarge(len));
+            }
+            if self.buf.len() == 4 + len {
+                let parsed = serde_json::from_slice(&self.buf[4..])
+                    .map_err(|e| FrameError::Invalid(e.to_string()));
+                self.buf.clear();
+                return parsed.map(|m| (take, Some(m)));
+            }
+        }
+        Ok((take, None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            path: "/usr/bin/python3".into(),
+            argv: vec!["python3".into()],
+            env: vec!["PATH=/usr/bin".into()],
+            cwd: "/workspace".into(),
+            limits: Limits::default(),
+            seccomp: "default".into(),
+            landlock: Some(crate::sandbox::LandlockMode::BestEffort),
+            network: NetworkAccess::None,
+        }
+    }
+
+    #[test]
+    fn messages_round_trip_byte_by_byte() {
+        let msgs = vec![
+            HostMessage::Start {
+                spec: Box::new(spec()),
+                time_ns: 1,
+                seed: "00".repeat(64),
+                template: false,
+            },
+            HostMessage::Resume {
+                time_ns: 2,
+                seed: "11".repeat(64),
+            },
+            HostMessage::Eof {
+                stream: Stream::Channel,
+                bytes: 7,
+            },
+        ];
+        let mut bytes = Vec::new();
+        for m in &msgs {
+            bytes.extend(encode(m));
+        }
+        let mut r = FrameReader::default();
+        let mut got = Vec::new();
+        for b in bytes.chunks(1) {
+            let (taken, m) = r.push::<HostMessage>(b).unwrap();
+            assert_eq!(taken, 1);
+            got.extend(m);
+        }
+        assert_eq!(got, msgs);
+    }
+
+    #[test]
+    fn the_reader_never_takes_past_one_frame() {
+        let mut bytes = encode(&GuestMessage::Hello {
+            build_id: "ab".into(),
+        });
+        let first = bytes.len();
+        bytes.extend(encode(&GuestMessage::Failed { reason: "x".into() }));
+        let mut r = FrameReader::default();
+        let mut at = 0;
+        let mut got = Vec::new();
+        while at < bytes.len() {
+            let (taken, m) = r.push::<GuestMessage>(&bytes[at..]).unwrap();
+            at += taken;
+            if let Some(m) = m {
+                got.push((at, m));
+            }
+        }
+        assert_eq!(got[0].0, first);
+        assert_eq!(got.len(), 2);
+    }
+
+    /// Feeds all of `bytes` as a reader loop does; the first message or error.
+    fn feed(bytes: &[u8]) -> Result<Option<GuestMessage>, FrameError> {
+        let mut r = FrameReader::default();
+        let mut at = 0;
+        while at < bytes.len() {
+            let (taken, m) = r.push::<GuestMessage>(&bytes[at..])?;
+            if m.is_some() {
+                return Ok(m);
+            }
+            at += taken;
+        }
+        Ok(None)
+    }
+
+    #[test]
+    fn oversized_and_garbled_frames_are_refused() {
+        assert_eq!(
+            feed(&u32::MAX.to_be_bytes()).unwrap_err(),
+            FrameError::TooLarge(u32::MAX as usize)
+        );
+        // Refused at the header: nothing of the body is ever held.
+        let mut r = FrameReader::default();
+        let mut huge = ((MAX_FRAME + 1) as u32).to_be_bytes().to_vec();
+        huge.extend(std::iter::repeat_n(b'x', 4096));
+        assert!(r.push::<GuestMessage>(&huge).is_err());
+        let mut frame = 5u32.to_be_bytes().to_vec();
+        frame.extend_from_slice(b"{oops");
+        assert!(matches!(feed(&frame), Err(FrameError::Invalid(_))));
+        // Valid JSON, not a message.
+        let body = br#"{"type":"reboot"}"#;
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(body);
+        assert!(matches!(feed(&frame), Err(FrameError::Invalid(_))));
+        // A frame exactly at the limit is read (and refused as JSON, not as size).
+        let mut frame = (MAX_FRAME as u32).to_be_bytes().to_vec();
+        frame.extend(std::iter::repeat_n(b' ', MAX_FRAME));
+        assert!(matches!(feed(&frame), Err(FrameError::Invalid(_))));
+        // A truncated frame is no message yet.
+        let mut frame = encode(&GuestMessage::Hello {
+            build_id: "x".into(),
+        });
+        frame.pop();
+        assert_eq!(feed(&frame).unwrap(), None);
+    }
+}
