@@ -32,7 +32,7 @@ pub enum Error {
 
 /// What becomes of a session when it is idle past `session_ttl`, or when the server
 /// stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OnIdle {
     /// Saved to `dir` and freed; its next call resumes it.
@@ -53,17 +53,30 @@ impl std::str::FromStr for OnIdle {
 }
 
 /// The section as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsSection {
-    /// `env:VAR`: the variable holding the snapshot key.
+    /// `env:VAR`: the environment variable holding the snapshot key (32 bytes as 64 hex
+    /// digits or base64). Without it nothing is written to disk: sessions end with the
+    /// process and `pause_session` says why it cannot pause. A key written in the file
+    /// itself is refused (it would end up in backups and repositories).
     pub snapshot_key: Option<String>,
-    /// Where paused sessions are kept (default `<state_dir>/sessions`).
+    /// Where paused sessions are kept, encrypted (default `<state_dir>/sessions`). Servers
+    /// and replicas sharing it and the key resume each other's paused sessions.
     pub dir: Option<PathBuf>,
+    /// What becomes of a session idle past `session_ttl`: `"pause"` (saved to `dir`, freed;
+    /// its next call resumes it; the default with a key) or `"close"` (ended).
     pub on_idle: Option<OnIdle>,
+    /// What becomes of the open sessions when the server stops (SIGTERM, SIGINT, end of
+    /// stdin): `"pause"` (the default with a key) or `"close"`.
     pub on_stop: Option<OnIdle>,
+    /// How long a paused session is kept before it is removed, as `12h` or `7d` (default
+    /// 7d; at most 365d).
     pub keep_paused_for: Option<String>,
+    /// Paused sessions one client holds; a further pause is refused (default 16).
     pub max_paused_per_client: Option<usize>,
+    /// Bytes of snapshots one client holds, as `4G` (default 4G; at least 1M); a pause
+    /// that would pass it is refused and the session stays live.
     pub max_paused_bytes_per_client: Option<String>,
 }
 
