@@ -25,6 +25,7 @@
 pub mod disk;
 pub mod ended;
 pub mod keeper;
+pub mod persist;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -78,6 +79,12 @@ pub enum Error {
     Lost { why: String },
     #[error("the session is closed, but its workspace was not fully removed: {0}")]
     Leftover(#[source] disk::Leftover),
+    #[error("this server keeps no paused sessions: its operator has not set [sessions] snapshot_key (sessions end with the server)")]
+    NotKept,
+    #[error("session {id:?} is paused: its next call (or resume_session) resumes it")]
+    AlreadyPaused { id: String },
+    #[error("the paused session cannot be resumed or saved: {}", crate::error_chain::error_chain(.0))]
+    Snapshot(#[source] crate::snapshot::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -180,6 +187,14 @@ pub struct Session {
     pub slots: tokio::sync::Mutex<LiveSlots>,
     /// The session's PII token map (used when PII handling is on).
     pub vault: Arc<crate::pii::Vault>,
+    /// When it was first created (kept across pauses), seconds since the Unix epoch.
+    created_unix: u64,
+    /// Where its ledger in the snapshot store stands, once it was paused and resumed.
+    ledger: Mutex<Option<crate::snapshot::store::LedgerPos>>,
+    /// Resumed from a pause and not yet reported by a run's result.
+    resumed: std::sync::atomic::AtomicBool,
+    /// Paused away: a call that waited for its run lock asks for it again.
+    gone: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Session {
@@ -199,8 +214,42 @@ pub fn short(id: &str) -> &str {
 }
 
 impl Session {
+    fn new(
+        id: String,
+        owner: String,
+        mount: OwnedFd,
+        epoch: u64,
+        vault: Arc<crate::pii::Vault>,
+        created_unix: u64,
+    ) -> Session {
+        Session {
+            id,
+            owner,
+            mount,
+            epoch,
+            last_used: Mutex::new(Instant::now()),
+            slots: tokio::sync::Mutex::new(LiveSlots::default()),
+            vault,
+            created_unix,
+            ledger: Mutex::new(None),
+            resumed: Default::default(),
+            gone: Default::default(),
+        }
+    }
+
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Whether it was paused away (after the caller got it): ask for it again.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether it was resumed from a pause and no result said so yet (true once).
+    pub fn take_resumed(&self) -> bool {
+        self.resumed
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The root of the session's workspace filesystem.
@@ -260,6 +309,8 @@ pub struct Sessions {
     open: Mutex<HashMap<String, Arc<Session>>>,
     /// This run's instance mark (in every id) and the sessions ended here.
     ended: ended::Ended,
+    /// The snapshot store, when paused sessions are kept.
+    persist: Option<Arc<persist::Persist>>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -282,6 +333,7 @@ impl Sessions {
             replica: None,
             open: Mutex::new(HashMap::new()),
             ended: ended::Ended::new().map_err(Error::Random)?,
+            persist: None,
         })
     }
 
@@ -426,15 +478,14 @@ impl Sessions {
             path: PathBuf::from("the session's workspace"),
             source,
         })?;
-        let session = Arc::new(Session {
-            id: id.clone(),
-            owner: owner.to_string(),
+        let session = Arc::new(Session::new(
+            id.clone(),
+            owner.to_string(),
             mount,
             epoch,
-            last_used: Mutex::new(Instant::now()),
-            slots: tokio::sync::Mutex::new(LiveSlots::default()),
             vault,
-        });
+            crate::snapshot::store::unix_now(),
+        ));
         open.insert(id, session.clone());
         tracing::info!(session = short(&session.id), owner, "session opened");
         Ok(session)
@@ -518,9 +569,21 @@ impl Sessions {
     /// Closes `owner`'s session `id`: waits for its run in progress, kills its live
     /// sandboxes, removes its workspace; says what it could not remove, if anything.
     pub async fn close(&self, id: &str, owner: &str) -> Result<()> {
-        let session = self.get(id, owner)?;
+        let session = match self.get(id, owner) {
+            Ok(s) => s,
+            Err(e @ (Error::Unknown { .. } | Error::EarlierRun { .. })) => {
+                // A paused one: its snapshot is removed.
+                if self.close_paused(id, owner).await? {
+                    self.ended.record(id, owner, ended::How::Closed);
+                    return Ok(());
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         self.open.lock().expect("sessions lock").remove(id);
         self.ended.record(id, owner, ended::How::Closed);
+        self.end_kept(&session, "closed").await;
         self.end(session).await.map_err(Error::Leftover)
     }
 
@@ -540,6 +603,9 @@ impl Sessions {
 
     /// Removes the sessions idle longer than the TTL (never one that is running).
     pub async fn sweep(&self) -> usize {
+        // With on_idle = "pause" they stay open until their snapshot is published: a call
+        // meanwhile waits for the pause and then resumes them.
+        let pause = self.on_idle() == crate::snapshot::OnIdle::Pause;
         let expired: Vec<Arc<Session>> = {
             let mut open = self.open.lock().expect("sessions lock");
             let ids: Vec<String> = open
@@ -547,16 +613,29 @@ impl Sessions {
                 .filter(|(_, s)| s.idle_for() >= self.limits.idle_ttl && s.slots.try_lock().is_ok())
                 .map(|(id, _)| id.clone())
                 .collect();
-            ids.iter().filter_map(|id| open.remove(id)).collect()
+            if pause {
+                ids.iter().filter_map(|id| open.get(id).cloned()).collect()
+            } else {
+                ids.iter().filter_map(|id| open.remove(id)).collect()
+            }
         };
-        let n = expired.len();
+        let mut n = 0;
         for s in expired {
+            if pause {
+                if self.pause_idle(&s).await {
+                    continue;
+                }
+                self.open.lock().expect("sessions lock").remove(&s.id);
+            }
+            n += 1;
             tracing::info!(session = short(&s.id), "session expired");
             let idle_ttl = self.limits.idle_ttl;
             self.ended
                 .record(&s.id, &s.owner, ended::How::Expired { idle_ttl });
+            self.end_kept(&s, "expired").await;
             let _ = self.end(s).await;
         }
+        self.tend_store().await;
         n
     }
 
@@ -579,8 +658,9 @@ impl Sessions {
             .drain()
             .map(|(_, s)| s)
             .collect();
+        let pause = self.on_stop() == crate::snapshot::OnIdle::Pause;
         for s in all {
-            let _ = self.end(s).await;
+            self.pause_or_end(s, pause).await;
         }
     }
 }

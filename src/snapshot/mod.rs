@@ -71,10 +71,10 @@
 //!
 //! The store is backend-blind: a pause hands it parts through [`SnapshotWriter::part`] (an
 //! `io::Write` that encrypts), a resume reads them through [`SnapshotReader::part`]. The
-//! session code asks its backend's [`crate::session::backend_state::BackendState`] what
-//! the live state is and to save and restore it; the namespace backend saves nothing
-//! ([`StateKind::Files`]), the microVM backend writes `vm-memory` and `vm-devices` and
-//! reports [`StateKind::Vm`].
+//! session code ([`crate::session::persist`]) asks its backend what of the live state a
+//! pause keeps ([`crate::session::persist::backend_state`]): the namespace backend keeps
+//! nothing of the interpreter ([`StateKind::Files`]); the microVM backend will write
+//! `vm-memory` and `vm-devices` next to `workspace` and report [`StateKind::Vm`].
 
 pub mod archive;
 pub mod config;

@@ -1,0 +1,220 @@
+"""Sessions that outlive the server (issue 38, namespace backend), end to end with the
+official Python MCP SDK against real `codebox serve` processes sharing one `state_dir`:
+
+- pause_session saves a session and frees it; its next call resumes it with its files
+  (a symlink stays a symlink, never followed) and says `state: "files"` (a new
+  interpreter) in structuredContent and in the text, once;
+- a restart: the paused sessions of an earlier run, and those open when it stopped
+  (end of stdin: on_stop = "pause"), resume on the next server under their old ids;
+- a closed paused session is gone; without a key the tools are not offered;
+- snapshots altered on disk are refused, named, and never half-restored: a flipped byte,
+  a truncated part, an older snapshot put back in place of the newer one.
+
+Usage: persist_client.py CODEBOX_BINARY
+Prints one line per case and "N passed, M failed".
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from helpers import server_env
+
+CODEBOX = sys.argv[1]
+KEY = os.urandom(32).hex()
+
+
+class World:
+    def __init__(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="codebox-persist-test-")
+        os.chmod(self.tmp.name, 0o755)
+        self.state = os.path.join(self.tmp.name, "state")
+        self.store = os.path.join(self.state, "sessions")
+        self.mcp = os.path.join(self.tmp.name, "mcp.json")
+        with open(self.mcp, "w") as f:
+            f.write('{"mcpServers": {}}')
+        # session name -> id, and id -> its slot directory in the store
+        self.ids = {}
+        self.slots = {}
+
+    def params(self, keep=True):
+        env = server_env()
+        env.update({
+            "CODEBOX_STATE_DIR": self.state,
+            "CODEBOX_MCP_CONFIG": self.mcp,
+            "CODEBOX_POOL_SIZE": "0",
+        })
+        if keep:
+            env["CODEBOX_SESSIONS_SNAPSHOT_KEY"] = "env:CODEBOX_TEST_SNAPSHOT_KEY"
+            env["CODEBOX_TEST_SNAPSHOT_KEY"] = KEY
+        return StdioServerParameters(command=CODEBOX, args=["serve"], env=env)
+
+    def slot_names(self):
+        if not os.path.isdir(self.store):
+            return set()
+        return {n for n in os.listdir(self.store) if os.path.isdir(os.path.join(self.store, n))}
+
+    def snapshot_dir(self, name):
+        slot = os.path.join(self.store, self.slots[self.ids[name]])
+        snaps = sorted((n for n in os.listdir(slot) if n.startswith("snap.")),
+                       key=lambda n: int(n.split(".")[1]))
+        assert snaps, os.listdir(slot)
+        return os.path.join(slot, snaps[-1])
+
+
+def text(r):
+    return "".join(getattr(c, "text", "") for c in r.content)
+
+
+async def py(s, code, **extra):
+    r = await s.call_tool("execute_python", {"code": code, **extra})
+    return r, r.structured_content or {}
+
+
+async def new_session(s, w, name, code):
+    r, sc = await py(s, code, session="new")
+    assert not r.is_error and sc.get("exit_code") == 0, (text(r), sc)
+    w.ids[name] = sc["session"]["id"]
+    return w.ids[name]
+
+
+async def pause(s, w, name):
+    before = w.slot_names()
+    r = await s.call_tool("pause_session", {"session": w.ids[name]})
+    assert not r.is_error, text(r)
+    sc = r.structured_content
+    assert sc["paused"] is True and sc["state"] == "files", sc
+    assert "state: files" in text(r), text(r)
+    new = w.slot_names() - before
+    if w.ids[name] not in w.slots:
+        assert len(new) == 1, (new, before)
+        w.slots[w.ids[name]] = new.pop()
+    return sc
+
+
+# ---------------------------------------------------------------- the first server
+
+
+async def first_server(s, w):
+    names = {t.name for t in (await s.list_tools()).tools}
+    assert {"pause_session", "resume_session"} <= names, names
+    await new_session(s, w, "one", (
+        "import os\n"
+        "os.makedirs('data', exist_ok=True)\n"
+        "open('data/a.txt', 'w').write('hello')\n"
+        "os.symlink('/etc/hostname', 'link')\n"
+        "x = 41\n"))
+    sc = await pause(s, w, "one")
+    assert sc["workspace"]["entries"] >= 3, sc
+    # Paused: a second pause says so; the session's next call resumes it.
+    r = await s.call_tool("pause_session", {"session": w.ids["one"]})
+    assert r.is_error and "is paused" in text(r), text(r)
+    r, sc = await py(s, (
+        "import os\n"
+        "print(open('data/a.txt').read(), os.readlink('link'), os.path.islink('link'))\n"
+        "print('x' in globals())\n"), session=w.ids["one"], keep_alive=True)
+    assert not r.is_error, text(r)
+    assert sc["stdout"] == "hello /etc/hostname True\nFalse\n", sc
+    assert sc["session"]["state"] == "files" and sc["session"]["resumed"] is True, sc["session"]
+    assert "state: files" in text(r) and "interpreter started afresh" in text(r), text(r)
+    # Said once: the next run is an ordinary one (and its interpreter is kept).
+    r, sc = await py(s, "y = 1\nprint('again')", session=w.ids["one"], keep_alive=True)
+    assert "state" not in sc["session"] and "state: files" not in text(r), (sc["session"], text(r))
+    await new_session(s, w, "two", "open('b.txt', 'w').write('open at the stop')")
+    for name in ["tampered", "truncated"]:
+        await new_session(s, w, name, f"open('{name}.txt', 'w').write('z' * 100000)")
+        await pause(s, w, name)
+    await new_session(s, w, "closed", "open('c.txt', 'w').write('c')")
+    await pause(s, w, "closed")
+    r = await s.call_tool("close_session", {"session": w.ids["closed"]})
+    assert not r.is_error, text(r)
+    r, _ = await py(s, "print(1)", session=w.ids["closed"])
+    assert r.is_error and "was closed" in text(r), text(r)
+    assert w.slots[w.ids["closed"]] not in w.slot_names() or not any(
+        n.startswith("snap.") for n in os.listdir(os.path.join(w.store, w.slots[w.ids["closed"]]))
+    ), "a closed session's snapshot is removed"
+
+
+def alter_snapshots(w):
+    # A flipped byte in the middle of the workspace part; a part cut short.
+    part = os.path.join(w.snapshot_dir("tampered"), "workspace")
+    with open(part, "r+b") as f:
+        f.seek(os.path.getsize(part) // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    part = os.path.join(w.snapshot_dir("truncated"), "workspace")
+    os.truncate(part, os.path.getsize(part) - 100)
+
+
+# ---------------------------------------------------------------- the second server
+
+
+async def second_server(s, w):
+    # Paused by pause_session on the earlier run, and open when it stopped.
+    r = await s.call_tool("resume_session", {"session": w.ids["one"]})
+    assert not r.is_error, text(r)
+    assert r.structured_content["resumed"] is True and r.structured_content["state"] == "files", r.structured_content
+    assert "state: files" in text(r), text(r)
+    r, sc = await py(s, "print(open('data/a.txt').read(), 'y' in globals())", session=w.ids["one"])
+    assert sc["stdout"] == "hello False\n", (text(r), sc)
+    r, sc = await py(s, "print(open('b.txt').read())", session=w.ids["two"])
+    assert not r.is_error and sc["stdout"] == "open at the stop\n", text(r)
+    assert sc["session"]["state"] == "files", sc["session"]
+    # Altered snapshots: refused with their reason, every time (nothing half-restored).
+    for name, why in [("tampered", "altered"), ("truncated", "truncated")]:
+        for _ in range(2):
+            r, _ = await py(s, "print(open(f'{n}.txt').read())".replace("{n}", name), session=w.ids[name])
+            assert r.is_error and why in text(r) and "cannot be resumed" in text(r), (name, text(r))
+    # An older snapshot put back in place of the newer one (all of it: manifest and parts).
+    old = os.path.join(w.tmp.name, "old-snapshot")
+    shutil.copytree(w.snapshot_dir("one"), old)
+    await pause(s, w, "one")
+    newer = w.snapshot_dir("one")
+    shutil.rmtree(newer)
+    shutil.copytree(old, newer)
+    r, _ = await py(s, "print(open('data/a.txt').read())", session=w.ids["one"])
+    assert r.is_error and "older snapshot was put back" in text(r), text(r)
+
+
+async def without_a_key(s, w):
+    names = {t.name for t in (await s.list_tools()).tools}
+    assert not {"pause_session", "resume_session"} & names, names
+    r, _ = await py(s, "print(1)", session=w.ids["two"])
+    assert r.is_error and "restarted" in text(r), text(r)
+
+
+async def run(w, passed_failed, fn, keep=True):
+    async with stdio_client(w.params(keep)) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            try:
+                with anyio.fail_after(120):
+                    await fn(s, w)
+                print(f"ok   {fn.__name__}", flush=True)
+                passed_failed[0] += 1
+            except Exception as e:  # noqa: BLE001 - report every failure and go on
+                import traceback
+                traceback.print_exc()
+                print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", flush=True)
+                passed_failed[1] += 1
+
+
+async def main():
+    w = World()
+    counts = [0, 0]
+    await run(w, counts, first_server)
+    alter_snapshots(w) if counts[1] == 0 else None
+    await run(w, counts, second_server)
+    await run(w, counts, without_a_key, keep=False)
+    print(f"{counts[0]} passed, {counts[1]} failed")
+    return 1 if counts[1] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))
