@@ -452,19 +452,24 @@ impl Sessions {
         &self.limits
     }
 
+    /// A new session id of this run (qualified with the replica's name, if any).
+    fn new_id(&self) -> Result<String> {
+        let mut raw = [0u8; 16];
+        getrandom::fill(&mut raw).map_err(Error::Random)?;
+        let id = self.ended.new_id(&raw);
+        Ok(match &self.replica {
+            Some(replica) => replica.qualify(&id),
+            None => id,
+        })
+    }
+
     /// Opens a new session for `owner`.
     pub fn create(&self, owner: &str, vault: Arc<crate::pii::Vault>) -> Result<Arc<Session>> {
         let mut open = self.open.lock().expect("sessions lock");
         if open.len() >= self.limits.max_sessions {
             return Err(Error::TooMany { open: open.len() });
         }
-        let mut raw = [0u8; 16];
-        getrandom::fill(&mut raw).map_err(Error::Random)?;
-        let id = self.ended.new_id(&raw);
-        let id = match &self.replica {
-            Some(replica) => replica.qualify(&id),
-            None => id,
-        };
+        let id = self.new_id()?;
         let limits = &self.limits;
         let (mount, epoch) = self.with_keeper(|keeper, epoch| {
             // The root and /workspace/out take one inode each beyond the program's own.

@@ -131,9 +131,23 @@ impl Sessions {
             max_entries: self.limits.max_entries,
         };
         let pos = session.ledger.lock().expect("session ledger").clone();
+        self.save_as(p, session, session.id.clone(), pos, meta)
+            .await
+    }
+
+    /// Writes `session`'s workspace as the snapshot of `target` (the session itself at
+    /// `pos`, or a fork).
+    async fn save_as(
+        &self,
+        p: &Arc<Persist>,
+        session: &Arc<Session>,
+        target: String,
+        pos: Option<LedgerPos>,
+        meta: SnapshotMeta,
+    ) -> Result<PausedInfo> {
         let (p, s) = (p.clone(), session.clone());
         let saved = tokio::task::spawn_blocking(move || {
-            let mut w = p.store.begin_pause(&s.id, &s.owner, pos.as_ref())?;
+            let mut w = p.store.begin_pause(&target, &s.owner, pos.as_ref())?;
             let mut sink = w.part(PartKind::Workspace)?;
             let facts = archive::capture(s.workspace(), &mut sink)?;
             w.add(sink)?;
@@ -162,6 +176,65 @@ impl Sessions {
         slots.typescript = None;
         if let Err(e) = disk::remove_contents(session.workspace()) {
             tracing::warn!(session = short(&session.id), %e, "cannot empty a paused session's workspace");
+        }
+    }
+
+    /// Forks `owner`'s session `id`: a new session id of the same owner holding a copy of
+    /// its files now, paused (its first call resumes it, with a new interpreter). A live
+    /// session's workspace is read as a pause reads it (the session stays live); a paused
+    /// one's snapshot parts are reflinked where the filesystem can, else copied.
+    pub async fn fork(&self, id: &str, owner: &str) -> Result<(String, PausedInfo)> {
+        let p = self.persist_or_refuse()?;
+        let new_id = self.new_id()?;
+        if let Ok(session) = self.get(id, owner) {
+            let slots = session.slots.lock().await;
+            if !session.gone.load(Ordering::SeqCst) {
+                let meta = SnapshotMeta {
+                    created_unix: snapshot::store::unix_now(),
+                    backend: "namespace".into(),
+                    state: backend_state(),
+                    languages: kept_of(&slots),
+                    keep_alive: kept_of(&slots),
+                    workspace: Default::default(),
+                    quota_bytes: self.limits.quota_bytes,
+                    max_entries: self.limits.max_entries,
+                };
+                let info = self
+                    .save_as(&p, &session, new_id.clone(), None, meta)
+                    .await?;
+                drop(slots);
+                tracing::info!(
+                    session = short(id),
+                    fork = short(&new_id),
+                    owner,
+                    "session forked"
+                );
+                return Ok((new_id, info));
+            }
+        }
+        let (i, o, n) = (id.to_string(), owner.to_string(), new_id.clone());
+        let forked = tokio::task::spawn_blocking(move || {
+            p.store.fork_paused(&i, &o, &n, snapshot::store::unix_now())
+        })
+        .await
+        .map_err(|e| Error::Lost {
+            why: format!("the fork stopped: {e}"),
+        })?;
+        match forked {
+            Ok(info) => {
+                tracing::info!(
+                    session = short(id),
+                    fork = short(&new_id),
+                    owner,
+                    "paused session forked"
+                );
+                Ok((new_id, info))
+            }
+            Err(snapshot::Error::NotFound) => Err(match self.get(id, owner) {
+                Err(e) => e,
+                Ok(_) => Error::Unknown { id: id.to_string() },
+            }),
+            Err(e) => Err(snap(e)),
         }
     }
 
@@ -392,6 +465,37 @@ impl Sessions {
             }
         })
         .await;
+    }
+
+    /// The store's figures and bounds, for `health` (`None`: no store).
+    pub fn store_health(&self) -> Option<serde_json::Value> {
+        let p = self.persist.as_ref()?;
+        let b = p.store.bounds();
+        Some(serde_json::json!({
+            "dir": p.store.dir(),
+            "totals": p.store.totals(),
+            "on_idle": p.on_idle,
+            "on_stop": p.on_stop,
+            "max_paused_per_client": b.max_per_client,
+            "max_paused_bytes_per_client": b.max_bytes_per_client,
+            "keep_paused_for_s": b.keep_for.as_secs(),
+        }))
+    }
+
+    /// `owner`'s paused sessions and what they may still pause, for `codebox://sessions`
+    /// (`None`: no store).
+    pub fn paused_of(&self, owner: &str) -> Option<serde_json::Value> {
+        let p = self.persist.as_ref()?;
+        let b = p.store.bounds();
+        let (count, bytes) = p.store.usage(owner);
+        Some(serde_json::json!({
+            "paused": p.store.list(owner),
+            "paused_count": count,
+            "paused_bytes": bytes,
+            "max_paused": b.max_per_client,
+            "max_paused_bytes": b.max_bytes_per_client,
+            "keep_paused_for_s": b.keep_for.as_secs(),
+        }))
     }
 
     pub fn on_idle(&self) -> OnIdle {

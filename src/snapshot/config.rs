@@ -32,7 +32,9 @@ pub enum Error {
 
 /// What becomes of a session when it is idle past `session_ttl`, or when the server
 /// stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum OnIdle {
     /// Saved to `dir` and freed; its next call resumes it.

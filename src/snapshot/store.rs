@@ -337,6 +337,13 @@ impl Store {
         }
         let mut recovered_from = None;
         let (gen, before) = match &head.entry.state {
+            // Past its lifetime (keep_paused_for): as good as removed (gc removes it).
+            State::Paused { expires_unix, .. } if *expires_unix <= unix_now() => {
+                return Err(Error::Ended {
+                    how: "expired (past keep_paused_for)".into(),
+                    ago_s: unix_now().saturating_sub(*expires_unix),
+                })
+            }
             State::Paused { gen, .. } => (*gen, head.entry.state.clone()),
             State::Live { gen, holder, .. } if self.stale(holder, head.age) => {
                 if *gen == 0 {

@@ -431,6 +431,13 @@ fn bounds_and_lifetime_are_enforced() {
         matches!(e, Error::Ended { ref how, .. } if how == "expired"),
         "{e}"
     );
+    // Past its lifetime before the clean-up came by: refused all the same.
+    pause(&short, "cbx_short2", "carol", None, b"y").unwrap();
+    let e = short.claim("cbx_short2", "carol").err().unwrap();
+    assert!(
+        matches!(e, Error::Ended { ref how, .. } if how.contains("keep_paused_for")),
+        "{e}"
+    );
     // Ended longer than the lifetime ago: the record goes too.
     short.gc();
     assert!(!slot_dir(&short, "cbx_short").exists());

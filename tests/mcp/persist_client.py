@@ -7,6 +7,9 @@ official Python MCP SDK against real `codebox serve` processes sharing one `stat
 - a restart: the paused sessions of an earlier run, and those open when it stopped
   (end of stdin: on_stop = "pause"), resume on the next server under their old ids;
 - a closed paused session is gone; without a key the tools are not offered;
+- fork_session of a live and of a paused session: the copies diverge both ways;
+- an idle session is paused (on_idle), listed in codebox://sessions and health, and
+  resumed by its next call;
 - snapshots altered on disk are refused, named, and never half-restored: a flipped byte,
   a truncated part, an older snapshot put back in place of the newer one.
 
@@ -140,6 +143,53 @@ async def first_server(s, w):
     ), "a closed session's snapshot is removed"
 
 
+async def fork_isolation_both_ways(s, w):
+    await new_session(s, w, "src", "open('f.txt', 'w').write('base')")
+    # A live session's fork: a copy now; the source stays live.
+    r = await s.call_tool("fork_session", {"session": w.ids["src"]})
+    assert not r.is_error, text(r)
+    a = r.structured_content["session"]
+    assert a != w.ids["src"] and r.structured_content["forked_from"] == w.ids["src"], r.structured_content
+    r, sc = await py(s, "open('f.txt', 'w').write('src'); open('g.txt', 'w').write('g')", session=w.ids["src"])
+    assert "state" not in sc["session"], sc["session"]
+    r, sc = await py(s, (
+        "import os\n"
+        "print(open('f.txt').read(), os.path.exists('g.txt'))\n"
+        "open('h.txt', 'w').write('a')\n"), session=a)
+    assert sc["stdout"] == "base False\n", (text(r), sc)
+    assert sc["session"]["state"] == "files", sc["session"]
+    r, sc = await py(s, "import os; print(open('f.txt').read(), os.path.exists('h.txt'))", session=w.ids["src"])
+    assert sc["stdout"] == "src False\n", (text(r), sc)
+    # A paused session's fork: a copy of its snapshot.
+    await pause(s, w, "src")
+    r = await s.call_tool("fork_session", {"session": w.ids["src"]})
+    assert not r.is_error, text(r)
+    b = r.structured_content["session"]
+    r, sc = await py(s, "print(open('f.txt').read(), open('g.txt').read()); open('f.txt', 'w').write('b')", session=b)
+    assert sc["stdout"] == "src g\n", (text(r), sc)
+    r, sc = await py(s, "print(open('f.txt').read())", session=w.ids["src"])
+    assert sc["stdout"] == "src\n" and sc["session"]["state"] == "files", (text(r), sc)
+    r, sc = await py(s, "print(open('f.txt').read())", session=b)
+    assert sc["stdout"] == "b\n", (text(r), sc)
+    # Someone else's or an unknown session cannot be forked.
+    r = await s.call_tool("fork_session", {"session": "cbx_nope"})
+    assert r.is_error and "no session" in text(r), text(r)
+
+
+async def paused_sessions_are_listed(s, w):
+    import json
+    listing = json.loads((await s.read_resource("codebox://sessions")).contents[0].text)
+    paused = {p["id"]: p for p in listing["paused"]}
+    for name in ["tampered", "truncated"]:
+        assert w.ids[name] in paused, (name, listing)
+        assert paused[w.ids[name]]["state"] == "files" and paused[w.ids[name]]["bytes"] > 0, paused
+    assert listing["paused_count"] == len(paused) and listing["max_paused"] == 16, listing
+    assert listing["keep_paused_for_s"] == 7 * 86400, listing
+    health = (await s.call_tool("health", {})).structured_content
+    store = health["sessions"]["paused"]
+    assert store["totals"]["paused"] >= 2 and store["on_idle"] == "pause", store
+
+
 def alter_snapshots(w):
     # A flipped byte in the middle of the workspace part; a part cut short.
     part = os.path.join(w.snapshot_dir("tampered"), "workspace")
@@ -189,29 +239,49 @@ async def without_a_key(s, w):
     assert r.is_error and "restarted" in text(r), text(r)
 
 
-async def run(w, passed_failed, fn, keep=True):
-    async with stdio_client(w.params(keep)) as (read, write):
+async def idle_sessions_pause_and_resume(s, w):
+    # session_ttl is 1 s on this server: an idle session is paused, not closed.
+    import json
+    await new_session(s, w, "idle", "open('i.txt', 'w').write('idle')")
+    for _ in range(400):
+        listing = json.loads((await s.read_resource("codebox://sessions")).contents[0].text)
+        if w.ids["idle"] in {p["id"] for p in listing["paused"]}:
+            break
+        await anyio.sleep(0.05)
+    else:
+        raise AssertionError(f"the idle session was not paused: {listing}")
+    assert w.ids["idle"] not in {x["id"] for x in listing["sessions"]}, listing
+    r, sc = await py(s, "print(open('i.txt').read())", session=w.ids["idle"])
+    assert sc["stdout"] == "idle\n" and sc["session"]["state"] == "files", (text(r), sc)
+
+
+async def run(w, passed_failed, fns, keep=True, extra=None):
+    params = w.params(keep)
+    params.env.update(extra or {})
+    async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as s:
             await s.initialize()
-            try:
-                with anyio.fail_after(120):
-                    await fn(s, w)
-                print(f"ok   {fn.__name__}", flush=True)
-                passed_failed[0] += 1
-            except Exception as e:  # noqa: BLE001 - report every failure and go on
-                import traceback
-                traceback.print_exc()
-                print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", flush=True)
-                passed_failed[1] += 1
+            for fn in fns:
+                try:
+                    with anyio.fail_after(120):
+                        await fn(s, w)
+                    print(f"ok   {fn.__name__}", flush=True)
+                    passed_failed[0] += 1
+                except Exception as e:  # noqa: BLE001 - report every failure and go on
+                    import traceback
+                    traceback.print_exc()
+                    print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", flush=True)
+                    passed_failed[1] += 1
 
 
 async def main():
     w = World()
     counts = [0, 0]
-    await run(w, counts, first_server)
-    alter_snapshots(w) if counts[1] == 0 else None
-    await run(w, counts, second_server)
-    await run(w, counts, without_a_key, keep=False)
+    await run(w, counts, [first_server, fork_isolation_both_ways, paused_sessions_are_listed])
+    alter_snapshots(w)
+    await run(w, counts, [second_server])
+    await run(w, counts, [without_a_key], keep=False)
+    await run(w, counts, [idle_sessions_pause_and_resume], extra={"CODEBOX_SESSION_TTL": "1s"})
     print(f"{counts[0]} passed, {counts[1]} failed")
     return 1 if counts[1] else 0
 

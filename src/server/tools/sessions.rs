@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::server::{tool_error, CodeboxServer};
 
 /// The tools a server without a snapshot store does not offer.
-pub const PERSISTENCE_TOOLS: [&str; 2] = ["pause_session", "resume_session"];
+pub const PERSISTENCE_TOOLS: [&str; 3] = ["pause_session", "resume_session", "fork_session"];
 
 /// Removes the pause and resume tools (the server keeps no paused sessions).
 pub fn without_persistence(router: &mut ToolRouter<CodeboxServer>) {
@@ -22,7 +22,7 @@ pub fn without_persistence(router: &mut ToolRouter<CodeboxServer>) {
     }
 }
 
-/// Arguments of `close_session`, `pause_session` and `resume_session`.
+/// Arguments of `close_session`, `pause_session`, `resume_session` and `fork_session`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CloseSessionParams {
@@ -116,6 +116,39 @@ impl CodeboxServer {
                     "workspace_entries": usage.as_ref().map(|u| u.entries),
                 }));
                 r.content = vec![ContentBlock::text(text.trim_end().to_string())];
+                Ok(r)
+            }
+            Err(e) => Ok(tool_error(e.to_string())),
+        }
+    }
+
+    #[tool(
+        name = "fork_session",
+        description = "Copy a session (open or paused) into a new session: its /workspace files as they are now. The two then diverge; the copy's first call starts it with a new interpreter."
+    )]
+    async fn fork_session(
+        &self,
+        Parameters(p): Parameters<CloseSessionParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let client = self.client_of(&ctx);
+        match self.state.sessions.fork(&p.session, &client).await {
+            Ok((id, info)) => {
+                let text = format!(
+                    "forked: session {id} holds a copy of the files of {} ({} entries, {} bytes of data); pass it as session to use it (its first call starts a new interpreter, state: {})",
+                    p.session,
+                    info.workspace.entries,
+                    info.workspace.data_bytes,
+                    info.state.as_str(),
+                );
+                let mut r = CallToolResult::structured(json!({
+                    "session": id,
+                    "forked_from": p.session,
+                    "state": info.state.as_str(),
+                    "snapshot_bytes": info.bytes,
+                    "workspace": info.workspace,
+                }));
+                r.content = vec![ContentBlock::text(text)];
                 Ok(r)
             }
             Err(e) => Ok(tool_error(e.to_string())),
