@@ -85,6 +85,10 @@ pub enum Error {
     AlreadyPaused { id: String },
     #[error("the paused session cannot be resumed or saved: {}", crate::error_chain::error_chain(.0))]
     Snapshot(#[source] crate::snapshot::Error),
+    /// Ended in the snapshot store (closed, or past keep_paused_for), maybe on another
+    /// server sharing it.
+    #[error("session {id:?} was {how} {ago_s} s ago: its workspace is gone; start a new one with session \"new\"")]
+    EndedKept { id: String, how: String, ago_s: u64 },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

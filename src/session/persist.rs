@@ -271,6 +271,13 @@ impl Sessions {
             {
                 match self.resume(id, owner, vault).await {
                     Err(Error::Snapshot(snapshot::Error::NotFound)) => Err(e),
+                    Err(Error::Snapshot(snapshot::Error::Ended { how, ago_s })) => {
+                        Err(Error::EndedKept {
+                            id: id.to_string(),
+                            how,
+                            ago_s,
+                        })
+                    }
                     other => other,
                 }
             }

@@ -8,6 +8,7 @@ official Python MCP SDK against real `codebox serve` processes sharing one `stat
   (end of stdin: on_stop = "pause"), resume on the next server under their old ids;
 - a closed paused session is gone; without a key the tools are not offered;
 - fork_session of a live and of a paused session: the copies diverge both ways;
+- SIGTERM: the open sessions are paused by the drain and resume on the next server;
 - an idle session is paused (on_idle), listed in codebox://sessions and health, and
   resumed by its next call;
 - snapshots altered on disk are refused, named, and never half-restored: a flipped byte,
@@ -26,7 +27,7 @@ import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from helpers import server_env
+from helpers import processes_with, server_env
 
 CODEBOX = sys.argv[1]
 KEY = os.urandom(32).hex()
@@ -49,13 +50,13 @@ class World:
         env = server_env()
         env.update({
             "CODEBOX_STATE_DIR": self.state,
-            "CODEBOX_MCP_CONFIG": self.mcp,
             "CODEBOX_POOL_SIZE": "0",
         })
         if keep:
             env["CODEBOX_SESSIONS_SNAPSHOT_KEY"] = "env:CODEBOX_TEST_SNAPSHOT_KEY"
             env["CODEBOX_TEST_SNAPSHOT_KEY"] = KEY
-        return StdioServerParameters(command=CODEBOX, args=["serve"], env=env)
+        # The config path in the command line tells this test's servers apart.
+        return StdioServerParameters(command=CODEBOX, args=["serve", "--mcp-config", self.mcp], env=env)
 
     def slot_names(self):
         if not os.path.isdir(self.store):
@@ -216,6 +217,9 @@ async def second_server(s, w):
     r, sc = await py(s, "print(open('b.txt').read())", session=w.ids["two"])
     assert not r.is_error and sc["stdout"] == "open at the stop\n", text(r)
     assert sc["session"]["state"] == "files", sc["session"]
+    # Closed on the earlier run: said so on this one too.
+    r, _ = await py(s, "print(1)", session=w.ids["closed"])
+    assert r.is_error and "was closed" in text(r) and "start a new one" in text(r), text(r)
     # Altered snapshots: refused with their reason, every time (nothing half-restored).
     for name, why in [("tampered", "altered"), ("truncated", "truncated")]:
         for _ in range(2):
@@ -255,6 +259,42 @@ async def idle_sessions_pause_and_resume(s, w):
     assert sc["stdout"] == "idle\n" and sc["session"]["state"] == "files", (text(r), sc)
 
 
+async def sigterm_drain_pauses(s, w):
+    import signal
+    await new_session(s, w, "drained", "open('d.txt', 'w').write('drained')")
+    ours = [p for p in processes_with(w.mcp) if parent_of(p) == os.getpid()]
+    assert len(ours) == 1, ours
+    os.kill(ours[0], signal.SIGTERM)
+    for _ in range(600):
+        if not os.path.exists(f"/proc/{ours[0]}") or parent_of(ours[0]) != os.getpid() or zombie(ours[0]):
+            break
+        await anyio.sleep(0.05)
+    else:
+        raise AssertionError("the server did not stop on SIGTERM")
+
+
+async def drained_session_resumes(s, w):
+    r, sc = await py(s, "print(open('d.txt').read())", session=w.ids["drained"])
+    assert not r.is_error and sc["stdout"] == "drained\n", text(r)
+    assert sc["session"]["state"] == "files", sc["session"]
+
+
+def parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 async def run(w, passed_failed, fns, keep=True, extra=None):
     params = w.params(keep)
     params.env.update(extra or {})
@@ -282,6 +322,11 @@ async def main():
     await run(w, counts, [second_server])
     await run(w, counts, [without_a_key], keep=False)
     await run(w, counts, [idle_sessions_pause_and_resume], extra={"CODEBOX_SESSION_TTL": "1s"})
+    try:
+        await run(w, counts, [sigterm_drain_pauses])
+    except Exception as e:  # noqa: BLE001 - the server went away under the client, as asked
+        print(f"(the client saw the server stop: {type(e).__name__})", flush=True)
+    await run(w, counts, [drained_session_resumes])
     print(f"{counts[0]} passed, {counts[1]} failed")
     return 1 if counts[1] else 0
 
