@@ -297,6 +297,17 @@ impl Sessions {
         if let Ok(s) = self.get(id, owner) {
             return Ok(s);
         }
+        // Nothing is made (no tmpfs) for an id the store does not hold for this client.
+        let (pc, i, o) = (p.clone(), id.to_string(), owner.to_string());
+        let held = tokio::task::spawn_blocking(move || pc.store.state_of(&i, &o))
+            .await
+            .map_err(|e| Error::Lost {
+                why: format!("the resume stopped: {e}"),
+            })?
+            .map_err(snap)?;
+        if held.is_none() {
+            return Err(snap(snapshot::Error::NotFound));
+        }
         {
             let open = self.open.lock().expect("sessions lock");
             if open.len() >= self.limits.max_sessions {

@@ -8,6 +8,8 @@ official Python MCP SDK against real `codebox serve` processes sharing one `stat
   (end of stdin: on_stop = "pause"), resume on the next server under their old ids;
 - a closed paused session is gone; without a key the tools are not offered;
 - fork_session of a live and of a paused session: the copies diverge both ways;
+- two servers at once on one state_dir: a session paused on one resumes on the other;
+  both racing to resume it: one wins, the other says who holds it;
 - SIGTERM: the open sessions are paused by the drain and resume on the next server;
 - an idle session is paused (on_idle), listed in codebox://sessions and health, and
   resumed by its next call;
@@ -279,6 +281,36 @@ async def drained_session_resumes(s, w):
     assert sc["session"]["state"] == "files", sc["session"]
 
 
+async def two_servers_share_the_store(w):
+    """Two servers at once on one state_dir: a session paused on one resumes on the
+    other; both racing to resume it: one wins, the other names the holder."""
+    async with stdio_client(w.params()) as (r1, w1), stdio_client(w.params()) as (r2, w2):
+        async with ClientSession(r1, w1) as a, ClientSession(r2, w2) as b:
+            await a.initialize()
+            await b.initialize()
+            await new_session(a, w, "shared", "open('s.txt', 'w').write('shared')")
+            await pause(a, w, "shared")
+            r, sc = await py(b, "print(open('s.txt').read())", session=w.ids["shared"])
+            assert not r.is_error and sc["stdout"] == "shared\n", text(r)
+            assert sc["session"]["state"] == "files", sc["session"]
+            await pause(b, w, "shared")
+            answers = {}
+
+            async def resume(name, s):
+                answers[name] = await s.call_tool("resume_session", {"session": w.ids["shared"]})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume, "a", a)
+                tg.start_soon(resume, "b", b)
+            won = [n for n, r in answers.items() if not r.is_error]
+            lost = [n for n, r in answers.items() if r.is_error]
+            assert len(won) == 1 and len(lost) == 1, {n: text(r) for n, r in answers.items()}
+            assert "live on another codebox server" in text(answers[lost[0]]), text(answers[lost[0]])
+            winner = a if won[0] == "a" else b
+            r, sc = await py(winner, "print(open('s.txt').read())", session=w.ids["shared"])
+            assert sc["stdout"] == "shared\n", text(r)
+
+
 def parent_of(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -327,6 +359,16 @@ async def main():
     except Exception as e:  # noqa: BLE001 - the server went away under the client, as asked
         print(f"(the client saw the server stop: {type(e).__name__})", flush=True)
     await run(w, counts, [drained_session_resumes])
+    try:
+        with anyio.fail_after(120):
+            await two_servers_share_the_store(w)
+        print("ok   two_servers_share_the_store", flush=True)
+        counts[0] += 1
+    except Exception as e:  # noqa: BLE001 - report and go on
+        import traceback
+        traceback.print_exc()
+        print(f"FAIL two_servers_share_the_store: {type(e).__name__}: {e}", flush=True)
+        counts[1] += 1
     print(f"{counts[0]} passed, {counts[1]} failed")
     return 1 if counts[1] else 0
 
