@@ -10,6 +10,8 @@ official Python MCP SDK against real `codebox serve` processes sharing one `stat
 - fork_session of a live and of a paused session: the copies diverge both ways;
 - two servers at once on one state_dir: a session paused on one resumes on the other;
   both racing to resume it: one wins, the other says who holds it;
+- per-client bounds (bytes, count) refuse a pause and leave the session live, its
+  interpreter included;
 - SIGTERM: the open sessions are paused by the drain and resume on the next server;
 - an idle session is paused (on_idle), listed in codebox://sessions and health, and
   resumed by its next call;
@@ -97,8 +99,8 @@ async def pause(s, w, name):
     assert sc["paused"] is True and sc["state"] == "files", sc
     assert "state: files" in text(r), text(r)
     new = w.slot_names() - before
-    if w.ids[name] not in w.slots:
-        assert len(new) == 1, (new, before)
+    # Its slot (a refused pause may have made it already).
+    if w.ids[name] not in w.slots and len(new) == 1:
         w.slots[w.ids[name]] = new.pop()
     return sc
 
@@ -311,6 +313,24 @@ async def two_servers_share_the_store(w):
             assert sc["stdout"] == "shared\n", text(r)
 
 
+async def bounds_refuse_and_leave_the_session_live(s, w):
+    # max_paused_bytes_per_client = "1M", max_paused_per_client = 1 (the config file).
+    sid = await new_session(s, w, "big", "import os\nx = 7\nopen('big', 'wb').write(os.urandom(2_000_000))")
+    await py(s, "x = 7", session=sid, keep_alive=True)
+    r = await s.call_tool("pause_session", {"session": sid})
+    assert r.is_error and "max_paused_bytes_per_client" in text(r), text(r)
+    # Refused: the session is live as it was, interpreter included.
+    r, sc = await py(s, "import os; print(x, os.path.getsize('big'))", session=sid, keep_alive=True)
+    assert sc["stdout"] == "7 2000000\n" and "state" not in sc["session"], (text(r), sc)
+    await py(s, "os.remove('big')", session=sid, keep_alive=True)
+    await pause(s, w, "big")
+    other = await new_session(s, w, "second", "open('x', 'w').write('x')")
+    r = await s.call_tool("pause_session", {"session": other})
+    assert r.is_error and "max_paused_per_client" in text(r), text(r)
+    r, sc = await py(s, "print(open('x').read())", session=other)
+    assert sc["stdout"] == "x\n", text(r)
+
+
 def parent_of(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -359,6 +379,13 @@ async def main():
     except Exception as e:  # noqa: BLE001 - the server went away under the client, as asked
         print(f"(the client saw the server stop: {type(e).__name__})", flush=True)
     await run(w, counts, [drained_session_resumes])
+    bounded = World()
+    config = os.path.join(bounded.tmp.name, "codebox.toml")
+    with open(config, "w") as f:
+        f.write('[sessions]\nsnapshot_key = "env:CODEBOX_TEST_SNAPSHOT_KEY"\n'
+                'max_paused_bytes_per_client = "1M"\nmax_paused_per_client = 1\n')
+    await run(bounded, counts, [bounds_refuse_and_leave_the_session_live], keep=False,
+              extra={"CODEBOX_CONFIG": config, "CODEBOX_TEST_SNAPSHOT_KEY": KEY})
     try:
         with anyio.fail_after(120):
             await two_servers_share_the_store(w)
