@@ -506,6 +506,10 @@ impl Sessions {
         if let (Some(here), Placement::Elsewhere { owner: made_by }) =
             (&self.replica, placement(self.replica.as_ref(), id))
         {
+            // Made elsewhere and resumed here from a shared store.
+            if let Ok(s) = self.open_here(id, owner) {
+                return Ok(s);
+            }
             tracing::info!(
                 session = short(id),
                 made_by,
@@ -530,6 +534,18 @@ impl Sessions {
                 Err(Error::Unknown { id: id.to_string() })
             }
             None => Err(self.fate_of(id, owner)),
+        }
+    }
+
+    /// `owner`'s session `id` if it is open on this server (whatever replica made it).
+    fn open_here(&self, id: &str, owner: &str) -> Result<Arc<Session>> {
+        let open = self.open.lock().expect("sessions lock");
+        match open.get(id) {
+            Some(s) if constant_time_eq(s.owner.as_bytes(), owner.as_bytes()) => {
+                s.touch();
+                Ok(s.clone())
+            }
+            _ => Err(Error::Unknown { id: id.to_string() }),
         }
     }
 

@@ -266,21 +266,21 @@ impl Sessions {
     ) -> Result<Arc<Session>> {
         match self.get(id, owner) {
             Ok(s) => Ok(s),
-            Err(e @ (Error::Unknown { .. } | Error::EarlierRun { .. }))
-                if self.persist.is_some() =>
-            {
-                match self.resume(id, owner, vault).await {
-                    Err(Error::Snapshot(snapshot::Error::NotFound)) => Err(e),
-                    Err(Error::Snapshot(snapshot::Error::Ended { how, ago_s })) => {
-                        Err(Error::EndedKept {
-                            id: id.to_string(),
-                            how,
-                            ago_s,
-                        })
-                    }
-                    other => other,
+            // Another replica's id too: a paused session resumes on any server sharing
+            // the store.
+            Err(
+                e @ (Error::Unknown { .. } | Error::EarlierRun { .. } | Error::Elsewhere { .. }),
+            ) if self.persist.is_some() => match self.resume(id, owner, vault).await {
+                Err(Error::Snapshot(snapshot::Error::NotFound)) => Err(e),
+                Err(Error::Snapshot(snapshot::Error::Ended { how, ago_s })) => {
+                    Err(Error::EndedKept {
+                        id: id.to_string(),
+                        how,
+                        ago_s,
+                    })
                 }
-            }
+                other => other,
+            },
             Err(e) => Err(e),
         }
     }
@@ -294,7 +294,7 @@ impl Sessions {
     ) -> Result<Arc<Session>> {
         let p = self.persist_or_refuse()?;
         let _one = p.resuming.lock().await;
-        if let Ok(s) = self.get(id, owner) {
+        if let Ok(s) = self.open_here(id, owner) {
             return Ok(s);
         }
         // Nothing is made (no tmpfs) for an id the store does not hold for this client.
@@ -594,5 +594,93 @@ fn restore(
             }
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::ReplicaName;
+    use std::time::Duration;
+
+    fn vault() -> Arc<crate::pii::Vault> {
+        Arc::new(crate::pii::Vault::new(Arc::new(
+            crate::pii::Detector::builtin(),
+        )))
+    }
+
+    fn replica(base: &std::path::Path, store: &std::path::Path, name: &str) -> Sessions {
+        let ids = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let mut raw = [0u8; 32];
+        for (i, b) in raw.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(37).wrapping_add(11);
+        }
+        let key = crate::snapshot::SnapshotKey::from_bytes(&raw);
+        let settings = snapshot::PersistSettings {
+            key: Arc::new(key),
+            dir: store.to_path_buf(),
+            on_idle: OnIdle::Pause,
+            on_stop: OnIdle::Pause,
+            bounds: snapshot::store::Bounds {
+                max_per_client: 4,
+                max_bytes_per_client: 64 << 20,
+                keep_for: Duration::from_secs(3600),
+            },
+        };
+        Sessions::new(base, super::super::SessionLimits::default(), ids)
+            .unwrap()
+            .with_replica(Some(ReplicaName::parse(name).unwrap()))
+            .with_persist(Some(settings))
+            .unwrap()
+    }
+
+    /// Replicas sharing a store: a session paused on one resumes on the other under its
+    /// id (which names the first), with its files; while live there, the first cannot
+    /// take it back, and says who holds it.
+    #[tokio::test]
+    async fn a_session_paused_on_one_replica_resumes_on_another() {
+        let base = tempfile::tempdir().unwrap();
+        let store = tempfile::tempdir().unwrap();
+        let r1 = replica(base.path(), store.path(), "r1");
+        let r2 = replica(base.path(), store.path(), "r2");
+        let a = r1.create("alice", vault()).unwrap();
+        let id = a.id().to_string();
+        assert!(id.starts_with("r1."), "{id}");
+        let fd = nix::fcntl::openat(
+            a.workspace(),
+            "f",
+            nix::fcntl::OFlag::O_CREAT | nix::fcntl::OFlag::O_WRONLY,
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        std::io::Write::write_all(&mut std::fs::File::from(fd), b"from r1").unwrap();
+        drop(a);
+        // Before the pause: another replica's id, as before.
+        assert!(matches!(
+            r2.get_or_resume(&id, "alice", vault).await,
+            Err(Error::Elsewhere { .. })
+        ));
+        r1.pause(&id, "alice").await.unwrap();
+        // Another client learns nothing.
+        assert!(matches!(
+            r2.get_or_resume(&id, "bob", vault).await,
+            Err(Error::Elsewhere { .. })
+        ));
+        let b = r2.get_or_resume(&id, "alice", vault).await.unwrap();
+        assert!(b.take_resumed());
+        assert_eq!(
+            disk::read_file(b.workspace(), "f", 100).unwrap(),
+            b"from r1".to_vec()
+        );
+        let e = r1.get_or_resume(&id, "alice", vault).await.unwrap_err();
+        assert!(e.to_string().contains("replica \"r2\""), "{e}");
+        r2.shutdown().await;
+        // r2 paused it as it stopped: r1 resumes it again.
+        let c = r1.get_or_resume(&id, "alice", vault).await.unwrap();
+        assert_eq!(disk::names(c.workspace()).unwrap().len(), 2, "f and out/");
+        r1.shutdown().await;
     }
 }
