@@ -485,6 +485,11 @@ impl Sessions {
         .await;
     }
 
+    /// The store's totals, for metrics (`None`: no store).
+    pub fn store_totals(&self) -> Option<snapshot::store::Totals> {
+        Some(self.persist.as_ref()?.store.totals())
+    }
+
     /// The store's figures and bounds, for `health` (`None`: no store).
     pub fn store_health(&self) -> Option<serde_json::Value> {
         let p = self.persist.as_ref()?;
