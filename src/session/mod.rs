@@ -83,8 +83,14 @@ pub enum Error {
     NotKept,
     #[error("session {id:?} is paused: its next call (or resume_session) resumes it")]
     AlreadyPaused { id: String },
-    #[error("the paused session cannot be resumed or saved: {}", crate::error_chain::error_chain(.0))]
+    #[error("the paused session cannot be resumed: {}", crate::error_chain::error_chain(.0))]
     Snapshot(#[source] crate::snapshot::Error),
+    #[error("the session cannot be paused, and stays live as it was: {}", crate::error_chain::error_chain(.0))]
+    PauseFailed(#[source] crate::snapshot::Error),
+    #[error("the session cannot be forked: {}", crate::error_chain::error_chain(.0))]
+    ForkFailed(#[source] crate::snapshot::Error),
+    #[error("the paused session cannot be closed: {}", crate::error_chain::error_chain(.0))]
+    CloseFailed(#[source] crate::snapshot::Error),
     /// Ended in the snapshot store (closed, or past keep_paused_for), maybe on another
     /// server sharing it.
     #[error("session {id:?} was {how} {ago_s} s ago: its workspace is gone; start a new one with session \"new\"")]

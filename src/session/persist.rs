@@ -162,7 +162,7 @@ impl Sessions {
         })?;
         saved.map_err(|e| {
             tracing::warn!(session = short(&session.id), error = %crate::error_chain::error_chain(&e), "a pause failed; the session stays live");
-            snap(e)
+            Error::PauseFailed(e)
         })
     }
 
@@ -201,7 +201,11 @@ impl Sessions {
                 };
                 let info = self
                     .save_as(&p, &session, new_id.clone(), None, meta)
-                    .await?;
+                    .await
+                    .map_err(|e| match e {
+                        Error::PauseFailed(e) => Error::ForkFailed(e),
+                        other => other,
+                    })?;
                 drop(slots);
                 tracing::info!(
                     session = short(id),
@@ -234,7 +238,7 @@ impl Sessions {
                 Err(e) => e,
                 Ok(_) => Error::Unknown { id: id.to_string() },
             }),
-            Err(e) => Err(snap(e)),
+            Err(e) => Err(Error::ForkFailed(e)),
         }
     }
 
@@ -390,7 +394,7 @@ impl Sessions {
         .map_err(|e| Error::Lost {
             why: format!("the close stopped: {e}"),
         })?
-        .map_err(snap)
+        .map_err(Error::CloseFailed)
     }
 
     /// Pauses `session`, idle past the TTL (`on_idle = "pause"`). `true`: paused, or used

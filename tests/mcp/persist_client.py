@@ -12,6 +12,8 @@ official Python MCP SDK against real `codebox serve` processes sharing one `stat
   both racing to resume it: one wins, the other says who holds it;
 - per-client bounds (bytes, count) refuse a pause and leave the session live, its
   interpreter included;
+- a disk that fills during a pause (state_dir on a 1 MiB tmpfs, as root) leaves the
+  session live as it was, and what the failed pause wrote is removed;
 - SIGTERM: the open sessions are paused by the drain and resume on the next server;
 - an idle session is paused (on_idle), listed in codebox://sessions and health, and
   resumed by its next call;
@@ -333,6 +335,21 @@ async def bounds_refuse_and_leave_the_session_live(s, w):
     assert sc["stdout"] == "x\n", text(r)
 
 
+async def a_full_disk_leaves_the_session_live(s, w):
+    # state_dir is a 1 MiB tmpfs in the server's own mount namespace.
+    sid = await new_session(s, w, "full", "import os\nopen('big', 'wb').write(os.urandom(3_000_000))")
+    await py(s, "x = 5", session=sid, keep_alive=True)
+    r = await s.call_tool("pause_session", {"session": sid})
+    assert r.is_error and "cannot be paused, and stays live" in text(r) and "No space left" in text(r), text(r)
+    r, sc = await py(s, "import os; print(x, os.path.getsize('big'))", session=sid, keep_alive=True)
+    assert sc["stdout"] == "5 3000000\n" and "state" not in sc["session"], (text(r), sc)
+    # What the failed pause wrote is gone: a smaller one fits.
+    await py(s, "os.remove('big'); open('small', 'w').write('s')", session=sid, keep_alive=True)
+    await pause(s, w, "full")
+    r, sc = await py(s, "print(open('small').read())", session=sid)
+    assert sc["stdout"] == "s\n" and sc["session"]["state"] == "files", (text(r), sc)
+
+
 def parent_of(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -388,6 +405,18 @@ async def main():
                 'max_paused_bytes_per_client = "1M"\nmax_paused_per_client = 1\n')
     await run(bounded, counts, [bounds_refuse_and_leave_the_session_live], keep=False,
               extra={"CODEBOX_CONFIG": config, "CODEBOX_TEST_SNAPSHOT_KEY": KEY})
+    if os.geteuid() == 0 and shutil.which("unshare"):
+        full = World()
+        os.makedirs(full.state)
+        params = full.params()
+        params.args = ["-m", "--propagation", "private", "sh", "-c",
+                       'mount -t tmpfs -o size=1m tmpfs "$0" && exec "$@"', full.state,
+                       CODEBOX, *params.args]
+        params.command = shutil.which("unshare")
+        full.params = lambda keep=True, p=params: p
+        await run(full, counts, [a_full_disk_leaves_the_session_live])
+    else:
+        print("SKIP a_full_disk_leaves_the_session_live: needs root and unshare(1) for a tmpfs of its own", flush=True)
     try:
         with anyio.fail_after(120):
             await two_servers_share_the_store(w)
