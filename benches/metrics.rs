@@ -84,6 +84,8 @@ fn bench(c: &mut Criterion) {
             .collect(),
         sessions_open: 3,
         session_interpreters: 1,
+        sessions_paused: 0,
+        sessions_paused_bytes: 0,
         tasks_running: 0,
     };
     for i in 0..10 {

@@ -37,7 +37,10 @@
 //!
 //! - [`pii`]: PII detectors and the per-session token vault
 //! - [`skills`]: the skills store (`/skills`)
-//! - [`session`]: sessions: workspaces with quotas, idle TTL, live interpreters
+//! - [`session`]: sessions: workspaces with quotas, idle TTL, live interpreters; pause,
+//!   resume and fork
+//! - [`snapshot`]: paused sessions on disk: encrypted, authenticated, atomic snapshots with
+//!   typed parts (workspace now, the microVM's memory and devices later), the ledger
 //! - [`audit`]: the hash-chained audit log
 //! - [`ratelimit`]: per-client rate limits
 //! - [`stopwatch`]: per-step timings for the debug events of the cold path
@@ -78,6 +81,7 @@ pub mod sandbox;
 pub mod server;
 pub mod session;
 pub mod skills;
+pub mod snapshot;
 pub mod spawner;
 pub mod stopwatch;
 pub mod tasks;

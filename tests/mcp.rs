@@ -93,6 +93,17 @@ fn the_warm_fast_path_loads_no_optional_layer_through_the_python_sdk() {
     );
 }
 
+/// Sessions that outlive the server (tests/mcp/persist_client.py): pause, resume by the
+/// next call or resume_session with `state: "files"`, a restart with paused and open
+/// sessions, altered, truncated and replayed snapshots refused.
+#[test]
+fn paused_sessions_outlive_the_server_through_the_python_sdk() {
+    run_client_script(
+        "paused_sessions_outlive_the_server_through_the_python_sdk",
+        "persist_client.py",
+    );
+}
+
 #[test]
 fn results_values_and_help_through_the_python_sdk() {
     run_client_script(

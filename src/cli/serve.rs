@@ -167,6 +167,8 @@ struct Resolved {
     output: codebox::output::OutputSection,
     tasks: codebox::tasks::TasksSection,
     state_dir: Option<PathBuf>,
+    /// `[sessions]`: where paused sessions are kept, with which key (`None`: not kept).
+    persist: Option<codebox::snapshot::PersistSettings>,
 }
 
 /// `$XDG_DATA_HOME/codebox/skills`, else `~/.local/share/codebox/skills`; as root
@@ -276,6 +278,16 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         packages: file.packages.clone(),
         output: file.output.clone(),
         tasks: file.tasks.clone(),
+        persist: file
+            .sessions
+            .settings(
+                file.state_dir
+                    .clone()
+                    .or_else(super::egress::default_state_dir)
+                    .as_deref(),
+                &|var| std::env::var(var).ok(),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
         state_dir: file
             .state_dir
             .clone()
@@ -532,6 +544,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         pii_detector,
         rate: args.rate,
         sessions: args.sessions.clone(),
+        persist: args.persist.clone(),
         replica: args.replica.clone(),
         sessions_base: std::env::temp_dir(),
         sandbox_ids: (sandbox_ids.host_uid, sandbox_ids.host_gid),

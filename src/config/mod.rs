@@ -49,6 +49,10 @@
 //!
 //! [metrics]
 //! addr = "0.0.0.0:9464"           # GET /metrics without a token (CODEBOX_METRICS_ADDR)
+//!
+//! [sessions]                      # sessions that outlive the server: crate::snapshot::config
+//! snapshot_key = "env:CODEBOX_SNAPSHOT_KEY"
+//! on_idle = "pause"
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -192,6 +196,10 @@ pub struct Config {
     /// `[tasks]`: executions as tasks for clients of the MCP Tasks extension.
     #[serde(default)]
     pub tasks: crate::tasks::TasksSection,
+    /// `[sessions]`: sessions that outlive the server (pause, resume, fork), encrypted
+    /// at rest with the operator's key (`crate::snapshot::config`).
+    #[serde(default)]
+    pub sessions: crate::snapshot::SessionsSection,
     /// Where codebox keeps state of its own: the egress CA, the sandboxes' trust bundle,
     /// installed package layers (default `$XDG_STATE_HOME/codebox`, `~/.local/state/codebox`; as root
     /// `/var/lib/codebox`).
@@ -350,6 +358,7 @@ impl Config {
             &mut self.skills_shared,
             &mut self.state_dir,
             &mut self.packages.cache_dir,
+            &mut self.sessions.dir,
         ]
         .into_iter()
         .flatten()
@@ -548,6 +557,11 @@ impl Config {
                     .insert(name.trim().to_string(), token.trim().to_string());
             }
         }
+        self.sessions.apply_env(env).map_err(|e| Error::BadEnv {
+            var: "CODEBOX_SESSIONS_*".into(),
+            value: "(see the message)".into(),
+            reason: e.to_string(),
+        })?;
         if let Some(v) = env("CODEBOX_METRICS_ADDR") {
             self.metrics.addr = Some(v);
         }

@@ -29,6 +29,10 @@ pub struct Snapshot {
     pub sessions_open: usize,
     /// Sessions' live interpreters (`keep_alive`).
     pub session_interpreters: usize,
+    /// Paused sessions in the snapshot store (every client, every server sharing it),
+    /// and their bytes; zero without a store.
+    pub sessions_paused: u64,
+    pub sessions_paused_bytes: u64,
     /// Executions running as tasks.
     pub tasks_running: usize,
 }
@@ -104,6 +108,16 @@ impl Snapshot {
             "codebox_sessions_open",
             "Sessions open (persistent workspaces)",
             gauge(self.sessions_open),
+        );
+        r.register(
+            "codebox_sessions_paused",
+            "Paused sessions in the snapshot store ([sessions] dir, shared by the servers using it)",
+            gauge(usize::try_from(self.sessions_paused).unwrap_or(usize::MAX)),
+        );
+        r.register(
+            "codebox_sessions_paused_bytes",
+            "Bytes of the paused sessions' snapshots",
+            gauge(usize::try_from(self.sessions_paused_bytes).unwrap_or(usize::MAX)),
         );
         r.register(
             "codebox_session_interpreters",

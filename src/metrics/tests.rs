@@ -74,6 +74,8 @@ fn snapshot() -> Snapshot {
         upstreams: vec![("memory".into(), ServerState::Reconnecting)],
         sessions_open: 5,
         session_interpreters: 1,
+        sessions_paused: 3,
+        sessions_paused_bytes: 4096,
         tasks_running: 0,
     }
 }
@@ -202,6 +204,8 @@ fn the_snapshot_is_encoded_with_every_language_and_upstream_state() {
     assert_eq!(s["codebox_execution_queue_depth"], 2.0);
     assert_eq!(s["codebox_draining"], 1.0);
     assert_eq!(s["codebox_sessions_open"], 5.0);
+    assert_eq!(s["codebox_sessions_paused"], 3.0);
+    assert_eq!(s["codebox_sessions_paused_bytes"], 4096.0);
     assert_eq!(s[r#"codebox_pool_warm{language="python"}"#], 1.0);
     assert_eq!(s[r#"codebox_pool_target{language="python"}"#], 5.0);
     assert_eq!(s[r#"codebox_pool_floor{language="python"}"#], 2.0);

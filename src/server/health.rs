@@ -47,6 +47,7 @@ impl CodeboxServer {
                 "idle_ttl_s": s.settings.sessions.idle_ttl.as_secs(),
                 "quota_bytes": s.settings.sessions.quota_bytes,
                 "max_entries": s.settings.sessions.max_entries,
+                "paused": s.sessions.store_health(),
             },
             "tasks": {
                 "enabled": s.settings.tasks.enabled,

@@ -90,6 +90,9 @@ pub struct Settings {
     /// Per-client limits.
     pub rate: RateLimits,
     pub sessions: SessionLimits,
+    /// `[sessions]`: paused sessions kept in a snapshot store (`None`: sessions end with
+    /// the process).
+    pub persist: Option<crate::snapshot::PersistSettings>,
     /// This process's name among replicas behind one balancer (`None`: a single server):
     /// session ids carry it (see [`crate::replica`]).
     pub replica: Option<crate::replica::ReplicaName>,
@@ -153,6 +156,7 @@ impl Settings {
             pii_detector: Arc::new(Detector::new(&[])?),
             rate: RateLimits::default(),
             sessions: SessionLimits::default(),
+            persist: None,
             replica: None,
             sessions_base: std::env::temp_dir(),
             sandbox_ids,
@@ -312,7 +316,14 @@ impl CodeboxServer {
             settings.sessions.clone(),
             settings.sandbox_ids,
         )?
-        .with_replica(settings.replica.clone());
+        .with_replica(settings.replica.clone())
+        .with_persist(settings.persist.clone())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "[sessions]: cannot open the paused sessions' store: {}",
+                crate::error_chain::error_chain(&e)
+            )
+        })?;
         let (skills, skills_error) = match &settings.skills_dir {
             None => (
                 None,
@@ -401,6 +412,7 @@ impl CodeboxServer {
         let network_mode = state.settings.profile.network_mode;
         let tools = state.settings.tools;
         let replica = state.settings.replica.is_some();
+        let persist = state.sessions.persist().is_some();
         CodeboxServer {
             state,
             conn: Arc::new(Connection {
@@ -410,6 +422,9 @@ impl CodeboxServer {
             tool_router: {
                 let mut router = Self::all_tools();
                 tools.apply(&mut router);
+                if !persist {
+                    tools::sessions::without_persistence(&mut router);
+                }
                 wiring::egress::describe_network(&mut router, network_mode);
                 if replica {
                     tools::schema::route_sessions_by_header(&mut router);
@@ -698,6 +713,7 @@ impl CodeboxServer {
     pub fn tool_definitions_for(set: ToolSet) -> Vec<rmcp::model::Tool> {
         let mut router = Self::all_tools();
         set.apply(&mut router);
+        tools::sessions::without_persistence(&mut router);
         router.list_all()
     }
 

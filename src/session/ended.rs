@@ -66,6 +66,11 @@ impl Ended {
         }
     }
 
+    /// This run's instance mark.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
     /// A new id of this run from 16 random bytes (before any replica qualification).
     pub fn new_id(&self, secret: &[u8; 16]) -> String {
         format!("cbx_{}_{}", self.instance, super::hex(secret))

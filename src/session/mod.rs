@@ -25,6 +25,7 @@
 pub mod disk;
 pub mod ended;
 pub mod keeper;
+pub mod persist;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -78,6 +79,22 @@ pub enum Error {
     Lost { why: String },
     #[error("the session is closed, but its workspace was not fully removed: {0}")]
     Leftover(#[source] disk::Leftover),
+    #[error("this server keeps no paused sessions: its operator has not set [sessions] snapshot_key (sessions end with the server)")]
+    NotKept,
+    #[error("session {id:?} is paused: its next call (or resume_session) resumes it")]
+    AlreadyPaused { id: String },
+    #[error("the paused session cannot be resumed: {}", crate::error_chain::error_chain(.0))]
+    Snapshot(#[source] crate::snapshot::Error),
+    #[error("the session cannot be paused, and stays live as it was: {}", crate::error_chain::error_chain(.0))]
+    PauseFailed(#[source] crate::snapshot::Error),
+    #[error("the session cannot be forked: {}", crate::error_chain::error_chain(.0))]
+    ForkFailed(#[source] crate::snapshot::Error),
+    #[error("the paused session cannot be closed: {}", crate::error_chain::error_chain(.0))]
+    CloseFailed(#[source] crate::snapshot::Error),
+    /// Ended in the snapshot store (closed, or past keep_paused_for), maybe on another
+    /// server sharing it.
+    #[error("session {id:?} was {how} {ago_s} s ago: its workspace is gone; start a new one with session \"new\"")]
+    EndedKept { id: String, how: String, ago_s: u64 },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -180,6 +197,14 @@ pub struct Session {
     pub slots: tokio::sync::Mutex<LiveSlots>,
     /// The session's PII token map (used when PII handling is on).
     pub vault: Arc<crate::pii::Vault>,
+    /// When it was first created (kept across pauses), seconds since the Unix epoch.
+    created_unix: u64,
+    /// Where its ledger in the snapshot store stands, once it was paused and resumed.
+    ledger: Mutex<Option<crate::snapshot::store::LedgerPos>>,
+    /// Resumed from a pause and not yet reported by a run's result.
+    resumed: std::sync::atomic::AtomicBool,
+    /// Paused away: a call that waited for its run lock asks for it again.
+    gone: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Session {
@@ -199,8 +224,42 @@ pub fn short(id: &str) -> &str {
 }
 
 impl Session {
+    fn new(
+        id: String,
+        owner: String,
+        mount: OwnedFd,
+        epoch: u64,
+        vault: Arc<crate::pii::Vault>,
+        created_unix: u64,
+    ) -> Session {
+        Session {
+            id,
+            owner,
+            mount,
+            epoch,
+            last_used: Mutex::new(Instant::now()),
+            slots: tokio::sync::Mutex::new(LiveSlots::default()),
+            vault,
+            created_unix,
+            ledger: Mutex::new(None),
+            resumed: Default::default(),
+            gone: Default::default(),
+        }
+    }
+
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Whether it was paused away (after the caller got it): ask for it again.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether it was resumed from a pause and no result said so yet (true once).
+    pub fn take_resumed(&self) -> bool {
+        self.resumed
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The root of the session's workspace filesystem.
@@ -260,6 +319,8 @@ pub struct Sessions {
     open: Mutex<HashMap<String, Arc<Session>>>,
     /// This run's instance mark (in every id) and the sessions ended here.
     ended: ended::Ended,
+    /// The snapshot store, when paused sessions are kept.
+    persist: Option<Arc<persist::Persist>>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -282,6 +343,7 @@ impl Sessions {
             replica: None,
             open: Mutex::new(HashMap::new()),
             ended: ended::Ended::new().map_err(Error::Random)?,
+            persist: None,
         })
     }
 
@@ -400,19 +462,24 @@ impl Sessions {
         &self.limits
     }
 
+    /// A new session id of this run (qualified with the replica's name, if any).
+    fn new_id(&self) -> Result<String> {
+        let mut raw = [0u8; 16];
+        getrandom::fill(&mut raw).map_err(Error::Random)?;
+        let id = self.ended.new_id(&raw);
+        Ok(match &self.replica {
+            Some(replica) => replica.qualify(&id),
+            None => id,
+        })
+    }
+
     /// Opens a new session for `owner`.
     pub fn create(&self, owner: &str, vault: Arc<crate::pii::Vault>) -> Result<Arc<Session>> {
         let mut open = self.open.lock().expect("sessions lock");
         if open.len() >= self.limits.max_sessions {
             return Err(Error::TooMany { open: open.len() });
         }
-        let mut raw = [0u8; 16];
-        getrandom::fill(&mut raw).map_err(Error::Random)?;
-        let id = self.ended.new_id(&raw);
-        let id = match &self.replica {
-            Some(replica) => replica.qualify(&id),
-            None => id,
-        };
+        let id = self.new_id()?;
         let limits = &self.limits;
         let (mount, epoch) = self.with_keeper(|keeper, epoch| {
             // The root and /workspace/out take one inode each beyond the program's own.
@@ -426,15 +493,14 @@ impl Sessions {
             path: PathBuf::from("the session's workspace"),
             source,
         })?;
-        let session = Arc::new(Session {
-            id: id.clone(),
-            owner: owner.to_string(),
+        let session = Arc::new(Session::new(
+            id.clone(),
+            owner.to_string(),
             mount,
             epoch,
-            last_used: Mutex::new(Instant::now()),
-            slots: tokio::sync::Mutex::new(LiveSlots::default()),
             vault,
-        });
+            crate::snapshot::store::unix_now(),
+        ));
         open.insert(id, session.clone());
         tracing::info!(session = short(&session.id), owner, "session opened");
         Ok(session)
@@ -446,6 +512,10 @@ impl Sessions {
         if let (Some(here), Placement::Elsewhere { owner: made_by }) =
             (&self.replica, placement(self.replica.as_ref(), id))
         {
+            // Made elsewhere and resumed here from a shared store.
+            if let Ok(s) = self.open_here(id, owner) {
+                return Ok(s);
+            }
             tracing::info!(
                 session = short(id),
                 made_by,
@@ -470,6 +540,18 @@ impl Sessions {
                 Err(Error::Unknown { id: id.to_string() })
             }
             None => Err(self.fate_of(id, owner)),
+        }
+    }
+
+    /// `owner`'s session `id` if it is open on this server (whatever replica made it).
+    fn open_here(&self, id: &str, owner: &str) -> Result<Arc<Session>> {
+        let open = self.open.lock().expect("sessions lock");
+        match open.get(id) {
+            Some(s) if constant_time_eq(s.owner.as_bytes(), owner.as_bytes()) => {
+                s.touch();
+                Ok(s.clone())
+            }
+            _ => Err(Error::Unknown { id: id.to_string() }),
         }
     }
 
@@ -518,9 +600,21 @@ impl Sessions {
     /// Closes `owner`'s session `id`: waits for its run in progress, kills its live
     /// sandboxes, removes its workspace; says what it could not remove, if anything.
     pub async fn close(&self, id: &str, owner: &str) -> Result<()> {
-        let session = self.get(id, owner)?;
+        let session = match self.get(id, owner) {
+            Ok(s) => s,
+            Err(e @ (Error::Unknown { .. } | Error::EarlierRun { .. })) => {
+                // A paused one: its snapshot is removed.
+                if self.close_paused(id, owner).await? {
+                    self.ended.record(id, owner, ended::How::Closed);
+                    return Ok(());
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         self.open.lock().expect("sessions lock").remove(id);
         self.ended.record(id, owner, ended::How::Closed);
+        self.end_kept(&session, "closed").await;
         self.end(session).await.map_err(Error::Leftover)
     }
 
@@ -540,6 +634,9 @@ impl Sessions {
 
     /// Removes the sessions idle longer than the TTL (never one that is running).
     pub async fn sweep(&self) -> usize {
+        // With on_idle = "pause" they stay open until their snapshot is published: a call
+        // meanwhile waits for the pause and then resumes them.
+        let pause = self.on_idle() == crate::snapshot::OnIdle::Pause;
         let expired: Vec<Arc<Session>> = {
             let mut open = self.open.lock().expect("sessions lock");
             let ids: Vec<String> = open
@@ -547,16 +644,29 @@ impl Sessions {
                 .filter(|(_, s)| s.idle_for() >= self.limits.idle_ttl && s.slots.try_lock().is_ok())
                 .map(|(id, _)| id.clone())
                 .collect();
-            ids.iter().filter_map(|id| open.remove(id)).collect()
+            if pause {
+                ids.iter().filter_map(|id| open.get(id).cloned()).collect()
+            } else {
+                ids.iter().filter_map(|id| open.remove(id)).collect()
+            }
         };
-        let n = expired.len();
+        let mut n = 0;
         for s in expired {
+            if pause {
+                if self.pause_idle(&s).await {
+                    continue;
+                }
+                self.open.lock().expect("sessions lock").remove(&s.id);
+            }
+            n += 1;
             tracing::info!(session = short(&s.id), "session expired");
             let idle_ttl = self.limits.idle_ttl;
             self.ended
                 .record(&s.id, &s.owner, ended::How::Expired { idle_ttl });
+            self.end_kept(&s, "expired").await;
             let _ = self.end(s).await;
         }
+        self.tend_store().await;
         n
     }
 
@@ -579,8 +689,9 @@ impl Sessions {
             .drain()
             .map(|(_, s)| s)
             .collect();
+        let pause = self.on_stop() == crate::snapshot::OnIdle::Pause;
         for s in all {
-            let _ = self.end(s).await;
+            self.pause_or_end(s, pause).await;
         }
     }
 }
@@ -601,220 +712,4 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vault() -> Arc<crate::pii::Vault> {
-        Arc::new(crate::pii::Vault::new(Arc::new(
-            crate::pii::Detector::builtin(),
-        )))
-    }
-
-    fn sessions(base: &Path, ttl: Duration) -> Sessions {
-        let limits = SessionLimits {
-            idle_ttl: ttl,
-            max_sessions: 3,
-            ..SessionLimits::default()
-        };
-        let ids = (
-            nix::unistd::geteuid().as_raw(),
-            nix::unistd::getegid().as_raw(),
-        );
-        Sessions::new(base, limits, ids).unwrap()
-    }
-
-    /// Writes `data` to `name` in the workspace through its descriptor.
-    fn write(session: &Session, name: &str, data: &[u8]) -> std::io::Result<()> {
-        use std::io::Write;
-        let fd = nix::fcntl::openat(
-            session.workspace(),
-            name,
-            nix::fcntl::OFlag::O_CREAT | nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::from_bits_truncate(0o600),
-        )?;
-        std::fs::File::from(fd).write_all(data)
-    }
-
-    #[tokio::test]
-    async fn a_replica_qualifies_its_ids_and_names_the_owner_of_another_replicas() {
-        use crate::replica::ReplicaName;
-        let base = tempfile::tempdir().unwrap();
-        let r1 = sessions(base.path(), Duration::from_secs(60))
-            .with_replica(Some(ReplicaName::parse("r1").unwrap()));
-        let a = r1.create("alice", vault()).unwrap();
-        assert!(a.id().starts_with("r1.cbx_"), "{}", a.id());
-        r1.get(a.id(), "alice").unwrap();
-        // Made elsewhere: a clear answer naming both replicas, for any client.
-        let elsewhere = r1.get("r2.cbx_0123", "alice").unwrap_err();
-        assert!(matches!(elsewhere, Error::Elsewhere { .. }), "{elsewhere}");
-        let text = elsewhere.to_string();
-        assert!(text.contains("\"r2\"") && text.contains("\"r1\""), "{text}");
-        // An unqualified id, or another client's, is simply unknown.
-        assert!(matches!(
-            r1.get("cbx_0123", "alice"),
-            Err(Error::Unknown { .. })
-        ));
-        assert!(matches!(r1.get(a.id(), "bob"), Err(Error::Unknown { .. })));
-        // A single server never takes a qualified id for one of its own.
-        let single = sessions(base.path(), Duration::from_secs(60));
-        assert!(matches!(
-            single.get(a.id(), "alice"),
-            Err(Error::Unknown { .. })
-        ));
-        r1.shutdown().await;
-    }
-
-    #[tokio::test]
-    async fn ids_are_random_owned_and_limited() {
-        let base = tempfile::tempdir().unwrap();
-        let s = sessions(base.path(), Duration::from_secs(60));
-        let a = s.create("alice", vault()).unwrap();
-        let b = s.create("alice", vault()).unwrap();
-        assert_ne!(a.id(), b.id());
-        // `cbx_`, this run's instance mark and `_`, then 128 random bits.
-        assert_eq!(a.id().len(), 4 + 9 + 32);
-        s.get(a.id(), "alice").unwrap();
-        let refused = s.get(a.id(), "bob").unwrap_err().to_string();
-        let unknown = s.get("cbx_nope", "bob").unwrap_err().to_string();
-        assert_eq!(
-            refused.replace(a.id(), "X"),
-            unknown.replace("cbx_nope", "X"),
-            "another client's session looks like an unknown one"
-        );
-        s.create("bob", vault()).unwrap();
-        assert!(matches!(
-            s.create("bob", vault()),
-            Err(Error::TooMany { open: 3 })
-        ));
-        assert!(s.close(a.id(), "bob").await.is_err());
-        write(&a, "f", b"x").unwrap();
-        s.close(a.id(), "alice").await.unwrap();
-        assert_eq!(disk::names(a.workspace()).unwrap().len(), 0);
-        // A closed session is told as such to its owner, and unknown to anyone else.
-        let closed = s.get(a.id(), "alice").unwrap_err();
-        assert!(matches!(closed, Error::Closed { .. }), "{closed}");
-        assert!(closed.to_string().contains("was closed"), "{closed}");
-        assert!(matches!(s.get(a.id(), "bob"), Err(Error::Unknown { .. })));
-        s.shutdown().await;
-        // Nothing of a session is on the host's disk.
-        assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
-    }
-
-    #[tokio::test]
-    async fn the_kernel_enforces_the_quota_on_blocks_and_inodes() {
-        let base = tempfile::tempdir().unwrap();
-        let limits = SessionLimits {
-            quota_bytes: 1024 * 1024,
-            max_entries: 10,
-            ..SessionLimits::default()
-        };
-        let ids = (
-            nix::unistd::geteuid().as_raw(),
-            nix::unistd::getegid().as_raw(),
-        );
-        let s = Sessions::new(base.path(), limits, ids).unwrap();
-        let a = s.create("alice", vault()).unwrap();
-        let err = write(&a, "big", &vec![1u8; 2 * 1024 * 1024]).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
-        assert!(disk::usage(a.workspace()).unwrap().full);
-        nix::unistd::unlinkat(
-            a.workspace(),
-            "big",
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        )
-        .unwrap();
-        let made = (0..20)
-            .take_while(|i| write(&a, &format!("f{i}"), b"").is_ok())
-            .count();
-        assert_eq!(made, 10, "nr_inodes is the entry limit");
-        let u = disk::usage(a.workspace()).unwrap();
-        assert_eq!((u.entries, u.full), (10, true));
-        // Directory times have the kernel's coarse clock (a tick); a run is longer.
-        std::thread::sleep(Duration::from_millis(20));
-        nix::unistd::unlinkat(a.workspace(), "f0", nix::unistd::UnlinkatFlags::NoRemoveDir)
-            .unwrap();
-        assert_ne!(
-            disk::usage(a.workspace()).unwrap().root_changed_ns,
-            u.root_changed_ns
-        );
-        write(&a, "f0", b"").unwrap();
-        // A copy of the mount is the same filesystem (its ten files and out/).
-        let copy = s.mount_for_run(&a).unwrap();
-        assert_eq!(disk::names(copy.as_fd()).unwrap().len(), 11);
-        s.shutdown().await;
-    }
-
-    /// A keeper that dies (here killed while the session waits between runs) is replaced
-    /// by the next request, which does not fail for it; the replacement joins the dead
-    /// one's namespaces, so the open session's next run finds its files. `keeper_status`
-    /// tells the story.
-    #[tokio::test]
-    async fn a_dead_keeper_is_replaced_and_sessions_keep_their_workspaces() {
-        let base = tempfile::tempdir().unwrap();
-        let s = sessions(base.path(), Duration::from_secs(60));
-        let a = s.create("alice", vault()).unwrap();
-        write(&a, "f", b"x").unwrap();
-        let before = s.keeper_status();
-        assert!(before.alive && before.restarts == 0, "{before:?}");
-        let first = before.pid.unwrap();
-        let kill = |pid: i32| {
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
-                .unwrap()
-        };
-        kill(first);
-        // Right away: the request that finds it dead (or dying) is served by the new one.
-        let copy = s.mount_for_run(&a).unwrap();
-        assert_eq!(
-            disk::names(copy.as_fd()).unwrap().len(),
-            2,
-            "the session's file and out/"
-        );
-        let after = s.keeper_status();
-        assert!(after.alive, "{after:?}");
-        assert_eq!(after.restarts, 1, "{after:?}");
-        assert_ne!(after.pid, Some(first));
-        assert!(
-            after
-                .last_reason
-                .as_deref()
-                .is_some_and(|r| r.contains("SIGKILL")),
-            "{after:?}"
-        );
-        assert_eq!(after.lost_epochs, 0);
-        // Again, noticed by health first this time.
-        kill(after.pid.unwrap());
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while s.keeper_status().alive {
-            assert!(std::time::Instant::now() < until, "the keeper did not die");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let b = s.create("alice", vault()).unwrap();
-        s.mount_for_run(&b).unwrap();
-        s.mount_for_run(&a).unwrap();
-        assert_eq!(s.keeper_status().restarts, 2);
-        s.shutdown().await;
-    }
-
-    #[tokio::test]
-    async fn idle_sessions_expire_and_their_workspace_goes() {
-        let base = tempfile::tempdir().unwrap();
-        let s = sessions(base.path(), Duration::from_millis(50));
-        let a = s.create("alice", vault()).unwrap();
-        write(&a, "f", b"x").unwrap();
-        let busy = s.create("alice", vault()).unwrap();
-        let held = busy.slots.lock().await;
-        tokio::time::sleep(Duration::from_millis(80)).await;
-        assert_eq!(s.sweep().await, 1, "the running session stays");
-        assert_eq!(disk::names(a.workspace()).unwrap().len(), 0);
-        let expired = s.get(a.id(), "alice").unwrap_err();
-        assert!(matches!(expired, Error::Expired { .. }), "{expired}");
-        assert!(expired.to_string().contains("session_ttl"), "{expired}");
-        // A second server (a restart) knows the id for an earlier run's.
-        let restarted = sessions(base.path(), Duration::from_millis(50));
-        let earlier = restarted.get(busy.id(), "alice").unwrap_err();
-        assert!(matches!(earlier, Error::EarlierRun { .. }), "{earlier}");
-        assert!(earlier.to_string().contains("restarted"), "{earlier}");
-        drop(held);
-        s.shutdown().await;
-    }
-}
+mod tests;

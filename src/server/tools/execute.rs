@@ -212,7 +212,11 @@ impl CodeboxServer {
                     return Ok(tool_error(e.to_string()));
                 }
             },
-            Some(id) => match s.sessions.get(id, &client) {
+            Some(id) => match s
+                .sessions
+                .get_or_resume(id, &client, || self.new_vault())
+                .await
+            {
                 Ok(session) => Some(session),
                 Err(e) => {
                     crate::metrics::global().execution_refused(language, Refusal::Session);
@@ -220,11 +224,40 @@ impl CodeboxServer {
                 }
             },
         };
+        // Paused while this call waited for its turn: the resumed one is the session now.
+        let session = match session {
+            Some(first)
+                if {
+                    // Its turn: a pause in progress ends before this.
+                    drop(first.slots.lock().await);
+                    first.is_gone()
+                } =>
+            {
+                match s
+                    .sessions
+                    .get_or_resume(first.id(), &client, || self.new_vault())
+                    .await
+                {
+                    Ok(session) => Some(session),
+                    Err(e) => {
+                        crate::metrics::global().execution_refused(language, Refusal::Session);
+                        return Ok(tool_error(e.to_string()));
+                    }
+                }
+            }
+            other => other,
+        };
         // Runs of one session take turns; the lock also holds its live interpreters.
         let mut slots = match &session {
             Some(session) => Some(session.slots.lock().await),
             None => None,
         };
+        if session.as_ref().is_some_and(|s| s.is_gone()) {
+            crate::metrics::global().execution_refused(language, Refusal::Session);
+            return Ok(tool_error(
+                "the session was paused again while this call waited for its turn; call again to resume it".into(),
+            ));
+        }
         let admitted = match s.admission.enter().await {
             Ok(slot) => slot,
             Err(busy) => {
@@ -447,12 +480,18 @@ impl CodeboxServer {
         }
         if let Some(session) = &session {
             self.settle_workspace(session, start_usage, &mut result);
-            result.session = Some(json!({
+            let mut about = json!({
                 "id": session.id(),
                 "keep_alive": keep_alive,
                 "interpreter": interpreter,
                 "idle_ttl_s": s.sessions.limits().idle_ttl.as_secs(),
-            }));
+            });
+            // The first run after a resume: what of the session came back.
+            if session.take_resumed() {
+                about["resumed"] = json!(true);
+                about["state"] = json!(crate::session::persist::backend_state().as_str());
+            }
+            result.session = Some(about);
             session.touch();
         }
         if let Some(v) = &redact {

@@ -193,10 +193,15 @@ impl CodeboxServer {
                 })
             })
             .collect();
-        serde_json::json!({
+        let mut value = serde_json::json!({
             "sessions": sessions,
             "idle_ttl_s": self.state.settings.sessions.idle_ttl.as_secs(),
-        })
+        });
+        // With a snapshot store: the client's paused sessions and its bounds.
+        if let Some(serde_json::Value::Object(paused)) = self.state.sessions.paused_of(client) {
+            value.as_object_mut().expect("an object").extend(paused);
+        }
+        value
     }
 
     /// A session workspace file: text as text; other bytes as base64 blobs in pages of

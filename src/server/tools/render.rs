@@ -248,6 +248,14 @@ fn render_within(r: &ExecutionResult, budget: usize) -> CallToolResult {
 /// kilobytes), stdout, a truncation note, stderr.
 fn text_of(r: &ExecutionResult) -> String {
     let mut text = format!("{} in {:.0} ms\n", r.ending(), r.duration_ms);
+    if let Some(state) = r
+        .session
+        .as_ref()
+        .and_then(|s| s.get("state"))
+        .and_then(|s| s.as_str())
+    {
+        text.push_str(&resumed_line(state));
+    }
     for hint in &r.hints {
         text.push_str("hint: ");
         text.push_str(hint);
@@ -285,6 +293,14 @@ fn text_of(r: &ExecutionResult) -> String {
         text.push_str(&network_lines(n));
     }
     text
+}
+
+/// What a session resumed from a pause holds, in words (`state` is its snapshot's).
+pub fn resumed_line(state: &str) -> String {
+    match state {
+        "files" => "session resumed from a pause (state: files): its /workspace files are back; the interpreter started afresh, so variables and imports of earlier runs are gone\n".into(),
+        other => format!("session resumed from a pause (state: {other})\n"),
+    }
 }
 
 /// The output files in words: each one's type, size and how it is shown (the records are

@@ -90,7 +90,11 @@ mod tests {
     fn minimal_offers_the_execute_tools_and_search_only() {
         assert_eq!(names(ToolSet::Minimal), MINIMAL_TOOLS.map(String::from));
         let full = names(ToolSet::Full);
-        assert_eq!(full.len(), 11, "{full:?}");
+        // pause_session, resume_session and fork_session: with a snapshot store only.
+        assert_eq!(full.len(), 14, "{full:?}");
+        let mut router = CodeboxServer::all_tools();
+        crate::server::tools::sessions::without_persistence(&mut router);
+        assert_eq!(router.list_all().len(), 11);
         for t in &full {
             assert!(ToolSet::Full.offers(t));
             assert_eq!(

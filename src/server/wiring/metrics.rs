@@ -46,6 +46,7 @@ impl CodeboxServer {
     pub fn metrics_snapshot(&self) -> Snapshot {
         let s = &self.state;
         let (sessions_open, session_interpreters) = s.sessions.counts();
+        let paused = s.sessions.store_totals().unwrap_or_default();
         let pool = match &s.pool {
             Some(pool) => pool
                 .stats()
@@ -83,6 +84,8 @@ impl CodeboxServer {
                 .collect(),
             sessions_open,
             session_interpreters,
+            sessions_paused: paused.paused,
+            sessions_paused_bytes: paused.bytes,
             tasks_running: s.tasks.running(),
         }
     }
