@@ -272,7 +272,10 @@ pub use kubernetes::run_command as check_kubernetes;
 /// the log then says which step took how long).
 fn step(name: &str) {
     static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let since = FIRST.get_or_init(std::time::Instant::now).elapsed().as_secs();
+    let since = FIRST
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs();
     println!("\n==> {name}   [+{}:{:02}]", since / 60, since % 60);
 }
 
