@@ -212,3 +212,57 @@ fn upstream_wait_zero_means_never_wait_and_is_taken() {
         assert!(!err.contains("upstream_wait"), "{config:?} {env:?}: {err}");
     }
 }
+
+/// A secret codebox takes from its environment (`env:VAR`: here the snapshot key) is not
+/// passed on to the upstream servers it starts, which otherwise inherit its environment
+/// (a variable that is no secret still reaches them). An upstream that writes its
+/// environment to a file and waits stands in for any third-party server.
+#[test]
+fn secrets_codebox_reads_from_its_environment_do_not_reach_upstream_servers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dumped = tmp.path().join("upstream-env.txt");
+    let config = tmp.path().join("mcp.json");
+    write(
+        &config,
+        json!({"env-dump": {
+            "command": "/bin/sh",
+            "args": ["-c", format!("env > {}.part && mv {0}.part {0} && exec sleep 60", dumped.display())],
+        }}),
+    );
+    let key = "0f1e2d3c4b5a69788796a5b4c3d2e1f0".repeat(2);
+    let state = tmp.path().join("state");
+    let mut server = common::serve_stdio::Server::spawn(
+        &["--mcp-config", config.to_str().unwrap()],
+        &[
+            ("CODEBOX_STATE_DIR", state.to_str().unwrap()),
+            (
+                "CODEBOX_SESSIONS_SNAPSHOT_KEY",
+                "env:CODEBOX_TEST_SECRET_KEY",
+            ),
+            ("CODEBOX_TEST_SECRET_KEY", key.as_str()),
+            ("CODEBOX_TEST_NOT_SECRET", "still-here"),
+        ],
+    );
+    server.initialize();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !dumped.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let env = std::fs::read_to_string(&dumped).unwrap_or_else(|e| {
+        panic!(
+            "the upstream never wrote its environment ({e}): {}",
+            server.log()
+        )
+    });
+    drop(server);
+    assert!(env.contains("CODEBOX_TEST_NOT_SECRET=still-here"), "{env}");
+    assert!(
+        !env.contains(&key),
+        "the snapshot key reached an upstream server:\n{env}"
+    );
+    assert!(
+        !env.lines()
+            .any(|l| l.starts_with("CODEBOX_TEST_SECRET_KEY=")),
+        "{env}"
+    );
+}

@@ -634,7 +634,33 @@ fn toml_string(s: &str) -> String {
     serde_json::to_string(s).expect("strings serialise")
 }
 
-/// `env:VAR` → the variable's value; anything else as written.
+/// The environment variables codebox took secrets from (`env:VAR`: the snapshot key,
+/// egress credentials, index tokens). Processes codebox starts with its own environment
+/// (upstream MCP servers: `upstream/process.rs`) are started without them: a secret
+/// given to codebox is not given to every server it talks to.
+static SECRET_VARS: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Notes `var` as holding a secret (see [`secret_vars`]).
+pub fn note_secret_var(var: &str) {
+    SECRET_VARS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(var.to_string());
+}
+
+/// Every variable noted by [`note_secret_var`] so far.
+pub fn secret_vars() -> Vec<String> {
+    SECRET_VARS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .cloned()
+        .collect()
+}
+
+/// `env:VAR` → the variable's value (and VAR noted as a secret's); anything else as
+/// written.
 pub fn resolve_secret(
     key: &str,
     value: Option<&str>,
@@ -643,10 +669,13 @@ pub fn resolve_secret(
     match value {
         None => Ok(None),
         Some(v) => match v.strip_prefix("env:") {
-            Some(var) => env(var).map(Some).ok_or_else(|| Error::MissingSecret {
-                key: key.into(),
-                var: var.into(),
-            }),
+            Some(var) => {
+                note_secret_var(var);
+                env(var).map(Some).ok_or_else(|| Error::MissingSecret {
+                    key: key.into(),
+                    var: var.into(),
+                })
+            }
             None => Ok(Some(v.to_string())),
         },
     }

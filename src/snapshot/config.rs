@@ -171,6 +171,7 @@ impl SessionsSection {
                 "name the environment variable holding the key, as \"env:CODEBOX_SNAPSHOT_KEY\" (a key written in a config file ends up in backups and repositories)".into(),
             ));
         };
+        crate::config::note_secret_var(var);
         let text = env(var).ok_or_else(|| {
             invalid(
                 "snapshot_key",

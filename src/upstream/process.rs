@@ -71,8 +71,9 @@ pub struct ServerProcess {
 pub type Pipes = (ChildStdout, ChildStdin);
 
 impl ServerProcess {
-    /// Starts `command args` with `env` on top of codebox's environment. `grace` is how
-    /// long the group gets between SIGTERM and SIGKILL.
+    /// Starts `command args` with `env` on top of codebox's environment, less the
+    /// variables codebox took secrets from (`config::secret_vars`). `grace` is how long
+    /// the group gets between SIGTERM and SIGKILL.
     pub fn spawn(
         server: &str,
         command: &str,
@@ -84,7 +85,13 @@ impl ServerProcess {
             command: command.to_string(),
             source,
         };
-        let mut child = Command::new(command)
+        let mut command_line = Command::new(command);
+        // codebox's own secrets (`env:VAR` in its configuration) are not the server's;
+        // a variable its entry sets itself (`env`) is.
+        for var in crate::config::secret_vars() {
+            command_line.env_remove(var);
+        }
+        let mut child = command_line
             .args(args)
             .envs(env)
             .stdin(Stdio::piped())
