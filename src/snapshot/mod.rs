@@ -112,6 +112,8 @@ pub enum Error {
     Truncated { what: String },
     #[error("the snapshot was sealed with another key (key id {found}; this server's is {ours}): another server's, or a key since replaced")]
     OtherKey { found: String, ours: String },
+    #[error("{path} is empty (a crash while it was first written?): it cannot say which key this directory's snapshots are sealed with; remove it once every server given this directory has the same key")]
+    EmptyKeyMarker { path: std::path::PathBuf },
     #[error("the snapshot is of format {found}, which this version cannot read")]
     Version { found: u16 },
     #[error("the snapshot holds a part this server cannot restore ({kind:?}): it was made by another backend or a newer version")]

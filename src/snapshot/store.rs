@@ -143,22 +143,33 @@ impl Store {
         // rather than finding no session and sealing new ones nobody else can read.
         let marker = dir.join("key-id");
         let ours = key.id_hex();
-        let made = std::fs::OpenOptions::new()
+        // Written whole under a name of its own, then linked into place: `link` fails if
+        // the marker exists, and a marker that exists is never partly written (a crash
+        // leaves at most the temporary file).
+        let part = dir.join(format!("key-id.{}.part", std::process::id()));
+        let written = std::fs::OpenOptions::new()
             .write(true)
-            .create_new(true)
+            .create(true)
+            .truncate(true)
             .mode(0o600)
-            .open(&marker)
+            .open(&part)
             .and_then(|mut f| {
                 f.write_all(format!("{ours}\n").as_bytes())
                     .and_then(|()| f.sync_all())
-            });
-        match made {
+            })
+            .and_then(|()| std::fs::hard_link(&part, &marker));
+        let _ = std::fs::remove_file(&part);
+        match written {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 let found = ledger::read_small(&marker, 64)?;
                 let found = String::from_utf8_lossy(&found).trim().to_string();
-                // An empty marker is one being written by another server right now.
-                if !found.is_empty() && found != ours {
+                if found.is_empty() {
+                    // Left by a crash while it was written in place (as a version before
+                    // this one did): it says nothing, so it is not taken for agreement.
+                    return Err(Error::EmptyKeyMarker { path: marker });
+                }
+                if found != ours {
                     return Err(Error::OtherKey { found, ours });
                 }
             }

@@ -214,6 +214,27 @@ fn a_store_made_with_another_key_is_refused_at_open() {
     store(d.path(), "r2");
 }
 
+/// The key marker is never seen half-written (it is linked into place whole), and an
+/// empty one (a crash of a version that wrote it in place) is refused, not taken as
+/// agreeing with whatever key opens the directory.
+#[test]
+fn an_empty_key_marker_is_refused_and_none_is_left_half_written() {
+    let d = tempfile::tempdir().unwrap();
+    store(d.path(), "r1");
+    let names: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.ends_with(".part")), "{names:?}");
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::write(empty.path().join("key-id"), b"").unwrap();
+    for k in [1, 2] {
+        let e = Store::open(empty.path(), key(k), holder("r1"), bounds()).unwrap_err();
+        assert!(matches!(e, Error::EmptyKeyMarker { .. }), "{e}");
+    }
+}
+
 #[test]
 fn an_older_snapshot_put_back_is_refused_and_a_rolled_back_ledger_is_noticed() {
     let d = tempfile::tempdir().unwrap();
