@@ -356,6 +356,19 @@ impl Store {
                 })
             }
             State::Paused { gen, .. } => (*gen, head.entry.state.clone()),
+            // Held by a server that is gone, for longer than a paused session is kept:
+            // its fallback is past its lifetime too.
+            State::Live { holder, .. }
+                if *holder != self.me
+                    && self.stale(holder, head.age)
+                    && head.age >= self.bounds.keep_for =>
+            {
+                return Err(Error::Ended {
+                    how: "expired (its server stopped holding it more than keep_paused_for ago)"
+                        .into(),
+                    ago_s: head.age.saturating_sub(self.bounds.keep_for).as_secs(),
+                })
+            }
             State::Live { gen, holder, .. } if self.stale(holder, head.age) => {
                 if *gen == 0 {
                     return Err(Error::NotFound);
@@ -716,8 +729,17 @@ impl Store {
         let mut expired = 0;
         for (slot, h) in heads {
             let dir = self.slot_dir(&slot);
+            // A paused session past keep_paused_for, or the fallback of a session whose
+            // server is gone and stopped holding it that long ago.
+            let expired_now = match &h.entry.state {
+                State::Paused { expires_unix, .. } => *expires_unix <= now,
+                State::Live { holder, .. } => {
+                    *holder != self.me && self.stale(holder, h.age) && h.age >= self.bounds.keep_for
+                }
+                State::Ended { .. } => false,
+            };
             match &h.entry.state {
-                State::Paused { expires_unix, .. } if *expires_unix <= now => {
+                _ if expired_now => {
                     let entry = Entry {
                         seq: h.entry.seq + 1,
                         owner: h.entry.owner.clone(),

@@ -572,3 +572,37 @@ fn a_pause_killed_with_sigkill_leaves_the_last_whole_snapshot() {
     let (_, data) = resume(&again, ID, "alice").unwrap();
     assert_eq!(data, b"last whole");
 }
+
+/// A session held live by a server that died keeps its fallback snapshot for as long as
+/// a paused one is kept (`keep_paused_for`, counted from when the dead server last held
+/// it), then it is expired like a paused one: gc ends it and a claim says so (hostile
+/// review F3: it was restorable for ever).
+#[test]
+fn the_fallback_of_a_dead_servers_live_session_expires() {
+    let d = tempfile::tempdir().unwrap();
+    let short = Bounds {
+        keep_for: Duration::from_secs(1),
+        ..bounds()
+    };
+    let a = Store::open(d.path(), key(1), holder("r1"), short).unwrap();
+    pause(&a, ID, "alice", None, b"secret v1").unwrap();
+    drop(a.claim(ID, "alice").unwrap());
+    drop(a); // the server dies holding it live
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut next_run = holder("r1");
+    next_run.instance = "r1-run2".into();
+    let b = Store::open(d.path(), key(1), next_run, short).unwrap();
+    match b.claim(ID, "alice") {
+        Err(Error::Ended { .. }) => {}
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a fallback past keep_paused_for was claimed"),
+    }
+    assert_eq!(b.gc(), 1);
+    let left: Vec<String> = std::fs::read_dir(slot_dir(&b, ID))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("snap."))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+}
