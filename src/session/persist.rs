@@ -68,6 +68,7 @@ impl Sessions {
             instance: self.ended.instance().to_string(),
             boot: snapshot::store::boot_id(),
             pid: std::process::id(),
+            pid_ns: snapshot::store::pid_namespace(),
         };
         let store = snapshot::Store::open(&s.dir, s.key.clone(), me, s.bounds)?;
         self.persist = Some(Arc::new(Persist {

@@ -45,6 +45,11 @@ pub struct Holder {
     /// The host's boot id, and the server's pid on it.
     pub boot: String,
     pub pid: u32,
+    /// The inode of the server's pid namespace (`/proc/self/ns/pid`; 0: unknown). Servers
+    /// in containers on one host share its boot id but not their pids: a pid is probed
+    /// only by a server in the same pid namespace.
+    #[serde(default)]
+    pub pid_ns: u64,
 }
 
 impl Holder {

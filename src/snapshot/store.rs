@@ -115,6 +115,12 @@ pub fn boot_id() -> String {
         .unwrap_or_default()
 }
 
+/// The inode of this process's pid namespace (0 when /proc cannot say).
+pub fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
 fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.to_path_buf();
     move |source| Error::Io {
@@ -246,7 +252,12 @@ impl Store {
         if holder.replica.is_some() && holder.replica == self.me.replica {
             return true;
         }
-        if !holder.boot.is_empty() && holder.boot == self.me.boot {
+        // Its pid means something here only on this boot and in this pid namespace.
+        if !holder.boot.is_empty()
+            && holder.boot == self.me.boot
+            && holder.pid_ns != 0
+            && holder.pid_ns == self.me.pid_ns
+        {
             let pid = nix::unistd::Pid::from_raw(holder.pid as i32);
             if matches!(
                 nix::sys::signal::kill(pid, None),
@@ -633,6 +644,22 @@ impl Store {
             .fold((0, 0), |(n, b), bytes| (n + 1, b + bytes))
     }
 
+    /// An exclusive `flock` on `owner`'s lock file in the store's directory, held until
+    /// dropped (blocks while another pause of the same client commits).
+    fn owner_lock(&self, owner: &str) -> Result<nix::fcntl::Flock<File>> {
+        let path = self.dir.join(format!("lock.{}", self.key.owner_tag(owner)));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| io("lock", &path)(errno.into()))
+    }
+
     /// `owner`'s paused sessions, newest first.
     pub fn list(&self, owner: &str) -> Vec<PausedInfo> {
         let tag = self.key.owner_tag(owner);
@@ -970,7 +997,17 @@ impl SnapshotWriter<'_> {
         drop(f);
         ledger::sync_dir(&self.tmp)?;
         let bytes = dir_bytes(&self.tmp);
-        let (_, used) = store.usage(&self.owner);
+        // The bounds are checked again and the snapshot published under the owner's
+        // lock: two pauses or forks of one client at once cannot both pass a bound only
+        // one of them fits in (begin_pause's check alone was check-then-act). The lock
+        // is a file in the store's directory, so servers sharing it take turns too.
+        let _owner_lock = store.owner_lock(&self.owner)?;
+        let (count, used) = store.usage(&self.owner);
+        if count >= store.bounds.max_per_client as u64 {
+            return Err(Error::Limit(format!(
+                "this client has {count} paused sessions, the most this server keeps (max_paused_per_client); close or resume one"
+            )));
+        }
         if used + bytes > store.bounds.max_bytes_per_client {
             return Err(Error::Limit(format!(
                 "this snapshot ({bytes} bytes) would take this client's paused sessions to {} bytes, over max_paused_bytes_per_client ({} bytes)",

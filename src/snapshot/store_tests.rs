@@ -16,6 +16,7 @@ fn holder(name: &str) -> Holder {
         instance: format!("{name}-run"),
         boot: "another-host".into(),
         pid: 1,
+        pid_ns: 0,
     }
 }
 
@@ -338,6 +339,7 @@ fn a_live_holder_that_is_gone_leaves_its_last_pause_to_resume() {
         instance: "dead".into(),
         boot: boot_id(),
         pid: dead_pid(),
+        pid_ns: pid_namespace(),
     };
     let dead = Store::open(d.path(), key(1), me, bounds()).unwrap();
     pause(&dead, ID2, "alice", None, b"y").unwrap();
@@ -350,12 +352,45 @@ fn a_live_holder_that_is_gone_leaves_its_last_pause_to_resume() {
             instance: "live".into(),
             boot: boot_id(),
             pid: std::process::id(),
+            pid_ns: pid_namespace(),
         },
         bounds(),
     )
     .unwrap();
     let (_, data) = resume(&live, ID2, "alice").unwrap();
     assert_eq!(data, b"y");
+}
+
+/// Servers in containers on one host share the boot id but not their pid namespaces: a
+/// holder's pid that is free here says nothing about a holder in another namespace, so
+/// its lease stands (hostile review F2: the session was taken over at once, and both
+/// servers held it live).
+#[test]
+fn a_holder_in_another_pid_namespace_is_not_probed_by_pid() {
+    let d = tempfile::tempdir().unwrap();
+    let elsewhere = Holder {
+        replica: None,
+        instance: "in-another-container".into(),
+        boot: boot_id(),
+        pid: dead_pid(),
+        pid_ns: pid_namespace() + 1,
+    };
+    let a = Store::open(d.path(), key(1), elsewhere, bounds()).unwrap();
+    pause(&a, ID, "alice", None, b"x").unwrap();
+    a.claim(ID, "alice").unwrap();
+    let here = Holder {
+        replica: None,
+        instance: "here".into(),
+        boot: boot_id(),
+        pid: std::process::id(),
+        pid_ns: pid_namespace(),
+    };
+    let b = Store::open(d.path(), key(1), here, bounds()).unwrap();
+    match b.claim(ID, "alice") {
+        Err(Error::LiveElsewhere { .. }) => {}
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a live session of another pid namespace was taken over"),
+    }
 }
 
 /// A pid that belongs to no process (a child, reaped).
@@ -605,4 +640,39 @@ fn the_fallback_of_a_dead_servers_live_session_expires() {
         .filter(|n| n.starts_with("snap."))
         .collect();
     assert_eq!(left, Vec::<String>::new());
+}
+
+/// Pauses of one client that began together (concurrent pause_session or fork_session
+/// calls) commit one at a time against the bounds: only as many as fit are kept, the
+/// rest are refused (hostile review F4: the count was checked only when a pause began).
+#[test]
+fn pauses_that_began_together_are_bounded_when_they_commit() {
+    let d = tempfile::tempdir().unwrap();
+    let one = Bounds {
+        max_per_client: 1,
+        ..bounds()
+    };
+    let s = Store::open(d.path(), key(1), holder("r1"), one).unwrap();
+    let ids: Vec<String> = (0..3).map(|i| format!("cbx_0a0b0c0d_{i:032x}")).collect();
+    let mut writers = Vec::new();
+    for id in &ids {
+        let mut w = s.begin_pause(id, "alice", None).unwrap();
+        let mut p = w.part(PartKind::Workspace).unwrap();
+        p.write_all(b"x").unwrap();
+        w.add(p).unwrap();
+        writers.push(w);
+    }
+    let kept = writers
+        .into_iter()
+        .map(|w| w.commit(meta()))
+        .filter(|r| match r {
+            Ok(_) => true,
+            Err(Error::Limit(why)) => {
+                assert!(why.contains("max_paused_per_client"), "{why}");
+                false
+            }
+            Err(e) => panic!("{e}"),
+        })
+        .count();
+    assert_eq!((kept, s.usage("alice").0), (1, 1));
 }
