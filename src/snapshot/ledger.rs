@@ -84,6 +84,10 @@ pub enum State {
         gen: u64,
         holder: Holder,
         since_unix: u64,
+        /// Bytes of `snap.<gen>` on disk: they count against the owner's bytes bound
+        /// while the fallback is kept.
+        #[serde(default)]
+        bytes: u64,
     },
     /// Closed or expired: its snapshots are gone.
     Ended { how: String, at_unix: u64 },

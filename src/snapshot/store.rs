@@ -393,6 +393,10 @@ impl Store {
         };
         let snap_dir = self.slot_dir(&slot).join(snap_name(gen));
         let manifest = self.check(id, owner, gen, &snap_dir)?;
+        let bytes = match &before {
+            State::Paused { bytes, .. } | State::Live { bytes, .. } => *bytes,
+            State::Ended { .. } => 0,
+        };
         let entry = Entry {
             seq: head.entry.seq + 1,
             owner: head.entry.owner.clone(),
@@ -400,6 +404,7 @@ impl Store {
                 gen,
                 holder: self.me.clone(),
                 since_unix: unix_now(),
+                bytes,
             },
         };
         if !self.publish(&slot, &entry)? {
@@ -632,16 +637,23 @@ impl Store {
 
     /// `owner`'s paused sessions: how many, and their bytes.
     pub fn usage(&self, owner: &str) -> (u64, u64) {
+        self.usage_besides(owner, None)
+    }
+
+    /// [`Store::usage`] without slot `besides` (a session being paused again: its
+    /// fallback goes once the new snapshot is in). A live session's fallback snapshot
+    /// counts in the bytes, not in the count.
+    fn usage_besides(&self, owner: &str, besides: Option<&str>) -> (u64, u64) {
         let tag = self.key.owner_tag(owner);
         let (heads, _) = self.heads();
         heads
             .iter()
-            .filter(|(_, h)| h.entry.owner == tag)
-            .filter_map(|(_, h)| match h.entry.state {
-                State::Paused { bytes, .. } => Some(bytes),
-                _ => None,
+            .filter(|(slot, h)| h.entry.owner == tag && Some(slot.as_str()) != besides)
+            .fold((0, 0), |(n, b), (_, h)| match h.entry.state {
+                State::Paused { bytes, .. } => (n + 1, b + bytes),
+                State::Live { bytes, .. } => (n, b + bytes),
+                State::Ended { .. } => (n, b),
             })
-            .fold((0, 0), |(n, b), bytes| (n + 1, b + bytes))
     }
 
     /// An exclusive `flock` on `owner`'s lock file in the store's directory, held until
@@ -1002,7 +1014,7 @@ impl SnapshotWriter<'_> {
         // one of them fits in (begin_pause's check alone was check-then-act). The lock
         // is a file in the store's directory, so servers sharing it take turns too.
         let _owner_lock = store.owner_lock(&self.owner)?;
-        let (count, used) = store.usage(&self.owner);
+        let (count, used) = store.usage_besides(&self.owner, Some(&self.slot));
         if count >= store.bounds.max_per_client as u64 {
             return Err(Error::Limit(format!(
                 "this client has {count} paused sessions, the most this server keeps (max_paused_per_client); close or resume one"

@@ -92,7 +92,8 @@ fn pause_resume_pause_again_keeps_one_whole_snapshot_per_session() {
     assert!(s.list("bob").is_empty());
     let (c, data) = resume(&s, ID, "alice").unwrap();
     assert_eq!(data, b"first");
-    assert_eq!(s.usage("alice"), (0, 0), "live now");
+    // Live now: not a paused session, but its fallback snapshot is still on disk.
+    assert_eq!(s.usage("alice"), (0, info.bytes), "live now");
     assert_eq!(s.totals().live, 1);
     // Paused again from where it stands: generation 2, the first removed.
     let info = pause(&s, ID, "alice", Some(&c.pos), b"second").unwrap();
@@ -675,4 +676,31 @@ fn pauses_that_began_together_are_bounded_when_they_commit() {
         })
         .count();
     assert_eq!((kept, s.usage("alice").0), (1, 1));
+}
+
+/// A resumed session's snapshot stays on disk as its fallback: its bytes count against
+/// the client's bound until a new pause replaces it or the session ends (hostile review
+/// F5: resumed sessions' snapshots were not counted, so a client's bytes on disk passed
+/// max_paused_bytes_per_client). Pausing the same session again is not counted twice.
+#[test]
+fn a_resumed_sessions_fallback_counts_against_the_bytes_bound() {
+    let d = tempfile::tempdir().unwrap();
+    let small = Bounds {
+        max_bytes_per_client: 3 << 20,
+        ..bounds()
+    };
+    let s = Store::open(d.path(), key(1), holder("r1"), small).unwrap();
+    let data = vec![7u8; 2 << 20];
+    pause(&s, ID, "alice", None, &data).unwrap();
+    let (held, _) = resume(&s, ID, "alice").unwrap();
+    let (count, bytes) = s.usage("alice");
+    assert_eq!(count, 0);
+    assert!(bytes >= 2 << 20, "{bytes}");
+    match pause(&s, ID2, "alice", None, &data) {
+        Err(Error::Limit(why)) => assert!(why.contains("max_paused_bytes_per_client"), "{why}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a second 2 MiB snapshot passed a 3 MiB bound"),
+    }
+    // The resumed one paused again: its old snapshot is replaced, not added to.
+    pause(&s, ID, "alice", Some(&held.pos), &data).unwrap();
 }
