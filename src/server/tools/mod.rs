@@ -13,6 +13,7 @@ pub(crate) mod resource_methods;
 pub mod resources;
 pub(crate) mod sandbox_methods;
 pub mod schema;
+pub(crate) mod session_runs;
 pub(crate) mod sessions;
 pub(crate) mod skill_check;
 pub(crate) mod skills;
