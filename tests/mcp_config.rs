@@ -216,7 +216,8 @@ fn upstream_wait_zero_means_never_wait_and_is_taken() {
 /// A secret codebox takes from its environment (`env:VAR`: here the snapshot key) is not
 /// passed on to the upstream servers it starts, which otherwise inherit its environment
 /// (a variable that is no secret still reaches them). An upstream that writes its
-/// environment to a file and waits stands in for any third-party server.
+/// environment to a file and reads its stdin to the end stands in for any third-party
+/// server.
 #[test]
 fn secrets_codebox_reads_from_its_environment_do_not_reach_upstream_servers() {
     let tmp = tempfile::tempdir().unwrap();
@@ -226,7 +227,7 @@ fn secrets_codebox_reads_from_its_environment_do_not_reach_upstream_servers() {
         &config,
         json!({"env-dump": {
             "command": "/bin/sh",
-            "args": ["-c", format!("env > {}.part && mv {0}.part {0} && exec sleep 60", dumped.display())],
+            "args": ["-c", format!("env > {}.part && mv {0}.part {0} && exec cat > /dev/null", dumped.display())],
         }}),
     );
     let key = "0f1e2d3c4b5a69788796a5b4c3d2e1f0".repeat(2);
@@ -254,7 +255,12 @@ fn secrets_codebox_reads_from_its_environment_do_not_reach_upstream_servers() {
             server.log()
         )
     });
-    drop(server);
+    // Stopped as a client stops it: codebox ends its upstreams (the stand-in also ends
+    // when its stdin closes).
+    drop(server.stdin.take());
+    assert!(server
+        .exited_within(std::time::Duration::from_secs(30))
+        .is_some());
     assert!(env.contains("CODEBOX_TEST_NOT_SECRET=still-here"), "{env}");
     assert!(
         !env.contains(&key),
