@@ -13,7 +13,7 @@
 //!    unpacked and run with an empty environment (root and rootless), the .deb unpacked
 //!    and run, the OCI image checked by skopeo, umoci and runc
 //! 8. the leak check: no sandbox process, cgroup or temporary file is left from 4–7
-//! 9. `cargo bench --no-run`, so the benches keep compiling
+//! 9. `cargo build --benches` (test profile), so the benches keep compiling and linking
 //! 10. the fuzz targets (`cargo xtask fuzz`): the oracles' unit tests, seeds and
 //!     regression inputs replayed, then
 //!     each target under AFL++ for `CODEBOX_FUZZ_SECONDS` (default 20); a crash fails
@@ -39,7 +39,7 @@ cargo xtask test [--no-lint] [--no-rootless] [--no-release] [--rootless-only NAM
 
 Runs everything CI runs: host packages (as root), the rootfs, fmt and clippy, the whole
 test suite, the integration tests again as an unprivileged user (when run as root), and
-`cargo bench --no-run`.
+`cargo build --benches`.
 
   --no-lint             skip cargo fmt --check and cargo clippy
   --no-rootless         skip the unprivileged-user pass
@@ -218,8 +218,11 @@ pub fn run(args: &[OsString]) -> Result<()> {
     step("leak check");
     before_tests.check_nothing_left()?;
 
-    step("cargo bench --no-run");
-    cargo(&root, &["bench", "--workspace", "--no-run"])?;
+    // The benches build and link in the test profile, on the artifacts `cargo test` built
+    // (`cargo bench --no-run` compiled everything again optimised: 10 of CI's 60 minutes;
+    // `cargo xtask bench-*` and `cargo bench` build them optimised when they are run).
+    step("the benches build (cargo build --benches)");
+    cargo(&root, &["build", "--workspace", "--benches"])?;
 
     step("fuzz targets: seeds and regressions, then a short bounded run of each");
     let seconds = match std::env::var("CODEBOX_FUZZ_SECONDS") {
