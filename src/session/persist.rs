@@ -408,18 +408,34 @@ impl Sessions {
         if session.gone.load(Ordering::SeqCst) || session.idle_for() < self.limits.idle_ttl {
             return true;
         }
-        match self.save(&p, session, kept_of(&slots)).await {
+        self.pause_held(
+            &p,
+            session,
+            &mut slots,
+            "idle session paused",
+            "cannot pause an idle session; it expires",
+        )
+        .await
+    }
+
+    /// Pauses `session`, whose slots the caller holds, and frees it; logs `done` or,
+    /// when the pause fails (the session then stays as it was), `failed`.
+    async fn pause_held(
+        &self,
+        p: &Arc<Persist>,
+        session: &Arc<Session>,
+        slots: &mut LiveSlots,
+        done: &'static str,
+        failed: &'static str,
+    ) -> bool {
+        match self.save(p, session, kept_of(slots)).await {
             Ok(info) => {
-                self.free_paused(session, &mut slots);
-                tracing::info!(
-                    session = short(&session.id),
-                    bytes = info.bytes,
-                    "idle session paused"
-                );
+                self.free_paused(session, slots);
+                tracing::info!(session = short(&session.id), bytes = info.bytes, "{done}");
                 true
             }
             Err(e) => {
-                tracing::warn!(session = short(&session.id), %e, "cannot pause an idle session; it expires");
+                tracing::warn!(session = short(&session.id), %e, "{failed}");
                 false
             }
         }
@@ -440,21 +456,14 @@ impl Sessions {
             return false;
         };
         let mut slots = session.slots.lock().await;
-        match self.save(&p, session, kept_of(&slots)).await {
-            Ok(info) => {
-                self.free_paused(session, &mut slots);
-                tracing::info!(
-                    session = short(&session.id),
-                    bytes = info.bytes,
-                    "session paused as the server stops"
-                );
-                true
-            }
-            Err(e) => {
-                tracing::warn!(session = short(&session.id), %e, "cannot pause a session as the server stops; it ends");
-                false
-            }
-        }
+        self.pause_held(
+            &p,
+            session,
+            &mut slots,
+            "session paused as the server stops",
+            "cannot pause a session as the server stops; it ends",
+        )
+        .await
     }
 
     /// Keeps the leases of sessions resumed here, and removes expired snapshots (once a
