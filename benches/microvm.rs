@@ -181,7 +181,15 @@ fn main() {
                 .unwrap();
             restore.push(r);
             let (out, ending) = rt
-                .block_on(run::capture(sb, &frame, &t.spec.limits, &mut Discard))
+                .block_on(run::capture(
+                    sb,
+                    frame.clone(),
+                    None,
+                    (t.spec.limits.stdout_cap, t.spec.limits.stderr_cap),
+                    t.spec.limits.timeout,
+                    std::future::pending::<()>(),
+                    |_, _| {},
+                ))
                 .unwrap();
             total.push(started.elapsed());
             assert_eq!(out.stdout.bytes, b"1\n", "{}", ending.console);
@@ -202,7 +210,7 @@ fn main() {
         for _ in 0..4 {
             let started = Instant::now();
             let jailed = t.launch_clone(&host, &image).unwrap();
-            let init = jailed.sandbox.watch.pid().as_raw();
+            let init = jailed.process.init_pid().expect("cloned here");
             let (sb, _) = rt
                 .block_on(t.restore(jailed, started, Duration::from_secs(120)))
                 .unwrap();

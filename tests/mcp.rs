@@ -172,6 +172,39 @@ fn upstreams() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/upstreams"))
 }
 
+/// The microVM backend through the same client scripts: `CODEBOX_TEST_BACKEND=microvm`
+/// makes each script's servers run every execution in a fresh VM (TCG here); the cases
+/// the backend does not serve yet are skipped with their reason (`namespace_only`).
+/// Results, values, errors, output files and PII in both languages; and upstream tools
+/// through the proxy, by `codebox.call_tool` and the generated wrappers at `/servers`.
+#[test]
+fn results_and_upstream_tools_on_the_microvm_backend() {
+    let test = "results_and_upstream_tools_on_the_microvm_backend";
+    if !common::guest::microvm_available(test) || !upstreams_installed(test) {
+        return;
+    }
+    let on_microvm = [
+        ("CODEBOX_TEST_BACKEND", "microvm".into()),
+        ("CODEBOX_GUEST", common::guest::guest_dir().into_os_string()),
+    ];
+    run_client_script_on(test, "results_client.py", &[], &on_microvm);
+    // Calls whose tools answer through the proxy (the whole upstream script is 24 cases,
+    // ~1 VM each under TCG: these cover the channel, the wrappers and the allowlist).
+    let mut upstream_cases = on_microvm.to_vec();
+    upstream_cases.push((
+        "UPSTREAM_ONLY",
+        "python_chains_filesystem_and_memory,typescript_chains_three_tools_from_two_servers,\
+         a_tool_outside_the_allowlist_is_denied_and_never_sent,ten_megabytes_stay_in_the_sandbox"
+            .into(),
+    ));
+    run_client_script_on(
+        test,
+        "upstream_client.py",
+        &[upstreams().into_os_string()],
+        &upstream_cases,
+    );
+}
+
 #[test]
 fn sandboxed_code_calls_real_upstream_servers() {
     let test = "sandboxed_code_calls_real_upstream_servers";
@@ -305,6 +338,16 @@ fn run_client_script(test: &str, script: &str) {
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn run_client_script_with(test: &str, script: &str, extra: &[std::ffi::OsString]) {
+    run_client_script_on(test, script, extra, &[]);
+}
+
+/// [`run_client_script_with`], the script's servers with `env` besides the usual.
+fn run_client_script_on(
+    test: &str,
+    script: &str,
+    extra: &[std::ffi::OsString],
+    env: &[(&str, std::ffi::OsString)],
+) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !sandbox_available(test) {
         return;
@@ -326,6 +369,7 @@ fn run_client_script_with(test: &str, script: &str, extra: &[std::ffi::OsString]
         .args(extra)
         .env("PYTHONPATH", pydeps())
         .env("CODEBOX_ROOTFS", rootfs_dir())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -163,6 +163,8 @@ struct Resolved {
     zygote: bool,
     /// `backend` of the config, replacing the profile's.
     backend: Option<codebox::microvm::Backend>,
+    /// `guest` of the config: the microVM guest tree.
+    guest: Option<PathBuf>,
     packages: codebox::packages::PackagesSection,
     output: codebox::output::OutputSection,
     tasks: codebox::tasks::TasksSection,
@@ -275,6 +277,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Resolved> {
         preload: file.python.preload.clone(),
         zygote: file.python.zygote.unwrap_or(true),
         backend: file.backend,
+        guest: file.guest.clone(),
         packages: file.packages.clone(),
         output: file.output.clone(),
         tasks: file.tasks.clone(),
@@ -442,17 +445,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let mut profile = Profile::load(&args.profile)?;
-    if args.backend.unwrap_or(profile.backend) == codebox::microvm::Backend::Microvm {
-        bail!(
-            "backend microvm: `codebox serve` does not run microVM sandboxes yet (its pool, \
-             sessions and egress are not wired to them); `codebox run --backend microvm` does"
-        );
-    }
     if let Some(network) = &args.network {
         profile
             .set_network(network.clone())
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("[network] of the config")?;
+    }
+    let on_microvm = args.backend.unwrap_or(profile.backend) == codebox::microvm::Backend::Microvm;
+    if on_microvm {
+        if let Some(why) = codebox::microvm::serve::refusal_at_start(profile.network_mode, false) {
+            bail!("{why}");
+        }
     }
     if let Some(preload) = &args.preload {
         profile
@@ -489,16 +492,33 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     packages_section
         .extra_roots
         .extend(profile.network.extra_roots.iter().cloned());
-    let packages = super::packages::prepare(
-        &packages_section,
-        &rootfs.path,
-        args.state_dir.as_deref(),
-        (sandbox_ids.host_uid, sandbox_ids.host_gid),
-    )?;
+    let packages = if on_microvm {
+        tracing::info!("packages on request are off: the microVM backend does not offer them yet");
+        None
+    } else {
+        super::packages::prepare(
+            &packages_section,
+            &rootfs.path,
+            args.state_dir.as_deref(),
+            (sandbox_ids.host_uid, sandbox_ids.host_gid),
+        )?
+    };
     let watched_rootfs = rootfs.clone();
     let mut host = Host::new(rootfs, IdMapping::for_current_process(args.root_host_id));
     host.python_preload = args.preload.clone();
     host.zygote = args.zygote;
+    // Still single-threaded: choosing KVM boots a probe guest in a jail cloned from here.
+    let microvm = match on_microvm {
+        true => Some(std::sync::Arc::new(
+            codebox::microvm::serve::ServeVms::prepare(
+                &host,
+                args.guest.as_deref(),
+                codebox::microvm::accel::AccelMode::Auto,
+                rootfs::default_stamp_dir().as_deref(),
+            )?,
+        )),
+        false => None,
+    };
     // SAFETY: no thread exists yet: the tokio runtime is built below, after the fork.
     let factory = std::sync::Arc::new(unsafe { Factory::start(&host, &profile) }?);
     // The factory forks the sandbox checkers and the spawners, these first ones included
@@ -533,7 +553,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         egress,
         packages: None,
         concurrency: args.concurrency,
-        pool: args.pool,
+        // Each microVM call boots its own VM: no warm pool of namespace sandboxes.
+        pool: match microvm {
+            Some(_) => codebox::pool::Bounds::off(),
+            None => args.pool,
+        },
+        microvm,
         queue: args.queue,
         max_timeout: args.max_timeout,
         max_files_bytes: args.max_files_bytes,

@@ -20,11 +20,12 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
+use super::jail_process::JailProcess;
 use super::qemu::{Accel, Machine, PortFds, Ram};
 use super::Error;
 use crate::execution::Host;
 use crate::sandbox::seccomp::CompiledFilter;
-use crate::sandbox::{self, LandlockMode, Limits, NetworkAccess, Program, Sandbox, SecurityPolicy};
+use crate::sandbox::{self, LandlockMode, Limits, NetworkAccess, Program, SecurityPolicy};
 
 /// The VMM's own memory beyond guest RAM: TCG's translation cache ([`TB_SIZE_MIB`]), QEMU
 /// itself and its libraries, device state, page tables.
@@ -81,7 +82,7 @@ fn socket_pairs() -> std::io::Result<(Sockets, [OwnedFd; 4])> {
 /// A jailed QEMU, running.
 pub struct Jailed {
     /// The sandbox QEMU runs in: its stdout is the serial console, its fd 3 QMP.
-    pub sandbox: Sandbox,
+    pub process: JailProcess,
     pub sockets: Sockets,
     pub machine: Machine,
 }
@@ -214,7 +215,7 @@ pub fn launch(
     // QEMU holds its ends now; ours would keep its sockets open after it died.
     drop(theirs);
     Ok(Jailed {
-        sandbox,
+        process: JailProcess::Local(sandbox),
         sockets,
         machine,
     })

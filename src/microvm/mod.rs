@@ -16,11 +16,13 @@
 //! - [`image`]: the guest tree `cargo xtask guest` builds: located, verified, described
 //! - [`qemu`]: QEMU's command line as data (`-M microvm`, no network, `-sandbox on`)
 //! - [`jail`]: QEMU as the program of a codebox sandbox, with `policies/seccomp/vmm.json`
+//! - [`jail_process`]: that jail's process, cloned here (`run`) or by the spawner (`serve`)
 //! - [`qmp`]: a bounded QMP client with descriptor passing
 //! - [`wire`]: the control port's frames (bounded, hostile-input safe)
 //! - [`pump`]: port → pipe relays with fixed buffers and announced byte counts
 //! - [`vm`]: boot handshake, start, the driver, how a VM ended
 //! - [`run`]: one execution on a fresh VM (`codebox run --backend microvm`)
+//! - [`serve`]: the same in `codebox serve`, the jail started by the spawner
 //! - [`accel`]: KVM when a probe boots the guest under it, else TCG; and why (`doctor`)
 //! - [`tsc`]: the host's TSC frequency, which a TCG guest cannot calibrate on microvm
 //! - [`guest`]: the guest init (runs inside the VM)
@@ -53,10 +55,12 @@ pub mod build_id;
 pub mod guest;
 pub mod image;
 pub mod jail;
+pub mod jail_process;
 pub mod pump;
 pub mod qemu;
 pub mod qmp;
 pub mod run;
+pub mod serve;
 pub mod template;
 pub mod tsc;
 pub mod vm;

@@ -38,7 +38,7 @@ impl Accel {
 }
 
 /// Where guest RAM comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Ram {
     /// QEMU's own anonymous memory.
     Anonymous,
@@ -49,7 +49,7 @@ pub enum Ram {
 }
 
 /// The descriptors QEMU inherits for QMP and the four ports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PortFds {
     pub qmp: RawFd,
     pub control: RawFd,
@@ -58,8 +58,8 @@ pub struct PortFds {
     pub channel: RawFd,
 }
 
-/// One VM's machine.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One VM's machine (sent to the spawner with a `SpawnVmm` request).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Machine {
     pub accel: Accel,
     pub memory_mib: u64,

@@ -19,6 +19,7 @@ use super::{jail, vm, Error};
 use crate::execution::{ExecutionRequest, ExecutionResult, Host};
 use crate::runtime::{self, Language};
 use crate::sandbox::{self, Captured, Limits, OutputSink, ProgramStatus, SecurityPolicy};
+use crate::spawner::Stream;
 
 /// Guest RAM beyond the program's memory limit: the guest kernel, the initramfs (the
 /// guest init binary), the page cache of what the program reads.
@@ -149,7 +150,20 @@ pub fn execute(
         let boot_ms = vm.boot_time.as_secs_f64() * 1000.0;
         let sb = vm.start(spec, lifetime).await?;
         tracing::debug!(boot_ms, "microVM booted");
-        let (outcome, ending) = capture(sb, &frame, &request.limits, sink).await?;
+        let limits = &request.limits;
+        let (outcome, ending) = capture(
+            sb,
+            frame,
+            None,
+            (limits.stdout_cap, limits.stderr_cap),
+            limits.timeout,
+            std::future::pending::<()>(),
+            |stream, bytes| match stream {
+                Stream::Stdout => sink.stdout(bytes),
+                Stream::Stderr => sink.stderr(bytes),
+            },
+        )
+        .await?;
         let mut result = crate::execution::result_from(
             request.language,
             None,
@@ -170,16 +184,26 @@ fn pipe_reader(fd: OwnedFd) -> Result<tokio::net::unix::pipe::Receiver, Error> {
         })
 }
 
-/// Writes `input` to fd 3, captures stdout and stderr within the caps, kills the VM at
-/// the timeout, reads the status; the same rules as `Sandbox::run_to_completion`.
+/// Where the run's fd 3 goes after the boot frame: to `codebox serve`'s tool proxy, or
+/// (`codebox run`) nowhere, our end kept open.
+pub type ChannelService = crate::spawner::client::ChannelService;
+
+/// Writes `frame` to fd 3, then hands fd 3 to `service`; captures stdout and stderr within
+/// `caps`, streaming what is kept to `on_output`; kills the VM at `timeout` or when
+/// `cancel` resolves; reads the status. The same rules as the namespace backend's
+/// `RemoteSandbox::run_with_channel`.
+#[allow(clippy::too_many_arguments)]
 pub async fn capture(
     mut sb: MicroVmSandbox,
-    input: &[u8],
-    limits: &Limits,
-    sink: &mut dyn OutputSink,
+    frame: Vec<u8>,
+    service: Option<ChannelService>,
+    (stdout_cap, stderr_cap): (usize, usize),
+    timeout: Duration,
+    cancel: impl std::future::Future<Output = ()>,
+    mut on_output: impl FnMut(Stream, &[u8]),
 ) -> Result<(sandbox::Outcome, VmEnding), Error> {
     let started = Instant::now();
-    let deadline = tokio::time::Instant::now() + limits.timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
     let take = |fd: &mut OwnedFd| -> Result<OwnedFd, Error> {
         let null = OwnedFd::from(
             std::fs::File::open("/dev/null").map_err(|source| Error::Io {
@@ -192,7 +216,7 @@ pub async fn capture(
     let mut stdout = pipe_reader(take(&mut sb.stdout)?)?;
     let mut stderr = pipe_reader(take(&mut sb.stderr)?)?;
     let mut status_rx = pipe_reader(take(&mut sb.status)?)?;
-    let channel = {
+    let mut channel = {
         let s = std::os::unix::net::UnixStream::from(take(&mut sb.channel)?);
         s.set_nonblocking(true).map_err(|source| Error::Io {
             doing: "the fd-3 socket",
@@ -203,33 +227,49 @@ pub async fn capture(
             source,
         })?
     };
-    let (_channel_r, mut channel_w) = channel.into_split();
-    let input = input.to_vec();
     // The program reads its code, then runs; a program that never reads fd 3 leaves the
-    // rest unwritten, as in a namespace sandbox.
-    let writer = tokio::spawn(async move {
-        let _ = channel_w.write_all(&input).await;
-        channel_w
+    // rest unwritten, as in a namespace sandbox. Then the proxy, if any, owns fd 3; it
+    // ends when the guest announces fd 3's end and the pump closes our side.
+    let channel_task = tokio::spawn(async move {
+        if channel.write_all(&frame).await.is_err() {
+            return;
+        }
+        match service {
+            Some(serve) => serve(channel).await,
+            // Keep our end open: the program may still read it (and see no EOF).
+            None => std::future::pending::<()>().await,
+        }
     });
     let (mut out, mut err) = (Captured::default(), Captured::default());
     let (mut out_open, mut err_open) = (true, true);
-    let mut timed_out = false;
+    let (mut timed_out, mut cancelled) = (false, false);
     let mut status_record = Vec::new();
     let mut status_open = true;
     let (mut obuf, mut ebuf, mut sbuf) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024], [0u8; 16]);
+    tokio::pin!(cancel);
     while out_open || err_open || status_open {
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline), if !timed_out => {
+            _ = tokio::time::sleep_until(deadline), if !timed_out && !cancelled => {
                 timed_out = true;
+                sb.kill();
+            }
+            _ = &mut cancel, if !timed_out && !cancelled => {
+                cancelled = true;
                 sb.kill();
             }
             r = stdout.read(&mut obuf), if out_open => match r {
                 Ok(0) | Err(_) => out_open = false,
-                Ok(n) => sink.stdout(out.push(&obuf[..n], limits.stdout_cap)),
+                Ok(n) => {
+                    let kept = out.push(&obuf[..n], stdout_cap);
+                    if !kept.is_empty() { on_output(Stream::Stdout, kept) }
+                }
             },
             r = stderr.read(&mut ebuf), if err_open => match r {
                 Ok(0) | Err(_) => err_open = false,
-                Ok(n) => sink.stderr(err.push(&ebuf[..n], limits.stderr_cap)),
+                Ok(n) => {
+                    let kept = err.push(&ebuf[..n], stderr_cap);
+                    if !kept.is_empty() { on_output(Stream::Stderr, kept) }
+                }
             },
             r = status_rx.read(&mut sbuf), if status_open => match r {
                 Ok(0) | Err(_) => status_open = false,
@@ -243,7 +283,6 @@ pub async fn capture(
     }
     let duration = started.elapsed();
     let landlock = sb.landlock;
-    writer.abort();
     // The driver ends the VM once the guest reported the end and the output drained; a
     // guest that does not is killed after a grace period.
     let ending = match tokio::time::timeout(Duration::from_secs(5), sb.ended()).await {
@@ -254,6 +293,16 @@ pub async fn capture(
             sb.ended().await
         }
     };
+    // The VM is gone, so fd 3 is at its end once the pump delivered what the program
+    // wrote last (a tool call's record, output files' chunks): let the proxy finish them,
+    // within a bound.
+    let abort = channel_task.abort_handle();
+    if tokio::time::timeout(CHANNEL_DRAIN, channel_task)
+        .await
+        .is_err()
+    {
+        abort.abort();
+    }
     let status: Option<ProgramStatus> = if status_record.len() == sandbox::report::STATUS_LEN {
         let mut rec = [0u8; sandbox::report::STATUS_LEN];
         rec.copy_from_slice(&status_record);
@@ -263,7 +312,7 @@ pub async fn capture(
     };
     Ok((
         sandbox::Outcome {
-            status: if timed_out { None } else { status },
+            status: if timed_out || cancelled { None } else { status },
             timed_out,
             stdout: out,
             stderr: err,
@@ -274,3 +323,6 @@ pub async fn capture(
         ending,
     ))
 }
+
+/// How long a run whose VM ended still lets the proxy read what the program left on fd 3.
+const CHANNEL_DRAIN: Duration = Duration::from_millis(500);

@@ -358,13 +358,10 @@ pub async fn make(
     // The template's QEMU is done: kill and reap it before sealing (a writable shared
     // mapping of the RAM file would keep F_SEAL_WRITE from taking).
     let Vm { jailed, .. } = vm;
-    let jail_sandbox = jailed.sandbox;
-    jail_sandbox.watch.kill().map_err(Error::Sandbox)?;
-    let (io, watch) = jail_sandbox.into_parts();
-    drop(io);
-    // On this thread: a killed QEMU is reaped at once, and a blocking-pool thread would
-    // make this process multi-threaded, where no later jail may be cloned.
-    watch.finish().map_err(Error::Sandbox)?;
+    // On this thread for a local jail: a killed QEMU is reaped at once, and a
+    // blocking-pool thread would make this process multi-threaded, where no later jail
+    // may be cloned.
+    jailed.process.finish().await;
     seal(&ram).map_err(io_err("sealing the template's RAM"))?;
     let state_bytes = std::fs::metadata(format!("/proc/self/fd/{}", state.as_raw_fd()))
         .map(|m| m.len())

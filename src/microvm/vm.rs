@@ -23,15 +23,15 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::jail::Jailed;
+use super::jail_process::JailWatcher;
 use super::pump::{pump, PumpEnd};
 use super::qmp::Qmp;
-use super::wire::{self, FrameReader, GuestMessage, HostMessage, RunSpec, Stream};
+use super::wire::{self, FrameReader, GuestMessage, HostMessage, RunSpec, Stream, Tree};
 use super::Error;
 use crate::sandbox::{self, CgroupStats, LandlockStatus, ProgramStatus};
 
@@ -200,22 +200,13 @@ async fn read_message(
 pub(super) async fn connect(mut jailed: Jailed, launched: Instant) -> Result<Vm, Error> {
     let console = SharedTail::default();
     let qemu_stderr = SharedTail::default();
-    let take = |fd: &mut OwnedFd| -> std::io::Result<OwnedFd> {
-        // The jail's stdout and stderr move to their tails; what stays is /dev/null.
-        let null = OwnedFd::from(std::fs::File::open("/dev/null")?);
-        Ok(std::mem::replace(fd, null))
-    };
-    keep_tail(
-        take(&mut jailed.sandbox.io.stdout).map_err(io_err("taking the console"))?,
-        console.clone(),
-    )
-    .map_err(io_err("reading the console"))?;
-    keep_tail(
-        take(&mut jailed.sandbox.io.stderr).map_err(io_err("taking QEMU's stderr"))?,
-        qemu_stderr.clone(),
-    )
-    .map_err(io_err("reading QEMU's stderr"))?;
-    let qmp_fd = take(&mut jailed.sandbox.io.channel).map_err(io_err("taking QMP"))?;
+    let streams = jailed
+        .process
+        .take_streams()
+        .map_err(io_err("taking the jail's streams"))?;
+    keep_tail(streams.console, console.clone()).map_err(io_err("reading the console"))?;
+    keep_tail(streams.stderr, qemu_stderr.clone()).map_err(io_err("reading QEMU's stderr"))?;
+    let qmp_fd = streams.qmp;
     let control_fd = jailed
         .sockets
         .control
@@ -381,6 +372,20 @@ fn upward_pipe() -> std::io::Result<(OwnedFd, tokio::net::unix::pipe::Sender)> {
 }
 
 impl Vm {
+    /// Sends trees (`snapshot::archive` streams) the next `Start`'s sandbox binds
+    /// read-only (`guest/trees.rs`).
+    pub async fn send_trees(&mut self, trees: &[(Tree, Vec<u8>)]) -> Result<(), Error> {
+        for (tree, stream) in trees {
+            for frame in wire::tree_frames(*tree, stream) {
+                self.control
+                    .write_all(&frame)
+                    .await
+                    .map_err(io_err("writing to the control port"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Starts the program; returns once the guest reported it exec'd.
     pub async fn start(
         mut self,
@@ -436,7 +441,7 @@ impl Vm {
             ..
         } = self;
         let Jailed {
-            sandbox, sockets, ..
+            process, sockets, ..
         } = jailed;
         let (stdout_up, stdout_tx) = upward_pipe().map_err(io_err("the stdout pipe"))?;
         let (stderr_up, stderr_tx) = upward_pipe().map_err(io_err("the stderr pipe"))?;
@@ -476,7 +481,7 @@ impl Vm {
         let kill = KillHandle::default();
         let (ending_tx, ending_rx) = oneshot::channel();
         let driver = Driver {
-            sandbox: Some(sandbox),
+            jail: Some(process.watcher()),
             qmp,
             control,
             reader,
@@ -538,7 +543,7 @@ pub(super) fn with_vmm_figures(end: VmEnd, vmm: Option<&CgroupStats>) -> VmEnd {
 }
 
 struct Driver {
-    sandbox: Option<sandbox::Sandbox>,
+    jail: Option<JailWatcher>,
     qmp: Qmp,
     control: UnixStream,
     reader: FrameReader,
@@ -562,18 +567,7 @@ impl Driver {
         lifetime: Duration,
         report: oneshot::Sender<VmEnding>,
     ) {
-        let pidfd = self
-            .sandbox
-            .as_ref()
-            .map(|s| s.watch.pidfd().try_clone_to_owned());
-        let exited_fd = match pidfd {
-            Some(Ok(fd)) => {
-                // SAFETY: `fd` is an open pidfd that this AsyncFd owns (and so keeps open,
-                // unchanged) until it is dropped.
-                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
-            }
-            _ => None,
-        };
+        let mut jail = self.jail.take().expect("the driver runs once");
         let deadline = tokio::time::sleep(lifetime);
         tokio::pin!(deadline);
         let mut status: Option<ProgramStatus> = None;
@@ -602,12 +596,7 @@ impl Driver {
                 }
                 _ = kill.killed() => break VmEnd::Killed,
                 _ = &mut deadline => break VmEnd::Lifetime,
-                _ = async {
-                    match &exited_fd {
-                        Some(fd) => { let _ = fd.readable().await; }
-                        None => std::future::pending::<()>().await,
-                    }
-                } => break VmEnd::VmmExited,
+                _ = jail.exited() => break VmEnd::VmmExited,
                 bytes = down_done.recv() => {
                     if let Some(bytes) = bytes {
                         let msg = wire::encode(&HostMessage::Eof { stream: Stream::Channel, bytes });
@@ -679,27 +668,7 @@ impl Driver {
         };
         // The status pipe ends now either way: a reader learns there is no status.
         self.status_tx = None;
-        let sandbox = self.sandbox.take();
-        let vmm_cgroup = match sandbox {
-            Some(sb) => {
-                if let Err(e) = sb.watch.kill() {
-                    tracing::warn!(?e, "killing the VMM jail failed");
-                }
-                let (io, watch) = sb.into_parts();
-                drop(io);
-                // On this thread (a killed QEMU is reaped at once): a blocking-pool thread
-                // would make a single-threaded caller multi-threaded, and jails are
-                // cloned only from single-threaded processes.
-                match watch.finish() {
-                    Ok(ending) => ending.cgroup,
-                    Err(e) => {
-                        tracing::warn!(?e, "finishing the VMM jail failed");
-                        None
-                    }
-                }
-            }
-            None => None,
-        };
+        let vmm_cgroup = jail.finish().await;
         let end = with_vmm_figures(end, vmm_cgroup.as_ref());
         if !end.is_normal() {
             tracing::warn!(end = %end.describe(), "the microVM ended abnormally");

@@ -54,10 +54,37 @@ pub struct RunSpec {
     pub network: NetworkAccess,
 }
 
+/// A host directory the program sees read-only, as a namespace sandbox binds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tree {
+    /// The generated tool wrappers, at `/servers`.
+    Servers,
+    /// The client's saved skills, at `/skills`.
+    Skills,
+}
+
+impl Tree {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tree::Servers => "servers",
+            Tree::Skills => "skills",
+        }
+    }
+}
+
+/// The most bytes of one tree's stream (`snapshot::archive`) the guest accepts.
+pub const MAX_TREE_BYTES: usize = 32 * 1024 * 1024;
+/// Stream bytes per `Tree` frame: base64 of it and the JSON around it fit a frame.
+pub const TREE_CHUNK: usize = 32 * 1024;
+
 /// Host → guest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum HostMessage {
+    /// A part of `tree`'s stream (`snapshot::archive`, base64); `end`: the last part. The
+    /// trees sent before a `Start` are bound read-only in its sandbox.
+    Tree { tree: Tree, data: String, end: bool },
     /// Start the sandbox. `time_ns`: the host's `CLOCK_REALTIME`; `seed`: 64 bytes (hex)
     /// mixed into the guest kernel's entropy pool, and the pool reseeded, before the
     /// program starts.
@@ -98,6 +125,29 @@ pub enum GuestMessage {
     },
     /// The guest could not do what it was asked; a short reason.
     Failed { reason: String },
+}
+
+/// `tree`'s stream as encoded `Tree` frames, [`TREE_CHUNK`] bytes each (one empty frame
+/// for an empty stream).
+pub fn tree_frames(tree: Tree, stream: &[u8]) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    let chunks: Vec<&[u8]> = if stream.is_empty() {
+        vec![&[][..]]
+    } else {
+        stream.chunks(TREE_CHUNK).collect()
+    };
+    let last = chunks.len() - 1;
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, chunk)| {
+            encode(&HostMessage::Tree {
+                tree,
+                data: base64::engine::general_purpose::STANDARD.encode(chunk),
+                end: i == last,
+            })
+        })
+        .collect()
 }
 
 /// Why a frame was refused.
@@ -169,6 +219,41 @@ impl FrameReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tree_streams_go_in_frames_that_fit() {
+        let stream: Vec<u8> = (0..TREE_CHUNK * 2 + 5).map(|i| (i * 7) as u8).collect();
+        let frames = tree_frames(Tree::Servers, &stream);
+        assert_eq!(frames.len(), 3);
+        let mut back = Vec::new();
+        let mut reader = FrameReader::default();
+        for (i, f) in frames.iter().enumerate() {
+            assert!(f.len() - 4 <= MAX_FRAME);
+            let mut rest = &f[..];
+            let mut m = None;
+            while !rest.is_empty() {
+                let (took, got) = reader.push::<HostMessage>(rest).unwrap();
+                rest = &rest[took..];
+                m = m.or(got);
+            }
+            match m.unwrap() {
+                HostMessage::Tree { tree, data, end } => {
+                    use base64::Engine;
+                    assert_eq!(tree, Tree::Servers);
+                    assert_eq!(end, i == 2);
+                    back.extend(
+                        base64::engine::general_purpose::STANDARD
+                            .decode(data)
+                            .unwrap(),
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(back, stream);
+        // An empty tree is one last frame.
+        assert_eq!(tree_frames(Tree::Skills, &[]).len(), 1);
+    }
 
     fn spec() -> RunSpec {
         RunSpec {

@@ -37,6 +37,10 @@ impl CodeboxServer {
             "queue_depth": s.admission.waiting(),
             "concurrency": s.settings.concurrency,
             "pool": wiring::pool::health(s.pool.as_ref()),
+            "backend": match &s.settings.microvm {
+                Some(vms) => serde_json::json!({"name": "microvm", "microvm": vms.health()}),
+                None => serde_json::json!({"name": "namespace"}),
+            },
             "spawner": s.spawner.status(),
             "sandbox_checker": sandbox_checker,
             "rootfs": s.layers.rootfs.status(),

@@ -126,6 +126,8 @@ pub struct Settings {
     pub tasks: crate::tasks::TaskSettings,
     /// `[approval]`: which sandboxed calls wait for the user (`approval_glue.rs`).
     pub approval: Arc<crate::approval::ApprovalPolicy>,
+    /// The microVM backend: each execution in a fresh VM (`None`: namespace sandboxes).
+    pub microvm: Option<Arc<crate::microvm::serve::ServeVms>>,
 }
 
 impl Settings {
@@ -172,6 +174,7 @@ impl Settings {
             kept_output: crate::output::KeptLimits::default(),
             tasks: crate::tasks::TaskSettings::default(),
             approval: Arc::new(crate::approval::ApprovalPolicy::default()),
+            microvm: None,
         })
     }
 }

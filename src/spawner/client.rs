@@ -16,7 +16,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use super::factory::{Factory, Forked};
 pub use super::restart::SpawnerStatus;
 use super::restart::{replace_when_dead, REPLACEMENT_WAIT};
-use super::wire::{self, Request, Response, SpawnSpec};
+use super::wire::{self, Request, Response, SpawnSpec, VmmSpec};
 use super::{Error, Result};
 use crate::sandbox::{Captured, Ending, LandlockStatus, Outcome};
 
@@ -33,6 +33,8 @@ struct Spawned {
     /// The egress listener came along.
     egress: bool,
     zygote: bool,
+    /// A microVM's jail: its four port sockets come last.
+    vmm_ports: bool,
     fds: Vec<OwnedFd>,
 }
 
@@ -236,6 +238,51 @@ impl SpawnerClient {
 
     /// Asks the spawner for a sandbox running `spec`; resolves once the program runs.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<RemoteSandbox> {
+        let mount = spec
+            .workspace_mount
+            .as_ref()
+            .map(|m| std::os::fd::AsRawFd::as_raw_fd(&*m.0));
+        let (sandbox, ports) = self
+            .request(
+                |id| Request::Spawn {
+                    id,
+                    spec: Box::new(spec),
+                },
+                mount.as_slice(),
+            )
+            .await?;
+        if !ports.is_empty() {
+            return Err(Error::Protocol("a sandbox came with a microVM's ports"));
+        }
+        Ok(sandbox)
+    }
+
+    /// Asks the spawner for a microVM's jailed QEMU: the jail (its stdout is the serial
+    /// console, its fd 3 QMP) and the host ends of the VM's control, stdout, stderr and
+    /// fd-3 ports, in that order.
+    pub async fn spawn_vmm(&self, vmm: VmmSpec) -> Result<(RemoteSandbox, [OwnedFd; 4])> {
+        let (sandbox, ports) = self
+            .request(
+                |id| Request::SpawnVmm {
+                    id,
+                    vmm: Box::new(vmm),
+                },
+                &[],
+            )
+            .await?;
+        let ports: [OwnedFd; 4] = ports
+            .try_into()
+            .map_err(|_| Error::Protocol("a microVM's jail came without its four ports"))?;
+        Ok((sandbox, ports))
+    }
+
+    /// Sends a spawn request (`make` gives it its id) and waits for the sandbox; the
+    /// descriptors beyond the sandbox's own are returned beside it.
+    async fn request(
+        &self,
+        make: impl FnOnce(u64) -> Request,
+        fds_out: &[std::os::fd::RawFd],
+    ) -> Result<(RemoteSandbox, Vec<OwnedFd>)> {
         let inner = self.live().await?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -248,24 +295,13 @@ impl SpawnerClient {
             w.spawned.insert(id, tx);
             w.exited.insert(id, exit_tx);
         }
-        let mount = spec
-            .workspace_mount
-            .as_ref()
-            .map(|m| std::os::fd::AsRawFd::as_raw_fd(&*m.0));
-        inner
-            .send_with(
-                &Request::Spawn {
-                    id,
-                    spec: Box::new(spec),
-                },
-                mount.as_slice(),
-            )
-            .await?;
+        inner.send_with(&make(id), fds_out).await?;
         let Spawned {
             landlock,
             cgroups,
             egress: has_egress,
             zygote,
+            vmm_ports,
             mut fds,
         } = match rx.await.map_err(|_| Error::Lost)? {
             Ok(v) => v,
@@ -279,15 +315,17 @@ impl SpawnerClient {
                 return Err(Error::Spawn { message });
             }
         };
-        if fds.len() != wire::SPAWNED_FDS + usize::from(has_egress) {
+        let ports = if vmm_ports { wire::VMM_PORT_FDS } else { 0 };
+        if fds.len() != wire::SPAWNED_FDS + usize::from(has_egress) + ports {
             return Err(Error::Protocol("spawned without its descriptors"));
         }
+        let extra = fds.split_off(fds.len() - ports);
         let egress = if has_egress { fds.pop() } else { None };
         let status = fds.pop().expect("status");
         let channel = fds.pop().expect("channel");
         let stderr = fds.pop().expect("stderr");
         let stdout = fds.pop().expect("stdout");
-        Ok(RemoteSandbox {
+        let sandbox = RemoteSandbox {
             id,
             spawner: inner,
             stdout: Some(stdout),
@@ -302,7 +340,8 @@ impl SpawnerClient {
             started: Instant::now(),
             ended: false,
             until_gone: Vec::new(),
-        })
+        };
+        Ok((sandbox, extra))
     }
 }
 
@@ -333,6 +372,7 @@ async fn read_responses(inner: Arc<Inner>) {
                     cgroups,
                     egress,
                     zygote,
+                    vmm_ports,
                 },
                 fds,
             )) => {
@@ -342,6 +382,7 @@ async fn read_responses(inner: Arc<Inner>) {
                         cgroups,
                         egress,
                         zygote,
+                        vmm_ports,
                         fds,
                     }));
                 }
@@ -557,6 +598,16 @@ impl RemoteSandbox {
         }
         let _ = self.spawner.send(&Request::Kill { id: self.id }).await;
         self.ended().await
+    }
+
+    /// Hands over stdout, stderr and fd 3, keeping the exit report here: a microVM's
+    /// jail, whose streams are QEMU's console, its stderr and QMP (`microvm::jail_process`).
+    pub fn take_streams(&mut self) -> Option<(OwnedFd, OwnedFd, OwnedFd)> {
+        Some((
+            self.stdout.take()?,
+            self.stderr.take()?,
+            self.channel.take()?,
+        ))
     }
 
     /// Hands over stdout, stderr, fd 3 and the exit notice (for a keep-alive driver).

@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::wire::{self, Request, Response, SpawnNetwork, SpawnSpec};
+use super::wire::{self, Request, Response, SpawnNetwork, SpawnSpec, VmmSpec};
 use super::zygotes::{self, Zygotes};
 use crate::egress::NetworkSection;
 use crate::execution::Host;
@@ -136,6 +136,11 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                         Spawning::Failed => {}
                     }
                 }
+                Ok(Some((Request::SpawnVmm { id, vmm }, _))) => {
+                    if let Some(watch) = spawn_vmm(&sock, host, id, &vmm) {
+                        live.insert(id, watch);
+                    }
+                }
                 Ok(Some((Request::Kill { id }, _))) => {
                     if let Some(w) = live.get(&id) {
                         if let Err(e) = w.kill() {
@@ -225,8 +230,46 @@ fn spawn_cold(sock: &OwnedFd, host: &Host, id: u64, spec: &SandboxSpec) -> Optio
     }
 }
 
+/// Starts a microVM's jailed QEMU and hands it over with the host ends of its ports;
+/// tells the supervisor when it fails.
+fn spawn_vmm(sock: &OwnedFd, host: &Host, id: u64, vmm: &VmmSpec) -> Option<Watch> {
+    let limits = crate::microvm::jail::JailLimits {
+        lifetime: std::time::Duration::from_millis(vmm.lifetime_ms),
+    };
+    match crate::microvm::jail::launch(host, &vmm.guest_dir, vmm.machine.clone(), None, &limits) {
+        Ok(jailed) => {
+            let crate::microvm::jail_process::JailProcess::Local(sandbox) = jailed.process else {
+                unreachable!("jail::launch clones the jail here");
+            };
+            let ports = jailed.sockets;
+            hand_over_with(
+                sock,
+                id,
+                sandbox,
+                &[&ports.control, &ports.stdout, &ports.stderr, &ports.channel],
+            )
+        }
+        Err(e) => {
+            let error = crate::error_chain::error_chain(&e);
+            tracing::warn!(id, %error, "starting a microVM's jail failed");
+            let _ = wire::send(sock.as_fd(), &Response::Failed { id, error }, &[]);
+            None
+        }
+    }
+}
+
 /// Passes a ready sandbox's descriptors to the supervisor; keeps its watch.
 fn hand_over(sock: &OwnedFd, id: u64, sandbox: sandbox::Sandbox) -> Option<Watch> {
+    hand_over_with(sock, id, sandbox, &[])
+}
+
+/// [`hand_over`], with a microVM jail's port sockets after the sandbox's own descriptors.
+fn hand_over_with(
+    sock: &OwnedFd,
+    id: u64,
+    sandbox: sandbox::Sandbox,
+    vmm_ports: &[&OwnedFd],
+) -> Option<Watch> {
     let (io, watch) = sandbox.into_parts();
     let status = match watch.status_reader() {
         Ok(fd) => fd,
@@ -244,6 +287,7 @@ fn hand_over(sock: &OwnedFd, id: u64, sandbox: sandbox::Sandbox) -> Option<Watch
         status.as_raw_fd(),
     ];
     fds.extend(io.egress.as_ref().map(AsRawFd::as_raw_fd));
+    fds.extend(vmm_ports.iter().map(|fd| fd.as_raw_fd()));
     let sent = wire::send(
         sock.as_fd(),
         &Response::Spawned {
@@ -252,6 +296,7 @@ fn hand_over(sock: &OwnedFd, id: u64, sandbox: sandbox::Sandbox) -> Option<Watch
             cgroups: watch.cgroup_paths(),
             egress: io.egress.is_some(),
             zygote: watch.from_zygote(),
+            vmm_ports: !vmm_ports.is_empty(),
         },
         &fds,
     );

@@ -1,7 +1,8 @@
 //! The spawner protocol: JSON messages over a `SOCK_SEQPACKET` socketpair (one message
 //! per record, so no framing), with file descriptors passed as `SCM_RIGHTS`.
 //!
-//! supervisor → spawner: [`Request::Spawn`], [`Request::Kill`], [`Request::Arm`]
+//! supervisor → spawner: [`Request::Spawn`], [`Request::SpawnVmm`], [`Request::Kill`],
+//! [`Request::Arm`]
 //! spawner → supervisor: [`Response::Spawned`] (+ stdout, stderr, channel fds),
 //! [`Response::Failed`], [`Response::Exited`], and unasked [`Response::Zygote`] (a
 //! zygote launched or ended, for `health`)
@@ -21,8 +22,23 @@ pub const MAX_MESSAGE: usize = 64 * 1024;
 /// Descriptors passed with [`Response::Spawned`]: stdout, stderr, channel, and a reader of
 /// the init's status pipe; then, in proxy mode, the egress listener.
 pub const SPAWNED_FDS: usize = 4;
+/// Descriptors that follow those of a microVM's jail ([`Request::SpawnVmm`]): the host
+/// ends of the VM's control, stdout, stderr and fd-3 ports.
+pub const VMM_PORT_FDS: usize = 4;
 /// The most descriptors a [`Response::Spawned`] carries.
-pub const MAX_SPAWNED_FDS: usize = SPAWNED_FDS + 1;
+pub const MAX_SPAWNED_FDS: usize = SPAWNED_FDS + VMM_PORT_FDS;
+
+/// A microVM's jailed QEMU (`microvm::jail`), started by the spawner because only a
+/// single-threaded process may clone a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmmSpec {
+    /// The guest tree (`cargo xtask guest`), the jail's root.
+    pub guest_dir: PathBuf,
+    /// The machine; its descriptor numbers are the jail's to set.
+    pub machine: crate::microvm::qemu::Machine,
+    /// The whole VM's life, armed as the jail's own deadline.
+    pub lifetime_ms: u64,
+}
 
 /// What to run; the spawner resolves the profile and the program itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,6 +115,12 @@ pub enum Request {
         id: u64,
         spec: Box<SpawnSpec>,
     },
+    /// A microVM's jail: answered like a `Spawn` (QEMU's console, stderr, QMP and the
+    /// status pipe), followed by the host ends of the VM's four ports.
+    SpawnVmm {
+        id: u64,
+        vmm: Box<VmmSpec>,
+    },
     Kill {
         id: u64,
     },
@@ -124,6 +146,9 @@ pub enum Response {
         /// Forked from the Python zygote rather than started anew.
         #[serde(default)]
         zygote: bool,
+        /// A microVM's jail: the four port sockets follow.
+        #[serde(default)]
+        vmm_ports: bool,
     },
     Failed {
         id: u64,
@@ -243,6 +268,7 @@ mod tests {
                 cgroups: vec![],
                 egress: false,
                 zygote: false,
+                vmm_ports: false,
             },
             &[r.as_raw_fd(), w.as_raw_fd()],
         )
@@ -255,6 +281,31 @@ mod tests {
         let mut byte = [0u8; 1];
         nix::unistd::read(r.as_fd(), &mut byte).unwrap();
         assert_eq!(&byte, b"x");
+        // A microVM's jail: its four descriptors and the four ports all arrive.
+        let eight: Vec<i32> = (0..MAX_SPAWNED_FDS).map(|_| r.as_raw_fd()).collect();
+        send(
+            a.as_fd(),
+            &Response::Spawned {
+                id: 8,
+                landlock: None,
+                cgroups: vec![],
+                egress: false,
+                zygote: false,
+                vmm_ports: true,
+            },
+            &eight,
+        )
+        .unwrap();
+        let (msg, fds): (Response, _) = recv(b.as_fd()).unwrap().unwrap();
+        assert!(matches!(
+            msg,
+            Response::Spawned {
+                id: 8,
+                vmm_ports: true,
+                ..
+            }
+        ));
+        assert_eq!(fds.len(), SPAWNED_FDS + VMM_PORT_FDS);
         drop(a);
         assert!(recv::<Response>(b.as_fd()).unwrap().is_none());
     }

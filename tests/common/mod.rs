@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod fixtures;
+pub mod guest;
 pub mod pooled;
 pub mod serve_stdio;
 pub mod spawner_harness;

@@ -78,13 +78,32 @@ class DrainedStderr:
             return "".join(self._lines)
 
 
+def backend():
+    """The backend the client scripts' servers run on: `CODEBOX_TEST_BACKEND` (namespace,
+    the default, or microvm). The same cases run on both; a case that needs what the
+    microVM backend does not offer yet is marked `namespace_only` and skipped there."""
+    return os.environ.get("CODEBOX_TEST_BACKEND", "namespace")
+
+
+def namespace_only(why):
+    """Marks a case that needs what the microVM backend does not offer yet (`why`)."""
+
+    def mark(fn):
+        fn.namespace_only = why
+        return fn
+
+    return mark
+
+
 def stdio_params(codebox, config=None):
     """`codebox serve` over stdio for the SDK's stdio_client: a pool of one per language,
-    `config` a codebox.toml or None."""
+    `config` a codebox.toml or None; on the backend of `backend()`."""
     from mcp import StdioServerParameters
 
     env = server_env()
     env["CODEBOX_POOL_SIZE"] = "1"
+    if backend() != "namespace":
+        env["CODEBOX_BACKEND"] = backend()
     if config:
         env["CODEBOX_CONFIG"] = config
     return StdioServerParameters(command=codebox, args=["serve"], env=env)
@@ -103,6 +122,10 @@ async def cases_over_stdio(codebox, config, cases, timeout=120):
         async with ClientSession(read, write) as s:
             await s.initialize()
             for fn in cases:
+                why = getattr(fn, "namespace_only", None)
+                if why and backend() != "namespace":
+                    print(f"skip    {fn.__name__}: not on the {backend()} backend yet: {why}", flush=True)
+                    continue
                 try:
                     with anyio.fail_after(timeout):
                         await fn(s)

@@ -17,7 +17,7 @@ import tempfile
 
 import anyio
 
-from helpers import cases_over_stdio
+from helpers import cases_over_stdio, namespace_only
 
 CODEBOX = sys.argv[1]
 CASES = []
@@ -143,6 +143,7 @@ async def the_last_typescript_expression_is_the_value(s):
 
 
 @case
+@namespace_only("sessions")
 async def sessions_show_each_runs_value(s):
     for tool, runs in [
         ("execute_python", [("x = 5\nx", "5"), ("x + 1", "6"), ("_ * 10", "60"), ("y = 2", None)]),
@@ -325,6 +326,7 @@ async def hostile_output_files_are_refused_with_reasons(s):
 
 
 @case
+@namespace_only("sessions")
 async def typescript_files_and_sessions_return_what_each_run_wrote(s):
     code = (
         "Deno.writeTextFileSync('/workspace/out/a.json', JSON.stringify({ x: 1 }));\n"

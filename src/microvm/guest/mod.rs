@@ -8,7 +8,8 @@
 //! 2. load the modules of `/modules/order` (`finit_module`, in order);
 //! 3. wait for the rootfs disk and the four ports to appear;
 //! 4. mount the rootfs image read-only (erofs) at `/rootfs`, cgroup v2 at `/sys/fs/cgroup`;
-//! 5. open the ports; `Hello` with this binary's build ID; wait for `Start`;
+//! 5. open the ports; `Hello` with this binary's build ID; wait for `Start`, restoring
+//!    the trees sent before it (`/servers`, `/skills`: `trees.rs`);
 //! 6. set the clock and reseed the kernel's entropy from the host's seed;
 //! 7. spawn the program with `sandbox::spawn` — the very code of the namespace backend:
 //!    namespaces, cgroup limits, no capabilities, `no_new_privs`, landlock (as far as
@@ -25,6 +26,7 @@
 
 mod relay;
 mod system;
+mod trees;
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -112,22 +114,27 @@ fn main(control_out: &mut Option<File>) -> anyhow::Result<()> {
     // One sandbox per Start. A VM normally runs one and is ended by the host after its
     // Exited; a kernel-stage template runs a warm-up program first and is snapshot here,
     // waiting for the Start each of its clones gets.
+    let mut trees = trees::Trees::default();
     loop {
-        let (spec, time_ns, seed, template) = match read_message(&mut ports.control)? {
-            HostMessage::Start {
-                spec,
-                time_ns,
-                seed,
-                template,
-            } => (spec, time_ns, seed, template),
-            other => anyhow::bail!("expected Start, got {other:?}"),
+        let (spec, time_ns, seed, template) = loop {
+            match read_message(&mut ports.control)? {
+                HostMessage::Tree { tree, data, end } => trees.take(tree, &data, end)?,
+                HostMessage::Start {
+                    spec,
+                    time_ns,
+                    seed,
+                    template,
+                } => break (spec, time_ns, seed, template),
+                other => anyhow::bail!("expected Start, got {other:?}"),
+            }
         };
         // 6.
         system::set_clock(time_ns).context("setting the clock")?;
         system::reseed(&seed).context("reseeding the kernel's entropy")?;
         // 7.
         let (program, policy, limits) = sandbox_parts(spec.as_ref())?;
-        let sandbox_spec = host.spec(program, None, &limits, &policy);
+        let mut sandbox_spec = host.spec(program, None, &limits, &policy);
+        trees.bind(&mut sandbox_spec)?;
         let sandbox = crate::sandbox::spawn(&sandbox_spec, host.cgroups.as_ref())
             .context("starting the sandbox")?;
         // 8.

@@ -63,6 +63,8 @@ pub(in crate::server) struct Ran {
     pub(in crate::server) interpreter: &'static str,
     /// Forked from the Python zygote.
     pub(in crate::server) zygote: bool,
+    /// Where it ran.
+    pub(in crate::server) backend: crate::microvm::Backend,
 }
 
 impl CodeboxServer {
@@ -116,6 +118,9 @@ impl CodeboxServer {
         };
         if params.keep_alive == Some(true) && params.session.is_none() {
             return Err("keep_alive needs a session: pass session \"new\" to start one".into());
+        }
+        if s.settings.microvm.is_some() && params.session.is_some() {
+            return Err(crate::microvm::serve::CALL_REFUSAL_SESSIONS.into());
         }
         let narrowing = self.narrowing(params.network.as_deref())?;
         let packages = self.package_set(language, params.packages.as_deref(), &params.code)?;
@@ -461,6 +466,7 @@ impl CodeboxServer {
         result.tool_calls_dropped = ran.tools.tool_calls_dropped;
         result.start = ran.start;
         result.zygote = ran.zygote;
+        result.backend = ran.backend;
         result.tool_channel_error = ran.tools.channel_error;
         result.value = ran.tools.value;
         result.runtime = ran.tools.runtime;
@@ -576,6 +582,11 @@ impl CodeboxServer {
         if ephemeral {
             frame = runtime::ephemeral(frame);
         }
+        if let Some(vms) = &s.settings.microvm {
+            return self
+                .run_in_microvm(vms, &spec, frame, c, admitted, proxy, cancel, on_output)
+                .await;
+        }
         let asked = Instant::now();
         let warm = match &s.pool {
             Some(pool) => pool.take(&spec).await,
@@ -639,6 +650,7 @@ impl CodeboxServer {
             start: Some(start),
             interpreter: "none",
             zygote,
+            backend: crate::microvm::Backend::Namespace,
         })
     }
 }

@@ -5,6 +5,7 @@
 
 pub(crate) mod execute;
 pub(crate) mod extra_resources;
+pub(crate) mod microvm_runs;
 pub(crate) mod model_facing;
 pub(crate) mod prompts;
 pub(crate) mod reachable;

@@ -134,6 +134,7 @@ impl CodeboxServer {
             start: None,
             interpreter,
             zygote: false,
+            backend: crate::microvm::Backend::Namespace,
         })
     }
 

@@ -1,0 +1,96 @@
+//! A one-shot execution on the microVM backend: a fresh VM per call (its jail started by
+//! the spawner, the VM driven here), fd 3 served by the same tool proxy as a namespace
+//! sandbox's. See `microvm::serve` for what this backend does not do yet.
+
+use std::sync::Arc;
+
+use super::execute::{Checked, Ran};
+use crate::execution::SandboxStart;
+use crate::microvm::serve::{capture_tree, ServeVms};
+use crate::microvm::wire::Tree;
+use crate::proxy::ProxySession;
+use crate::server::CodeboxServer;
+use crate::spawner::{SpawnSpec, Stream};
+
+impl CodeboxServer {
+    /// Boots a VM for `spec`'s language and limits under the profile's policy, runs
+    /// `frame` in it with `proxy` on fd 3, and ends it. `admitted` (the admission slot and
+    /// what the call holds) is released when the VM is gone.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn run_in_microvm(
+        &self,
+        vms: &Arc<ServeVms>,
+        spec: &SpawnSpec,
+        frame: Vec<u8>,
+        c: &Checked,
+        admitted: impl std::any::Any + Send,
+        proxy: Arc<ProxySession>,
+        cancel: impl std::future::Future<Output = ()>,
+        on_output: impl FnMut(Stream, &[u8]),
+    ) -> Result<Ran, String> {
+        let s = &self.state;
+        // What a namespace sandbox binds, the guest gets as trees.
+        let dirs: Vec<(Tree, std::path::PathBuf)> = [
+            (Tree::Servers, spec.servers.clone()),
+            (Tree::Skills, spec.skills.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(tree, dir)| Some((tree, dir?)))
+        .collect();
+        let trees = tokio::task::spawn_blocking(move || {
+            dirs.into_iter()
+                .map(|(tree, dir)| Ok((tree, capture_tree(&dir)?)))
+                .collect::<Result<Vec<_>, crate::microvm::Error>>()
+        })
+        .await
+        .map_err(|e| format!("capturing the trees for the microVM failed: {e}"))?
+        .map_err(|e| {
+            tracing::error!(error = %e, "capturing a tree for the microVM failed");
+            format!("the microVM could not be given its trees: {e}")
+        })?;
+        let sandbox = vms
+            .start(
+                &s.spawner,
+                spec.language,
+                &c.limits,
+                &s.settings.profile.policy,
+                &trees,
+            )
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, language = %spec.language, "starting a microVM failed");
+                format!("the microVM could not be started: {e}")
+            })?;
+        let serve_proxy = proxy.clone();
+        let (outcome, ending) = crate::microvm::run::capture(
+            sandbox,
+            frame,
+            Some(Box::new(move |stream| Box::pin(serve_proxy.serve(stream)))),
+            (c.limits.stdout_cap, c.limits.stderr_cap),
+            c.limits.timeout,
+            cancel,
+            on_output,
+        )
+        .await
+        .map_err(|e| format!("the microVM failed: {e}"))?;
+        // `capture` returns once the VM is gone: nothing it held is in use any more.
+        drop(admitted);
+        if !ending.end.is_normal() && !outcome.timed_out {
+            // The sandbox's infrastructure failed, not the program (a killed or stopped
+            // VMM, a guest that broke the protocol): no result to report as the program's.
+            return Err(format!(
+                "the microVM ended abnormally: {}",
+                ending.end.describe()
+            ));
+        }
+        Ok(Ran {
+            outcome,
+            tools: proxy.take_report(),
+            network: None,
+            start: Some(SandboxStart::Cold),
+            interpreter: "none",
+            zygote: false,
+            backend: crate::microvm::Backend::Microvm,
+        })
+    }
+}
