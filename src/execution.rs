@@ -566,11 +566,19 @@ fn run_spec(
     Ok(outcome)
 }
 
-/// Logs what landlock enforced: a warning unless fully enforced (or not asked for).
+/// Logs what landlock enforced: a warning unless fully enforced (or not asked for). A
+/// kernel's ABI does not change while a server runs, so a partial enforcement is warned
+/// of once per process (the microVM guest's 6.1 kernel gives every run ABI 3), then
+/// logged at debug level; each result still says its status.
 pub fn log_landlock(status: Option<LandlockStatus>, requested: bool) {
+    static WARNED_PARTIAL: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
     match status {
         Some(LandlockStatus::FullyEnforced) => {
             tracing::debug!(landlock = "fully_enforced", "landlock status")
+        }
+        Some(status) if WARNED_PARTIAL.swap(true, std::sync::atomic::Ordering::Relaxed) => {
+            tracing::debug!(landlock = ?status, "landlock is not fully enforced on this kernel")
         }
         Some(status) => {
             tracing::warn!(landlock = ?status, "landlock is not fully enforced on this kernel")

@@ -209,10 +209,12 @@ fn the_zygote_maps_no_shared_writable_memory() {
         // While a child of the pool's refill is between its clone and its id maps, the
         // zygote's memory is dumpable by design (C1 shares it): a zygote must be found
         // non-dumpable once that moment has passed, not at every instant. A zygote that
-        // stays dumpable fails after 2 s of looking.
+        // stays dumpable fails after 10 s of looking (2 s were not enough on a 2-core
+        // host compiling beside the rootless pass: a child's C1 waited that long for a
+        // core between its clone and its id maps).
         use std::os::unix::fs::MetadataExt;
         let mut observed = None;
-        for _ in 0..100 {
+        for _ in 0..500 {
             let Ok(status) = std::fs::read_to_string(format!("{z}/status")) else {
                 break;
             };

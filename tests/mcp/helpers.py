@@ -112,7 +112,8 @@ def stdio_params(codebox, config=None):
 async def cases_over_stdio(codebox, config, cases, timeout=120):
     """Runs `cases` (async functions of a ClientSession) one after another against one
     `codebox serve` over stdio (a pool of one per language; `config`: a codebox.toml or
-    None); prints "ok"/"FAILED" per case and returns (passed, failed)."""
+    None); prints "ok"/"FAILED" per case and returns (passed, failed). With
+    `CODEBOX_TEST_CASES=name,name` only those cases run."""
     import anyio
     from mcp import ClientSession
     from mcp.client.stdio import stdio_client
@@ -121,7 +122,10 @@ async def cases_over_stdio(codebox, config, cases, timeout=120):
     async with stdio_client(stdio_params(codebox, config)) as (read, write):
         async with ClientSession(read, write) as s:
             await s.initialize()
+            only = os.environ.get("CODEBOX_TEST_CASES")
             for fn in cases:
+                if only and fn.__name__ not in only.split(","):
+                    continue
                 why = getattr(fn, "namespace_only", None)
                 if why and backend() != "namespace":
                     print(f"skip    {fn.__name__}: not on the {backend()} backend yet: {why}", flush=True)

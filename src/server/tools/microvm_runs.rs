@@ -48,19 +48,23 @@ impl CodeboxServer {
             tracing::error!(error = %e, "capturing a tree for the microVM failed");
             format!("the microVM could not be given its trees: {e}")
         })?;
-        let sandbox = vms
-            .start(
+        // A cancel (the client's, or the server stopping) also ends a VM still booting:
+        // dropping the boot drops the jail, which the spawner then kills.
+        tokio::pin!(cancel);
+        let started = tokio::select! {
+            started = vms.start(
                 &s.spawner,
                 spec.language,
                 &c.limits,
                 &s.settings.profile.policy,
                 &trees,
-            )
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, language = %spec.language, "starting a microVM failed");
-                format!("the microVM could not be started: {e}")
-            })?;
+            ) => started,
+            _ = &mut cancel => return Err("the execution was cancelled while its microVM booted".into()),
+        };
+        let sandbox = started.map_err(|e| {
+            tracing::error!(error = %e, language = %spec.language, "starting a microVM failed");
+            format!("the microVM could not be started: {e}")
+        })?;
         let serve_proxy = proxy.clone();
         let (outcome, ending) = crate::microvm::run::capture(
             sandbox,
@@ -68,7 +72,7 @@ impl CodeboxServer {
             Some(Box::new(move |stream| Box::pin(serve_proxy.serve(stream)))),
             (c.limits.stdout_cap, c.limits.stderr_cap),
             c.limits.timeout,
-            cancel,
+            &mut cancel,
             on_output,
         )
         .await

@@ -47,7 +47,8 @@ test suite, the integration tests again as an unprivileged user (when run as roo
   --release-only        only host packages and the release step, with the rootfs as it
                         is ($CODEBOX_ROOTFS, else target/rootfs; not rebuilt)
   --rootless-only NAME  as root: only the unprivileged-user pass, of the integration-test
-                        binaries whose name contains NAME (for working on one of them)
+                        binaries whose name contains NAME (for working on one of them);
+                        NAME::TEST runs only the tests of NAME whose names contain TEST
 ";
 
 pub fn run(args: &[OsString]) -> Result<()> {
@@ -119,7 +120,15 @@ pub fn run(args: &[OsString]) -> Result<()> {
             Ok(v) if v == "1" => &[("CODEBOX_TEST_ZYGOTE", "1")],
             _ => &[],
         };
-        return rootless::run(&root, &rootfs, &pydeps, &upstreams, Some(&name), zygote);
+        let (binary, tests) = match name.split_once("::") {
+            Some((binary, tests)) => (binary.to_string(), Some(tests.to_string())),
+            None => (name.clone(), None),
+        };
+        let mut env: Vec<(&str, &str)> = zygote.to_vec();
+        if let Some(tests) = &tests {
+            env.push((rootless::TEST_FILTER, tests));
+        }
+        return rootless::run(&root, &rootfs, &pydeps, &upstreams, Some(&binary), &env);
     }
 
     if lint {

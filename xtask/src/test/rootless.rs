@@ -13,6 +13,8 @@ use anyhow::{bail, Context, Result};
 use super::{cargo_command, run_checked};
 
 pub const USER: &str = "codebox-test";
+/// In `extra_env`: not passed on, but given to each binary as its test-name filter.
+pub const TEST_FILTER: &str = "CODEBOX_ROOTLESS_TEST_FILTER";
 
 /// Runs every integration-test binary as [`USER`], or those whose file name contains
 /// `only`.
@@ -93,8 +95,19 @@ pub fn run(
             .arg(format!("CODEBOX_TEST_PYDEPS={}", pydeps.display()))
             .arg(format!("CODEBOX_TEST_MCP_DIR={}", mcp_dir.display()))
             .arg(format!("CODEBOX_TEST_UPSTREAMS={}", upstreams.display()))
-            .args(extra_env.iter().map(|(k, v)| format!("{k}={v}")))
+            .args(
+                extra_env
+                    .iter()
+                    .filter(|(k, _)| *k != TEST_FILTER)
+                    .map(|(k, v)| format!("{k}={v}")),
+            )
             .arg(bin)
+            .args(
+                extra_env
+                    .iter()
+                    .filter(|(k, _)| *k == TEST_FILTER)
+                    .map(|(_, v)| *v),
+            )
             .current_dir("/")
             .status()
             .context("cannot start runuser")?;
