@@ -51,7 +51,7 @@ TOKEN = "replica-test-token"
 NAMES = ["codebox-0", "codebox-1", "codebox-2"]
 DRAIN_S = 4
 # What codebox adds to --drain-timeout before it exits (killed executions answered,
-# answers written, the listener closed): src/cli/serve.rs and src/server/http.rs.
+# answers written, the listener closed): src/cli/serve/mod.rs and src/server/transport/http.rs.
 DRAIN_EXTRA_S = 12
 PROCS = []
 # This script's source address: the replicas trust HAProxy's (127.0.0.1) only.
