@@ -577,7 +577,9 @@ pub fn log_landlock(status: Option<LandlockStatus>, requested: bool) {
         Some(LandlockStatus::FullyEnforced) => {
             tracing::debug!(landlock = "fully_enforced", "landlock status")
         }
-        Some(status) if WARNED_PARTIAL.swap(true, std::sync::atomic::Ordering::Relaxed) => {
+        Some(status @ LandlockStatus::PartiallyEnforced)
+            if WARNED_PARTIAL.swap(true, std::sync::atomic::Ordering::Relaxed) =>
+        {
             tracing::debug!(landlock = ?status, "landlock is not fully enforced on this kernel")
         }
         Some(status) => {

@@ -82,6 +82,15 @@ impl JailProcess {
     }
 }
 
+/// How a watched jail's process was seen to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JailGone {
+    /// It exited (or was killed and reaped).
+    Exited,
+    /// The spawner that watched it is gone, and the jail with it: nobody reports how.
+    SpawnerLost,
+}
+
 /// A jail being watched by a VM's driver.
 pub enum JailWatcher {
     Local {
@@ -100,19 +109,24 @@ pub enum JailWatcher {
 impl JailWatcher {
     /// Resolves once the jail's process is gone; cancel-safe. Never, when that cannot be
     /// watched (the driver then relies on QMP and the control port closing).
-    pub async fn exited(&mut self) {
+    pub async fn exited(&mut self) -> JailGone {
         match self {
             JailWatcher::Local { exited, .. } => match exited {
                 Some(fd) => {
                     let _ = fd.readable().await;
+                    JailGone::Exited
                 }
-                None => std::future::pending::<()>().await,
+                None => std::future::pending().await,
             },
             JailWatcher::Remote { sb, gone } => {
-                if gone.is_some() {
-                    return;
+                let ending = match gone {
+                    Some(ending) => ending,
+                    None => gone.insert(sb.ended().await),
+                };
+                match ending {
+                    Some(_) => JailGone::Exited,
+                    None => JailGone::SpawnerLost,
                 }
-                *gone = Some(sb.ended().await);
             }
         }
     }

@@ -12,8 +12,9 @@
 //! and bound read-only in the program's sandbox (`guest/trees.rs`).
 //!
 //! What the microVM backend does not do yet in `serve` is refused, when the server starts
-//! or per call, with the reason ([`refusal_at_start`], [`CALL_REFUSAL_SESSIONS`]): the
-//! warm pool, sessions, proxy network mode and packages.
+//! or per call, with the reason ([`refusal_at_start`], [`CALL_REFUSAL_SESSIONS`], the
+//! packages a call asks for): sessions, proxy network mode, packages on request; the
+//! warm pool is off (each call boots its VM).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -91,6 +92,7 @@ impl ServeVms {
         limits: &Limits,
         policy: &SecurityPolicy,
         trees: &[(Tree, Vec<u8>)],
+        held: impl std::any::Any + Send,
     ) -> Result<MicroVmSandbox, Error> {
         let spec = run::run_spec(language, limits, policy)?;
         let machine = run::machine_for(limits, self.choice.accel);
@@ -98,13 +100,21 @@ impl ServeVms {
         let lifetime = BOOT_LIMIT + limits.timeout + Duration::from_secs(30);
         let launched = Instant::now();
         let (jail, ports) = spawner
-            .spawn_vmm(VmmSpec {
-                guest_dir: self.image.dir.clone(),
-                machine: machine.clone(),
-                lifetime_ms: u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX),
-            })
+            .spawn_vmm(
+                VmmSpec {
+                    guest_dir: self.image.dir.clone(),
+                    machine: machine.clone(),
+                    lifetime_ms: u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX),
+                },
+                None,
+            )
             .await
             .map_err(|e| Error::VmGone(format!("the VMM's jail could not be started: {e}")))?;
+        // What the call holds (its admission slot) is released only once the spawner
+        // reports the jail gone, whichever way the VM ends: the admission limit bounds
+        // the VMs that exist.
+        let mut jail = jail;
+        jail.hold_until_gone(held);
         let [control, stdout, stderr, channel] = ports;
         let jailed = super::jail::Jailed {
             process: super::jail_process::JailProcess::Remote(jail),
@@ -117,30 +127,57 @@ impl ServeVms {
             machine,
         };
         let mut vm = vm::boot(jailed, &self.build_id, launched, BOOT_LIMIT).await?;
-        vm.send_trees(trees).await?;
         tracing::debug!(
             boot_ms = vm.boot_time.as_millis() as u64,
             %language,
             "microVM booted"
         );
-        vm.start(spec, lifetime).await
+        // The trees and the program's start within what is left of the boot limit: a
+        // guest that stops reading is not waited for until the jail's lifetime.
+        let left = BOOT_LIMIT.saturating_sub(launched.elapsed());
+        match tokio::time::timeout(left, async {
+            vm.send_trees(trees).await?;
+            vm.start(spec, lifetime).await
+        })
+        .await
+        {
+            Ok(started) => started,
+            Err(_) => Err(Error::VmGone(format!(
+                "the guest did not start the program within {BOOT_LIMIT:?} of the VM's launch"
+            ))),
+        }
     }
 }
 
 /// `dir` as one `snapshot::archive` stream (what the guest restores at `/servers` or
-/// `/skills`), at most [`MAX_TREE_BYTES`]. Blocking: it reads the whole tree.
-pub fn capture_tree(dir: &Path) -> Result<Vec<u8>, Error> {
+/// `/skills`), at most [`MAX_TREE_BYTES`]: only what host user `reader` (the sandbox
+/// user's host ids) may read by the mode bits, as a bind mount would show it to the
+/// sandbox, and nothing made readable on the way. Blocking: it reads the whole tree. A
+/// tree that changes while it is read (a client's skills view being brought up to date)
+/// is read again, up to three times.
+pub fn capture_tree(dir: &Path, reader: (u32, u32)) -> Result<Vec<u8>, Error> {
+    use crate::snapshot::archive::{capture_readable_by, ArchiveError};
     use std::os::fd::AsFd;
-    let io = |doing| move |source| Error::Io { doing, source };
-    let root = std::fs::File::open(dir).map_err(io("opening a tree for the guest"))?;
-    let mut out = Bounded(Vec::new());
-    crate::snapshot::archive::capture(root.as_fd(), &mut out).map_err(|e| {
-        Error::Unsupported(format!(
-            "{} for the guest: {e} (the most a tree may hold is {MAX_TREE_BYTES} bytes)",
-            dir.display()
-        ))
-    })?;
-    Ok(out.0)
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let root = std::fs::File::open(dir).map_err(|source| Error::Io {
+            doing: "opening a tree for the guest",
+            source,
+        })?;
+        let mut out = Bounded(Vec::new());
+        match capture_readable_by(root.as_fd(), &mut out, reader) {
+            Ok(_) => return Ok(out.0),
+            Err(ArchiveError::Changed { .. }) if attempt < 3 => continue,
+            Err(e) => {
+                // The host path is the operator's to read, not the client's.
+                tracing::warn!(dir = %dir.display(), error = %e, "a tree for the guest could not be read");
+                return Err(Error::Unsupported(format!(
+                    "a tree for the guest ({e}; the most a tree may hold is {MAX_TREE_BYTES} bytes)"
+                )));
+            }
+        }
+    }
 }
 
 /// A writer that refuses to grow past [`MAX_TREE_BYTES`].
@@ -160,24 +197,16 @@ impl std::io::Write for Bounded {
     }
 }
 
-/// Why `serve` cannot start with the microVM backend and this configuration, if it
+/// Why `serve` cannot start with the microVM backend and this network mode, if it
 /// cannot: what the backend does not do yet is refused, not silently done another way.
-pub fn refusal_at_start(network: crate::egress::NetworkMode, packages_on: bool) -> Option<String> {
-    let mut missing = Vec::new();
-    if network == crate::egress::NetworkMode::Proxy {
-        missing.push("network mode \"proxy\" (controlled egress)");
-    }
-    if packages_on {
-        missing.push("packages on request ([packages] enabled)");
-    }
-    if missing.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "backend microvm: `codebox serve` does not offer {} on the microVM backend yet; \
-         turn it off or serve with backend = \"namespace\"",
-        missing.join(" or ")
-    ))
+/// (Packages on request are off on this backend, and a call asking for them is told so.)
+pub fn refusal_at_start(network: crate::egress::NetworkMode) -> Option<String> {
+    (network == crate::egress::NetworkMode::Proxy).then(|| {
+        "backend microvm: `codebox serve` does not offer network mode \"proxy\" (controlled \
+         egress) on the microVM backend yet; choose another [network] mode or serve with \
+         backend = \"namespace\""
+            .to_string()
+    })
 }
 
 #[cfg(test)]
@@ -190,13 +219,13 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir(t.path().join("memory")).unwrap();
         std::fs::write(t.path().join("memory/__init__.py"), b"def f(): pass\n").unwrap();
-        let stream = capture_tree(t.path()).unwrap();
-        let back = tempfile::tempdir().unwrap();
-        let dir = std::fs::File::open(back.path()).unwrap();
         let me = (
             nix::unistd::geteuid().as_raw(),
             nix::unistd::getegid().as_raw(),
         );
+        let stream = capture_tree(t.path(), me).unwrap();
+        let back = tempfile::tempdir().unwrap();
+        let dir = std::fs::File::open(back.path()).unwrap();
         crate::snapshot::archive::restore(&mut &stream[..], std::os::fd::AsFd::as_fd(&dir), me)
             .unwrap();
         assert_eq!(
@@ -206,20 +235,18 @@ mod tests {
         // A tree over the bound is refused, not cut.
         let big = tempfile::tempdir().unwrap();
         std::fs::write(big.path().join("big"), vec![1u8; MAX_TREE_BYTES + 1]).unwrap();
-        let err = capture_tree(big.path()).unwrap_err().to_string();
+        let err = capture_tree(big.path(), me).unwrap_err().to_string();
         assert!(err.contains("most a tree may hold"), "{err}");
-        assert!(capture_tree(Path::new("/nonexistent-codebox-tree")).is_err());
+        assert!(!err.contains(&big.path().display().to_string()), "{err}");
+        assert!(capture_tree(Path::new("/nonexistent-codebox-tree"), me).is_err());
     }
 
     #[test]
     fn what_the_backend_cannot_do_yet_is_named_at_start() {
-        assert_eq!(refusal_at_start(NetworkMode::None, false), None);
-        assert_eq!(refusal_at_start(NetworkMode::Loopback, false), None);
-        let both = refusal_at_start(NetworkMode::Proxy, true).unwrap();
-        assert!(
-            both.contains("\"proxy\"") && both.contains("[packages]"),
-            "{both}"
-        );
-        assert!(both.contains("backend = \"namespace\""), "{both}");
+        assert_eq!(refusal_at_start(NetworkMode::None), None);
+        assert_eq!(refusal_at_start(NetworkMode::Loopback), None);
+        let proxy = refusal_at_start(NetworkMode::Proxy).unwrap();
+        assert!(proxy.contains("\"proxy\""), "{proxy}");
+        assert!(proxy.contains("backend = \"namespace\""), "{proxy}");
     }
 }

@@ -131,6 +131,17 @@ fn template_machine(spec: &RunSpec, accel: Accel) -> Machine {
     m
 }
 
+/// A template's machine for `spec` and its RAM file (to be passed to its jail).
+pub fn machine_and_ram(spec: &RunSpec, accel: Accel) -> Result<(Machine, OwnedFd), Error> {
+    let machine = template_machine(spec, accel);
+    let ram = memfd(c"codebox-template-ram", machine.memory_mib << 20)
+        .map_err(io_err("creating the template's RAM file"))?;
+    Ok((machine, ram))
+}
+
+/// How long a template's jail may live.
+pub const TEMPLATE_LIFETIME: Duration = Duration::from_secs(TEMPLATE_LIMIT.as_secs() + 60);
+
 /// Starts a template's QEMU (single-threaded callers only): its jail and its RAM file.
 pub fn launch(
     host: &Host,
@@ -138,16 +149,14 @@ pub fn launch(
     accel: Accel,
     spec: &RunSpec,
 ) -> Result<(Jailed, OwnedFd), Error> {
-    let machine = template_machine(spec, accel);
-    let ram = memfd(c"codebox-template-ram", machine.memory_mib << 20)
-        .map_err(io_err("creating the template's RAM file"))?;
+    let (machine, ram) = machine_and_ram(spec, accel)?;
     let jailed = jail::launch(
         host,
         &image.dir,
         machine,
         Some(&ram),
         &jail::JailLimits {
-            lifetime: TEMPLATE_LIMIT + Duration::from_secs(60),
+            lifetime: TEMPLATE_LIFETIME,
         },
     )?;
     Ok((jailed, ram))
@@ -401,22 +410,38 @@ fn seed_hex() -> Result<String, Error> {
 }
 
 impl Template {
-    /// Starts a clone's QEMU, waiting for the template's state (single-threaded callers
-    /// only).
-    pub fn launch_clone(&self, host: &Host, image: &GuestImage) -> Result<Jailed, Error> {
+    /// A clone's machine: the template's RAM file mapped copy-on-write ([`Self::ram`]),
+    /// waiting for the template's state.
+    pub fn clone_machine(&self) -> Machine {
         let mut machine = self.machine.clone();
         machine.ram = Ram::File {
             fd: -1,
             share: false,
         };
         machine.incoming = true;
+        machine
+    }
+
+    /// The sealed RAM file each clone maps.
+    pub fn ram(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.ram)
+    }
+
+    /// How long a clone's jail may live when its program's timeout is `timeout`.
+    pub fn clone_lifetime(timeout: Duration) -> Duration {
+        RESTORE_LIMIT + timeout + Duration::from_secs(60)
+    }
+
+    /// Starts a clone's QEMU, waiting for the template's state (single-threaded callers
+    /// only).
+    pub fn launch_clone(&self, host: &Host, image: &GuestImage) -> Result<Jailed, Error> {
         jail::launch(
             host,
             &image.dir,
-            machine,
+            self.clone_machine(),
             Some(&self.ram),
             &jail::JailLimits {
-                lifetime: RESTORE_LIMIT + self.spec.limits.timeout + Duration::from_secs(60),
+                lifetime: Self::clone_lifetime(self.spec.limits.timeout),
             },
         )
     }
@@ -429,6 +454,38 @@ impl Template {
         launched: Instant,
         lifetime: Duration,
     ) -> Result<(MicroVmSandbox, Duration), Error> {
+        self.restore_for(jailed, launched, lifetime, None, &[])
+            .await
+    }
+
+    /// [`Self::restore`] of a kernel-stage clone whose program is `spec` (the template's
+    /// own when `None`: a call's differs by its timeout) with `trees` bound in its
+    /// sandbox. An interpreter-stage clone runs the template's program as it is: it takes
+    /// neither.
+    pub async fn restore_for(
+        &self,
+        jailed: Jailed,
+        launched: Instant,
+        lifetime: Duration,
+        spec: Option<RunSpec>,
+        trees: &[(super::wire::Tree, Vec<u8>)],
+    ) -> Result<(MicroVmSandbox, Duration), Error> {
+        if self.stage == Stage::Interpreter && (spec.is_some() || !trees.is_empty()) {
+            return Err(Error::Unsupported(
+                "another program or trees for an interpreter-stage clone".into(),
+            ));
+        }
+        if let Some(s) = &spec {
+            // Only the timeout may differ: the machine and the sandbox are the template's.
+            let mut same = s.clone();
+            same.limits.timeout = self.spec.limits.timeout;
+            if same != self.spec {
+                return Err(Error::Unsupported(
+                    "a clone whose program differs from its template's beyond the timeout".into(),
+                ));
+            }
+        }
+        let spec = spec.unwrap_or_else(|| self.spec.clone());
         let mut vm = vm::connect(jailed, launched).await?;
         let restore = async {
             ignore_shared(&vm).await?;
@@ -478,8 +535,9 @@ impl Template {
                 // The guest init waits for Start: the program is started now, after the
                 // clock and the kernel's entropy are set (as in a cold VM).
                 Stage::Kernel => {
+                    vm.send_trees(trees).await?;
                     vm.send(&HostMessage::Start {
-                        spec: Box::new(self.spec.clone()),
+                        spec: Box::new(spec.clone()),
                         time_ns: now_ns(),
                         seed: seed_hex()?,
                         template: false,

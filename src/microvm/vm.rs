@@ -28,7 +28,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::jail::Jailed;
-use super::jail_process::JailWatcher;
+use super::jail_process::{JailGone, JailWatcher};
 use super::pump::{pump, PumpEnd};
 use super::qmp::Qmp;
 use super::wire::{self, FrameReader, GuestMessage, HostMessage, RunSpec, Stream, Tree};
@@ -85,6 +85,8 @@ pub enum VmEnd {
     /// The guest broke the control protocol (a garbled or oversized frame, a message out
     /// of turn).
     ProtocolViolation { reason: String },
+    /// The spawner that started the jail is gone, and the jail with it (`serve`).
+    SpawnerLost,
 }
 
 impl VmEnd {
@@ -110,6 +112,9 @@ impl VmEnd {
             VmEnd::GuestFailed { reason } => format!("the guest init failed: {reason}"),
             VmEnd::ProtocolViolation { reason } => {
                 format!("the guest broke the control protocol: {reason}")
+            }
+            VmEnd::SpawnerLost => {
+                "the spawner that started the VM's jail was lost, and the VM with it".into()
             }
         }
     }
@@ -490,7 +495,7 @@ impl Vm {
             status_tx: Some(status_tx),
             limits: [out_limit_tx, err_limit_tx, up_limit_tx],
             outputs: Some((stdout_task, stderr_task)),
-            _up: up_task,
+            up: up_task,
         };
         tokio::spawn(driver.run(kill.clone(), down_done, lifetime, ending_tx));
         Ok(MicroVmSandbox {
@@ -556,10 +561,24 @@ struct Driver {
         tokio::task::JoinHandle<PumpEnd>,
         tokio::task::JoinHandle<PumpEnd>,
     )>,
-    _up: tokio::task::JoinHandle<PumpEnd>,
+    /// fd 3, guest → host: what the program wrote last (a value, output files' last
+    /// chunks, `codebox/exit`) is let through before QEMU is killed ([`UP_DRAIN`]).
+    up: tokio::task::JoinHandle<PumpEnd>,
 }
 
+/// How long a completed VM's fd 3 may take to deliver what the guest still sends after
+/// the program's end (the guest waits as long for it to leave the program's socket).
+pub(super) const UP_DRAIN: Duration = Duration::from_secs(2);
+
 impl Driver {
+    /// Waits, within [`UP_DRAIN`], for fd 3's upward pump to have passed on everything
+    /// the guest announced.
+    async fn drain_up(&mut self) {
+        if tokio::time::timeout(UP_DRAIN, &mut self.up).await.is_err() {
+            tracing::debug!("fd 3 of a completed microVM did not end within the drain bound");
+        }
+    }
+
     async fn run(
         mut self,
         kill: KillHandle,
@@ -584,6 +603,10 @@ impl Driver {
             });
         }
         let mut outputs_done = false;
+        // The down pump reports fd 3's end once, then its channel is closed: a closed
+        // channel is ready at every poll, so it is not polled again (it spun a core for
+        // the rest of the run when the proxy closed fd 3 early).
+        let mut down_open = true;
         let mut buf = [0u8; 4096];
         let end = loop {
             let want = self.reader.want().min(buf.len());
@@ -591,13 +614,18 @@ impl Driver {
                 _ = &mut outputs_rx, if !outputs_done => {
                     outputs_done = true;
                     if exited {
+                        self.drain_up().await;
                         break VmEnd::Completed;
                     }
                 }
                 _ = kill.killed() => break VmEnd::Killed,
                 _ = &mut deadline => break VmEnd::Lifetime,
-                _ = jail.exited() => break VmEnd::VmmExited,
-                bytes = down_done.recv() => {
+                gone = jail.exited() => break match gone {
+                    JailGone::Exited => VmEnd::VmmExited,
+                    JailGone::SpawnerLost => VmEnd::SpawnerLost,
+                },
+                bytes = down_done.recv(), if down_open => {
+                    down_open = false;
                     if let Some(bytes) = bytes {
                         let msg = wire::encode(&HostMessage::Eof { stream: Stream::Channel, bytes });
                         if self.control.write_all(&msg).await.is_err() {
@@ -650,7 +678,8 @@ impl Driver {
                                 }
                                 exited = true;
                                 if outputs_done {
-                                    break VmEnd::Completed;
+                                    self.drain_up().await;
+                        break VmEnd::Completed;
                                 }
                             }
                             GuestMessage::Failed { reason } => {

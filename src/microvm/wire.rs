@@ -128,26 +128,19 @@ pub enum GuestMessage {
 }
 
 /// `tree`'s stream as encoded `Tree` frames, [`TREE_CHUNK`] bytes each (one empty frame
-/// for an empty stream).
-pub fn tree_frames(tree: Tree, stream: &[u8]) -> Vec<Vec<u8>> {
+/// for an empty stream), each encoded only when it is taken.
+pub fn tree_frames(tree: Tree, stream: &[u8]) -> impl Iterator<Item = Vec<u8>> + '_ {
     use base64::Engine;
-    let chunks: Vec<&[u8]> = if stream.is_empty() {
-        vec![&[][..]]
-    } else {
-        stream.chunks(TREE_CHUNK).collect()
-    };
-    let last = chunks.len() - 1;
-    chunks
-        .into_iter()
-        .enumerate()
-        .map(|(i, chunk)| {
-            encode(&HostMessage::Tree {
-                tree,
-                data: base64::engine::general_purpose::STANDARD.encode(chunk),
-                end: i == last,
-            })
+    let count = stream.len().div_ceil(TREE_CHUNK).max(1);
+    (0..count).map(move |i| {
+        let chunk =
+            &stream[(i * TREE_CHUNK).min(stream.len())..((i + 1) * TREE_CHUNK).min(stream.len())];
+        encode(&HostMessage::Tree {
+            tree,
+            data: base64::engine::general_purpose::STANDARD.encode(chunk),
+            end: i + 1 == count,
         })
-        .collect()
+    })
 }
 
 /// Why a frame was refused.
@@ -223,7 +216,7 @@ mod tests {
     #[test]
     fn tree_streams_go_in_frames_that_fit() {
         let stream: Vec<u8> = (0..TREE_CHUNK * 2 + 5).map(|i| (i * 7) as u8).collect();
-        let frames = tree_frames(Tree::Servers, &stream);
+        let frames: Vec<Vec<u8>> = tree_frames(Tree::Servers, &stream).collect();
         assert_eq!(frames.len(), 3);
         let mut back = Vec::new();
         let mut reader = FrameReader::default();
@@ -252,7 +245,7 @@ mod tests {
         }
         assert_eq!(back, stream);
         // An empty tree is one last frame.
-        assert_eq!(tree_frames(Tree::Skills, &[]).len(), 1);
+        assert_eq!(tree_frames(Tree::Skills, &[]).count(), 1);
     }
 
     fn spec() -> RunSpec {

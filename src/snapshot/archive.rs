@@ -108,6 +108,40 @@ fn show(prefix: &str, name: &CStr) -> String {
 /// Writes the tree below `root` (a directory or mount descriptor) to `out`; returns what
 /// it held.
 pub fn capture(root: BorrowedFd<'_>, out: &mut dyn Write) -> Result<WorkspaceFacts> {
+    capture_with(root, out, None)
+}
+
+/// [`capture`] of what host user `reader` (uid, gid) may read by the mode bits: a file
+/// it may not read, or a directory it may not list and enter, is left out (counted as
+/// skipped), and nothing is made readable for the walk. What a sandbox running as
+/// `reader` would see of a directory bound into it (the microVM's `/servers` and
+/// `/skills`, which travel as streams instead).
+pub fn capture_readable_by(
+    root: BorrowedFd<'_>,
+    out: &mut dyn Write,
+    reader: (u32, u32),
+) -> Result<WorkspaceFacts> {
+    capture_with(root, out, Some(reader))
+}
+
+/// Whether `reader` (uid, gid) has all of `need` (rwx bits, 0o4 read, 0o1 search) on
+/// `st` by its mode.
+fn may(st: &libc::stat, (uid, gid): (u32, u32), need: u32) -> bool {
+    let bits = if st.st_uid == uid {
+        (st.st_mode >> 6) & 7
+    } else if st.st_gid == gid {
+        (st.st_mode >> 3) & 7
+    } else {
+        st.st_mode & 7
+    };
+    bits & need == need
+}
+
+fn capture_with(
+    root: BorrowedFd<'_>,
+    out: &mut dyn Write,
+    reader: Option<(u32, u32)>,
+) -> Result<WorkspaceFacts> {
     let io_err = |doing| {
         move |e: Errno| ArchiveError::Io {
             doing,
@@ -122,7 +156,15 @@ pub fn capture(root: BorrowedFd<'_>, out: &mut dyn Write) -> Result<WorkspaceFac
         facts: WorkspaceFacts::default(),
         linked: std::collections::HashMap::new(),
         buf: vec![0u8; BUF],
+        reader,
     };
+    if reader.is_some_and(|r| !may(&st, r, 0o5)) {
+        return Err(ArchiveError::Io {
+            doing: "read",
+            path: ".".into(),
+            source: io::Error::from(io::ErrorKind::PermissionDenied),
+        });
+    }
     c.out.bytes(MAGIC)?;
     c.out.bytes(b"R")?;
     c.out.u32(st.st_mode & MODE_BITS)?;
@@ -167,6 +209,8 @@ struct Capture<'a> {
     /// Inodes of files with several links → their index.
     linked: std::collections::HashMap<u64, u64>,
     buf: Vec<u8>,
+    /// Only what this host user may read ([`capture_readable_by`]).
+    reader: Option<(u32, u32)>,
 }
 
 fn dir_flags() -> OFlag {
@@ -202,6 +246,22 @@ fn open_even_if_locked(
 }
 
 impl Capture<'_> {
+    /// Opens an entry: for a workspace, even one its owner locked
+    /// ([`open_even_if_locked`]); for a reader's view, only as it is.
+    fn open(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        flags: OFlag,
+        mode: u32,
+        add: u32,
+    ) -> nix::Result<OwnedFd> {
+        match self.reader {
+            None => open_even_if_locked(dir, name, flags, mode, add),
+            Some(_) => openat(dir, name, flags, Mode::empty()),
+        }
+    }
+
     fn walk(&mut self, dir: BorrowedFd<'_>, prefix: &str, depth: usize) -> Result<()> {
         let mut names = crate::session::disk::names(dir).map_err(|source| ArchiveError::Io {
             doing: "list",
@@ -233,14 +293,25 @@ impl Capture<'_> {
                 }
                 Err(e) => return Err(io("stat")(e)),
             };
+            let hidden = |need| self.reader.is_some_and(|r| !may(&st, r, need));
             match kind_of(&st) {
+                SFlag::S_IFDIR | SFlag::S_IFREG
+                    if hidden(if kind_of(&st) == SFlag::S_IFDIR {
+                        0o5
+                    } else {
+                        0o4
+                    }) =>
+                {
+                    self.facts.skipped += 1;
+                }
                 SFlag::S_IFDIR => {
                     if depth + 1 > MAX_DEPTH {
                         return Err(ArchiveError::TooDeep {
                             path: show(prefix, &name),
                         });
                     }
-                    let child = open_even_if_locked(dir, &name, dir_flags(), st.st_mode, 0o500)
+                    let child = self
+                        .open(dir, &name, dir_flags(), st.st_mode, 0o500)
                         .map_err(io("open the directory"))?;
                     self.same(&child, &st, prefix, &name)?;
                     self.out.bytes(b"D")?;
@@ -313,7 +384,9 @@ impl Capture<'_> {
             }
         };
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let fd = open_even_if_locked(dir, name, flags, st.st_mode, 0o400).map_err(io("open"))?;
+        let fd = self
+            .open(dir, name, flags, st.st_mode, 0o400)
+            .map_err(io("open"))?;
         self.same(&fd, st, prefix, name)?;
         let linked = st.st_nlink > 1;
         if linked {

@@ -409,3 +409,45 @@ fn a_restore_beyond_the_filesystems_size_is_a_quota_error() {
     let e = restore(&mut many.end(10, 0).as_slice(), mount.as_fd(), ids).unwrap_err();
     assert!(matches!(e, ArchiveError::Quota { .. }), "{e}");
 }
+
+#[test]
+fn a_reader_s_view_leaves_out_what_it_may_not_read_and_changes_no_mode() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let set = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    std::fs::write(d.join("open.txt"), b"o").unwrap();
+    set(&d.join("open.txt"), 0o644).unwrap();
+    std::fs::write(d.join("secret.env"), b"s").unwrap();
+    set(&d.join("secret.env"), 0o600).unwrap();
+    std::fs::create_dir(d.join("private")).unwrap();
+    std::fs::write(d.join("private/x"), b"x").unwrap();
+    set(&d.join("private"), 0o700).unwrap();
+    std::fs::create_dir(d.join("pub")).unwrap();
+    std::fs::write(d.join("pub/y"), b"y").unwrap();
+    set(&d.join("pub/y"), 0o644).unwrap();
+    set(&d.join("pub"), 0o755).unwrap();
+    set(d, 0o755).unwrap();
+    // Neither the owner nor in the group: only the "other" bits count for it.
+    let (uid, gid) = me();
+    let reader = (uid.wrapping_add(4242), gid.wrapping_add(4242));
+    let mut out = Vec::new();
+    let facts = capture_readable_by(open(d).as_fd(), &mut out, reader).unwrap();
+    assert_eq!(facts.skipped, 2, "secret.env and private/ are left out");
+    let back = tempfile::tempdir().unwrap();
+    restore(&mut &out[..], open(back.path()).as_fd(), me()).unwrap();
+    let names: Vec<String> = tree(back.path()).into_iter().map(|e| e.0).collect();
+    assert_eq!(names, ["open.txt", "pub", "pub/y"], "{names:?}");
+    // Nothing was made readable on the way.
+    assert_eq!(
+        std::fs::metadata(d.join("secret.env")).unwrap().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        std::fs::metadata(d.join("private")).unwrap().mode() & 0o777,
+        0o700
+    );
+    // The owner itself sees it all.
+    let mut own = Vec::new();
+    let facts = capture_readable_by(open(d).as_fd(), &mut own, me()).unwrap();
+    assert_eq!(facts.skipped, 0);
+}

@@ -136,8 +136,11 @@ pub fn serve(sock: OwnedFd, host: &Host) {
                         Spawning::Failed => {}
                     }
                 }
-                Ok(Some((Request::SpawnVmm { id, vmm }, _))) => {
-                    if let Some(watch) = spawn_vmm(&sock, host, id, &vmm) {
+                Ok(Some((Request::SpawnVmm { id, vmm }, fds))) => {
+                    // At most one descriptor: the guest's RAM file (a template's, or the
+                    // one a clone maps copy-on-write). Ours closes once QEMU holds it.
+                    let ram = fds.into_iter().next();
+                    if let Some(watch) = spawn_vmm(&sock, host, id, &vmm, ram.as_ref()) {
                         live.insert(id, watch);
                     }
                 }
@@ -232,11 +235,17 @@ fn spawn_cold(sock: &OwnedFd, host: &Host, id: u64, spec: &SandboxSpec) -> Optio
 
 /// Starts a microVM's jailed QEMU and hands it over with the host ends of its ports;
 /// tells the supervisor when it fails.
-fn spawn_vmm(sock: &OwnedFd, host: &Host, id: u64, vmm: &VmmSpec) -> Option<Watch> {
+fn spawn_vmm(
+    sock: &OwnedFd,
+    host: &Host,
+    id: u64,
+    vmm: &VmmSpec,
+    ram: Option<&OwnedFd>,
+) -> Option<Watch> {
     let limits = crate::microvm::jail::JailLimits {
         lifetime: std::time::Duration::from_millis(vmm.lifetime_ms),
     };
-    match crate::microvm::jail::launch(host, &vmm.guest_dir, vmm.machine.clone(), None, &limits) {
+    match crate::microvm::jail::launch(host, &vmm.guest_dir, vmm.machine.clone(), ram, &limits) {
         Ok(jailed) => {
             let crate::microvm::jail_process::JailProcess::Local(sandbox) = jailed.process else {
                 unreachable!("jail::launch clones the jail here");

@@ -25,8 +25,9 @@ pub const SPAWNED_FDS: usize = 4;
 /// Descriptors that follow those of a microVM's jail ([`Request::SpawnVmm`]): the host
 /// ends of the VM's control, stdout, stderr and fd-3 ports.
 pub const VMM_PORT_FDS: usize = 4;
-/// The most descriptors a [`Response::Spawned`] carries.
-pub const MAX_SPAWNED_FDS: usize = SPAWNED_FDS + VMM_PORT_FDS;
+/// The most descriptors a [`Response::Spawned`] carries (a jail has no egress listener
+/// today; the room for one keeps a future one from truncating the message).
+pub const MAX_SPAWNED_FDS: usize = SPAWNED_FDS + 1 + VMM_PORT_FDS;
 
 /// A microVM's jailed QEMU (`microvm::jail`), started by the spawner because only a
 /// single-threaded process may clone a sandbox.
@@ -116,7 +117,8 @@ pub enum Request {
         spec: Box<SpawnSpec>,
     },
     /// A microVM's jail: answered like a `Spawn` (QEMU's console, stderr, QMP and the
-    /// status pipe), followed by the host ends of the VM's four ports.
+    /// status pipe), followed by the host ends of the VM's four ports. The guest's RAM
+    /// file, when the machine is file-backed, comes as the request's one descriptor.
     SpawnVmm {
         id: u64,
         vmm: Box<VmmSpec>,
@@ -297,7 +299,9 @@ mod tests {
         nix::unistd::read(r.as_fd(), &mut byte).unwrap();
         assert_eq!(&byte, b"x");
         // A microVM's jail: its four descriptors and the four ports all arrive.
-        let eight: Vec<i32> = (0..MAX_SPAWNED_FDS).map(|_| r.as_raw_fd()).collect();
+        let eight: Vec<i32> = (0..SPAWNED_FDS + VMM_PORT_FDS)
+            .map(|_| r.as_raw_fd())
+            .collect();
         send(
             a.as_fd(),
             &Response::Spawned {

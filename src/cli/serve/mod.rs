@@ -118,7 +118,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let on_microvm = args.backend.unwrap_or(profile.backend) == codebox::microvm::Backend::Microvm;
     if on_microvm {
-        if let Some(why) = codebox::microvm::serve::refusal_at_start(profile.network_mode, false) {
+        if let Some(why) = codebox::microvm::serve::refusal_at_start(profile.network_mode) {
             bail!("{why}");
         }
     }

@@ -117,6 +117,9 @@ fn borrow(fd: RawFd) -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
+/// How long fd 3 may take, after the program's end, to pass on what it wrote last.
+const UP_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Relays until the sandbox has ended; reports the ending on the control port.
 pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports, template: bool) -> Result<()> {
     let (io, watch) = sandbox.into_parts();
@@ -154,6 +157,7 @@ pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports, template: bool)
     let mut announced = [false; 3];
     let mut reader = FrameReader::default();
     let mut exited = false;
+    let mut exited_at: Option<std::time::Instant> = None;
     let mut control_buf = [0u8; 4096];
 
     loop {
@@ -181,7 +185,12 @@ pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports, template: bool)
                 down_shut = true;
             }
         }
-        if exited && out.done() && err.done() {
+        // fd 3 too: what the program wrote last (its value, its output files' last
+        // chunks, `codebox/exit`) may still be in its socket or our buffer. Every process
+        // of the sandbox is gone, so its end comes once that is through; a host that does
+        // not take it is not waited for past `UP_DRAIN`.
+        let up_waited = exited_at.is_some_and(|at| at.elapsed() >= UP_DRAIN);
+        if exited && out.done() && err.done() && (up.done() || up_waited) {
             break;
         }
 
@@ -212,7 +221,13 @@ pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports, template: bool)
             },
             Role::Control,
         );
-        match poll(&mut fds, PollTimeout::NONE) {
+        // Once the program has ended, the poll wakes for the drain's bound.
+        let timeout = match exited_at {
+            Some(at) => PollTimeout::try_from(UP_DRAIN.saturating_sub(at.elapsed()))
+                .unwrap_or(PollTimeout::ZERO),
+            None => PollTimeout::NONE,
+        };
+        match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(std::io::Error::from(e)).context("polling the relay"),
         }
@@ -243,7 +258,10 @@ pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports, template: bool)
                         pump.eof = true;
                     }
                 }
-                Role::Exit => exited = true,
+                Role::Exit => {
+                    exited = true;
+                    exited_at = Some(std::time::Instant::now());
+                }
                 Role::Control => {
                     if events.contains(PollFlags::POLLOUT) && !control_out.is_empty() {
                         // SAFETY: a valid readable slice.

@@ -3,7 +3,7 @@
 //!
 //! Each arrives on the control port as a `snapshot::archive` stream in bounded parts
 //! ([`Assembler`]: at most [`MAX_TREE_BYTES`] a tree, parts only while the tree is open),
-//! is restored into a tmpfs of its own sized to it (the archive's restore makes every
+//! is restored into a tmpfs of its own (the archive's restore makes every
 //! entry anew and never follows a link), that tmpfs is made read-only, and the sandbox of
 //! the next `Start` binds it read-only where the namespace backend binds the host's
 //! directory.
@@ -110,17 +110,12 @@ fn restore(tree: Tree, stream: &[u8]) -> Result<PathBuf> {
             .unwrap_or(0)
     ));
     std::fs::create_dir_all(&at).with_context(|| format!("creating {}", at.display()))?;
-    // The stream's bytes and a margin for directories and block rounding.
-    let size = stream.len() * 2 + (1 << 20);
+    // tmpfs's own bound (half the guest's RAM): a tree takes a page per file however
+    // small, so a size from the stream's length was too small for many small files (a
+    // hundred skills); the host bounds the stream, and the tmpfs is read-only once made.
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    mount(
-        Some("tmpfs"),
-        &at,
-        Some("tmpfs"),
-        flags,
-        Some(format!("mode=0755,size={size}").as_str()),
-    )
-    .with_context(|| format!("mounting a tmpfs for {}", tree.name()))?;
+    mount(Some("tmpfs"), &at, Some("tmpfs"), flags, Some("mode=0755"))
+        .with_context(|| format!("mounting a tmpfs for {}", tree.name()))?;
     let dir = std::fs::File::open(&at).with_context(|| format!("opening {}", at.display()))?;
     crate::snapshot::archive::restore(&mut &stream[..], dir.as_fd(), (0, 0))
         .with_context(|| format!("restoring {}", tree.name()))?;

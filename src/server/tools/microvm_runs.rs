@@ -37,9 +37,11 @@ impl CodeboxServer {
         .into_iter()
         .filter_map(|(tree, dir)| Some((tree, dir?)))
         .collect();
+        // What the sandbox user may read of them, as a bind mount would show it.
+        let reader = s.settings.sandbox_ids;
         let trees = tokio::task::spawn_blocking(move || {
             dirs.into_iter()
-                .map(|(tree, dir)| Ok((tree, capture_tree(&dir)?)))
+                .map(|(tree, dir)| Ok((tree, capture_tree(&dir, reader)?)))
                 .collect::<Result<Vec<_>, crate::microvm::Error>>()
         })
         .await
@@ -58,13 +60,21 @@ impl CodeboxServer {
                 &c.limits,
                 &s.settings.profile.policy,
                 &trees,
+                admitted,
             ) => started,
             _ = &mut cancel => return Err("the execution was cancelled while its microVM booted".into()),
         };
+        // Sent: the trees need not stay in memory for the run.
+        drop(trees);
         let sandbox = started.map_err(|e| {
             tracing::error!(error = %e, language = %spec.language, "starting a microVM failed");
             format!("the microVM could not be started: {e}")
         })?;
+        // The runtime's `codebox/exit` carries its report (layers, how TypeScript ended),
+        // taken only when someone asks for the notice; the VM's end is what ends the run
+        // here, so nobody waits for it.
+        let (exit_notice, _not_waited) = tokio::sync::oneshot::channel();
+        proxy.set_exit_notice(exit_notice);
         let serve_proxy = proxy.clone();
         let (outcome, ending) = crate::microvm::run::capture(
             sandbox,
@@ -77,8 +87,6 @@ impl CodeboxServer {
         )
         .await
         .map_err(|e| format!("the microVM failed: {e}"))?;
-        // `capture` returns once the VM is gone: nothing it held is in use any more.
-        drop(admitted);
         if !ending.end.is_normal() && !outcome.timed_out {
             // The sandbox's infrastructure failed, not the program (a killed or stopped
             // VMM, a guest that broke the protocol): no result to report as the program's.

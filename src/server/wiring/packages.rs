@@ -39,6 +39,10 @@ impl CodeboxServer {
                 // The rootfs has it all.
                 None => Ok(None),
             },
+            None if !asked.is_empty() && self.state.settings.microvm.is_some() => Err(
+                "packages: packages on request are not available on the microVM backend yet; what the rootfs's data set has is there"
+                    .into(),
+            ),
             None if !asked.is_empty() => Err(
                 "packages: this server installs no packages on request ([packages] enabled = false, or no installer in its rootfs)"
                     .into(),

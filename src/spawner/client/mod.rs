@@ -260,15 +260,21 @@ impl SpawnerClient {
 
     /// Asks the spawner for a microVM's jailed QEMU: the jail (its stdout is the serial
     /// console, its fd 3 QMP) and the host ends of the VM's control, stdout, stderr and
-    /// fd-3 ports, in that order.
-    pub async fn spawn_vmm(&self, vmm: VmmSpec) -> Result<(RemoteSandbox, [OwnedFd; 4])> {
+    /// fd-3 ports, in that order. `ram`: the guest's RAM file when `vmm.machine` is
+    /// file-backed (a template's, or the one a clone maps copy-on-write).
+    pub async fn spawn_vmm(
+        &self,
+        vmm: VmmSpec,
+        ram: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> Result<(RemoteSandbox, [OwnedFd; 4])> {
+        let ram = ram.map(|fd| std::os::fd::AsRawFd::as_raw_fd(&fd));
         let (sandbox, ports) = self
             .request(
                 |id| Request::SpawnVmm {
                     id,
                     vmm: Box::new(vmm),
                 },
-                &[],
+                ram.as_slice(),
             )
             .await?;
         let ports: [OwnedFd; 4] = ports
@@ -296,7 +302,15 @@ impl SpawnerClient {
             w.spawned.insert(id, tx);
             w.exited.insert(id, exit_tx);
         }
+        // Until the reply is taken, dropping this request forgets its waiters and has the
+        // spawner kill whatever it made for it (a spawn still queued is killed once made).
+        let mut pending = PendingSpawn {
+            inner: Some(inner.clone()),
+            id,
+        };
         inner.send_with(&make(id), fds_out).await?;
+        let reply = rx.await;
+        pending.inner = None;
         let Spawned {
             landlock,
             cgroups,
@@ -304,7 +318,7 @@ impl SpawnerClient {
             zygote,
             vmm_ports,
             mut fds,
-        } = match rx.await.map_err(|_| Error::Lost)? {
+        } = match reply.map_err(|_| Error::Lost)? {
             Ok(v) => v,
             Err(message) => {
                 inner
@@ -346,6 +360,27 @@ impl SpawnerClient {
     }
 }
 
+/// A spawn request in flight: dropped before its reply was taken, it removes its waiters
+/// and asks the spawner to kill the sandbox (a `Kill` for an id the spawner does not know,
+/// or no longer knows, is ignored; one for a request still queued arrives after it).
+struct PendingSpawn {
+    inner: Option<Arc<Inner>>,
+    id: u64,
+}
+
+impl Drop for PendingSpawn {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            {
+                let mut w = inner.waiters.lock().expect("waiters lock");
+                w.spawned.remove(&self.id);
+                w.exited.remove(&self.id);
+            }
+            inner.send_now(&Request::Kill { id: self.id });
+        }
+    }
+}
+
 async fn read_responses(inner: Arc<Inner>) {
     loop {
         let msg = loop {
@@ -377,15 +412,25 @@ async fn read_responses(inner: Arc<Inner>) {
                 },
                 fds,
             )) => {
-                if let Some(tx) = w.spawned.remove(&id) {
-                    let _ = tx.send(Ok(Spawned {
-                        landlock,
-                        cgroups,
-                        egress,
-                        zygote,
-                        vmm_ports,
-                        fds,
-                    }));
+                let spawned = Spawned {
+                    landlock,
+                    cgroups,
+                    egress,
+                    zygote,
+                    vmm_ports,
+                    fds,
+                };
+                let delivered = match w.spawned.remove(&id) {
+                    Some(tx) => tx.send(Ok(spawned)).is_ok(),
+                    None => false,
+                };
+                if !delivered {
+                    // Nobody waits any more (the request was dropped: a cancelled call):
+                    // nothing would ever end this sandbox but its deadline. Its
+                    // descriptors closed with the message; the spawner kills it now.
+                    w.exited.remove(&id);
+                    tracing::debug!(sandbox = id, "a sandbox nobody waits for; killing it");
+                    inner.send_now(&Request::Kill { id });
                 }
             }
             Some((Response::Failed { id, error }, _)) => {
