@@ -178,8 +178,8 @@ fn upstreams() -> PathBuf {
 ///
 /// Every case of `results_client.py` and the four upstream cases below passed on this
 /// backend (7 December: 11 + 5 cases, 330 s under TCG, ~5 s a call). CI runs a part, a VM
-/// per call being what it costs: tracebacks, a 5 MB file both ways, hostile output files
-/// and PII in output files; upstream tools through the proxy by `codebox.call_tool` and
+/// per call being what it costs: tracebacks, a server idle while a program that garbled
+/// fd 3 waits, a 5 MB file both ways, hostile output files and PII in output files; upstream tools through the proxy by `codebox.call_tool` and
 /// by the generated wrappers at `/servers` in both languages, and the allowlist. The
 /// rootless pass runs the two upstream chains (the jail started by an unprivileged
 /// server's spawner). All of it: `CODEBOX_TEST_MICROVM_ALL=1`.
@@ -201,6 +201,7 @@ fn results_and_upstream_tools_on_the_microvm_backend() {
             results.push((
                 "CODEBOX_TEST_CASES",
                 "a_failing_last_expression_is_a_traceback_with_the_program_lines,\
+                 a_program_that_garbles_fd_3_and_waits_costs_the_server_nothing,\
                  a_five_megabyte_binary_file_round_trips_byte_for_byte,\
                  hostile_output_files_are_refused_with_reasons,\
                  personal_data_in_output_files_is_tokenized_and_images_withheld"

@@ -183,22 +183,37 @@ fn doctor_names_the_accelerator_and_why() -> Result<(), Failed> {
     Ok(())
 }
 
-/// `codebox serve` refuses the microVM backend plainly until its pool and sessions run
-/// microVMs, rather than serve namespace sandboxes under that name.
-fn serve_refuses_the_microvm_backend() -> Result<(), Failed> {
-    if !sandbox_available("serve_refuses_the_microvm_backend") {
+/// `codebox serve` on the microVM backend refuses to start with what the backend does not
+/// do yet (controlled egress), naming it, rather than serve it another way. (What it does
+/// serve is tested through the MCP client scripts: `tests/mcp.rs`
+/// `results_and_upstream_tools_on_the_microvm_backend`.)
+fn serve_refuses_what_the_microvm_backend_cannot_do_yet() -> Result<(), Failed> {
+    if !sandbox_available("serve_refuses_what_the_microvm_backend_cannot_do_yet") {
         return Ok(());
     }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("codebox.toml");
+    std::fs::write(
+        &config,
+        "[network]\nmode = \"proxy\"\nallow = [\"example.org\"]\n",
+    )
+    .unwrap();
     let out = Command::new(codebox_bin())
         .arg("serve")
         .env("CODEBOX_ROOTFS", rootfs_dir())
         .env("CODEBOX_BACKEND", "microvm")
+        .env("CODEBOX_CONFIG", &config)
+        .env("CODEBOX_STATE_DIR", dir.path().join("state"))
+        .env("CODEBOX_GUEST", guest_dir())
         .stdin(std::process::Stdio::null())
         .output()
         .expect("run codebox serve");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("backend microvm"), "{err}");
+    assert!(
+        err.contains("backend microvm") && err.contains("\"proxy\""),
+        "{err}"
+    );
     Ok(())
 }
 
@@ -752,8 +767,8 @@ fn main() {
             doctor_names_the_accelerator_and_why,
         ),
         Trial::test(
-            "serve_refuses_the_microvm_backend",
-            serve_refuses_the_microvm_backend,
+            "serve_refuses_what_the_microvm_backend_cannot_do_yet",
+            serve_refuses_what_the_microvm_backend_cannot_do_yet,
         ),
         Trial::test(
             "a_timeout_ends_the_vm_and_leaves_nothing",

@@ -8,6 +8,29 @@ def server_env():
     return {k: v for k, v in os.environ.items() if k.startswith(("CODEBOX_", "HOME", "PATH"))}
 
 
+def our_serve_pids():
+    """Pids of the `codebox serve` processes this script started (its children)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and argv[1:2] == [b"serve"]:
+            found.append(int(pid))
+    return found
+
+
+def cpu_seconds(pid):
+    """User and system CPU time a process has used so far (all its threads)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def processes_with(marker):
     """Pids (other than ours) whose command line contains `marker`."""
     found = []

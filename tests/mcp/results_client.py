@@ -17,7 +17,7 @@ import tempfile
 
 import anyio
 
-from helpers import cases_over_stdio, namespace_only
+from helpers import cases_over_stdio, cpu_seconds, namespace_only, our_serve_pids
 
 CODEBOX = sys.argv[1]
 CASES = []
@@ -94,6 +94,21 @@ async def hostile_values_never_break_the_run(s):
     )
     r, sc = await run(s, code)
     assert sc["stdout"] == "after\n" and sc["value"] == "forged", sc
+
+
+@case
+async def a_program_that_garbles_fd_3_and_waits_costs_the_server_nothing(s):
+    # A bad line on fd 3 makes the proxy close the channel; the program then sleeps. The
+    # server must idle meanwhile (the microVM driver once polled the closed channel at
+    # every turn: a core for the rest of the run).
+    [serve] = our_serve_pids()
+    before = cpu_seconds(serve)
+    r, sc = await run(s, "import os, time\nos.write(3, b'not json\\n')\ntime.sleep(4)\nprint('slept')")
+    used = cpu_seconds(serve) - before
+    assert sc.get("stdout") == "slept\n", sc
+    # The call's own work (a VM's boot under TCG included) is well under a second of the
+    # server's CPU; a spinning loop takes the 4 s of the sleep.
+    assert used < 2.0, f"the server used {used:.2f} s of CPU during a 4 s sleep"
 
 
 @case
