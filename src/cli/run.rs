@@ -258,6 +258,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             network: profile.network_mode,
             packages: codebox::hints::Packages::NotHere,
             kept_interpreter: false,
+            sessions: false,
         },
     );
     report(&result, args.json)

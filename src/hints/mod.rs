@@ -53,6 +53,9 @@ pub struct Context<'a> {
     pub packages: Packages,
     /// The run was a keep-alive session's (names of earlier runs are kept).
     pub kept_interpreter: bool,
+    /// Whether this server offers sessions (the microVM backend does not yet): a hint
+    /// never points to what the server refuses.
+    pub sessions: bool,
 }
 
 /// The hints for `r`, most important first; none for a run that succeeded.
@@ -96,8 +99,9 @@ fn timeout(cx: &Context<'_>) -> String {
             let max = cx.max_timeout.unwrap_or(cx.timeout);
             let more = if cx.timeout >= max {
                 format!(
-                    "that is the most this server allows (max_timeout in codebox.toml, {} ms); do less per call, e.g. split the work over several calls or a session",
-                    max.as_millis()
+                    "that is the most this server allows (max_timeout in codebox.toml, {} ms); do less per call, e.g. split the work over several calls{}",
+                    max.as_millis(),
+                    if cx.sessions { " or a session" } else { "" }
                 )
             } else {
                 format!(
@@ -255,6 +259,9 @@ fn fresh_interpreter(name: &str, cx: &Context<'_>) -> String {
     match cx.surface {
         Surface::Cli => format!(
             "{name} is not defined: every codebox run starts a fresh interpreter"
+        ),
+        Surface::Mcp if !cx.sessions => format!(
+            "{name} is not defined here. If it came from an earlier call: each call runs in a fresh interpreter, so nothing defined before is kept, and this server offers no sessions (its microVM backend does not keep them yet): define what the program needs in the same call"
         ),
         Surface::Mcp => format!(
             "{name} is not defined here. If it came from an earlier call: each call runs in a fresh interpreter, so nothing defined before is kept. To keep names between calls run them in a session: session: \"new\", keep_alive: true on the first call, then the session id the result gives on the next ones"

@@ -17,6 +17,7 @@ fn cx(surface: Surface, language: Language) -> Context<'static> {
             Surface::Cli => Packages::NotHere,
         },
         kept_interpreter: false,
+        sessions: true,
     }
 }
 
@@ -193,6 +194,14 @@ fn a_name_from_an_earlier_call_hints_at_sessions() {
         let mut kept = cx(Surface::Mcp, language);
         kept.kept_interpreter = true;
         assert!(for_result(&failed(language, stderr), &kept).is_empty());
+        // A server without sessions (the microVM backend) never points to them.
+        let mut no_sessions = cx(Surface::Mcp, language);
+        no_sessions.sessions = false;
+        let hints = for_result(&failed(language, stderr), &no_sessions);
+        assert!(
+            hints[0].contains("offers no sessions") && !hints[0].contains("keep_alive"),
+            "{hints:?}"
+        );
     }
 }
 

@@ -681,6 +681,7 @@ impl CodeboxServer {
                 None => crate::hints::Packages::Off,
             },
             kept_interpreter,
+            sessions: settings.microvm.is_none(),
         };
         crate::hints::for_result(result, &cx)
     }
