@@ -21,7 +21,7 @@ import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from helpers import server_env
+from helpers import our_serve_pids, server_env
 
 CODEBOX = sys.argv[1]
 MB = int(sys.argv[2]) if len(sys.argv) > 2 else 50
@@ -41,18 +41,9 @@ def status_kb(pid, field):
 
 
 def serve_pid():
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{pid}/stat").read()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == os.getpid() and cmd[1:2] == [b"serve"]:
-            return int(pid)
-    raise AssertionError("codebox serve not found")
+    pids = our_serve_pids()
+    assert len(pids) == 1, f"codebox serve not found once among our children: {pids}"
+    return pids[0]
 
 
 PY = f"""
