@@ -233,6 +233,23 @@ fn results_and_upstream_tools_on_the_microvm_backend() {
     );
 }
 
+/// Warm microVM clones in `codebox serve` (tests/mcp/microvm_warm_client.py): a
+/// template per language, calls served by waiting clones with their own `/servers`,
+/// timeout and randomness, and nothing left once the server is gone.
+#[test]
+fn warm_microvm_clones_serve_calls_with_their_own_trees_timeout_and_randomness() {
+    let test = "warm_microvm_clones_serve_calls_with_their_own_trees_timeout_and_randomness";
+    if !common::guest::microvm_available(test) || !upstreams_installed(test) {
+        return;
+    }
+    run_client_script_on(
+        test,
+        "microvm_warm_client.py",
+        &[upstreams().into_os_string()],
+        &[("CODEBOX_GUEST", common::guest::guest_dir().into_os_string())],
+    );
+}
+
 #[test]
 fn sandboxed_code_calls_real_upstream_servers() {
     let test = "sandboxed_code_calls_real_upstream_servers";

@@ -60,6 +60,16 @@ impl JailProcess {
         }
     }
 
+    /// Keeps `held` until the jail is gone: for a remote jail, until the spawner reports
+    /// its end (a call's admission slot bounds the VMs that exist). A local jail
+    /// (`codebox run`'s) has no admission to hold: `held` is dropped.
+    pub fn hold_until_gone(&mut self, held: Box<dyn std::any::Any + Send>) {
+        match self {
+            JailProcess::Local(_) => drop(held),
+            JailProcess::Remote(sb) => sb.hold_until_gone(held),
+        }
+    }
+
     /// Watches the process for its end.
     pub fn watcher(self) -> JailWatcher {
         match self {

@@ -23,6 +23,7 @@
 //! - [`vm`]: boot handshake, start, the driver, how a VM ended
 //! - [`run`]: one execution on a fresh VM (`codebox run --backend microvm`)
 //! - [`serve`]: the same in `codebox serve`, the jail started by the spawner
+//! - [`warm`]: `serve`'s warm clones: a template per language, clones waiting for code
 //! - [`accel`]: KVM when a probe boots the guest under it, else TCG; and why (`doctor`)
 //! - [`tsc`]: the host's TSC frequency, which a TCG guest cannot calibrate on microvm
 //! - [`guest`]: the guest init (runs inside the VM)
@@ -64,6 +65,7 @@ pub mod serve;
 pub mod template;
 pub mod tsc;
 pub mod vm;
+pub mod warm;
 pub mod wire;
 
 use crate::sandbox;

@@ -1,4 +1,4 @@
-//! The microVM backend in `codebox serve`: a one-shot execution in a fresh VM.
+//! The microVM backend in `codebox serve`: a one-shot execution in a VM of its own.
 //!
 //! `serve` is multi-threaded, so it cannot clone a jail itself: the spawner (forked before
 //! any thread) starts QEMU's jail on a `SpawnVmm` request and hands back its descriptors
@@ -11,24 +11,27 @@
 //! directory as one `snapshot::archive` stream on the control port, restored in the guest
 //! and bound read-only in the program's sandbox (`guest/trees.rs`).
 //!
+//! A call takes a waiting clone of its language's template when one fits (`warm.rs`),
+//! else boots its VM.
+//!
 //! What the microVM backend does not do yet in `serve` is refused, when the server starts
 //! or per call, with the reason ([`refusal_at_start`], [`CALL_REFUSAL_SESSIONS`], the
-//! packages a call asks for): sessions, proxy network mode, packages on request; the
-//! warm pool is off (each call boots its VM).
+//! packages a call asks for): sessions, proxy network mode, packages on request.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::accel::{self, AccelMode, Choice};
 use super::image::{self, GuestImage};
 use super::run::{self, BOOT_LIMIT};
 use super::vm::{self, MicroVmSandbox};
+use super::warm::{self, Launcher, WarmVms};
 use super::wire::{Tree, MAX_TREE_BYTES};
 use super::Error;
 use crate::execution::Host;
 use crate::runtime::Language;
 use crate::sandbox::{Limits, SecurityPolicy};
-use crate::spawner::wire::VmmSpec;
 use crate::spawner::SpawnerClient;
 
 /// What a call that asks for a session gets on the microVM backend.
@@ -36,23 +39,47 @@ pub const CALL_REFUSAL_SESSIONS: &str = "sessions are not available on the micro
      yet: each call runs in a fresh VM (run without session_id, or serve with backend = \
      \"namespace\")";
 
-/// The guest, its build and the accelerator `serve` runs its microVMs with.
-#[derive(Debug)]
+/// The guest, its build and the accelerator `serve` runs its microVMs with, and its warm
+/// clones once started.
 pub struct ServeVms {
     image: GuestImage,
     build_id: String,
     choice: Choice,
+    /// Clones each language keeps waiting (0: every call boots).
+    warm_size: usize,
+    warm: std::sync::OnceLock<Arc<WarmVms>>,
+}
+
+impl std::fmt::Debug for ServeVms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeVms")
+            .field("guest", &self.image.dir)
+            .field("accel", &self.choice.accel.name())
+            .field("warm_size", &self.warm_size)
+            .finish()
+    }
+}
+
+/// How a call's VM came to run its program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmStart {
+    /// A clone that was waiting for its code.
+    Warm,
+    /// Booted for the call.
+    Cold,
 }
 
 impl ServeVms {
     /// Locates and verifies the guest tree, checks its init is this build, and chooses the
     /// accelerator. Single-threaded callers only: choosing KVM boots a probe guest in a
-    /// jail cloned from this process.
+    /// jail cloned from this process. `warm_size`: clones each language keeps waiting
+    /// once [`ServeVms::start_warm`] runs (at most [`warm::MAX_WAITING`]).
     pub fn prepare(
         host: &Host,
         guest: Option<&Path>,
         mode: AccelMode,
         cache_dir: Option<&Path>,
+        warm_size: usize,
     ) -> Result<ServeVms, Error> {
         let dir = image::locate(guest)?;
         let image = image::load(&dir)?;
@@ -62,13 +89,59 @@ impl ServeVms {
             guest = %image.dir.display(),
             accel = choice.accel.name(),
             reason = %choice.reason,
+            warm_size,
             "microVM backend ready"
         );
         Ok(ServeVms {
             image,
             build_id,
             choice,
+            warm_size: warm_size.min(warm::MAX_WAITING),
+            warm: std::sync::OnceLock::new(),
         })
+    }
+
+    fn launcher(&self, spawner: &SpawnerClient) -> Launcher {
+        Launcher {
+            spawner: spawner.clone(),
+            guest_dir: self.image.dir.clone(),
+            build_id: self.build_id.clone(),
+            accel: self.choice.accel,
+        }
+    }
+
+    /// Starts the warm clones (a template per language, made in the background) for
+    /// programs under `limits` (the profile's) and `policy`; `longest_run`: the longest
+    /// timeout a call may ask for. On the server's runtime; once.
+    pub fn start_warm(
+        &self,
+        spawner: &SpawnerClient,
+        limits: &Limits,
+        policy: &SecurityPolicy,
+        longest_run: Duration,
+    ) -> Result<(), Error> {
+        if self.warm_size == 0 || self.warm.get().is_some() {
+            return Ok(());
+        }
+        let specs = [Language::Python, Language::TypeScript]
+            .into_iter()
+            .map(|l| Ok((l, run::run_spec(l, limits, policy)?)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let warm = WarmVms::start(self.launcher(spawner), specs, self.warm_size, longest_run);
+        let _ = self.warm.set(warm);
+        Ok(())
+    }
+
+    /// Whether the warm clones (if any) are all waiting.
+    pub fn warm_full(&self) -> bool {
+        self.warm.get().is_none_or(|w| w.is_full())
+    }
+
+    /// Kills the waiting clones and stops making more.
+    pub async fn shutdown(&self) {
+        if let Some(w) = self.warm.get() {
+            w.shutdown().await;
+        }
     }
 
     /// The backend's part of `health`.
@@ -78,13 +151,14 @@ impl ServeVms {
             "kernel": self.image.description.kernel_release,
             "accel": self.choice.accel.name(),
             "accel_reason": self.choice.reason,
-            "warm": false,
+            "warm": self.warm.get().map(|w| w.health()),
         })
     }
 
-    /// Boots a fresh VM for `language` under `limits` and `policy` and starts the program
-    /// in it, with `trees` bound read-only ([`capture_tree`]); returns once the program
-    /// runs (its boot frame not yet written).
+    /// A VM for `language` under `limits` and `policy` whose program runs, with `trees`
+    /// bound read-only ([`capture_tree`]): a waiting clone when one fits, else booted now;
+    /// returns once the program runs (its boot frame not yet written). `held` (the call's
+    /// admission) is released once the spawner reports the VM's jail gone.
     pub async fn start(
         &self,
         spawner: &SpawnerClient,
@@ -93,39 +167,51 @@ impl ServeVms {
         policy: &SecurityPolicy,
         trees: &[(Tree, Vec<u8>)],
         held: impl std::any::Any + Send,
-    ) -> Result<MicroVmSandbox, Error> {
+    ) -> Result<(MicroVmSandbox, VmStart), Error> {
         let spec = run::run_spec(language, limits, policy)?;
+        let mut held: Option<Box<dyn std::any::Any + Send>> = Some(Box::new(held));
+        if let Some(clone) = self.warm.get().and_then(|w| w.take(language, &spec)) {
+            // The VM lives at most the run and a margin; the driver ends it sooner.
+            let lifetime = limits.timeout + Duration::from_secs(30);
+            match clone
+                .hand_out(trees, limits.timeout, lifetime, &mut held)
+                .await
+            {
+                Ok(sb) => return Ok((sb, VmStart::Warm)),
+                // A clone that died or broke while it waited: this call boots one.
+                Err(e) => {
+                    tracing::warn!(error = %e, %language, "a waiting microVM clone failed; booting one");
+                    if held.is_none() {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let held = held.expect("the admission is still here");
+        self.boot(spawner, language, spec, limits, trees, held)
+            .await
+            .map(|sb| (sb, VmStart::Cold))
+    }
+
+    /// Boots a fresh VM and starts `spec` in it.
+    async fn boot(
+        &self,
+        spawner: &SpawnerClient,
+        language: Language,
+        spec: super::wire::RunSpec,
+        limits: &Limits,
+        trees: &[(Tree, Vec<u8>)],
+        held: Box<dyn std::any::Any + Send>,
+    ) -> Result<MicroVmSandbox, Error> {
         let machine = run::machine_for(limits, self.choice.accel);
         // The VM lives at most its boot, the run and a margin; the driver ends it sooner.
         let lifetime = BOOT_LIMIT + limits.timeout + Duration::from_secs(30);
         let launched = Instant::now();
-        let (jail, ports) = spawner
-            .spawn_vmm(
-                VmmSpec {
-                    guest_dir: self.image.dir.clone(),
-                    machine: machine.clone(),
-                    lifetime_ms: u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX),
-                },
-                None,
-            )
-            .await
-            .map_err(|e| Error::VmGone(format!("the VMM's jail could not be started: {e}")))?;
+        let mut jailed = self.launcher(spawner).jail(machine, lifetime, None).await?;
         // What the call holds (its admission slot) is released only once the spawner
         // reports the jail gone, whichever way the VM ends: the admission limit bounds
         // the VMs that exist.
-        let mut jail = jail;
-        jail.hold_until_gone(held);
-        let [control, stdout, stderr, channel] = ports;
-        let jailed = super::jail::Jailed {
-            process: super::jail_process::JailProcess::Remote(jail),
-            sockets: super::jail::Sockets {
-                control,
-                stdout,
-                stderr,
-                channel,
-            },
-            machine,
-        };
+        jailed.process.hold_until_gone(held);
         let mut vm = vm::boot(jailed, &self.build_id, launched, BOOT_LIMIT).await?;
         tracing::debug!(
             boot_ms = vm.boot_time.as_millis() as u64,

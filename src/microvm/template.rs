@@ -201,11 +201,10 @@ async fn wait_ready(channel: &OwnedFd) -> Result<(), Error> {
 }
 
 /// Polls `query-migrate` until `completed` (or fails).
-async fn migration_done(vm: &Vm, limit: Duration) -> Result<(), Error> {
+async fn migration_done(qmp: &super::qmp::Qmp, limit: Duration) -> Result<(), Error> {
     let start = Instant::now();
     loop {
-        let v = vm
-            .qmp
+        let v = qmp
             .execute("query-migrate", None)
             .await
             .map_err(Error::Qmp)?;
@@ -284,14 +283,13 @@ async fn warm_up(vm: &mut Vm) -> Result<(), Error> {
     result
 }
 
-async fn ignore_shared(vm: &Vm) -> Result<(), Error> {
-    vm.qmp
-        .execute(
-            "migrate-set-capabilities",
-            Some(json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]})),
-        )
-        .await
-        .map_err(Error::Qmp)?;
+async fn ignore_shared(qmp: &super::qmp::Qmp) -> Result<(), Error> {
+    qmp.execute(
+        "migrate-set-capabilities",
+        Some(json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]})),
+    )
+    .await
+    .map_err(Error::Qmp)?;
     Ok(())
 }
 
@@ -316,7 +314,8 @@ pub async fn make(
         spec: Box::new(spec.clone()),
         time_ns: now_ns(),
         seed: seed_hex()?,
-        template: stage == Stage::Interpreter,
+        // An interpreter-stage program is handed out in each clone (its trees come then).
+        deferred: stage == Stage::Interpreter,
     })
     .await?;
     let landlock = match vm.message().await {
@@ -347,7 +346,7 @@ pub async fn make(
     }
     let ready = launched.elapsed().saturating_sub(boot);
     let snap_started = Instant::now();
-    ignore_shared(&vm).await?;
+    ignore_shared(&vm.qmp).await?;
     vm.qmp.execute("stop", None).await.map_err(Error::Qmp)?;
     // The device state: a few hundred KiB; the file grows as QEMU writes it.
     let state = memfd(c"codebox-template-state", 0).map_err(io_err("creating the state file"))?;
@@ -363,7 +362,7 @@ pub async fn make(
         .execute("migrate", Some(json!({"uri": "fd:state"})))
         .await
         .map_err(Error::Qmp)?;
-    migration_done(&vm, Duration::from_secs(60)).await?;
+    migration_done(&vm.qmp, Duration::from_secs(60)).await?;
     // The template's QEMU is done: kill and reap it before sealing (a writable shared
     // mapping of the RAM file would keep F_SEAL_WRITE from taking).
     let Vm { jailed, .. } = vm;
@@ -458,10 +457,10 @@ impl Template {
             .await
     }
 
-    /// [`Self::restore`] of a kernel-stage clone whose program is `spec` (the template's
-    /// own when `None`: a call's differs by its timeout) with `trees` bound in its
-    /// sandbox. An interpreter-stage clone runs the template's program as it is: it takes
-    /// neither.
+    /// [`Self::restore`] of a clone with `trees` bound read-only in its sandbox and, for
+    /// a kernel-stage clone, whose program is `spec` (the template's own when `None`: a
+    /// call's differs by its timeout). An interpreter-stage clone runs the template's
+    /// program as it is: its trees fill the empty mounts that program was started with.
     pub async fn restore_for(
         &self,
         jailed: Jailed,
@@ -470,86 +469,26 @@ impl Template {
         spec: Option<RunSpec>,
         trees: &[(super::wire::Tree, Vec<u8>)],
     ) -> Result<(MicroVmSandbox, Duration), Error> {
-        if self.stage == Stage::Interpreter && (spec.is_some() || !trees.is_empty()) {
+        if self.stage == Stage::Interpreter && spec.is_some() {
             return Err(Error::Unsupported(
-                "another program or trees for an interpreter-stage clone".into(),
+                "another program for an interpreter-stage clone".into(),
             ));
         }
-        if let Some(s) = &spec {
-            // Only the timeout may differ: the machine and the sandbox are the template's.
-            let mut same = s.clone();
-            same.limits.timeout = self.spec.limits.timeout;
-            if same != self.spec {
-                return Err(Error::Unsupported(
-                    "a clone whose program differs from its template's beyond the timeout".into(),
-                ));
-            }
-        }
-        let spec = spec.unwrap_or_else(|| self.spec.clone());
+        let spec = self.program_for(spec)?;
         let mut vm = vm::connect(jailed, launched).await?;
         let restore = async {
-            ignore_shared(&vm).await?;
-            let state = reopen_read(&self.state).map_err(io_err("reopening the state"))?;
-            vm.qmp
-                .execute_with_fd(
-                    "getfd",
-                    Some(json!({"fdname": "state"})),
-                    Some(std::os::fd::AsFd::as_fd(&state)),
-                )
-                .await
-                .map_err(Error::Qmp)?;
-            vm.qmp
-                .execute("migrate-incoming", Some(json!({"uri": "fd:state"})))
-                .await
-                .map_err(Error::Qmp)?;
-            // The template was stopped before its state was saved, and the global state
-            // section carries that: the clone arrives paused and is continued here.
-            // Running means resumed: the port's bytes are not lost from here on.
-            migration_done(&vm, RESTORE_LIMIT).await?;
-            vm.qmp.execute("cont", None).await.map_err(Error::Qmp)?;
-            loop {
-                let status = vm.qmp.status().await.map_err(Error::Qmp)?;
-                match status.as_str() {
-                    "running" => break,
-                    "paused" => {}
-                    other => return Err(Error::VmGone(format!("the clone is {other}"))),
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+            self.resume_state(&mut vm).await?;
             match self.stage {
-                // The program waits for its code: the clock and entropy first.
+                // The program waits for its code: the trees, the clock and entropy first.
                 Stage::Interpreter => {
-                    vm.send(&HostMessage::Resume {
-                        time_ns: now_ns(),
-                        seed: seed_hex()?,
-                    })
-                    .await?;
-                    match vm.message().await? {
-                        GuestMessage::Resumed => Ok(self.landlock),
-                        GuestMessage::Failed { reason } => {
-                            Err(Error::VmGone(format!("the clone failed: {reason}")))
-                        }
-                        other => Err(Error::Protocol(format!("expected Resumed, got {other:?}"))),
-                    }
+                    vm.send_trees(trees).await?;
+                    resume(&mut vm, None).await.map(|()| self.landlock)
                 }
                 // The guest init waits for Start: the program is started now, after the
                 // clock and the kernel's entropy are set (as in a cold VM).
                 Stage::Kernel => {
                     vm.send_trees(trees).await?;
-                    vm.send(&HostMessage::Start {
-                        spec: Box::new(spec.clone()),
-                        time_ns: now_ns(),
-                        seed: seed_hex()?,
-                        template: false,
-                    })
-                    .await?;
-                    match vm.message().await? {
-                        GuestMessage::Started { landlock } => Ok(landlock),
-                        GuestMessage::Failed { reason } => {
-                            Err(Error::VmGone(format!("the clone failed: {reason}")))
-                        }
-                        other => Err(Error::Protocol(format!("expected Started, got {other:?}"))),
-                    }
+                    start(&mut vm, &spec, false).await
                 }
             }
         };
@@ -562,5 +501,180 @@ impl Template {
         };
         let took = launched.elapsed();
         Ok((vm.drive(landlock, lifetime)?, took))
+    }
+
+    /// Restores a launched clone to a program waiting to be handed out (what a warm pool
+    /// keeps): an interpreter-stage clone as its template left it; a kernel-stage one
+    /// with the template's program started (deferred: no deadline, its trees to come)
+    /// and its `codebox/ready` read. [`WaitingClone::hand_out`] then gives it its trees,
+    /// its clock, entropy and deadline.
+    pub async fn restore_waiting(
+        &self,
+        jailed: Jailed,
+        launched: Instant,
+    ) -> Result<WaitingClone, Error> {
+        let mut vm = vm::connect(jailed, launched).await?;
+        let restore = async {
+            self.resume_state(&mut vm).await?;
+            match self.stage {
+                Stage::Interpreter => Ok(self.landlock),
+                Stage::Kernel => {
+                    let landlock = start(&mut vm, &self.spec, true).await?;
+                    wait_ready(&vm.jailed.sockets.channel).await?;
+                    Ok(landlock)
+                }
+            }
+        };
+        match tokio::time::timeout(RESTORE_LIMIT, restore).await {
+            Ok(Ok(landlock)) => Ok(WaitingClone {
+                vm,
+                landlock,
+                restored: launched.elapsed(),
+            }),
+            Ok(Err(e)) => Err(vm.failure(e)),
+            Err(_) => Err(vm.failure(Error::VmGone("the clone did not resume in time".into()))),
+        }
+    }
+
+    /// The program a clone runs: `spec` if it differs from the template's by the
+    /// timeout only.
+    fn program_for(&self, spec: Option<RunSpec>) -> Result<RunSpec, Error> {
+        if let Some(s) = &spec {
+            if !self.runs(s) {
+                return Err(Error::Unsupported(
+                    "a clone whose program differs from its template's beyond the timeout".into(),
+                ));
+            }
+        }
+        Ok(spec.unwrap_or_else(|| self.spec.clone()))
+    }
+
+    /// Whether a clone of this template can run `spec`: the machine and the sandbox are
+    /// the template's, only the timeout may differ.
+    pub fn runs(&self, spec: &RunSpec) -> bool {
+        let mut same = spec.clone();
+        same.limits.timeout = self.spec.limits.timeout;
+        same == self.spec
+    }
+
+    /// Brings a launched clone's QEMU from the template's state to running.
+    async fn resume_state(&self, vm: &mut Vm) -> Result<(), Error> {
+        ignore_shared(&vm.qmp).await?;
+        let state = reopen_read(&self.state).map_err(io_err("reopening the state"))?;
+        vm.qmp
+            .execute_with_fd(
+                "getfd",
+                Some(json!({"fdname": "state"})),
+                Some(std::os::fd::AsFd::as_fd(&state)),
+            )
+            .await
+            .map_err(Error::Qmp)?;
+        vm.qmp
+            .execute("migrate-incoming", Some(json!({"uri": "fd:state"})))
+            .await
+            .map_err(Error::Qmp)?;
+        // The template was stopped before its state was saved, and the global state
+        // section carries that: the clone arrives paused and is continued here. Running
+        // means resumed: the port's bytes are not lost from here on.
+        migration_done(&vm.qmp, RESTORE_LIMIT).await?;
+        vm.qmp.execute("cont", None).await.map_err(Error::Qmp)?;
+        loop {
+            let status = vm.qmp.status().await.map_err(Error::Qmp)?;
+            match status.as_str() {
+                "running" => return Ok(()),
+                "paused" => {}
+                other => return Err(Error::VmGone(format!("the clone is {other}"))),
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// `Start`s `spec` in a guest init waiting for it; the landlock status it reports.
+async fn start(
+    vm: &mut Vm,
+    spec: &RunSpec,
+    deferred: bool,
+) -> Result<Option<LandlockStatus>, Error> {
+    vm.send(&HostMessage::Start {
+        spec: Box::new(spec.clone()),
+        time_ns: now_ns(),
+        seed: seed_hex()?,
+        deferred,
+    })
+    .await?;
+    match vm.message().await? {
+        GuestMessage::Started { landlock } => Ok(landlock),
+        GuestMessage::Failed { reason } => {
+            Err(Error::VmGone(format!("the clone failed: {reason}")))
+        }
+        other => Err(Error::Protocol(format!("expected Started, got {other:?}"))),
+    }
+}
+
+/// Hands a deferred program out: its clock, the kernel's entropy and its deadline
+/// (`timeout`, else its spec's), answered by `Resumed`.
+async fn resume(vm: &mut Vm, timeout: Option<Duration>) -> Result<(), Error> {
+    vm.send(&HostMessage::Resume {
+        time_ns: now_ns(),
+        seed: seed_hex()?,
+        timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+    })
+    .await?;
+    match vm.message().await? {
+        GuestMessage::Resumed => Ok(()),
+        GuestMessage::Failed { reason } => {
+            Err(Error::VmGone(format!("the clone failed: {reason}")))
+        }
+        other => Err(Error::Protocol(format!("expected Resumed, got {other:?}"))),
+    }
+}
+
+/// How long handing out a waiting clone may take (trees, `Resume`, `Resumed`).
+pub const HAND_OUT_LIMIT: Duration = Duration::from_secs(10);
+
+/// A restored clone whose program waits to be handed out ([`Template::restore_waiting`]).
+pub struct WaitingClone {
+    vm: Vm,
+    landlock: Option<LandlockStatus>,
+    /// From its launch to waiting.
+    pub restored: Duration,
+}
+
+impl WaitingClone {
+    /// Hands the clone out: `trees` fill its sandbox's empty mounts, its clock, entropy
+    /// and deadline (`timeout`) are set, and it is driven like any sandbox for at most
+    /// `lifetime`. `held` (the call's admission) moves into the jail, released when the
+    /// spawner reports it gone, once the guest answered; on an error before that it is
+    /// left in place.
+    pub async fn hand_out(
+        mut self,
+        trees: &[(super::wire::Tree, Vec<u8>)],
+        timeout: Duration,
+        lifetime: Duration,
+        held: &mut Option<Box<dyn std::any::Any + Send>>,
+    ) -> Result<MicroVmSandbox, Error> {
+        let exchange = async {
+            self.vm.send_trees(trees).await?;
+            resume(&mut self.vm, Some(timeout)).await
+        };
+        match tokio::time::timeout(HAND_OUT_LIMIT, exchange).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(self.vm.failure(e)),
+            Err(_) => {
+                return Err(self.vm.failure(Error::VmGone(format!(
+                    "a waiting clone did not take its code within {HAND_OUT_LIMIT:?}"
+                ))))
+            }
+        }
+        if let Some(h) = held.take() {
+            self.vm.jailed.process.hold_until_gone(h);
+        }
+        self.vm.drive(self.landlock, lifetime)
+    }
+
+    /// Kills the clone and waits until its jail is reaped.
+    pub async fn finish(self) {
+        self.vm.jailed.process.finish().await;
     }
 }

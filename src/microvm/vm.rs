@@ -412,7 +412,7 @@ impl Vm {
                 spec: Box::new(spec),
                 time_ns,
                 seed,
-                template: false,
+                deferred: false,
             }))
             .await
             .map_err(io_err("writing to the control port"))?;

@@ -83,7 +83,8 @@ pub const TREE_CHUNK: usize = 32 * 1024;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum HostMessage {
     /// A part of `tree`'s stream (`snapshot::archive`, base64); `end`: the last part. The
-    /// trees sent before a `Start` are bound read-only in its sandbox.
+    /// trees sent before a `Start` are bound read-only in its sandbox; after a deferred
+    /// `Start`, those sent before its `Resume` fill the empty mounts it was given.
     Tree { tree: Tree, data: String, end: bool },
     /// Start the sandbox. `time_ns`: the host's `CLOCK_REALTIME`; `seed`: 64 bytes (hex)
     /// mixed into the guest kernel's entropy pool, and the pool reseeded, before the
@@ -92,13 +93,24 @@ pub enum HostMessage {
         spec: Box<RunSpec>,
         time_ns: u64,
         seed: String,
-        /// A template's sandbox: its deadline is armed by `Resume` in each clone, not now.
+        /// The program is handed out later (a template's, or a pooled clone's): its
+        /// deadline is armed by `Resume`, not now, and the trees not sent before this
+        /// `Start` are bound as empty mounts that the `Tree` parts sent before the
+        /// `Resume` fill.
         #[serde(default)]
-        template: bool,
+        deferred: bool,
     },
-    /// This guest is a clone restored from a template: set the clock, mix in the seed
-    /// and reseed the kernel's generator, arm the program's deadline; answer `Resumed`.
-    Resume { time_ns: u64, seed: String },
+    /// The program of a deferred `Start` (in a clone restored from a template, or a
+    /// pooled clone handed out) gets its code next: seal the trees that came after the
+    /// `Start` read-only, set the clock, mix in the seed and reseed the kernel's
+    /// generator, arm the program's deadline (`timeout_ms`, else its spec's timeout);
+    /// answer `Resumed`.
+    Resume {
+        time_ns: u64,
+        seed: String,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
     /// The host closed its side of fd 3: the program reads end of file after what is
     /// still on the way.
     Eof { stream: Stream, bytes: u64 },
@@ -268,11 +280,12 @@ mod tests {
                 spec: Box::new(spec()),
                 time_ns: 1,
                 seed: "00".repeat(64),
-                template: false,
+                deferred: false,
             },
             HostMessage::Resume {
                 time_ns: 2,
                 seed: "11".repeat(64),
+                timeout_ms: Some(5_000),
             },
             HostMessage::Eof {
                 stream: Stream::Channel,

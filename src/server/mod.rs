@@ -248,6 +248,18 @@ impl CodeboxServer {
             let templates = wiring::pool::templates(&settings, skills, &wrappers, &backend);
             WarmPool::new(spawner.clone(), settings.pool, templates)
         });
+        if let Some(vms) = &settings.microvm {
+            // A template per language boots in the background; calls boot cold until
+            // its clones wait.
+            if let Err(e) = vms.start_warm(
+                &spawner,
+                &settings.profile.limits,
+                &settings.profile.policy,
+                settings.max_timeout,
+            ) {
+                tracing::error!(error = %e, "the warm microVMs could not be started; every call boots");
+            }
+        }
         let kept_outputs = crate::output::KeptOutputs::new(settings.kept_output);
         let tasks = crate::tasks::ExecutionTasks::new(settings.tasks)
             .with_replica(settings.replica.clone());
@@ -432,6 +444,12 @@ impl CodeboxServer {
         self.running() == 0
             && self.unanswered() == 0
             && self.state.pool.as_ref().is_none_or(WarmPool::is_full)
+            && self
+                .state
+                .settings
+                .microvm
+                .as_ref()
+                .is_none_or(|vms| vms.warm_full())
     }
 
     /// Ends every session (killing live interpreters, removing workspaces) and empties
@@ -441,6 +459,9 @@ impl CodeboxServer {
         self.state.tasks.shutdown();
         if let Some(pool) = &self.state.pool {
             pool.shutdown().await;
+        }
+        if let Some(vms) = &self.state.settings.microvm {
+            vms.shutdown().await;
         }
         self.state.sessions.shutdown().await;
     }

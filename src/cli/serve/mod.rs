@@ -180,6 +180,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 args.guest.as_deref(),
                 codebox::microvm::accel::AccelMode::Auto,
                 rootfs::default_stamp_dir().as_deref(),
+                // Warm clones instead of pooled sandboxes: pool_size of them per language,
+                // at most microvm::warm::MAX_WAITING.
+                args.pool.floor,
             )?,
         )),
         false => None,
@@ -218,7 +221,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         egress,
         packages: None,
         concurrency: args.concurrency,
-        // Each microVM call boots its own VM: no warm pool of namespace sandboxes.
+        // The microVM backend keeps warm clones (ServeVms), not pooled sandboxes.
         pool: match microvm {
             Some(_) => codebox::pool::Bounds::off(),
             None => args.pool,

@@ -9,7 +9,8 @@
 //! 3. wait for the rootfs disk and the four ports to appear;
 //! 4. mount the rootfs image read-only (erofs) at `/rootfs`, cgroup v2 at `/sys/fs/cgroup`;
 //! 5. open the ports; `Hello` with this binary's build ID; wait for `Start`, restoring
-//!    the trees sent before it (`/servers`, `/skills`: `trees.rs`);
+//!    the trees sent before it (`/servers`, `/skills`: `trees.rs`; a deferred start
+//!    binds the others empty, and the relay fills them before the `Resume`);
 //! 6. set the clock and reseed the kernel's entropy from the host's seed;
 //! 7. spawn the program with `sandbox::spawn` — the very code of the namespace backend:
 //!    namespaces, cgroup limits, no capabilities, `no_new_privs`, landlock (as far as
@@ -116,15 +117,15 @@ fn main(control_out: &mut Option<File>) -> anyhow::Result<()> {
     // waiting for the Start each of its clones gets.
     let mut trees = trees::Trees::default();
     loop {
-        let (spec, time_ns, seed, template) = loop {
+        let (spec, time_ns, seed, deferred) = loop {
             match read_message(&mut ports.control)? {
                 HostMessage::Tree { tree, data, end } => trees.take(tree, &data, end)?,
                 HostMessage::Start {
                     spec,
                     time_ns,
                     seed,
-                    template,
-                } => break (spec, time_ns, seed, template),
+                    deferred,
+                } => break (spec, time_ns, seed, deferred),
                 other => anyhow::bail!("expected Start, got {other:?}"),
             }
         };
@@ -134,11 +135,11 @@ fn main(control_out: &mut Option<File>) -> anyhow::Result<()> {
         // 7.
         let (program, policy, limits) = sandbox_parts(spec.as_ref())?;
         let mut sandbox_spec = host.spec(program, None, &limits, &policy);
-        trees.bind(&mut sandbox_spec)?;
+        let late_trees = trees.bind(&mut sandbox_spec, deferred)?;
         let sandbox = crate::sandbox::spawn(&sandbox_spec, host.cgroups.as_ref())
             .context("starting the sandbox")?;
         // 8.
-        relay::run(sandbox, &limits, &mut ports, template)?;
+        relay::run(sandbox, &limits, &mut ports, deferred.then_some(late_trees))?;
     }
 }
 

@@ -11,6 +11,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use anyhow::{Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use super::trees::LateTrees;
 use super::Ports;
 use crate::microvm::wire::{self, FrameReader, GuestMessage, HostMessage, Stream};
 use crate::sandbox::{set_nonblocking, Limits, Sandbox};
@@ -121,7 +122,14 @@ fn borrow(fd: RawFd) -> BorrowedFd<'static> {
 const UP_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Relays until the sandbox has ended; reports the ending on the control port.
-pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports, template: bool) -> Result<()> {
+/// `deferred`: the program is handed out later (a template's, a pooled clone's): its
+/// deadline waits for the `Resume`, and these trees may still come before it.
+pub fn run(
+    sandbox: Sandbox,
+    limits: &Limits,
+    ports: &mut Ports,
+    mut deferred: Option<LateTrees>,
+) -> Result<()> {
     let (io, watch) = sandbox.into_parts();
     for fd in [
         io.stdout.as_fd(),
@@ -135,14 +143,14 @@ pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports, template: bool)
         set_nonblocking(fd, true).context("making the relay's descriptors non-blocking")?;
     }
     // The program's own deadline, in the guest too (the host's is the one that counts);
-    // a template's is armed in each clone, when it resumes.
-    let arm = |watch: &crate::sandbox::Watch| {
-        if let Err(e) = watch.arm(crate::sandbox::lifeline::run_deadline(limits.timeout)) {
+    // a deferred one's is armed when it is handed out (`Resume`).
+    let arm = |watch: &crate::sandbox::Watch, timeout: std::time::Duration| {
+        if let Err(e) = watch.arm(crate::sandbox::lifeline::run_deadline(timeout)) {
             eprintln!("codebox guest-init: arming the deadline failed: {e}");
         }
     };
-    if !template {
-        arm(&watch);
+    if deferred.is_none() {
+        arm(&watch, limits.timeout);
     }
     let mut control_out: Vec<u8> = wire::encode(&GuestMessage::Started {
         landlock: io.landlock,
@@ -297,12 +305,36 @@ pub fn run(sandbox: Sandbox, limits: &Limits, ports: &mut Ports, template: bool)
                                 ) => {
                                     down_limit = Some(bytes);
                                 }
-                                (_, Some(HostMessage::Resume { time_ns, seed })) => {
-                                    // Before the program runs again with the host's
-                                    // bytes: its clock and the kernel's entropy.
+                                (_, Some(HostMessage::Tree { tree, data, end })) => {
+                                    // A deferred program's trees, before its code; the
+                                    // host ends the VM on the `Failed` this may cause.
+                                    match deferred.as_mut() {
+                                        Some(late) => late.take(tree, &data, end)?,
+                                        None => anyhow::bail!(
+                                            "{} sent to a program that was not deferred",
+                                            tree.name()
+                                        ),
+                                    }
+                                }
+                                (
+                                    _,
+                                    Some(HostMessage::Resume {
+                                        time_ns,
+                                        seed,
+                                        timeout_ms,
+                                    }),
+                                ) => {
+                                    // Before the program runs with the host's bytes: its
+                                    // trees sealed, its clock and the kernel's entropy.
+                                    if let Some(late) = deferred.as_mut() {
+                                        late.seal()?;
+                                    }
                                     super::system::set_clock(time_ns)?;
                                     super::system::reseed(&seed)?;
-                                    arm(&watch);
+                                    let timeout = timeout_ms
+                                        .map(std::time::Duration::from_millis)
+                                        .unwrap_or(limits.timeout);
+                                    arm(&watch, timeout);
                                     control_out.extend(wire::encode(&GuestMessage::Resumed));
                                 }
                                 (_, Some(other)) => {

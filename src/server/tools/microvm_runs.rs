@@ -1,21 +1,23 @@
-//! A one-shot execution on the microVM backend: a fresh VM per call (its jail started by
-//! the spawner, the VM driven here), fd 3 served by the same tool proxy as a namespace
-//! sandbox's. See `microvm::serve` for what this backend does not do yet.
+//! A one-shot execution on the microVM backend: a VM per call (a waiting clone, or one
+//! booted now; its jail started by the spawner, the VM driven here), fd 3 served by the
+//! same tool proxy as a namespace sandbox's. See `microvm::serve` for what this backend
+//! does not do yet.
 
 use std::sync::Arc;
 
 use super::execute::{Checked, Ran};
 use crate::execution::SandboxStart;
-use crate::microvm::serve::{capture_tree, ServeVms};
+use crate::microvm::serve::{capture_tree, ServeVms, VmStart};
 use crate::microvm::wire::Tree;
 use crate::proxy::ProxySession;
 use crate::server::CodeboxServer;
 use crate::spawner::{SpawnSpec, Stream};
 
 impl CodeboxServer {
-    /// Boots a VM for `spec`'s language and limits under the profile's policy, runs
-    /// `frame` in it with `proxy` on fd 3, and ends it. `admitted` (the admission slot and
-    /// what the call holds) is released when the VM is gone.
+    /// Gets a VM (a waiting clone, or one booted now) for `spec`'s language and limits
+    /// under the profile's policy, runs `frame` in it with `proxy` on fd 3, and ends it.
+    /// `admitted` (the admission slot and what the call holds) is released when the VM
+    /// is gone.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_in_microvm(
         &self,
@@ -66,7 +68,7 @@ impl CodeboxServer {
         };
         // Sent: the trees need not stay in memory for the run.
         drop(trees);
-        let sandbox = started.map_err(|e| {
+        let (sandbox, how) = started.map_err(|e| {
             tracing::error!(error = %e, language = %spec.language, "starting a microVM failed");
             format!("the microVM could not be started: {e}")
         })?;
@@ -99,7 +101,10 @@ impl CodeboxServer {
             outcome,
             tools: proxy.take_report(),
             network: None,
-            start: Some(SandboxStart::Cold),
+            start: Some(match how {
+                VmStart::Warm => SandboxStart::Warm,
+                VmStart::Cold => SandboxStart::Cold,
+            }),
             interpreter: "none",
             zygote: false,
             backend: crate::microvm::Backend::Microvm,
