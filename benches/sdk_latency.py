@@ -18,7 +18,10 @@ Cases, each a `tools/call` timed from the SDK's `call_tool` to its return:
   pool is full again (polled with `health`), so every call should be warm;
 - mcp-run-python `run_python_code print(1)` (Pyodide in Deno, in-process) if it starts;
 - code-executor-mcp `executeTypescript console.log(1)` (a fresh Deno process per call) if
-  it starts.
+  it starts;
+- with --microvm-guest DIR: the same two codebox calls on a second `codebox serve` with
+  the microVM backend (that guest; one warm clone per language), each made once its
+  clones wait again (polled with `health`).
 Every round runs the cases in a new random order, --samples calls each; before every
 measured call of any case codebox's pools are full, so no refill runs in the background.
 
@@ -51,6 +54,8 @@ from helpers import server_env  # noqa: E402
 
 WARM_UP = 3
 SETTLE_TIMEOUT = 20.0
+# A microVM clone is restored in seconds under TCG; a template boots in tens of them.
+VM_SETTLE_TIMEOUT = 300.0
 START_TIMEOUT = 300.0
 LANGS = {"python": ("execute_python", "print(1)"),
          "typescript": ("execute_typescript", "console.log(1)")}
@@ -143,6 +148,23 @@ async def pools_settled(codebox, langs):
         await anyio.sleep(0.02)
 
 
+async def clones_waiting(vm, langs):
+    """Polls the microVM server's `health` until every language has its warm clones
+    waiting and nothing runs; returns whether that happened within VM_SETTLE_TIMEOUT."""
+    deadline = time.monotonic() + VM_SETTLE_TIMEOUT
+    while True:
+        h = (await vm.call_tool("health", {})).structured_content or {}
+        warm = (h.get("backend", {}).get("microvm") or {}).get("warm") or {}
+        running = h.get("executions", {}).get("running", 0)
+        if running == 0 and all(
+                warm.get(lang, {}).get("waiting", 0) >= max(1, warm.get(lang, {}).get("target", 1))
+                for lang in langs):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        await anyio.sleep(0.05)
+
+
 def letter(start):
     return "c" if start == "cold" else start[:1].upper()
 
@@ -217,14 +239,20 @@ async def main(args):
         command=sys.executable, args=[os.path.abspath(__file__), "--floor-server"],
         env={"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "PATH": os.environ["PATH"]})
     cb_params = StdioServerParameters(command=args.codebox, args=["serve"], env=cb_env)
+    servers = [floor_params, cb_params]
+    if args.microvm_guest:
+        vm_env = {**cb_env, "CODEBOX_BACKEND": "microvm", "CODEBOX_GUEST": args.microvm_guest,
+                  "CODEBOX_POOL_SIZE": "1"}
+        servers.append(StdioServerParameters(command=args.codebox, args=["serve"], env=vm_env))
     async with AsyncExitStack() as stack:
         sessions = []
-        for p in (floor_params, cb_params):
+        for p in servers:
             read, write = await stack.enter_async_context(stdio_client(p))
             s = await stack.enter_async_context(ClientSession(read, write))
             await s.initialize()
             sessions.append(s)
-        floor_s, codebox = sessions
+        floor_s, codebox = sessions[:2]
+        vm = sessions[2] if args.microvm_guest else None
         peer_log = stack.enter_context(tempfile.TemporaryFile("w+"))
         peer, peer_why = await start_peer(stack, args, peer_log)
         cem_log = stack.enter_context(tempfile.TemporaryFile("w+"))
@@ -240,6 +268,9 @@ async def main(args):
         if cem:
             cases.append(Case("code-executor-mcp executeTypescript console.log(1)", cem,
                               "executeTypescript", {"code": "console.log(1)"}, check_code_executor))
+        if vm:
+            cases += [Case(f"codebox microvm {tool} {code}, warm", vm, tool, {"code": code},
+                           check_codebox) for tool, code in LANGS.values()]
         unsettled = 0
         for rnd in range(WARM_UP + args.rounds):
             order = cases[:]
@@ -247,6 +278,8 @@ async def main(args):
             for case in order:
                 for _ in range(args.samples if rnd >= WARM_UP else 1):
                     unsettled += not await pools_settled(codebox, LANGS)
+                    if vm:
+                        unsettled += not await clones_waiting(vm, LANGS)
                     ms, start = await case.call()
                     if rnd >= WARM_UP:
                         case.samples.append(ms)
@@ -326,6 +359,8 @@ def parse():
     p.add_argument("--code-executor-deno", default="deno", help="the deno binary it runs")
     p.add_argument("--code-executor-unavailable", metavar="REASON",
                    help="why code-executor-mcp is not measured (its build failed)")
+    p.add_argument("--microvm-guest", metavar="DIR",
+                   help="also measure a microVM-backend server with this guest (built for --codebox)")
     args = p.parse_args()
     if args.peer:  # the peer runs in a scratch directory: no relative paths
         args.peer = os.path.abspath(args.peer)
@@ -333,6 +368,8 @@ def parse():
             args.deno = os.path.abspath(args.deno)
     if args.deno_dir:
         args.deno_dir = os.path.abspath(args.deno_dir)
+    if args.microvm_guest:
+        args.microvm_guest = os.path.abspath(args.microvm_guest)
     if args.code_executor:
         args.code_executor = os.path.abspath(args.code_executor)
         if os.sep in args.code_executor_deno:

@@ -4,7 +4,7 @@
 //! **Template.** A memory file (a sealed-later `memfd`: no name in `/dev/shm`, gone with
 //! its last descriptor, so nothing can leak there) is the guest's RAM,
 //! `memory-backend-file,share=on`: what the guest writes lands in the file. The guest
-//! starts the program's sandbox (`Start { template: true }`: its deadline not armed
+//! starts the program's sandbox (`Start { deferred: true }`: its deadline not armed
 //! yet); the host waits for the runtime's `codebox/ready` on fd 3, stops the VM and
 //! migrates its device state (RAM excluded: `x-ignore-shared`) into a second memfd. The
 //! template's QEMU is then killed, and both files are sealed (`F_SEAL_WRITE`, `GROW`,
@@ -82,6 +82,9 @@ pub struct Template {
     pub machine: Machine,
     pub landlock: Option<LandlockStatus>,
     pub figures: TemplateFigures,
+    /// fd-3 bytes of the program that the guest counts but that were read before its
+    /// clones are driven (the ready line an interpreter-stage template sent).
+    channel_before: u64,
     ram: OwnedFd,
     state: OwnedFd,
 }
@@ -163,8 +166,8 @@ pub fn launch(
 }
 
 /// Reads fd 3's first line from the template's program (through its port), which must
-/// be `codebox/ready`.
-async fn wait_ready(channel: &OwnedFd) -> Result<(), Error> {
+/// be `codebox/ready`; the bytes read (which the guest counts in fd 3's end).
+async fn wait_ready(channel: &OwnedFd) -> Result<u64, Error> {
     let dup = channel.try_clone().map_err(io_err("the channel port"))?;
     let std = std::os::unix::net::UnixStream::from(dup);
     std.set_nonblocking(true)
@@ -197,7 +200,7 @@ async fn wait_ready(channel: &OwnedFd) -> Result<(), Error> {
             "the template's runtime said {text:.200} instead of ready"
         )));
     }
-    Ok(())
+    Ok(line.len() as u64 + 1)
 }
 
 /// Polls `query-migrate` until `completed` (or fails).
@@ -327,15 +330,16 @@ pub async fn make(
         Err(e) => return Err(vm.failure(e)),
     };
     let left = TEMPLATE_LIMIT.saturating_sub(launched.elapsed());
-    match tokio::time::timeout(left, wait_ready(&vm.jailed.sockets.channel)).await {
-        Ok(Ok(())) => {}
+    let ready_bytes = match tokio::time::timeout(left, wait_ready(&vm.jailed.sockets.channel)).await
+    {
+        Ok(Ok(n)) => n,
         Ok(Err(e)) => return Err(vm.failure(e)),
         Err(_) => {
             return Err(vm.failure(Error::VmGone(
                 "the template's runtime never got ready".into(),
             )))
         }
-    }
+    };
     if stage == Stage::Kernel {
         let left = TEMPLATE_LIMIT.saturating_sub(launched.elapsed());
         match tokio::time::timeout(left, warm_up(&mut vm)).await {
@@ -381,6 +385,12 @@ pub async fn make(
         spec,
         machine,
         landlock,
+        // An interpreter-stage clone's relay counted the ready line read here; a kernel
+        // stage's program ended with the warm-up, and each clone's relay starts at 0.
+        channel_before: match stage {
+            Stage::Interpreter => ready_bytes,
+            Stage::Kernel => 0,
+        },
         figures: TemplateFigures {
             boot,
             ready,
@@ -481,6 +491,7 @@ impl Template {
             match self.stage {
                 // The program waits for its code: the trees, the clock and entropy first.
                 Stage::Interpreter => {
+                    vm.channel_read_before_drive = self.channel_before;
                     vm.send_trees(trees).await?;
                     resume(&mut vm, None).await.map(|()| self.landlock)
                 }
@@ -513,14 +524,26 @@ impl Template {
         jailed: Jailed,
         launched: Instant,
     ) -> Result<WaitingClone, Error> {
-        let mut vm = vm::connect(jailed, launched).await?;
+        let mut vm = match tokio::time::timeout(RESTORE_LIMIT, vm::connect(jailed, launched)).await
+        {
+            Ok(vm) => vm?,
+            Err(_) => {
+                return Err(Error::VmGone(format!(
+                    "a clone's QEMU did not answer QMP within {RESTORE_LIMIT:?}"
+                )))
+            }
+        };
         let restore = async {
             self.resume_state(&mut vm).await?;
             match self.stage {
-                Stage::Interpreter => Ok(self.landlock),
+                Stage::Interpreter => {
+                    vm.channel_read_before_drive = self.channel_before;
+                    Ok(self.landlock)
+                }
                 Stage::Kernel => {
                     let landlock = start(&mut vm, &self.spec, true).await?;
-                    wait_ready(&vm.jailed.sockets.channel).await?;
+                    let ready = wait_ready(&vm.jailed.sockets.channel).await?;
+                    vm.channel_read_before_drive = ready;
                     Ok(landlock)
                 }
             }
@@ -630,8 +653,14 @@ async fn resume(vm: &mut Vm, timeout: Option<Duration>) -> Result<(), Error> {
     }
 }
 
-/// How long handing out a waiting clone may take (trees, `Resume`, `Resumed`).
+/// How long handing out a waiting clone may take (trees, `Resume`, `Resumed`), beyond
+/// a second per MiB of trees.
 pub const HAND_OUT_LIMIT: Duration = Duration::from_secs(10);
+
+/// [`HAND_OUT_LIMIT`] for `tree_bytes` of trees.
+pub fn hand_out_limit(tree_bytes: usize) -> Duration {
+    HAND_OUT_LIMIT + Duration::from_secs(tree_bytes.div_ceil(1 << 20) as u64)
+}
 
 /// A restored clone whose program waits to be handed out ([`Template::restore_waiting`]).
 pub struct WaitingClone {
@@ -646,7 +675,7 @@ impl WaitingClone {
     /// and deadline (`timeout`) are set, and it is driven like any sandbox for at most
     /// `lifetime`. `held` (the call's admission) moves into the jail, released when the
     /// spawner reports it gone, once the guest answered; on an error before that it is
-    /// left in place.
+    /// left in place, and the clone is reaped before this returns.
     pub async fn hand_out(
         mut self,
         trees: &[(super::wire::Tree, Vec<u8>)],
@@ -654,18 +683,22 @@ impl WaitingClone {
         lifetime: Duration,
         held: &mut Option<Box<dyn std::any::Any + Send>>,
     ) -> Result<MicroVmSandbox, Error> {
+        let limit = hand_out_limit(trees.iter().map(|(_, t)| t.len()).sum());
         let exchange = async {
             self.vm.send_trees(trees).await?;
             resume(&mut self.vm, Some(timeout)).await
         };
-        match tokio::time::timeout(HAND_OUT_LIMIT, exchange).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(self.vm.failure(e)),
-            Err(_) => {
-                return Err(self.vm.failure(Error::VmGone(format!(
-                    "a waiting clone did not take its code within {HAND_OUT_LIMIT:?}"
-                ))))
-            }
+        let failed = match tokio::time::timeout(limit, exchange).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(self.vm.failure(e)),
+            Err(_) => Some(self.vm.failure(Error::VmGone(format!(
+                "a waiting clone did not take its code within {limit:?}"
+            )))),
+        };
+        if let Some(e) = failed {
+            // Gone before the caller boots another VM under the same admission.
+            self.finish().await;
+            return Err(e);
         }
         if let Some(h) = held.take() {
             self.vm.jailed.process.hold_until_gone(h);

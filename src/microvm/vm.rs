@@ -145,6 +145,10 @@ pub struct Vm {
     qemu_stderr: SharedTail,
     /// From the launch to the guest's `Hello`.
     pub boot_time: Duration,
+    /// Bytes of the program's fd 3 read here before the VM is driven (a template's or a
+    /// waiting clone's `codebox/ready`): the guest counts them in fd 3's end, the
+    /// driver's pump does not see them.
+    pub(super) channel_read_before_drive: u64,
 }
 
 fn io_err(doing: &'static str) -> impl FnOnce(std::io::Error) -> Error {
@@ -238,6 +242,7 @@ pub(super) async fn connect(mut jailed: Jailed, launched: Instant) -> Result<Vm,
         console,
         qemu_stderr,
         boot_time: launched.elapsed(),
+        channel_read_before_drive: 0,
     })
 }
 
@@ -443,6 +448,7 @@ impl Vm {
             reader,
             console,
             qemu_stderr,
+            channel_read_before_drive,
             ..
         } = self;
         let Jailed {
@@ -496,6 +502,7 @@ impl Vm {
             limits: [out_limit_tx, err_limit_tx, up_limit_tx],
             outputs: Some((stdout_task, stderr_task)),
             up: up_task,
+            channel_before: channel_read_before_drive,
         };
         tokio::spawn(driver.run(kill.clone(), down_done, lifetime, ending_tx));
         Ok(MicroVmSandbox {
@@ -564,6 +571,9 @@ struct Driver {
     /// fd 3, guest → host: what the program wrote last (a value, output files' last
     /// chunks, `codebox/exit`) is let through before QEMU is killed ([`UP_DRAIN`]).
     up: tokio::task::JoinHandle<PumpEnd>,
+    /// fd-3 bytes read before the pump started ([`Vm::channel_read_before_drive`]):
+    /// not in the pump's count of the end the guest announces.
+    channel_before: u64,
 }
 
 /// How long a completed VM's fd 3 may take to deliver what the guest still sends after
@@ -663,6 +673,10 @@ impl Driver {
                                         reason: format!("{stream:?} ended twice"),
                                     };
                                 }
+                                let bytes = match stream {
+                                    Stream::Channel => bytes.saturating_sub(self.channel_before),
+                                    _ => bytes,
+                                };
                                 let _ = self.limits[i].send(Some(bytes));
                             }
                             GuestMessage::Exited { .. } if exited => {

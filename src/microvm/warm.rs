@@ -5,8 +5,9 @@
 //!
 //! - One keeper task per language makes the template (its jail from the spawner, with
 //!   the RAM memfd), then keeps [`WarmVms::size`] clones waiting, restoring one at a time
-//!   off the request path; a template that fails is made again after [`RETRY_AFTER`],
-//!   and calls boot cold meanwhile.
+//!   off the request path; a template that fails is made again after [`RETRY_AFTER`]
+//!   (doubling while it fails), and calls boot cold meanwhile; clones that keep failing
+//!   have their template made again.
 //! - A waiting clone's program was started deferred: no deadline, its `/servers` and
 //!   `/skills` bound as empty mounts. A call takes one ([`WarmVms::take`]) only if its
 //!   program is the template's (the profile's limits; the timeout may differ), hands it
@@ -19,7 +20,8 @@
 //!   once are at most the running executions plus `size` per language, plus one being
 //!   restored per language.
 //! - [`WarmVms::shutdown`] stops the keepers and kills every waiting clone, waiting
-//!   until the spawner has reaped them.
+//!   until the spawner has reaped them (a template or clone still being made is
+//!   dropped, which has the spawner kill it).
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::AsFd;
@@ -202,23 +204,36 @@ impl WarmVms {
                 return None;
             }
         }
-        let clone = st.waiting.pop_front().map(|(c, _)| c);
+        // A clone past its waiting time is not handed out, even if its keeper has not
+        // retired it yet (it may be busy restoring): its jail's lifetime would not cover
+        // the longest run any more.
+        let mut stale = Vec::new();
+        let clone = loop {
+            match st.waiting.pop_front() {
+                Some((c, since)) if since.elapsed() >= IDLE_MAX => stale.push(c),
+                Some((c, _)) => break Some(c),
+                None => break None,
+            }
+        };
         match clone {
             Some(_) => st.handed_out += 1,
             None => st.missed += 1,
         }
         drop(st);
+        // Dropped outside the lock: each kills its VM.
+        drop(stale);
         lang.wake.notify_one();
         clone
     }
 
-    /// Whether every language has its clones waiting (what a harness measuring one warm
-    /// call at a time waits for).
+    /// Whether every language has its clones waiting, or no template to make them from
+    /// until its next attempt: what a harness measuring one call at a time waits for,
+    /// which must not wait for ever on a host where templates fail.
     pub fn is_full(&self) -> bool {
         self.size == 0
             || self.langs.values().all(|l| {
                 let st = l.state.lock().expect("warm VMs lock");
-                st.waiting.len() >= self.size
+                st.waiting.len() >= self.size || matches!(st.template, TemplateState::Failed(_))
             })
     }
 
@@ -275,7 +290,13 @@ impl WarmVms {
     }
 }
 
-/// A language's keeper: its template, then its clones waiting, until the pool stops.
+/// Restore failures in a row after which a keeper makes its template again.
+const REMAKE_AFTER_FAILURES: u32 = 5;
+/// The longest pause between two attempts at a template that keeps failing.
+const RETRY_AT_MOST: Duration = Duration::from_secs(600);
+
+/// A language's keeper: its template, then its clones waiting, until the pool stops. A
+/// template is made again after [`REMAKE_AFTER_FAILURES`] clones in a row failed.
 async fn keep(
     lang: Arc<Lang>,
     launcher: Arc<Launcher>,
@@ -283,10 +304,31 @@ async fn keep(
     clone_lifetime: Duration,
     stop: CancellationToken,
 ) {
-    let template = loop {
+    loop {
+        let Some(template) = make_until_made(&lang, &launcher, &stop).await else {
+            return;
+        };
+        if !keep_clones(&lang, &launcher, &template, size, clone_lifetime, &stop).await {
+            return;
+        }
+        tracing::warn!(language = %lang.language, "clones keep failing: making the microVM template again");
+        lang.state.lock().expect("warm VMs lock").template = TemplateState::Making;
+    }
+}
+
+/// Makes the template, again after a pause that doubles from [`RETRY_AFTER`] up to
+/// [`RETRY_AT_MOST`] while it fails (a host that cannot make one is not kept busy);
+/// `None` once the pool stops.
+async fn make_until_made(
+    lang: &Lang,
+    launcher: &Launcher,
+    stop: &CancellationToken,
+) -> Option<Arc<Template>> {
+    let mut pause = RETRY_AFTER;
+    loop {
         let made = tokio::select! {
-            made = make_template(&launcher, lang.language, &lang.spec) => made,
-            _ = stop.cancelled() => return,
+            made = make_template(launcher, lang.language, &lang.spec) => made,
+            _ = stop.cancelled() => return None,
         };
         match made {
             Ok(t) => {
@@ -299,23 +341,36 @@ async fn keep(
                 let t = Arc::new(t);
                 lang.state.lock().expect("warm VMs lock").template =
                     TemplateState::Ready(t.clone());
-                break t;
+                return Some(t);
             }
             Err(e) => {
-                tracing::warn!(language = %lang.language, error = %e, "making a microVM template failed; calls boot cold");
+                tracing::warn!(language = %lang.language, error = %e, retry_s = pause.as_secs(), "making a microVM template failed; calls boot cold");
                 lang.state.lock().expect("warm VMs lock").template =
                     TemplateState::Failed(e.to_string());
                 tokio::select! {
-                    _ = tokio::time::sleep(RETRY_AFTER) => {}
-                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.cancelled() => return None,
                 }
+                pause = (pause * 2).min(RETRY_AT_MOST);
             }
         }
-    };
+    }
+}
+
+/// Keeps `size` clones of `template` waiting; `false` once the pool stops, `true` when
+/// clones failed [`REMAKE_AFTER_FAILURES`] times in a row.
+async fn keep_clones(
+    lang: &Lang,
+    launcher: &Launcher,
+    template: &Template,
+    size: usize,
+    clone_lifetime: Duration,
+    stop: &CancellationToken,
+) -> bool {
     let mut failures = 0u32;
     loop {
         // Clones past their waiting time are retired (their jail's lifetime counts from
-        // their launch).
+        // their launch); `take` skips them too.
         let retired: Vec<_> = {
             let mut st = lang.state.lock().expect("warm VMs lock");
             let (keep, old): (VecDeque<_>, VecDeque<_>) = st
@@ -332,8 +387,8 @@ async fn keep(
         if short {
             let launched = Instant::now();
             let restored = tokio::select! {
-                r = restore_one(&launcher, &template, clone_lifetime, launched) => r,
-                _ = stop.cancelled() => return,
+                r = restore_one(launcher, template, clone_lifetime, launched) => r,
+                _ = stop.cancelled() => return false,
             };
             let mut st = lang.state.lock().expect("warm VMs lock");
             match restored {
@@ -348,6 +403,9 @@ async fn keep(
                     failures += 1;
                     tracing::warn!(language = %lang.language, error = %e, failures, "restoring a microVM clone failed");
                     st.restore_error = Some(e.to_string());
+                    if failures >= REMAKE_AFTER_FAILURES {
+                        return true;
+                    }
                 }
             }
         }
@@ -355,12 +413,12 @@ async fn keep(
         // failures in a row, so a broken host is not hammered).
         let pause = match failures {
             0 => LOOK_EVERY,
-            n => (Duration::from_secs(1) * 2u32.saturating_pow(n.min(5))).min(RETRY_AFTER),
+            n => (Duration::from_secs(1) * 2u32.saturating_pow(n)).min(RETRY_AFTER),
         };
         tokio::select! {
             _ = lang.wake.notified(), if failures == 0 => {}
             _ = tokio::time::sleep(pause) => {}
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return false,
         }
     }
 }

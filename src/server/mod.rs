@@ -255,7 +255,8 @@ impl CodeboxServer {
                 &spawner,
                 &settings.profile.limits,
                 &settings.profile.policy,
-                settings.max_timeout,
+                // A clone's jail outlives the longest run a call may have.
+                settings.max_timeout.max(settings.profile.limits.timeout),
             ) {
                 tracing::error!(error = %e, "the warm microVMs could not be started; every call boots");
             }

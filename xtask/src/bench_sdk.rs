@@ -45,6 +45,9 @@ target/mcp-pydeps and the peer into target/bench-peers.
                    take code-executor-mcp's source from the git repository DIR (a
                    clone or a bare mirror holding the pinned commit) instead of
                    cloning it from its public repository
+  --microvm        also measure the two codebox calls on a microVM-backend server (one
+                   warm clone per language), its guest built for the release binary
+                   into target/guest-release (`cargo xtask guest`)
   --no-build       use the existing target/release/codebox and target/rootfs
 ";
 
@@ -55,6 +58,7 @@ struct Options {
     counts: Vec<(&'static str, usize)>,
     peer: bool,
     build: bool,
+    microvm: bool,
     /// Where code-executor-mcp's git history is, instead of its public repository.
     code_executor_src: Option<PathBuf>,
 }
@@ -71,6 +75,7 @@ fn parse(args: &[OsString]) -> Result<Option<Options>> {
         counts: Vec::new(),
         peer: true,
         build: true,
+        microvm: false,
         code_executor_src: None,
     };
     let mut it = args.iter();
@@ -79,6 +84,7 @@ fn parse(args: &[OsString]) -> Result<Option<Options>> {
         match a {
             "--no-peer" => o.peer = false,
             "--no-build" => o.build = false,
+            "--microvm" => o.microvm = true,
             "--code-executor-src" => {
                 let dir = it.next().context("--code-executor-src needs a directory")?;
                 o.code_executor_src = Some(PathBuf::from(dir));
@@ -125,6 +131,18 @@ pub fn run(args: &[OsString]) -> Result<()> {
         .env("CODEBOX_ROOTFS", &rootfs);
     for (flag, n) in &opts.counts {
         cmd.arg(flag).arg(n.to_string());
+    }
+    if opts.microvm {
+        // The guest's init must be this very binary (its build ID is checked).
+        let guest = root.join("target/guest-release");
+        let args: Vec<OsString> = vec![
+            "--codebox".into(),
+            codebox.clone().into(),
+            "--out".into(),
+            guest.clone().into(),
+        ];
+        crate::guest::run(&args)?;
+        cmd.arg("--microvm-guest").arg(&guest);
     }
     match run_python {
         Some(Ok(p)) => {
