@@ -175,6 +175,22 @@ def codebox_pod_problems(where, pod, config_maps):
         for path, mnt in mounts.items()
     ):
         p.append(f"{where}: skills_dir is not on the shared volume")
+    # Paused sessions: on a shared volume, sealed with a key from a Secret, the same in
+    # every pod (a key in the ConfigMap would be in every backup of it).
+    sessions = toml.get("sessions", {})
+    key = sessions.get("snapshot_key")
+    if key is not None:
+        if not str(key).startswith("env:"):
+            p.append(f"{where}: sessions.snapshot_key is written in the ConfigMap (use env: and a Secret)")
+        elif "secretKeyRef" not in (env.get(str(key)[4:], {}).get("valueFrom") or {}):
+            p.append(f"{where}: sessions.snapshot_key names {key}, which the pod does not take from a Secret")
+        d = sessions.get("dir", "")
+        if not any(
+            "persistentVolumeClaim" in volumes[mnt["name"]] and not mnt.get("readOnly")
+            and (d == path or d.startswith(path + "/"))
+            for path, mnt in mounts.items()
+        ):
+            p.append(f"{where}: sessions.dir {d!r} is not on a shared writable volume")
     for key in ("HOME", "TMPDIR", "XDG_CACHE_HOME"):
         value = env.get(key, {}).get("value")
         if not value or not any(value == w or value.startswith(w + "/") for w in writable):
@@ -405,6 +421,16 @@ def self_test(full, stateless, haproxy_cfg):
         ),
         "skills not shared": lambda d: [
             v.pop("persistentVolumeClaim") and v.update(emptyDir={}) for v in pod(d)["volumes"] if v["name"] == "skills"
+        ],
+        "paused sessions not shared": lambda d: [
+            v.pop("persistentVolumeClaim") and v.update(emptyDir={}) for v in pod(d)["volumes"] if v["name"] == "sessions"
+        ],
+        "snapshot key in codebox.toml": lambda d: cm(d).update(
+            {"codebox.toml": cm(d)["codebox.toml"].replace(
+                'snapshot_key = "env:CODEBOX_SNAPSHOT_KEY"', 'snapshot_key = "' + "ab" * 32 + '"')}
+        ),
+        "snapshot key as a value": lambda d: [
+            e.update(value="ab" * 32) or e.pop("valueFrom") for e in ctr(d)["env"] if e["name"] == "CODEBOX_SNAPSHOT_KEY"
         ],
         "replica id not the pod name": lambda d: [
             e["valueFrom"]["fieldRef"].update(fieldPath="metadata.uid") for e in ctr(d)["env"] if e["name"] == "CODEBOX_REPLICA"
