@@ -361,3 +361,27 @@ fn relative_roots_are_relative_to_the_file() {
         [dir.path().join("mirror/ca.pem"), PathBuf::from("/abs.pem")]
     );
 }
+
+/// The Kubernetes manifests' codebox.toml is one this server takes: its paused sessions
+/// on the shared volume, sealed with the key the pod gets from the Secret.
+#[test]
+fn the_kubernetes_configuration_parses_and_keeps_paused_sessions_on_the_shared_volume() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/base/codebox.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let c = Config::parse(&text, &path).unwrap();
+    let key: String = (0u8..32)
+        .map(|i| format!("{:02x}", i.wrapping_mul(37) ^ 0x5a))
+        .collect();
+    let env = |var: &str| (var == "CODEBOX_SNAPSHOT_KEY").then(|| key.clone());
+    let persist = c
+        .sessions
+        .settings(c.state_dir.as_deref(), &env)
+        .unwrap()
+        .expect("paused sessions are on");
+    assert_eq!(persist.dir, Path::new("/var/lib/codebox/sessions"));
+    // Without the Secret's key the server says so instead of starting without it.
+    assert!(c
+        .sessions
+        .settings(c.state_dir.as_deref(), &|_: &str| None)
+        .is_err());
+}
