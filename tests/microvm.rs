@@ -6,6 +6,8 @@
 //! prints what it cost (`cost:` lines), so the suite's share of CI time stays visible.
 
 mod common;
+#[path = "microvm/escapes.rs"]
+mod escapes;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -762,6 +764,10 @@ fn main() {
             inherited_descriptors_reach_the_program,
         ),
         Trial::test("both_backends_agree", both_backends_agree),
+        Trial::test(
+            "escapes_are_refused_in_the_guest_as_on_the_host",
+            escapes::escapes_are_refused_in_the_guest_as_on_the_host,
+        ),
         Trial::test(
             "doctor_names_the_accelerator_and_why",
             doctor_names_the_accelerator_and_why,
