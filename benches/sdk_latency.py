@@ -50,7 +50,7 @@ from mcp.client.stdio import stdio_client
 
 sys.dont_write_bytecode = True  # tests/mcp holds no byte code of ours
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "mcp"))
-from helpers import server_env  # noqa: E402
+from helpers import processes_with, server_env  # noqa: E402
 
 WARM_UP = 3
 SETTLE_TIMEOUT = 20.0
@@ -163,6 +163,20 @@ async def clones_waiting(vm, langs):
         if time.monotonic() > deadline:
             return False
         await anyio.sleep(0.05)
+
+
+def idle_clone_memory():
+    """(PSS, USS) in KiB of every QEMU process here (the microVM server's waiting clones:
+    the bench starts no other QEMU), from /proc/PID/smaps_rollup."""
+    out = []
+    for pid in processes_with("qemu-system"):
+        try:
+            rollup = open(f"/proc/{pid}/smaps_rollup").read()
+        except OSError:
+            continue
+        kib = {line.split(":")[0]: int(line.split()[1]) for line in rollup.splitlines()[1:] if line.endswith("kB")}
+        out.append((kib.get("Pss", 0), kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)))
+    return out
 
 
 def letter(start):
@@ -285,6 +299,10 @@ async def main(args):
                         case.samples.append(ms)
                         if start:
                             case.starts[start] += 1
+        idle_vms = None
+        if vm:
+            await clones_waiting(vm, LANGS)
+            idle_vms = idle_clone_memory()
         bursts = {}
         for lang, (tool, code) in LANGS.items():
             b = Case(f"codebox {tool}, bursts", codebox, tool, {"code": code}, check_codebox)
@@ -300,6 +318,11 @@ async def main(args):
                 b.patterns.append(pattern)
             bursts[lang] = b
     report(args, cases, bursts, {"mcp-run-python": peer_why, "code-executor-mcp": cem_why}, unsettled)
+    if idle_vms is not None:
+        print("microVM clones waiting (their QEMU processes; the template's is gone, its RAM "
+              "file shared by its clones through the page cache):")
+        for pss, uss in idle_vms:
+            print(f"  PSS {pss / 1024:.1f} MiB, private (USS) {uss / 1024:.1f} MiB")
 
 
 def report(args, cases, bursts, why_not, unsettled):
