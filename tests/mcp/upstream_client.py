@@ -47,6 +47,37 @@ def free_port():
 class World:
     """The data directory, the .mcp.json, and the HTTP upstream."""
 
+    @staticmethod
+    def start_http():
+        """server-everything over streamable HTTP on a free port: (port, process). A start
+        that dies (the port taken between our probe and its bind) is tried again on
+        another port; one that never listens is reported with what it printed."""
+        for attempt in range(3):
+            port = free_port()
+            log = tempfile.TemporaryFile()
+            proc = subprocess.Popen(
+                ["node", os.path.join(NODE_MODULES, "server-everything/dist/index.js"), "streamableHttp"],
+                env={**os.environ, "PORT": str(port)},
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            # A bound on a fixture's start on a loaded 2-core machine, not a measurement.
+            deadline = time.monotonic() + 90
+            while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    return port, proc
+                except OSError:
+                    time.sleep(0.1)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.seek(0)
+            said = log.read()[-2000:].decode(errors="replace")
+            print(f"server-everything (HTTP) on port {port} did not start (attempt {attempt + 1}, "
+                  f"exit {proc.returncode}): {said}", file=sys.stderr, flush=True)
+        raise AssertionError("server-everything (HTTP) did not start: see stderr")
+
     def __init__(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="codebox-upstream-test-")
         root = self.tmp.name
@@ -60,21 +91,7 @@ class World:
         with open(os.path.join(self.data, "big.txt"), "w") as f:
             f.write(("x" * 99 + "\n") * 100_000)  # 10 MB, 100000 lines
         self.memory_file = os.path.join(root, "memory.jsonl")
-        self.http_port = free_port()
-        self.http = subprocess.Popen(
-            ["node", os.path.join(NODE_MODULES, "server-everything/dist/index.js"), "streamableHttp"],
-            env={**os.environ, "PORT": str(self.http_port)},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.http_port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "server-everything (HTTP) did not start"
-                time.sleep(0.1)
+        self.http_port, self.http = self.start_http()
         node = lambda pkg: os.path.join(NODE_MODULES, pkg, "dist/index.js")  # noqa: E731
         self.config = os.path.join(root, "mcp.json")
         with open(self.config, "w") as f:
