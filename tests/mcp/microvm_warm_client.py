@@ -26,6 +26,9 @@ CODEBOX = sys.argv[1]
 UPSTREAMS = os.path.abspath(sys.argv[2])
 MEMORY = os.path.join(UPSTREAMS, "node/node_modules/@modelcontextprotocol/server-memory/dist/index.js")
 CASES = []
+# The server's profile: the shipped default with this timeout, so that a call may ask
+# for a longer one without the test waiting 30 s.
+PROFILE_TIMEOUT_S = 10
 # Under TCG a template boots in ~10 s and a clone is restored in a few; on a loaded
 # 2-core machine several times that.
 WARM_WAIT = 300
@@ -120,11 +123,13 @@ async def two_warm_clones_share_no_randomness(s):
 
 @case
 async def a_warm_clone_runs_under_the_timeout_of_its_call(s):
-    _, sc = await warm(s, "python", "import time\ntime.sleep(60)\n", timeout_ms=3000)
+    _, sc = await warm(s, "python", "import time\ntime.sleep(60)\n", timeout_ms=2000)
     assert sc["timed_out"] is True, sc
-    # Longer than the profile's (30 s, what the template's program was started with):
-    # the guest arms the call's own deadline, so the program is not ended at 30 s.
-    _, sc = await warm(s, "python", "import time\ntime.sleep(31)\nprint(6 * 7)\n", timeout_ms=60000)
+    # Longer than the profile's (PROFILE_TIMEOUT_S, what the template's program was
+    # started with): the guest arms the call's own deadline, so the program is not ended
+    # at the profile's.
+    _, sc = await warm(s, "python", f"import time\ntime.sleep({PROFILE_TIMEOUT_S + 2})\nprint(6 * 7)\n",
+                       timeout_ms=(PROFILE_TIMEOUT_S + 20) * 1000)
     assert sc["stdout"] == "42\n" and sc["exit_code"] == 0 and not sc["timed_out"], sc
 
 
@@ -144,8 +149,14 @@ async def main():
     with open(config, "w") as f:
         json.dump({"mcpServers": {"memory": {"command": "node", "args": [MEMORY],
                                              "env": {"MEMORY_FILE_PATH": os.path.join(tmp.name, "memory.jsonl")}}}}, f)
+    shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "policies", "profiles", "default.toml")
+    profile = os.path.join(tmp.name, "short.toml")
+    text = open(shipped).read()
+    assert 'timeout = "30s"' in text, "the shipped default profile's timeout moved"
+    with open(profile, "w") as f:
+        f.write(text.replace('timeout = "30s"', f'timeout = "{PROFILE_TIMEOUT_S}s"', 1))
     env = server_env()
-    env.update(CODEBOX_BACKEND="microvm", CODEBOX_POOL_SIZE="1")
+    env.update(CODEBOX_BACKEND="microvm", CODEBOX_POOL_SIZE="1", CODEBOX_PROFILE=profile)
     params = StdioServerParameters(command=CODEBOX, args=["serve", "--mcp-config", config], env=env)
     passed = failed = 0
     async with stdio_client(params) as (read, write):
