@@ -118,6 +118,18 @@ def namespace_only(why):
     return mark
 
 
+def on_backend(env):
+    """Puts a server's `env` on the backend of `backend()`. On the microVM backend calls
+    boot cold (`CODEBOX_POOL_SIZE=0`): warm clones have their own test
+    (microvm_warm_client.py), and a template per language with its clones, made beside
+    the cases, cost a TCG machine most of a minute of CPU that no case here measures."""
+    if backend() != "namespace":
+        env["CODEBOX_BACKEND"] = backend()
+    if backend() == "microvm":
+        env["CODEBOX_POOL_SIZE"] = "0"
+    return env
+
+
 def stdio_params(codebox, config=None):
     """`codebox serve` over stdio for the SDK's stdio_client: a pool of one per language,
     `config` a codebox.toml or None; on the backend of `backend()`."""
@@ -125,8 +137,7 @@ def stdio_params(codebox, config=None):
 
     env = server_env()
     env["CODEBOX_POOL_SIZE"] = "1"
-    if backend() != "namespace":
-        env["CODEBOX_BACKEND"] = backend()
+    on_backend(env)
     if config:
         env["CODEBOX_CONFIG"] = config
     return StdioServerParameters(command=codebox, args=["serve"], env=env)

@@ -24,7 +24,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError as McpError
 
-from helpers import backend, server_env
+from helpers import backend, on_backend, server_env
 
 CODEBOX = sys.argv[1]
 UPSTREAMS = os.path.abspath(sys.argv[2])
@@ -111,8 +111,7 @@ class World:
         env = server_env()
         env.update({"CODEBOX_MCP_CONFIG": self.config, "DATA_DIR": self.data,
                     "EVERYTHING_PORT": str(self.http_port)})
-        if backend() != "namespace":
-            env["CODEBOX_BACKEND"] = backend()
+        on_backend(env)
         return StdioServerParameters(command=CODEBOX, args=["serve", *extra], env=env)
 
     def close(self):

@@ -33,6 +33,10 @@ comes first when both are given). Installs cargo-afl when it is missing.
                 it), for N cores; default 1
   --resume      continue the previous campaign in fuzz/out/<target> (each instance from
                 its queue; an instance it did not have starts from the seeds)
+  --opt-level N the instrumented build's optimisation level (default 3). 0 builds in
+                about a third of the time (here, 2 cores: ~4 min against 11.7 at 3
+                and 8.5 at 1) and runs each input several times slower: CI's short
+                bounded run uses it
   --no-build    use the binaries of the last `cargo afl build`
   --replay-only build, replay the seeds and regression inputs, and stop (fuzz/out is
                 left as it is)
@@ -64,6 +68,9 @@ pub struct Options {
     pub replay_only: bool,
     /// afl-fuzz instances side by side (one per core to give it).
     pub jobs: usize,
+    /// The optimisation level of the instrumented build (cargo-afl's `AFL_OPT_LEVEL`;
+    /// its default, 3, when `None`).
+    pub opt_level: Option<u8>,
 }
 
 pub fn run(args: &[OsString]) -> Result<()> {
@@ -75,6 +82,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
         build: true,
         replay_only: false,
         jobs: 1,
+        opt_level: None,
     };
     let mut args = args.iter();
     let number = |v: Option<&OsString>, flag: &str| -> Result<u64> {
@@ -90,6 +98,12 @@ pub fn run(args: &[OsString]) -> Result<()> {
                 options.jobs = match number(args.next(), "--jobs")? {
                     0 => bail!("--jobs needs at least one instance"),
                     n => usize::try_from(n).context("--jobs is too large")?,
+                }
+            }
+            Some("--opt-level") => {
+                options.opt_level = match number(args.next(), "--opt-level")? {
+                    n @ 0..=3 => Some(n as u8),
+                    _ => bail!("--opt-level is 0, 1, 2 or 3"),
                 }
             }
             Some("--resume") => options.resume = true,
@@ -133,6 +147,9 @@ pub fn campaign(root: &Path, targets: &[String], options: &Options) -> Result<Ve
             .args(["afl", "build", "--release", "--locked"])
             .envs(rustc_wrapper::build_env(&fuzz)?)
             .current_dir(&fuzz);
+        if let Some(level) = options.opt_level {
+            build.env("AFL_OPT_LEVEL", level.to_string());
+        }
         crate::test::run_checked(&mut build, "cargo afl build (fuzz/)")?;
         println!("built the fuzz targets in {:.0?}", started.elapsed());
     }
