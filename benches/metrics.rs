@@ -74,8 +74,6 @@ fn bench(c: &mut Criterion) {
                 starting: 0,
                 handed_out: 100,
                 missed: 3,
-                waited: 4,
-                waited_seconds: 0.02,
                 died_idle: 0,
                 spawn_failures: 0,
                 idle_memory_bytes: 40 << 20,

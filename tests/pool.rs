@@ -73,10 +73,6 @@ fn main() {
             "a_flood_never_grows_the_pool_past_its_ceiling",
             flood_stays_under_the_ceiling,
         ),
-        Trial::test(
-            "a_call_that_finds_the_shelf_empty_waits_for_the_start_under_way",
-            waits_for_the_start_under_way,
-        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -747,101 +743,4 @@ fn flood_stays_under_the_ceiling() -> Result<(), Failed> {
         check(live_cgroups() == before, "no sandbox cgroup is left")?;
         Ok(())
     })
-}
-
-/// Polls `cond` every 2 ms for up to 20 s.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) -> Result<(), Failed> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        if Instant::now() > deadline {
-            return Err(format!("never: {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    Ok(())
-}
-
-fn waits_for_the_start_under_way() -> Result<(), Failed> {
-    // Back-to-back calls drain a pool faster than it refills: a call that finds the shelf
-    // empty while a replacement is starting takes that one when it is ready (a sandbox
-    // made ahead of it) instead of starting its own beside it.
-    const LANGUAGE: Language = Language::Python;
-    block_on(async {
-        let before = live_cgroups();
-        let pool = Arc::new(pool(1, &[LANGUAGE]));
-        until_idle(&pool, LANGUAGE, 1).await?;
-        // Every sandbox handed out is kept until the end, so the pool must start another.
-        let mut kept = Vec::new();
-        let second = a_call_waiting(&pool, LANGUAGE, &mut kept).await?;
-        let second = second.await.map_err(|e| e.to_string())?.ok_or_else(|| {
-            format!(
-                "the call did not get the start it waited for: {:?}",
-                pool.stats()
-            )
-        })?;
-        let stats = pool.stats()[&LANGUAGE].clone();
-        check(
-            stats.waited >= 1
-                && stats.handed_out as usize == kept.len() + 1
-                && stats.missed == 0
-                && stats.waiting == 0,
-            format!("{stats:?}"),
-        )?;
-        // What it got is a sandbox of its own, not one handed out before.
-        check(
-            kept.iter().all(|k| k.sandbox.id() != second.sandbox.id()),
-            "the same sandbox was handed out twice",
-        )?;
-        kept.push(second);
-        // A call cancelled while it waits is no longer counted as waiting.
-        let cancelled = a_call_waiting(&pool, LANGUAGE, &mut kept).await?;
-        cancelled.abort();
-        let _ = cancelled.await;
-        check(
-            pool.stats()[&LANGUAGE].waiting == 0,
-            format!("a cancelled call still counted: {:?}", pool.stats()),
-        )?;
-        for warm in kept {
-            let (sandbox, _guard) = warm.into_parts();
-            sandbox.kill_and_wait().await;
-        }
-        pool.shutdown().await;
-        check(live_cgroups() == before, "no sandbox cgroup is left")?;
-        Ok(())
-    })
-}
-
-/// A take of `language` that is waiting for a start: sandboxes that were ready first are
-/// taken into `kept` (the pool then starts their replacements), so the take finds the
-/// shelf empty and a start under way.
-async fn a_call_waiting(
-    pool: &Arc<WarmPool>,
-    language: Language,
-    kept: &mut Vec<codebox::pool::Warm>,
-) -> Result<tokio::task::JoinHandle<Option<codebox::pool::Warm>>, Failed> {
-    loop {
-        until("a sandbox is ready or starting", || {
-            let s = &pool.stats()[&language];
-            s.idle + s.starting > 0
-        })
-        .await?;
-        if pool.stats()[&language].idle > 0 {
-            kept.push(pool.take(&spec(language)).await.ok_or("not handed out")?);
-            continue;
-        }
-        let call = {
-            let pool = pool.clone();
-            tokio::spawn(async move { pool.take(&spec(language)).await })
-        };
-        until("the call waits or is served", || {
-            pool.stats()[&language].waiting == 1 || call.is_finished()
-        })
-        .await?;
-        if !call.is_finished() {
-            return Ok(call);
-        }
-        // The start ended before the call looked: it was served at once.
-        let served = call.await.map_err(|e| e.to_string())?;
-        kept.push(served.ok_or("a ready sandbox was not handed out")?);
-    }
 }

@@ -56,9 +56,6 @@ pub struct PoolFigures {
     pub starting: usize,
     pub handed_out: u64,
     pub missed: u64,
-    /// Of `handed_out`, takes that waited for a start under way, and their wait summed.
-    pub waited: u64,
-    pub waited_seconds: f64,
     pub died_idle: u64,
     pub spawn_failures: u64,
     pub idle_memory_bytes: u64,
@@ -164,9 +161,6 @@ impl Snapshot {
         let memory = Family::<LanguageLabels, Gauge>::default();
         let takes = Family::<TakeLabels, Counter>::default();
         let died = Family::<LanguageLabels, Counter>::default();
-        let waited = Family::<LanguageLabels, Counter>::default();
-        let waited_seconds =
-            Family::<LanguageLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
         let failures = Family::<LanguageLabels, Counter>::default();
         // Every language has its series, 0 when the pool is off.
         for language in Language::ALL {
@@ -200,10 +194,6 @@ impl Snapshot {
                     .inc_by(value);
             }
             died.get_or_create(&l).inc_by(of(|p| p.died_idle));
-            waited.get_or_create(&l).inc_by(of(|p| p.waited));
-            waited_seconds
-                .get_or_create(&l)
-                .inc_by(p.map_or(0.0, |p| p.waited_seconds));
             failures.get_or_create(&l).inc_by(of(|p| p.spawn_failures));
         }
         r.register(
@@ -255,16 +245,6 @@ impl Snapshot {
             "codebox_pool_takes",
             "Executions that asked the pool: hit (a warm sandbox) or miss (started cold)",
             takes,
-        );
-        r.register(
-            "codebox_pool_waited",
-            "Hits that found no warm sandbox ready and waited for one that was starting",
-            waited,
-        );
-        r.register(
-            "codebox_pool_wait_seconds",
-            "Time those hits waited for their sandbox, summed",
-            waited_seconds,
         );
         r.register(
             "codebox_pool_died_idle",

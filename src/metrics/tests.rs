@@ -67,8 +67,6 @@ fn snapshot() -> Snapshot {
             starting: 1,
             handed_out: 7,
             missed: 3,
-            waited: 2,
-            waited_seconds: 0.005,
             died_idle: 1,
             spawn_failures: 0,
             idle_memory_bytes: 9 << 20,
@@ -225,15 +223,6 @@ fn the_snapshot_is_encoded_with_every_language_and_upstream_state() {
     assert_eq!(
         s[r#"codebox_pool_takes_total{language="python",result="miss"}"#],
         3.0
-    );
-    assert_eq!(s[r#"codebox_pool_waited_total{language="python"}"#], 2.0);
-    assert_eq!(
-        s[r#"codebox_pool_wait_seconds_total{language="python"}"#],
-        0.005
-    );
-    assert_eq!(
-        s[r#"codebox_pool_waited_total{language="typescript"}"#],
-        0.0
     );
     let state = |st: &str| s[&format!(r#"codebox_upstream_state{{server="memory",state="{st}"}}"#)];
     assert_eq!(state("reconnecting"), 1.0);

@@ -152,13 +152,6 @@ pub struct LanguageStats {
     pub handed_out: u64,
     /// Executions that found no ready sandbox (or could not use one) and started cold.
     pub missed: u64,
-    /// Of `handed_out`, those that found the shelf empty and waited for a sandbox that
-    /// was starting ([`policy::wait_deadline`]).
-    pub waited: u64,
-    /// Their time waiting, summed, in milliseconds.
-    pub waited_ms: f64,
-    /// Calls waiting for a start now.
-    pub waiting: usize,
     /// Pooled sandboxes that died while waiting (and were replaced).
     pub died_idle: u64,
     /// Pooled sandboxes retired because their template changed.
@@ -183,8 +176,6 @@ pub struct LanguageStats {
 struct Counters {
     handed_out: AtomicU64,
     missed: AtomicU64,
-    waited: AtomicU64,
-    waited_us: AtomicU64,
     died_idle: AtomicU64,
     retired: AtomicU64,
     spawn_failures: AtomicU64,
@@ -207,10 +198,6 @@ struct Shelf {
     generation: u64,
     idle: VecDeque<Slot>,
     starting: usize,
-    /// When each start still in flight was asked for (`starting` of them).
-    started: Vec<Instant>,
-    /// Calls waiting for one of those starts (see [`policy::wait_deadline`]).
-    waiting: usize,
     counters: Counters,
     /// What arrived and how fast sandboxes came up: the target follows it.
     demand: Demand,
@@ -235,8 +222,6 @@ struct Inner {
     state: Mutex<State>,
     /// Wakes the refill task: a sandbox was taken, died or retired, or a template changed.
     wake: Notify,
-    /// Wakes calls waiting for a start: one ended (shelved or failed), or the pool changed.
-    shelved: Notify,
     /// Refill spawns that failed since the refill task last looked (for its back-off).
     failed_since_wake: AtomicU64,
 }
@@ -269,7 +254,6 @@ impl WarmPool {
                 retiring: Vec::new(),
             }),
             wake: Notify::new(),
-            shelved: Notify::new(),
             failed_since_wake: AtomicU64::new(0),
         });
         let task = tokio::spawn(refill::run(inner.clone()));
@@ -305,19 +289,15 @@ impl WarmPool {
         st.retiring.extend(holders);
         drop(st);
         self.inner.wake.notify_one();
-        self.inner.shelved.notify_waiters();
     }
 
     /// A ready sandbox for `spec`, or `None` (pool empty, closed, or `spec` is not what
-    /// the pool makes; the caller starts one cold). Never starts a spawn of its own; when
-    /// the shelf is empty but a start is under way that nobody waits for, waits for it
-    /// up to [`policy::wait_deadline`].
+    /// the pool makes; the caller starts one cold). Never blocks on a spawn.
     pub async fn take(&self, spec: &SpawnSpec) -> Option<Warm> {
         let language = spec.language;
         let mut arrived = false;
-        let mut waiting: Option<Waiting> = None;
         loop {
-            let step = {
+            let (slot, at_once) = {
                 let mut st = self.inner.lock();
                 let fits = !st.closed
                     && st
@@ -336,40 +316,9 @@ impl WarmPool {
                 // sandboxes, so an old one is not expected; it would be retired here.
                 shelf.idle.retain(|s| s.generation == generation);
                 let slot = if fits { shelf.idle.pop_front() } else { None };
-                let deadline = match (&slot, &waiting) {
-                    (Some(_), _) => None,
-                    _ if !fits => None,
-                    (None, Some(w)) => {
-                        (now < w.deadline && shelf.starting > 0).then_some(w.deadline)
-                    }
-                    (None, None) => policy::wait_deadline(
-                        now,
-                        &shelf.started,
-                        shelf.waiting,
-                        shelf.demand.window(),
-                    ),
-                };
-                match (slot, deadline) {
-                    (Some(slot), _) => {
-                        Step::Take(slot, shelf.idle.is_empty() || shelf.demand.in_burst(now))
-                    }
-                    (None, Some(deadline)) => {
-                        if waiting.is_none() {
-                            shelf.waiting += 1;
-                            waiting = Some(Waiting {
-                                pool: Arc::downgrade(&self.inner),
-                                language,
-                                since: now,
-                                deadline,
-                            });
-                        }
-                        // Registered before the lock is let go: a start that ends in
-                        // between still wakes this call.
-                        let mut shelved = Box::pin(self.inner.shelved.notified());
-                        shelved.as_mut().enable();
-                        Step::Wait(shelved, deadline)
-                    }
-                    (None, None) => {
+                match slot {
+                    Some(slot) => (slot, shelf.idle.is_empty() || shelf.demand.in_burst(now)),
+                    None => {
                         shelf.counters.missed.fetch_add(1, Ordering::Relaxed);
                         drop(st);
                         if fits {
@@ -380,14 +329,6 @@ impl WarmPool {
                     }
                 }
             };
-            let (slot, at_once) = match step {
-                Step::Take(slot, at_once) => (slot, at_once),
-                Step::Wait(shelved, deadline) => {
-                    let until = tokio::time::Instant::from_std(deadline);
-                    let _ = tokio::time::timeout_at(until, shelved).await;
-                    continue;
-                }
-            };
             let (tx, rx) = oneshot::channel();
             if slot.take.send(tx).is_err() {
                 // Its holder is gone: the sandbox died just now. Try the next one.
@@ -395,7 +336,6 @@ impl WarmPool {
                 continue;
             }
             if let Ok(mut warm) = rx.await {
-                let waited = waiting.take().map(|w| w.since.elapsed());
                 // From here on the sandbox's own parts stay as they are: its program
                 // never sees its /servers change.
                 if let Some(own) = &warm.own {
@@ -413,15 +353,11 @@ impl WarmPool {
                         }
                     });
                 }
-                if let Some(shelf) = self.inner.lock().shelves.get(&language) {
-                    let c = &shelf.counters;
-                    c.handed_out.fetch_add(1, Ordering::Relaxed);
-                    if let Some(waited) = waited {
-                        c.waited.fetch_add(1, Ordering::Relaxed);
-                        c.waited_us
-                            .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
-                    }
-                }
+                self.inner
+                    .lock()
+                    .shelves
+                    .get(&language)
+                    .map(|s| s.counters.handed_out.fetch_add(1, Ordering::Relaxed));
                 return Some(warm);
             }
         }
@@ -474,9 +410,6 @@ impl WarmPool {
                     starting: shelf.starting,
                     handed_out: c.handed_out.load(Ordering::Relaxed),
                     missed: c.missed.load(Ordering::Relaxed),
-                    waited: c.waited.load(Ordering::Relaxed),
-                    waited_ms: c.waited_us.load(Ordering::Relaxed) as f64 / 1000.0,
-                    waiting: shelf.waiting,
                     died_idle: c.died_idle.load(Ordering::Relaxed),
                     retired: c.retired.load(Ordering::Relaxed),
                     spawn_failures: c.spawn_failures.load(Ordering::Relaxed),
@@ -505,7 +438,6 @@ impl WarmPool {
             holders
         };
         self.inner.wake.notify_one();
-        self.inner.shelved.notify_waiters();
         // The refill task kills what it is still starting before it returns.
         let refill = self.refill.lock().expect("pool refill lock").take();
         if let Some(task) = refill {
@@ -513,36 +445,6 @@ impl WarmPool {
         }
         for holder in holders {
             let _ = holder.await;
-        }
-    }
-}
-
-/// What a call does after one look at its shelf.
-enum Step<'a> {
-    /// Takes this idle sandbox; `bool`: its replacement starts at once.
-    Take(Slot, bool),
-    /// Waits until a start ends or the deadline passes, then looks again.
-    Wait(
-        std::pin::Pin<Box<tokio::sync::futures::Notified<'a>>>,
-        Instant,
-    ),
-}
-
-/// A call waiting for a start (counted in its shelf's `waiting` until dropped: also when
-/// the call is cancelled while it waits).
-struct Waiting {
-    pool: std::sync::Weak<Inner>,
-    language: Language,
-    since: Instant,
-    deadline: Instant,
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        if let Some(pool) = self.pool.upgrade() {
-            if let Some(shelf) = pool.lock().shelves.get_mut(&self.language) {
-                shelf.waiting = shelf.waiting.saturating_sub(1);
-            }
         }
     }
 }

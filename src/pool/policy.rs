@@ -212,29 +212,6 @@ impl Demand {
     }
 }
 
-/// Until when a call that found no ready sandbox waits for one that is starting, or
-/// `None` when it should start its own at once.
-///
-/// `started`: when each start still in flight was asked for (any order); `claimed`: how
-/// many of them calls already wait for. The call waits for the soonest start nobody
-/// waits for, expected `window` (the measured time to ready) after it was asked for,
-/// plus a quarter of `window` for a slow machine, and never longer than one `window`
-/// from `now`: a start of its own would take about that, and would take a core from the
-/// starts already running. Waiting is not missing a start: the call gets a sandbox made
-/// ahead of it (the Python one with the data set preloaded and its request path warmed).
-pub fn wait_deadline(
-    now: Instant,
-    started: &[Instant],
-    claimed: usize,
-    window: Duration,
-) -> Option<Instant> {
-    let mut started = started.to_vec();
-    started.sort_unstable();
-    let asked = *started.get(claimed)?;
-    let expected = (asked + window).max(now);
-    Some((expected + window / 4).min(now + window))
-}
-
 #[cfg(test)]
 #[path = "policy_tests.rs"]
 mod tests;

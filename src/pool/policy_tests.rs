@@ -204,31 +204,3 @@ fn arrivals_out_of_order_or_at_one_instant_do_not_panic() {
     assert!(d.target(t0, &b) <= 8);
     assert!(d.target(t0 - Duration::from_secs(1), &b) >= 2);
 }
-
-#[test]
-fn a_call_waits_for_the_soonest_start_nobody_else_waits_for_and_never_longer_than_a_window() {
-    let t0 = Instant::now();
-    let ms = Duration::from_millis;
-    let window = ms(20);
-    // Nothing starting, or every start already claimed: start one's own.
-    assert_eq!(wait_deadline(t0, &[], 0, window), None);
-    assert_eq!(wait_deadline(t0 + ms(5), &[t0], 1, window), None);
-    // One asked for 5 ms ago: expected in 15 ms, waited for 5 ms past that.
-    assert_eq!(
-        wait_deadline(t0 + ms(5), &[t0], 0, window),
-        Some(t0 + ms(25))
-    );
-    // The second caller waits for the later start (the order they were given in does not
-    // matter), still bounded by one window from now.
-    assert_eq!(
-        wait_deadline(t0 + ms(5), &[t0 + ms(4), t0], 1, window),
-        Some(t0 + ms(25))
-    );
-    // A start asked for just now: the bound of one window wins over expected + a quarter.
-    assert_eq!(wait_deadline(t0, &[t0], 0, window), Some(t0 + ms(20)));
-    // A start that is late: a quarter of a window more from now, then one's own.
-    assert_eq!(
-        wait_deadline(t0 + ms(60), &[t0], 0, window),
-        Some(t0 + ms(65))
-    );
-}

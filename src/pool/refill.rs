@@ -45,8 +45,7 @@ pub(super) async fn run(pool: Arc<Inner>) {
                     && shelf.starting < pool.max_starting
                 {
                     shelf.starting += 1;
-                    shelf.started.push(now);
-                    jobs.push((language, template.clone(), generation, now));
+                    jobs.push((language, template.clone(), generation));
                 }
                 // Shrinking: the newest idle ones go (the oldest are handed out first);
                 // one still starting is dropped when it is ready (see `start_one`).
@@ -71,14 +70,8 @@ pub(super) async fn run(pool: Arc<Inner>) {
             }
             (jobs, next_change)
         };
-        for (language, template, generation, asked) in jobs {
-            starting.spawn(start_one(
-                pool.clone(),
-                language,
-                template,
-                generation,
-                asked,
-            ));
+        for (language, template, generation) in jobs {
+            starting.spawn(start_one(pool.clone(), language, template, generation));
         }
         // A held target falls without an arrival: look again then (at the latest).
         let shrink = async {
@@ -111,16 +104,8 @@ fn failures(pool: &Inner) -> u64 {
 }
 
 /// Starts one sandbox from `template`, waits for its runtime to be ready, and shelves it
-/// if the pool still wants it (open, same template); otherwise kills it. `asked`: when
-/// the refill counted it as starting. Wakes the calls waiting for a start either way.
-async fn start_one(
-    pool: Arc<Inner>,
-    language: Language,
-    template: Template,
-    generation: u64,
-    asked: Instant,
-) {
-    let _wake = WakeWaiters(pool.clone());
+/// if the pool still wants it (open, same template); otherwise kills it.
+async fn start_one(pool: Arc<Inner>, language: Language, template: Template, generation: u64) {
     let started = std::time::Instant::now();
     let mut own = None;
     let made = async {
@@ -156,9 +141,6 @@ async fn start_one(
         let closed = st.closed;
         let shelf = st.shelves.entry(language).or_default();
         shelf.starting -= 1;
-        if let Some(i) = shelf.started.iter().position(|t| *t == asked) {
-            shelf.started.swap_remove(i);
-        }
         if made.is_ok() {
             shelf.demand.became_ready(took);
         }
@@ -219,14 +201,5 @@ async fn start_one(
     };
     if let Some(sandbox) = unwanted {
         sandbox.kill_and_wait().await;
-    }
-}
-
-/// Wakes the calls waiting for a start when dropped (a start ended, however it ended).
-struct WakeWaiters(Arc<Inner>);
-
-impl Drop for WakeWaiters {
-    fn drop(&mut self) {
-        self.0.shelved.notify_waiters();
     }
 }

@@ -63,8 +63,6 @@ impl CodeboxServer {
                     starting: st.starting,
                     handed_out: st.handed_out,
                     missed: st.missed,
-                    waited: st.waited,
-                    waited_seconds: st.waited_ms / 1000.0,
                     died_idle: st.died_idle,
                     spawn_failures: st.spawn_failures,
                     idle_memory_bytes: st.idle_memory_bytes,
