@@ -127,7 +127,6 @@ def on_backend(env):
         env["CODEBOX_BACKEND"] = backend()
     if backend() == "microvm":
         env["CODEBOX_POOL_SIZE"] = "0"
-    return env
 
 
 def stdio_params(codebox, config=None):

@@ -34,7 +34,7 @@ comes first when both are given). Installs cargo-afl when it is missing.
   --resume      continue the previous campaign in fuzz/out/<target> (each instance from
                 its queue; an instance it did not have starts from the seeds)
   --opt-level N the instrumented build's optimisation level (default 3). 0 builds in
-                about a third of the time (here, 2 cores: ~4 min against 11.7 at 3
+                under a third of the time (here, 2 cores: 3.5 min against 11.7 at 3
                 and 8.5 at 1) and runs each input several times slower: CI's short
                 bounded run uses it
   --no-build    use the binaries of the last `cargo afl build`

@@ -22,9 +22,6 @@ use anyhow::{Context, Result};
 /// runs as the wrapper.
 pub const ENV: &str = "CODEBOX_XTASK_UNINSTRUMENTED";
 
-/// Bumped whenever [`uninstrumented_args`] changes what it removes.
-const WRAPPER_VERSION: u32 = 2;
-
 /// The package of the oracles.
 const ORACLES: &str = "codebox-fuzz-oracles";
 
@@ -48,15 +45,14 @@ pub fn build_env(fuzz: &Path) -> Result<Vec<(&'static str, OsString)>> {
     // Cargo does not rebuild a crate when only the wrapper's decision about it changes:
     // a cfg naming the list (cargo-afl appends RUSTFLAGS to its own) puts that decision
     // into every crate's fingerprint, so a target directory built before, or for another
-    // list, is rebuilt rather than mixed. The digest also names what the wrapper does to
-    // those crates ([`uninstrumented_args`]), so a change there rebuilds them too.
+    // list, is rebuilt rather than mixed.
     let mut rustflags = std::env::var_os("RUSTFLAGS").unwrap_or_default();
     if !rustflags.is_empty() {
         rustflags.push(" ");
     }
     rustflags.push(format!(
         "--cfg=codebox_uninstrumented=\"{:016x}\"",
-        digest(&format!("{WRAPPER_VERSION}:{list}"))
+        digest(&list)
     ));
     Ok(vec![
         ("RUSTC_WRAPPER", me.into_os_string()),
@@ -104,7 +100,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     let skip = std::env::var(ENV).unwrap_or_default();
     let uninstrumented = crate_name(args).is_some_and(|c| skip.split(',').any(|s| s == c));
     let args = if uninstrumented {
-        uninstrumented_args(args)
+        without_coverage(args)
     } else {
         args.to_vec()
     };
@@ -127,16 +123,11 @@ fn crate_name(args: &[OsString]) -> Option<&str> {
 }
 
 /// `args` without the sanitizer-coverage pass and its LLVM options, in either spelling
-/// (`-C opt` or `-Copt`), and without cargo-afl's `codegen-units=1`: that works around
-/// link errors of instrumented code split into several units (afl.rs#193), and on an
-/// uninstrumented crate it only keeps LLVM on one core (the oracles' TypeScript and
-/// Python parsers are most of the build).
-fn uninstrumented_args(args: &[OsString]) -> Vec<OsString> {
+/// (`-C opt` or `-Copt`).
+fn without_coverage(args: &[OsString]) -> Vec<OsString> {
     let coverage = |opt: &OsStr| {
         opt.to_str().is_some_and(|o| {
-            o.starts_with("passes=sancov")
-                || o.starts_with("llvm-args=-sanitizer-coverage")
-                || o == "codegen-units=1"
+            o.starts_with("passes=sancov") || o.starts_with("llvm-args=-sanitizer-coverage")
         })
     };
     let mut out = Vec::with_capacity(args.len());
@@ -181,15 +172,13 @@ mod tests {
             "-C",
             "opt-level=3",
             "-C",
-            "codegen-units=1",
-            "-C",
             "debug-assertions",
             "--cfg",
             "fuzzing",
         ]);
         assert_eq!(crate_name(&args), Some("oxc_parser"));
         assert_eq!(
-            uninstrumented_args(&args),
+            without_coverage(&args),
             os(&[
                 "--crate-name",
                 "oxc_parser",
@@ -205,6 +194,6 @@ mod tests {
 
     #[test]
     fn a_trailing_dash_c_is_kept() {
-        assert_eq!(uninstrumented_args(&os(&["x", "-C"])), os(&["x", "-C"]));
+        assert_eq!(without_coverage(&os(&["x", "-C"])), os(&["x", "-C"]));
     }
 }

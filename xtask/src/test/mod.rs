@@ -264,7 +264,7 @@ pub fn run(args: &[OsString]) -> Result<()> {
         replay_only: false,
         jobs: 1,
         // A short smoke run: the instrumented build was most of this step (11.7 min at
-        // opt-level 3 on 2 cores, 8.5 at 1, about 4 at 0). At 0 each input runs several
+        // opt-level 3 on 2 cores, 8.5 at 1, 3.5 at 0). At 0 each input runs several
         // times slower, which 20 s of fuzzing per target can afford: the seeds and
         // regressions replay all the same, and long campaigns (`cargo xtask fuzz`)
         // build at 3.
